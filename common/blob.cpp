@@ -1,0 +1,173 @@
+#include "common/blob.h"
+
+#include <zlib.h>
+
+#include <cstring>
+#include <limits>
+
+#include "common/crypto.h"
+
+namespace fedcase {
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the blob format is little-endian");
+constexpr char kMagic[4] = {'F', 'C', 'M', 'B'};
+
+template <class T>
+void put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+// Bounds-checked sequential reader over the input bytes.
+class Reader {
+ public:
+  explicit Reader(std::string_view bytes) : bytes_(bytes) {}
+  template <class T>
+  bool get(T& value) {
+    if (remaining() < sizeof(T)) return false;
+    std::memcpy(&value, bytes_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool get_bytes(size_t n, std::string_view& out) {
+    if (remaining() < n) return false;
+    out = bytes_.substr(pos_, n);
+    pos_ += n;
+    return true;
+  }
+  size_t remaining() const { return bytes_.size() - pos_; }
+
+ private:
+  std::string_view bytes_;
+  size_t pos_ = 0;
+};
+
+Status truncated() { return invalid_argument("model blob is truncated"); }
+
+}  // namespace
+
+uint64_t TensorSpec::element_count() const {
+  uint64_t n = 1;
+  for (uint64_t d : shape) n *= d;
+  return n;
+}
+
+uint64_t ModelLayout::element_count() const {
+  uint64_t n = 0;
+  for (const auto& t : tensors) n += t.element_count();
+  return n;
+}
+
+std::string ModelLayout::describe() const {
+  std::string out;
+  for (const auto& t : tensors) {
+    if (!out.empty()) out += ", ";
+    out += t.name + "[";
+    for (size_t i = 0; i < t.shape.size(); ++i) {
+      if (i) out += ",";
+      out += std::to_string(t.shape[i]);
+    }
+    out += "]";
+  }
+  return out;
+}
+
+uint32_t crc32_of(std::string_view bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  // zlib takes uInt lengths: feed large inputs in chunks.
+  constexpr size_t kChunk = 1u << 30;
+  for (size_t off = 0; off < bytes.size(); off += kChunk) {
+    size_t n = std::min(kChunk, bytes.size() - off);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + off), static_cast<uInt>(n));
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+std::string blob_checksum(std::string_view encoded) { return sha256_hex(encoded); }
+
+std::string encode_blob(const ModelBlob& blob) {
+  std::string out;
+  out.reserve(64 + blob.layout.tensors.size() * 64 + blob.data.size() * sizeof(float));
+  out.append(kMagic, sizeof(kMagic));
+  put<uint32_t>(out, kBlobFormatVersion);
+  put<uint64_t>(out, blob.model_version);
+  put<uint32_t>(out, kDtypeFloat32);
+  put<uint32_t>(out, static_cast<uint32_t>(blob.layout.tensors.size()));
+  for (const auto& t : blob.layout.tensors) {
+    put<uint16_t>(out, static_cast<uint16_t>(t.name.size()));
+    out.append(t.name);
+    put<uint32_t>(out, static_cast<uint32_t>(t.shape.size()));
+    for (uint64_t d : t.shape) put<uint64_t>(out, d);
+  }
+  put<uint64_t>(out, static_cast<uint64_t>(blob.data.size()));
+  out.append(reinterpret_cast<const char*>(blob.data.data()), blob.data.size() * sizeof(float));
+  put<uint32_t>(out, crc32_of(out));
+  return out;
+}
+
+Result<ModelBlob> decode_blob(std::string_view bytes, size_t max_bytes) {
+  if (bytes.size() > max_bytes) {
+    return too_large("model blob of " + std::to_string(bytes.size()) + " bytes exceeds the limit of " +
+                     std::to_string(max_bytes));
+  }
+  if (bytes.size() < sizeof(kMagic) + sizeof(uint32_t)) return truncated();
+  if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+    return invalid_argument("not a model blob (bad magic)");
+  }
+  uint32_t stored_crc;
+  std::memcpy(&stored_crc, bytes.data() + bytes.size() - sizeof(uint32_t), sizeof(uint32_t));
+  std::string_view body = bytes.substr(0, bytes.size() - sizeof(uint32_t));
+
+  Reader in(body.substr(sizeof(kMagic)));
+  uint32_t format = 0, dtype = 0, tensor_count = 0;
+  ModelBlob blob;
+  if (!in.get(format)) return truncated();
+  if (format != kBlobFormatVersion) {
+    return invalid_argument("unsupported model blob format version " + std::to_string(format));
+  }
+  if (!in.get(blob.model_version) || !in.get(dtype) || !in.get(tensor_count)) return truncated();
+  if (dtype != kDtypeFloat32) return invalid_argument("unsupported dtype " + std::to_string(dtype));
+  if (tensor_count == 0 || tensor_count > kMaxTensors) {
+    return invalid_argument("tensor count " + std::to_string(tensor_count) + " out of range");
+  }
+  const uint64_t max_elements = max_bytes / sizeof(float);
+  uint64_t expected_elements = 0;
+  blob.layout.tensors.resize(tensor_count);
+  for (auto& t : blob.layout.tensors) {
+    uint16_t name_len = 0;
+    uint32_t rank = 0;
+    std::string_view name;
+    if (!in.get(name_len)) return truncated();
+    if (name_len == 0 || name_len > kMaxTensorNameBytes) {
+      return invalid_argument("tensor name length out of range");
+    }
+    if (!in.get_bytes(name_len, name) || !in.get(rank)) return truncated();
+    if (rank > kMaxTensorRank) return invalid_argument("tensor rank out of range");
+    t.name.assign(name);
+    t.shape.resize(rank);
+    uint64_t count = 1;
+    for (auto& d : t.shape) {
+      if (!in.get(d)) return truncated();
+      if (d != 0 && count > max_elements / d) return too_large("tensor " + t.name + " is too large");
+      count *= d;
+    }
+    expected_elements += count;
+    if (expected_elements > max_elements) return too_large("model blob has too many elements");
+  }
+  uint64_t element_count = 0;
+  if (!in.get(element_count)) return truncated();
+  if (element_count != expected_elements) {
+    return invalid_argument("element count " + std::to_string(element_count) +
+                            " does not match the tensor shapes (" +
+                            std::to_string(expected_elements) + ")");
+  }
+  std::string_view data;
+  if (!in.get_bytes(element_count * sizeof(float), data)) return truncated();
+  if (in.remaining() != 0) return invalid_argument("model blob has trailing bytes");
+  if (crc32_of(body) != stored_crc) return invalid_argument("model blob checksum mismatch");
+  blob.data.resize(element_count);
+  std::memcpy(blob.data.data(), data.data(), data.size());
+  return blob;
+}
+
+}  // namespace fedcase

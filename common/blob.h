@@ -1,0 +1,72 @@
+#pragma once
+// The wire and storage format of a model or a model update: a flat, versioned binary blob.
+//
+//   offset  field
+//   0       magic "FCMB"
+//   4       u32 format version (kBlobFormatVersion)
+//   8       u64 model version
+//   16      u32 dtype (1 = float32)
+//   20      u32 tensor count
+//   24      per tensor: u16 name length, name bytes, u32 rank, rank x u64 dims
+//   ...     u64 element count (must equal the sum of the tensors' products)
+//   ...     element count x float32, little-endian
+//   end-4   u32 CRC-32 of every preceding byte
+//
+// All integers are little-endian. Reading needs no torch: the server validates, aggregates
+// and stores blobs as flat float spans.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace fedcase {
+
+inline constexpr uint32_t kBlobFormatVersion = 1;
+inline constexpr uint32_t kDtypeFloat32 = 1;
+inline constexpr size_t kMaxTensors = 4096;
+inline constexpr size_t kMaxTensorNameBytes = 256;
+inline constexpr size_t kMaxTensorRank = 8;
+
+struct TensorSpec {
+  std::string name;
+  std::vector<uint64_t> shape;
+  uint64_t element_count() const;
+  bool operator==(const TensorSpec& other) const {
+    return name == other.name && shape == other.shape;
+  }
+};
+
+// The names and shapes of a model's tensors, in order. Two blobs can be combined only when
+// their layouts are equal.
+struct ModelLayout {
+  std::vector<TensorSpec> tensors;
+  uint64_t element_count() const;
+  bool operator==(const ModelLayout& other) const { return tensors == other.tensors; }
+  bool operator!=(const ModelLayout& other) const { return !(*this == other); }
+  std::string describe() const;  // "conv1.weight[16,1,5,5], ..." for error messages
+};
+
+struct ModelBlob {
+  uint64_t model_version = 0;
+  ModelLayout layout;
+  std::vector<float> data;  // layout.element_count() values, tensors concatenated in order
+};
+
+// Serialises `blob`. Precondition: blob.data.size() == blob.layout.element_count().
+std::string encode_blob(const ModelBlob& blob);
+
+// Parses `bytes` strictly. Rejects (kInvalidArgument) bad magic, unknown format version or
+// dtype, truncated or trailing bytes, inconsistent counts, and a wrong checksum; rejects
+// (kTooLarge) input longer than `max_bytes`. Never reads outside `bytes`.
+Result<ModelBlob> decode_blob(std::string_view bytes, size_t max_bytes);
+
+// CRC-32 (zlib polynomial) of `bytes`.
+uint32_t crc32_of(std::string_view bytes);
+
+// Content checksum of an encoded blob (lower-case hex SHA-256), the identity of a stored model.
+std::string blob_checksum(std::string_view encoded);
+
+}  // namespace fedcase

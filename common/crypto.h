@@ -1,0 +1,18 @@
+#pragma once
+// Secrets and digests (OpenSSL): bearer tokens are random, stored only as their SHA-256.
+
+#include <string>
+#include <string_view>
+
+namespace fedcase {
+
+// `bytes` bytes from the OS CSPRNG, hex-encoded (2 * bytes characters). Throws on RNG failure.
+std::string random_token(size_t bytes = 32);
+
+// Lower-case hex SHA-256 of `data`.
+std::string sha256_hex(std::string_view data);
+
+// Compares two strings in time independent of where they differ.
+bool constant_time_equal(std::string_view a, std::string_view b);
+
+}  // namespace fedcase

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs every Debian package fedcase needs to build, test and run its demo.
+# Idempotent and quick when everything is already present.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config
+  libboost-dev libboost-system-dev nlohmann-json3-dev libsqlite3-dev libssl-dev zlib1g-dev
+  libtorch-dev doctest-dev dataset-fashion-mnist
+  curl jq
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,86 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "common/blob.h"
+
+using namespace fedcase;
+
+namespace {
+
+ModelBlob sample_blob() {
+  ModelBlob b;
+  b.model_version = 42;
+  b.layout.tensors = {{"w", {2, 3}}, {"b", {3}}};
+  b.data = {1, 2, 3, 4, 5, 6, -1.5f, 0.25f, 1e-7f};
+  return b;
+}
+
+// Rewrites the trailing CRC so a deliberate corruption tests the field checks, not the CRC.
+void reseal(std::string& bytes) {
+  uint32_t crc = crc32_of(std::string_view(bytes).substr(0, bytes.size() - 4));
+  std::memcpy(bytes.data() + bytes.size() - 4, &crc, 4);
+}
+
+}  // namespace
+
+TEST_CASE("blob round-trips exactly") {
+  ModelBlob b = sample_blob();
+  std::string bytes = encode_blob(b);
+  auto decoded = decode_blob(bytes, 1 << 20);
+  REQUIRE(decoded.ok());
+  CHECK(decoded->model_version == 42);
+  CHECK(decoded->layout == b.layout);
+  CHECK(decoded->data == b.data);
+  CHECK(decoded->layout.element_count() == 9);
+  CHECK(decoded->layout.describe() == "w[2,3], b[3]");
+  CHECK(blob_checksum(bytes) == blob_checksum(encode_blob(*decoded)));
+  CHECK(blob_checksum(bytes).size() == 64);
+}
+
+TEST_CASE("blob parser rejects every truncation") {
+  std::string bytes = encode_blob(sample_blob());
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    auto r = decode_blob(std::string_view(bytes).substr(0, n), 1 << 20);
+    CHECK_FALSE(r.ok());
+  }
+}
+
+TEST_CASE("blob parser rejects corruption, trailing bytes and oversize input") {
+  std::string bytes = encode_blob(sample_blob());
+
+  std::string flipped = bytes;
+  flipped[bytes.size() - 10] ^= 0x40;  // a data byte
+  auto r = decode_blob(flipped, 1 << 20);
+  CHECK(r.status().code() == Code::kInvalidArgument);
+  CHECK(r.status().message().find("checksum") != std::string::npos);
+
+  std::string magic = bytes;
+  magic[0] = 'X';
+  CHECK(decode_blob(magic, 1 << 20).status().message().find("magic") != std::string::npos);
+
+  std::string trailing = bytes;
+  trailing.insert(trailing.size() - 4, "xx");
+  reseal(trailing);
+  CHECK(decode_blob(trailing, 1 << 20).status().message().find("trailing") != std::string::npos);
+
+  CHECK(decode_blob(bytes, bytes.size() - 1).status().code() == Code::kTooLarge);
+
+  std::string wrong_count = bytes;
+  // element count sits right before the data: 9 floats + crc from the end
+  size_t count_at = bytes.size() - 4 - 9 * 4 - 8;
+  uint64_t ten = 10;
+  std::memcpy(wrong_count.data() + count_at, &ten, 8);
+  reseal(wrong_count);
+  CHECK(decode_blob(wrong_count, 1 << 20).status().message().find("does not match") !=
+        std::string::npos);
+}
+
+TEST_CASE("blob parser bounds huge declared shapes before allocating") {
+  ModelBlob b;
+  b.layout.tensors = {{"huge", {1ull << 40, 1ull << 30}}};
+  std::string bytes = encode_blob(b);  // header declares far more data than present
+  auto r = decode_blob(bytes, 1 << 20);
+  CHECK(r.status().code() == Code::kTooLarge);
+}
