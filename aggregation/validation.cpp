@@ -1,0 +1,35 @@
+#include "aggregation/validation.h"
+
+#include <cmath>
+#include <string>
+
+namespace fedcase::aggregation {
+
+double l2_norm(const float* values, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; ++i) s += static_cast<double>(values[i]) * values[i];
+  return std::sqrt(s);
+}
+
+Status validate_update(const ModelLayout& expected, const ModelBlob& update,
+                       const UpdateBounds& bounds) {
+  if (update.layout != expected) {
+    return unprocessable("update layout [" + update.layout.describe() +
+                         "] does not match the model [" + expected.describe() + "]");
+  }
+  for (size_t i = 0; i < update.data.size(); ++i) {
+    if (!std::isfinite(update.data[i])) {
+      return unprocessable("update value " + std::to_string(i) + " is not finite");
+    }
+  }
+  if (bounds.max_l2_norm > 0) {
+    double norm = l2_norm(update.data.data(), update.data.size());
+    if (norm > bounds.max_l2_norm) {
+      return unprocessable("update L2 norm " + std::to_string(norm) + " exceeds the bound " +
+                           std::to_string(bounds.max_l2_norm));
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace fedcase::aggregation

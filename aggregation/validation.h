@@ -1,0 +1,21 @@
+#pragma once
+// Checks an update before it may touch any aggregate: same layout as the round's model,
+// every value finite, L2 norm within the job's bound.
+
+#include "common/blob.h"
+#include "common/status.h"
+
+namespace fedcase::aggregation {
+
+struct UpdateBounds {
+  double max_l2_norm = 0;  // 0 disables the norm check
+};
+
+// kUnprocessable with a message naming the first problem found; OK when the update may be used.
+Status validate_update(const ModelLayout& expected, const ModelBlob& update,
+                       const UpdateBounds& bounds);
+
+// L2 norm of `n` floats (accumulated in double).
+double l2_norm(const float* values, size_t n);
+
+}  // namespace fedcase::aggregation

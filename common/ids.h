@@ -1,0 +1,12 @@
+#pragma once
+// Identifiers shared by every module. Ids are assigned by the store and never reused.
+
+#include <cstdint>
+
+namespace fedcase {
+
+using ClientId = uint64_t;
+using JobId = uint64_t;
+using RoundIndex = uint64_t;  // 1-based within a job; round r produces model version r
+
+}  // namespace fedcase
