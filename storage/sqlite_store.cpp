@@ -1,0 +1,445 @@
+#include <sqlite3.h>
+
+#include <functional>
+#include <map>
+#include <mutex>
+
+#include "storage/store.h"
+
+namespace fedcase::storage {
+namespace {
+
+using nlohmann::json;
+
+// Schema migrations, applied in order; PRAGMA user_version records how many have run.
+const char* const kMigrations[] = {
+    R"sql(
+    CREATE TABLE clients (
+      id INTEGER PRIMARY KEY AUTOINCREMENT,
+      token_hash TEXT NOT NULL UNIQUE,
+      info TEXT NOT NULL,
+      profile TEXT NOT NULL,
+      registered_at REAL NOT NULL,
+      last_seen REAL NOT NULL);
+    CREATE TABLE jobs (
+      id INTEGER PRIMARY KEY AUTOINCREMENT,
+      name TEXT NOT NULL,
+      config TEXT NOT NULL,
+      state TEXT NOT NULL,
+      policy_state TEXT NOT NULL,
+      created_at REAL NOT NULL);
+    CREATE TABLE rounds (
+      job_id INTEGER NOT NULL REFERENCES jobs(id),
+      idx INTEGER NOT NULL,
+      state TEXT NOT NULL,
+      selected TEXT NOT NULL,
+      opened_at REAL NOT NULL,
+      deadline REAL NOT NULL,
+      closed_at REAL NOT NULL,
+      metrics TEXT NOT NULL,
+      PRIMARY KEY (job_id, idx));
+    CREATE TABLE updates (
+      job_id INTEGER NOT NULL,
+      round_idx INTEGER NOT NULL,
+      client_id INTEGER NOT NULL REFERENCES clients(id),
+      meta TEXT NOT NULL,
+      received_at REAL NOT NULL,
+      PRIMARY KEY (job_id, round_idx, client_id),
+      FOREIGN KEY (job_id, round_idx) REFERENCES rounds(job_id, idx));
+    CREATE TABLE models (
+      job_id INTEGER NOT NULL REFERENCES jobs(id),
+      version INTEGER NOT NULL,
+      blob BLOB NOT NULL,
+      checksum TEXT NOT NULL,
+      optimizer_state BLOB NOT NULL,
+      created_at REAL NOT NULL,
+      PRIMARY KEY (job_id, version));
+    )sql",
+};
+constexpr int kSchemaVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
+
+// A prepared statement in use: binds parameters by position, steps, reads columns, and resets
+// itself when it goes out of scope so the cached statement can be reused.
+class Query {
+ public:
+  Query(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
+  Query(Query&& other) noexcept
+      : db_(other.db_), stmt_(other.stmt_), arg_(other.arg_), status_(other.status_) {
+    other.stmt_ = nullptr;
+  }
+  Query(const Query&) = delete;
+  Query& operator=(const Query&) = delete;
+  ~Query() {
+    if (!stmt_) return;
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+  Query& bind(int64_t v) { return check(sqlite3_bind_int64(stmt_, ++arg_, v)); }
+  Query& bind(uint64_t v) { return bind(static_cast<int64_t>(v)); }
+  Query& bind(double v) { return check(sqlite3_bind_double(stmt_, ++arg_, v)); }
+  Query& bind(const std::string& v) {
+    return check(sqlite3_bind_text(stmt_, ++arg_, v.data(), static_cast<int>(v.size()),
+                                   SQLITE_TRANSIENT));
+  }
+  Query& bind_blob(const std::string& v) {
+    return check(sqlite3_bind_blob64(stmt_, ++arg_, v.data(), v.size(), SQLITE_TRANSIENT));
+  }
+  Query& bind(const json& v) { return bind(v.dump()); }
+
+  // SQLITE_ROW -> true, SQLITE_DONE -> false; any other result is recorded in status().
+  bool step() {
+    if (!status_.ok()) return false;
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc != SQLITE_DONE) fail(rc);
+    return false;
+  }
+  Status run() {
+    step();
+    return status_;
+  }
+  const Status& status() const { return status_; }
+
+  int64_t int64(int col) { return sqlite3_column_int64(stmt_, col); }
+  double real(int col) { return sqlite3_column_double(stmt_, col); }
+  std::string text(int col) {
+    const void* p = sqlite3_column_blob(stmt_, col);
+    int n = sqlite3_column_bytes(stmt_, col);
+    return p ? std::string(static_cast<const char*>(p), n) : std::string();
+  }
+  json json_col(int col) { return json::parse(text(col)); }
+
+ private:
+  Query& check(int rc) {
+    if (rc != SQLITE_OK) fail(rc);
+    return *this;
+  }
+  void fail(int rc) {
+    if (!status_.ok()) return;
+    if (rc == SQLITE_CONSTRAINT) {
+      status_ = conflict(std::string("constraint violated: ") + sqlite3_errmsg(db_));
+    } else {
+      status_ = internal_error(std::string("sqlite: ") + sqlite3_errmsg(db_));
+    }
+  }
+  sqlite3* db_;
+  sqlite3_stmt* stmt_;
+  int arg_ = 0;
+  Status status_;
+};
+
+class SqliteStore : public Store {
+ public:
+  explicit SqliteStore(sqlite3* db) : db_(db) {}
+  ~SqliteStore() override {
+    for (auto& [sql, stmt] : statements_) sqlite3_finalize(stmt);
+    sqlite3_close(db_);
+  }
+
+  Status init() {
+    FEDCASE_RETURN_IF_ERROR(exec("PRAGMA journal_mode=WAL"));
+    FEDCASE_RETURN_IF_ERROR(exec("PRAGMA synchronous=FULL"));
+    FEDCASE_RETURN_IF_ERROR(exec("PRAGMA foreign_keys=ON"));
+    sqlite3_busy_timeout(db_, 5000);
+    int version = 0;
+    {
+      auto q = query("PRAGMA user_version");
+      if (!q.ok()) return q.status();
+      if (q->step()) version = static_cast<int>(q->int64(0));
+      FEDCASE_RETURN_IF_ERROR(q->status());
+    }
+    if (version > kSchemaVersion) {
+      return invalid_argument("database schema version " + std::to_string(version) +
+                              " is newer than this coordinator's (" +
+                              std::to_string(kSchemaVersion) + ")");
+    }
+    for (int v = version; v < kSchemaVersion; ++v) {
+      FEDCASE_RETURN_IF_ERROR(transaction([&]() -> Status {
+        FEDCASE_RETURN_IF_ERROR(exec(kMigrations[v]));
+        return exec("PRAGMA user_version=" + std::to_string(v + 1));
+      }));
+    }
+    return ok_status();
+  }
+
+  Result<ClientId> add_client(const ClientRecord& c) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto q = query(
+        "INSERT INTO clients(token_hash, info, profile, registered_at, last_seen) "
+        "VALUES(?,?,?,?,?)");
+    if (!q.ok()) return q.status();
+    FEDCASE_RETURN_IF_ERROR(
+        q->bind(c.token_hash).bind(c.info).bind(c.profile).bind(c.registered_at)
+            .bind(c.last_seen).run());
+    return static_cast<ClientId>(sqlite3_last_insert_rowid(db_));
+  }
+
+  Result<ClientRecord> get_client(ClientId id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto rows = clients_where("WHERE id=?", static_cast<int64_t>(id));
+    if (!rows.ok()) return rows.status();
+    if (rows->empty()) return not_found("client " + std::to_string(id) + " not found");
+    return rows->front();
+  }
+
+  Result<std::vector<ClientRecord>> list_clients() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return clients_where("", std::nullopt);
+  }
+
+  Status update_client(ClientId id, const json& profile, double last_seen) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto q = query("UPDATE clients SET profile=?, last_seen=? WHERE id=?");
+    if (!q.ok()) return q.status();
+    FEDCASE_RETURN_IF_ERROR(q->bind(profile).bind(last_seen).bind(id).run());
+    if (sqlite3_changes(db_) == 0) return not_found("client " + std::to_string(id) + " not found");
+    return ok_status();
+  }
+
+  Result<JobId> create_job(const JobRecord& job, const ModelRecord& model) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    JobId id = 0;
+    Status s = transaction([&]() -> Status {
+      auto q = query(
+          "INSERT INTO jobs(name, config, state, policy_state, created_at) VALUES(?,?,?,?,?)");
+      if (!q.ok()) return q.status();
+      FEDCASE_RETURN_IF_ERROR(q->bind(job.name).bind(job.config).bind(job.state)
+                                  .bind(job.policy_state).bind(job.created_at).run());
+      id = static_cast<JobId>(sqlite3_last_insert_rowid(db_));
+      ModelRecord m = model;
+      m.job = id;
+      return insert_model(m);
+    });
+    if (!s.ok()) return s;
+    return id;
+  }
+
+  Result<JobRecord> get_job(JobId id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto rows = jobs_where("WHERE id=?", static_cast<int64_t>(id));
+    if (!rows.ok()) return rows.status();
+    if (rows->empty()) return not_found("job " + std::to_string(id) + " not found");
+    return rows->front();
+  }
+
+  Result<std::vector<JobRecord>> list_jobs() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return jobs_where("", std::nullopt);
+  }
+
+  Status set_job_state(JobId id, const std::string& state) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto q = query("UPDATE jobs SET state=? WHERE id=?");
+    if (!q.ok()) return q.status();
+    FEDCASE_RETURN_IF_ERROR(q->bind(state).bind(id).run());
+    if (sqlite3_changes(db_) == 0) return not_found("job " + std::to_string(id) + " not found");
+    return ok_status();
+  }
+
+  Status open_round(const RoundRecord& r) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto q = query(
+        "INSERT INTO rounds(job_id, idx, state, selected, opened_at, deadline, closed_at, "
+        "metrics) VALUES(?,?,?,?,?,?,?,?)");
+    if (!q.ok()) return q.status();
+    return q->bind(r.job).bind(r.index).bind(std::string("open")).bind(json(r.selected))
+        .bind(r.opened_at).bind(r.deadline).bind(r.closed_at).bind(r.metrics).run();
+  }
+
+  Status record_update(const UpdateRecord& u) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto q = query(
+        "INSERT INTO updates(job_id, round_idx, client_id, meta, received_at) VALUES(?,?,?,?,?)");
+    if (!q.ok()) return q.status();
+    return q->bind(u.job).bind(u.round).bind(u.client).bind(u.meta).bind(u.received_at).run();
+  }
+
+  Status commit_round(const RoundRecord& r, const ModelRecord& model,
+                      const json& policy_state) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return transaction([&]() -> Status {
+      FEDCASE_RETURN_IF_ERROR(close_round(r, "committed"));
+      FEDCASE_RETURN_IF_ERROR(insert_model(model));
+      auto q = query("UPDATE jobs SET policy_state=? WHERE id=?");
+      if (!q.ok()) return q.status();
+      return q->bind(policy_state).bind(r.job).run();
+    });
+  }
+
+  Status fail_round(const RoundRecord& r) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return close_round(r, "failed");
+  }
+
+  Result<std::vector<RoundRecord>> list_rounds(JobId job) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto q = query(
+        "SELECT job_id, idx, state, selected, opened_at, deadline, closed_at, metrics "
+        "FROM rounds WHERE job_id=? ORDER BY idx");
+    if (!q.ok()) return q.status();
+    q->bind(job);
+    std::vector<RoundRecord> out;
+    while (q->step()) {
+      RoundRecord r;
+      r.job = q->int64(0);
+      r.index = q->int64(1);
+      r.state = q->text(2);
+      r.selected = q->json_col(3).get<std::vector<ClientId>>();
+      r.opened_at = q->real(4);
+      r.deadline = q->real(5);
+      r.closed_at = q->real(6);
+      r.metrics = q->json_col(7);
+      out.push_back(std::move(r));
+    }
+    if (!q->status().ok()) return q->status();
+    return out;
+  }
+
+  Result<std::vector<UpdateRecord>> list_updates(JobId job, RoundIndex round) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto q = query(
+        "SELECT client_id, meta, received_at FROM updates WHERE job_id=? AND round_idx=? "
+        "ORDER BY received_at");
+    if (!q.ok()) return q.status();
+    q->bind(job).bind(round);
+    std::vector<UpdateRecord> out;
+    while (q->step()) out.push_back({job, round, static_cast<ClientId>(q->int64(0)),
+                                     q->json_col(1), q->real(2)});
+    if (!q->status().ok()) return q->status();
+    return out;
+  }
+
+  Result<ModelRecord> get_model(JobId job, uint64_t version) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return model_where("WHERE job_id=? AND version=?", job, version);
+  }
+
+  Result<ModelRecord> latest_model(JobId job) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return model_where("WHERE job_id=? ORDER BY version DESC LIMIT 1", job, std::nullopt);
+  }
+
+ private:
+  Status exec(const std::string& sql) {
+    char* err = nullptr;
+    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+      std::string msg = err ? err : "unknown error";
+      sqlite3_free(err);
+      return internal_error("sqlite: " + msg);
+    }
+    return ok_status();
+  }
+
+  // Runs `body` inside BEGIN IMMEDIATE .. COMMIT, rolling back if it fails.
+  Status transaction(const std::function<Status()>& body) {
+    FEDCASE_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE"));
+    Status s = body();
+    if (s.ok()) s = exec("COMMIT");
+    if (!s.ok()) exec("ROLLBACK");
+    return s;
+  }
+
+  Result<Query> query(const std::string& sql) {
+    auto it = statements_.find(sql);
+    if (it == statements_.end()) {
+      sqlite3_stmt* stmt = nullptr;
+      if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+        return internal_error(std::string("sqlite prepare: ") + sqlite3_errmsg(db_));
+      }
+      it = statements_.emplace(sql, stmt).first;
+    }
+    return Query(db_, it->second);
+  }
+
+  Status close_round(const RoundRecord& r, const std::string& state) {
+    auto q = query(
+        "UPDATE rounds SET state=?, closed_at=?, metrics=? WHERE job_id=? AND idx=? AND "
+        "state='open'");
+    if (!q.ok()) return q.status();
+    FEDCASE_RETURN_IF_ERROR(q->bind(state).bind(r.closed_at).bind(r.metrics).bind(r.job)
+                                .bind(r.index).run());
+    if (sqlite3_changes(db_) == 0) {
+      return conflict("round " + std::to_string(r.index) + " of job " + std::to_string(r.job) +
+                      " is not open");
+    }
+    return ok_status();
+  }
+
+  Status insert_model(const ModelRecord& m) {
+    auto q = query(
+        "INSERT INTO models(job_id, version, blob, checksum, optimizer_state, created_at) "
+        "VALUES(?,?,?,?,?,?)");
+    if (!q.ok()) return q.status();
+    return q->bind(m.job).bind(m.version).bind_blob(m.blob).bind(m.checksum)
+        .bind_blob(m.optimizer_state).bind(m.created_at).run();
+  }
+
+  Result<std::vector<ClientRecord>> clients_where(const std::string& where,
+                                                  std::optional<int64_t> id) {
+    auto q = query("SELECT id, token_hash, info, profile, registered_at, last_seen FROM clients " +
+                   where + " ORDER BY id");
+    if (!q.ok()) return q.status();
+    if (id) q->bind(*id);
+    std::vector<ClientRecord> out;
+    while (q->step()) {
+      out.push_back({static_cast<ClientId>(q->int64(0)), q->text(1), q->json_col(2),
+                     q->json_col(3), q->real(4), q->real(5)});
+    }
+    if (!q->status().ok()) return q->status();
+    return out;
+  }
+
+  Result<std::vector<JobRecord>> jobs_where(const std::string& where, std::optional<int64_t> id) {
+    auto q = query("SELECT id, name, config, state, policy_state, created_at FROM jobs " + where +
+                   " ORDER BY id");
+    if (!q.ok()) return q.status();
+    if (id) q->bind(*id);
+    std::vector<JobRecord> out;
+    while (q->step()) {
+      out.push_back({static_cast<JobId>(q->int64(0)), q->text(1), q->json_col(2), q->text(3),
+                     q->json_col(4), q->real(5)});
+    }
+    if (!q->status().ok()) return q->status();
+    return out;
+  }
+
+  Result<ModelRecord> model_where(const std::string& where, JobId job,
+                                  std::optional<uint64_t> version) {
+    auto q = query(
+        "SELECT version, blob, checksum, optimizer_state, created_at FROM models " + where);
+    if (!q.ok()) return q.status();
+    q->bind(job);
+    if (version) q->bind(*version);
+    if (!q->step()) {
+      if (!q->status().ok()) return q->status();
+      return not_found("model " + (version ? std::to_string(*version) + " " : std::string()) +
+                       "of job " + std::to_string(job) + " not found");
+    }
+    return ModelRecord{job, static_cast<uint64_t>(q->int64(0)), q->text(1), q->text(2),
+                       q->text(3), q->real(4)};
+  }
+
+  std::mutex mu_;
+  sqlite3* db_;
+  std::map<std::string, sqlite3_stmt*> statements_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> open_sqlite_store(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return internal_error("cannot open database " + path + ": " + msg);
+  }
+  auto store = std::make_unique<SqliteStore>(db);
+  Status s = store->init();
+  if (!s.ok()) return s;
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+}  // namespace fedcase::storage

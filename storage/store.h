@@ -1,0 +1,103 @@
+#pragma once
+// The coordinator's durable state. Everything a restart must not lose goes through a Store:
+// clients (with token hashes and profiles), jobs, rounds, accepted updates' metadata, and every
+// committed global model. Implementations are thread-safe; every method is one transaction.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/ids.h"
+#include "common/status.h"
+
+namespace fedcase::storage {
+
+struct ClientRecord {
+  ClientId id = 0;              // assigned by add_client
+  std::string token_hash;       // SHA-256 hex of the bearer token; the token itself is never kept
+  nlohmann::json info;          // registration: device, dataset size, cache capacity, SDK version
+  nlohmann::json profile;       // scheduling profile, owned by the scheduler
+  double registered_at = 0;     // unix seconds
+  double last_seen = 0;
+};
+
+// Job lifecycle: running <-> paused, running|paused -> cancelled | finished.
+struct JobRecord {
+  JobId id = 0;                 // assigned by create_job
+  std::string name;
+  nlohmann::json config;        // the validated job config
+  std::string state = "running";
+  nlohmann::json policy_state;  // selection policy state, saved with each committed round
+  double created_at = 0;
+};
+
+// Round lifecycle: open -> committed | failed. Round r starts from model version r - 1 and,
+// when committed, produces model version r.
+struct RoundRecord {
+  JobId job = 0;
+  RoundIndex index = 0;
+  std::string state = "open";
+  std::vector<ClientId> selected;
+  double opened_at = 0;
+  double deadline = 0;
+  double closed_at = 0;
+  nlohmann::json metrics = nlohmann::json::object();  // accuracy, loss, who finished/dropped...
+};
+
+struct UpdateRecord {
+  JobId job = 0;
+  RoundIndex round = 0;
+  ClientId client = 0;
+  nlohmann::json meta;          // the client's reported statistics
+  double received_at = 0;
+};
+
+struct ModelRecord {
+  JobId job = 0;
+  uint64_t version = 0;
+  std::string blob;             // encoded model blob (common/blob.h)
+  std::string checksum;         // blob_checksum(blob)
+  std::string optimizer_state;  // the server optimizer's state after producing this model
+  double created_at = 0;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Clients. add_client returns the new id; kConflict if the token hash is already used.
+  virtual Result<ClientId> add_client(const ClientRecord& client) = 0;
+  virtual Result<ClientRecord> get_client(ClientId id) = 0;
+  virtual Result<std::vector<ClientRecord>> list_clients() = 0;
+  virtual Status update_client(ClientId id, const nlohmann::json& profile, double last_seen) = 0;
+
+  // Jobs. create_job stores the job and its initial model (version 0) together.
+  virtual Result<JobId> create_job(const JobRecord& job, const ModelRecord& initial_model) = 0;
+  virtual Result<JobRecord> get_job(JobId id) = 0;
+  virtual Result<std::vector<JobRecord>> list_jobs() = 0;
+  virtual Status set_job_state(JobId id, const std::string& state) = 0;
+
+  // Rounds. open_round fails with kConflict if the round exists.
+  virtual Status open_round(const RoundRecord& round) = 0;
+  virtual Status record_update(const UpdateRecord& update) = 0;
+  // Atomically: the round becomes committed with its metrics, the model is stored, and the
+  // job's policy state is saved. Either all of it is durable or none.
+  virtual Status commit_round(const RoundRecord& round, const ModelRecord& model,
+                              const nlohmann::json& policy_state) = 0;
+  virtual Status fail_round(const RoundRecord& round) = 0;
+  virtual Result<std::vector<RoundRecord>> list_rounds(JobId job) = 0;
+  virtual Result<std::vector<UpdateRecord>> list_updates(JobId job, RoundIndex round) = 0;
+
+  // Models.
+  virtual Result<ModelRecord> get_model(JobId job, uint64_t version) = 0;
+  virtual Result<ModelRecord> latest_model(JobId job) = 0;
+};
+
+// Opens (creating if needed) the SQLite database at `path` in WAL mode and migrates its schema
+// to the current version. kInternal with SQLite's message if the file cannot be used, and
+// kInvalidArgument if it was written by a newer schema version.
+Result<std::unique_ptr<Store>> open_sqlite_store(const std::string& path);
+
+}  // namespace fedcase::storage

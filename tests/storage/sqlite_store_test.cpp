@@ -1,0 +1,135 @@
+#include <doctest/doctest.h>
+#include <sqlite3.h>
+
+#include "storage/store.h"
+#include "tests/support/temp_dir.h"
+
+using namespace fedcase;
+using namespace fedcase::storage;
+using nlohmann::json;
+
+namespace {
+
+std::unique_ptr<Store> open(const std::string& path) {
+  auto s = open_sqlite_store(path);
+  REQUIRE_MESSAGE(s.ok(), s.status().to_string());
+  return std::move(s).value();
+}
+
+ModelRecord model(uint64_t version, const std::string& blob) {
+  return {0, version, blob, "sum-" + blob, "opt-" + blob, 1.0 + version};
+}
+
+// Runs `sql` directly on the database file and returns the first column of the first row.
+int64_t scalar(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_step(stmt) == SQLITE_ROW);
+  int64_t v = sqlite3_column_int64(stmt, 0);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("clients, jobs, rounds and models persist across reopening") {
+  testing::TempDir dir;
+  std::string path = dir.file("fedcase.db");
+  JobId job = 0;
+  ClientId client = 0;
+  {
+    auto store = open(path);
+    auto c = store->add_client({0, "hash-a", {{"device", "phone"}}, json::object(), 10, 10});
+    REQUIRE(c.ok());
+    client = *c;
+    CHECK(store->add_client({0, "hash-a", {}, {}, 0, 0}).status().code() == Code::kConflict);
+    REQUIRE(store->update_client(client, {{"speed", 3}}, 20).ok());
+    CHECK(store->update_client(999, {}, 0).code() == Code::kNotFound);
+
+    auto j = store->create_job({0, "demo", {{"rounds", 5}}, "running", json::object(), 5},
+                               model(0, "m0"));
+    REQUIRE(j.ok());
+    job = *j;
+    REQUIRE(store->open_round({job, 1, "open", {client}, 30, 90, 0, json::object()}).ok());
+    CHECK(store->open_round({job, 1, "open", {}, 0, 0, 0, {}}).code() == Code::kConflict);
+    REQUIRE(store->record_update({job, 1, client, {{"samples", 12}}, 40}).ok());
+    CHECK(store->record_update({job, 1, client, {}, 41}).code() == Code::kConflict);
+    RoundRecord closed{job, 1, "", {client}, 30, 90, 50, {{"test_accuracy", 0.5}}};
+    REQUIRE(store->commit_round(closed, {job, 1, "m1", "sum-m1", "opt", 50}, {{"rho", 0.2}}).ok());
+  }
+  auto store = open(path);
+  auto c = store->get_client(client);
+  REQUIRE(c.ok());
+  CHECK(c->token_hash == "hash-a");
+  CHECK(c->info["device"] == "phone");
+  CHECK(c->profile["speed"] == 3);
+  CHECK(c->last_seen == 20);
+  auto j = store->get_job(job);
+  REQUIRE(j.ok());
+  CHECK(j->config["rounds"] == 5);
+  CHECK(j->policy_state["rho"] == 0.2);
+  auto rounds = store->list_rounds(job);
+  REQUIRE(rounds.ok());
+  REQUIRE(rounds->size() == 1);
+  CHECK(rounds->at(0).state == "committed");
+  CHECK(rounds->at(0).selected == std::vector<ClientId>{client});
+  CHECK(rounds->at(0).metrics["test_accuracy"] == 0.5);
+  auto latest = store->latest_model(job);
+  REQUIRE(latest.ok());
+  CHECK(latest->version == 1);
+  CHECK(latest->blob == "m1");
+  CHECK(store->get_model(job, 0)->blob == "m0");
+  CHECK(store->get_model(job, 7).status().code() == Code::kNotFound);
+  auto updates = store->list_updates(job, 1);
+  REQUIRE(updates.ok());
+  CHECK(updates->size() == 1);
+  CHECK(updates->at(0).meta["samples"] == 12);
+  CHECK(store->get_job(99).status().code() == Code::kNotFound);
+}
+
+TEST_CASE("committing a round is all or nothing") {
+  testing::TempDir dir;
+  std::string path = dir.file("fedcase.db");
+  auto store = open(path);
+  auto job = store->create_job({0, "j", json::object(), "running", json::object(), 0},
+                               model(0, "m0"));
+  REQUIRE(job.ok());
+  // Committing a round that was never opened must not leave its model behind.
+  RoundRecord ghost{*job, 1, "", {}, 0, 0, 1, json::object()};
+  CHECK(store->commit_round(ghost, {*job, 1, "m1", "s", "", 1}, json::object()).code() ==
+        Code::kConflict);
+  CHECK(scalar(path, "SELECT COUNT(*) FROM models") == 1);
+  // A model version that already exists makes the whole commit fail, round included.
+  REQUIRE(store->open_round({*job, 1, "open", {}, 0, 10, 0, json::object()}).ok());
+  CHECK_FALSE(store->commit_round(ghost, {*job, 0, "dup", "s", "", 1}, json::object()).ok());
+  CHECK(store->list_rounds(*job)->at(0).state == "open");
+  REQUIRE(store->fail_round({*job, 1, "", {}, 0, 10, 11, {{"reason", "deadline"}}}).ok());
+  CHECK(store->list_rounds(*job)->at(0).state == "failed");
+  CHECK(store->fail_round({*job, 1, "", {}, 0, 10, 11, {}}).code() == Code::kConflict);
+  CHECK(std::filesystem::exists(path + "-wal"));
+}
+
+TEST_CASE("the schema is versioned and a newer database is refused") {
+  testing::TempDir dir;
+  std::string path = dir.file("fedcase.db");
+  { open(path); }
+  CHECK(scalar(path, "PRAGMA user_version") == 1);
+  {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(db, "PRAGMA user_version=99", nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto s = open_sqlite_store(path);
+  CHECK(s.status().code() == Code::kInvalidArgument);
+  CHECK(s.status().message().find("newer") != std::string::npos);
+}
+
+TEST_CASE("an unusable path gives a clear error") {
+  auto s = open_sqlite_store("/nonexistent-dir/x/fedcase.db");
+  CHECK(s.status().code() == Code::kInternal);
+  CHECK(s.status().message().find("cannot open database") != std::string::npos);
+}
