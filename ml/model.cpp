@@ -1,0 +1,205 @@
+#include "ml/model.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+
+namespace fedcase::ml {
+namespace {
+
+struct CnnImpl : torch::nn::Module {
+  CnnImpl()
+      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 5).padding(2)))),
+        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 5).padding(2)))),
+        fc1(register_module("fc1", torch::nn::Linear(32 * 7 * 7, 64))),
+        fc2(register_module("fc2", torch::nn::Linear(64, kNumClasses))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::max_pool2d(torch::relu(conv1->forward(x)), 2);
+    x = torch::max_pool2d(torch::relu(conv2->forward(x)), 2);
+    x = torch::relu(fc1->forward(x.flatten(1)));
+    return fc2->forward(x);
+  }
+  torch::nn::Conv2d conv1, conv2;
+  torch::nn::Linear fc1, fc2;
+};
+
+struct MlpImpl : torch::nn::Module {
+  MlpImpl()
+      : fc1(register_module("fc1", torch::nn::Linear(28 * 28, 128))),
+        fc2(register_module("fc2", torch::nn::Linear(128, kNumClasses))) {}
+  torch::Tensor forward(torch::Tensor x) { return fc2->forward(torch::relu(fc1->forward(x.flatten(1)))); }
+  torch::nn::Linear fc1, fc2;
+};
+
+// Gathers `indices` (from `offset`, at most `count`) into a normalised [n,1,H,W] batch.
+std::pair<torch::Tensor, torch::Tensor> make_batch(const Dataset& data,
+                                                   const std::vector<size_t>& indices,
+                                                   size_t offset, size_t count) {
+  const size_t n = std::min(count, indices.size() - offset);
+  const size_t bytes = data.image_bytes();
+  auto images = torch::empty({int64_t(n), 1, int64_t(data.rows), int64_t(data.cols)}, torch::kUInt8);
+  auto labels = torch::empty({int64_t(n)}, torch::kInt64);
+  auto* img = images.data_ptr<uint8_t>();
+  auto* lab = labels.data_ptr<int64_t>();
+  for (size_t i = 0; i < n; ++i) {
+    size_t s = indices[offset + i];
+    std::memcpy(img + i * bytes, data.pixels.data() + s * bytes, bytes);
+    lab[i] = data.labels[s];
+  }
+  // Fashion-MNIST mean and standard deviation.
+  auto x = (images.to(torch::kFloat32).div_(255.0f) - 0.2860f) / 0.3530f;
+  return {x, labels};
+}
+
+}  // namespace
+
+struct Model::Impl {
+  std::string arch;
+  std::shared_ptr<torch::nn::Module> module;
+  std::function<torch::Tensor(torch::Tensor)> forward;
+};
+
+Result<Model> Model::create(const std::string& arch, uint64_t seed) {
+  // Module constructors draw from torch's global generator: seed and build under one lock.
+  static std::mutex init_mutex;
+  std::lock_guard<std::mutex> lock(init_mutex);
+  torch::manual_seed(seed);
+  auto impl = std::make_unique<Impl>();
+  impl->arch = arch;
+  if (arch == "cnn") {
+    auto m = std::make_shared<CnnImpl>();
+    impl->module = m;
+    impl->forward = [m](torch::Tensor x) { return m->forward(x); };
+  } else if (arch == "mlp") {
+    auto m = std::make_shared<MlpImpl>();
+    impl->module = m;
+    impl->forward = [m](torch::Tensor x) { return m->forward(x); };
+  } else {
+    return invalid_argument("unknown model architecture '" + arch + "' (expected cnn or mlp)");
+  }
+  return Model(std::move(impl));
+}
+
+Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+Model::~Model() = default;
+
+const std::string& Model::arch() const { return impl_->arch; }
+
+ModelLayout Model::layout() const {
+  ModelLayout layout;
+  for (const auto& p : impl_->module->named_parameters()) {
+    TensorSpec spec{p.key(), {}};
+    for (int64_t d : p.value().sizes()) spec.shape.push_back(static_cast<uint64_t>(d));
+    layout.tensors.push_back(std::move(spec));
+  }
+  return layout;
+}
+
+std::vector<float> Model::parameters() const {
+  std::vector<float> out;
+  for (const auto& p : impl_->module->parameters()) {
+    auto flat = p.detach().contiguous().view(-1);
+    out.insert(out.end(), flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel());
+  }
+  return out;
+}
+
+Status Model::set_parameters(const std::vector<float>& values) {
+  auto params = impl_->module->parameters();
+  size_t total = 0;
+  for (const auto& p : params) total += static_cast<size_t>(p.numel());
+  if (values.size() != total) {
+    return unprocessable("model " + impl_->arch + " has " + std::to_string(total) +
+                         " parameters, got " + std::to_string(values.size()));
+  }
+  torch::NoGradGuard no_grad;
+  size_t offset = 0;
+  for (auto& p : params) {
+    auto src = torch::from_blob(const_cast<float*>(values.data() + offset), p.sizes(), torch::kFloat32);
+    p.copy_(src);
+    offset += static_cast<size_t>(p.numel());
+  }
+  return ok_status();
+}
+
+TrainStats Model::train(const Dataset& data, const std::vector<size_t>& order,
+                        const TrainOptions& options, const BatchObserver& observer) {
+  auto start = std::chrono::steady_clock::now();
+  auto& module = *impl_->module;
+  module.train();
+  torch::optim::SGD sgd(module.parameters(), torch::optim::SGDOptions(options.lr)
+                                                 .momentum(options.momentum)
+                                                 .weight_decay(options.weight_decay));
+  std::vector<torch::Tensor> anchor;
+  if (options.prox_mu > 0) {
+    for (const auto& p : module.parameters()) anchor.push_back(p.detach().clone());
+  }
+  TrainStats stats;
+  const size_t batch = std::max<size_t>(1, options.batch_size);
+  for (size_t offset = 0; offset < order.size(); offset += batch) {
+    auto [x, y] = make_batch(data, order, offset, batch);
+    auto per_sample = torch::nn::functional::cross_entropy(
+        impl_->forward(x), y,
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    auto loss = per_sample.mean();
+    if (options.prox_mu > 0) {
+      auto params = module.parameters();
+      torch::Tensor prox = torch::zeros({});
+      for (size_t i = 0; i < params.size(); ++i) prox = prox + (params[i] - anchor[i]).pow(2).sum();
+      loss = loss + 0.5 * options.prox_mu * prox;
+    }
+    sgd.zero_grad();
+    loss.backward();
+    sgd.step();
+
+    auto losses = per_sample.detach();
+    const size_t n = static_cast<size_t>(losses.numel());
+    stats.samples += n;
+    stats.loss_sum += losses.sum().item<double>();
+    stats.loss_sq_sum += losses.pow(2).sum().item<double>();
+    if (observer) {
+      std::vector<size_t> indices(order.begin() + offset, order.begin() + offset + n);
+      std::vector<float> values(losses.data_ptr<float>(), losses.data_ptr<float>() + n);
+      observer(indices, values);
+    }
+  }
+  stats.compute_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+EvalResult Model::evaluate(const Dataset& data, size_t max_samples) const {
+  torch::NoGradGuard no_grad;
+  auto& module = *impl_->module;
+  module.eval();
+  const size_t n = max_samples == 0 ? data.size() : std::min(max_samples, data.size());
+  std::vector<size_t> all(n);
+  for (size_t i = 0; i < n; ++i) all[i] = i;
+  EvalResult result;
+  double loss_sum = 0;
+  size_t correct = 0;
+  for (size_t offset = 0; offset < n; offset += 1000) {
+    auto [x, y] = make_batch(data, all, offset, 1000);
+    auto logits = impl_->forward(x);
+    loss_sum += torch::nn::functional::cross_entropy(
+                    logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                    .item<double>();
+    correct += static_cast<size_t>(logits.argmax(1).eq(y).sum().item<int64_t>());
+  }
+  result.samples = n;
+  if (n > 0) {
+    result.accuracy = double(correct) / double(n);
+    result.loss = loss_sum / double(n);
+  }
+  return result;
+}
+
+void set_torch_threads(int threads) {
+  torch::set_num_threads(std::max(1, threads));
+}
+
+}  // namespace fedcase::ml

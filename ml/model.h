@@ -1,0 +1,74 @@
+#pragma once
+// A trainable classifier for Fashion-MNIST-shaped data. libtorch stays behind this interface:
+// including it costs nothing, and parameters cross it as flat floats in blob layout order.
+// A Model is not thread-safe; separate Models train concurrently.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/blob.h"
+#include "common/status.h"
+#include "ml/dataset.h"
+
+namespace fedcase::ml {
+
+struct TrainOptions {
+  size_t batch_size = 32;
+  double lr = 0.05;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+  double prox_mu = 0.0;  // FedProx: adds mu/2 * ||w - w_start||^2 to the loss when > 0
+};
+
+struct TrainStats {
+  size_t samples = 0;         // samples processed (with repeats)
+  double loss_sum = 0;        // sum of per-sample losses
+  double loss_sq_sum = 0;     // sum of squared per-sample losses (Oort utility)
+  double compute_seconds = 0;
+};
+
+struct EvalResult {
+  double accuracy = 0;
+  double loss = 0;  // mean cross-entropy
+  size_t samples = 0;
+};
+
+// Called after each batch's forward pass with the batch's sample indices and their losses.
+using BatchObserver = std::function<void(const std::vector<size_t>& indices,
+                                         const std::vector<float>& losses)>;
+
+class Model {
+ public:
+  // `arch` is "cnn" (two conv layers, ~110k parameters) or "mlp" (one hidden layer).
+  // Initial weights depend only on `seed`. kInvalidArgument for an unknown arch.
+  static Result<Model> create(const std::string& arch, uint64_t seed);
+
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+  ~Model();
+
+  const std::string& arch() const;
+  ModelLayout layout() const;
+  std::vector<float> parameters() const;
+  // kUnprocessable if `values` does not have layout().element_count() entries.
+  Status set_parameters(const std::vector<float>& values);
+
+  // One SGD pass over `order` (dataset indices, repeats allowed) in batches.
+  TrainStats train(const Dataset& data, const std::vector<size_t>& order,
+                   const TrainOptions& options, const BatchObserver& observer = {});
+
+  // Accuracy and loss over the first `max_samples` of `data` (all if 0).
+  EvalResult evaluate(const Dataset& data, size_t max_samples = 0) const;
+
+ private:
+  struct Impl;
+  explicit Model(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Limits libtorch's intra-op threads for this process (1 suits many concurrent clients).
+void set_torch_threads(int threads);
+
+}  // namespace fedcase::ml
