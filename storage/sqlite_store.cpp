@@ -32,6 +32,7 @@ const char* const kMigrations[] = {
       job_id INTEGER NOT NULL REFERENCES jobs(id),
       idx INTEGER NOT NULL,
       state TEXT NOT NULL,
+      base_version INTEGER NOT NULL,
       selected TEXT NOT NULL,
       opened_at REAL NOT NULL,
       deadline REAL NOT NULL,
@@ -239,10 +240,10 @@ class SqliteStore : public Store {
   Status open_round(const RoundRecord& r) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto q = query(
-        "INSERT INTO rounds(job_id, idx, state, selected, opened_at, deadline, closed_at, "
-        "metrics) VALUES(?,?,?,?,?,?,?,?)");
+        "INSERT INTO rounds(job_id, idx, state, base_version, selected, opened_at, deadline, "
+        "closed_at, metrics) VALUES(?,?,?,?,?,?,?,?,?)");
     if (!q.ok()) return q.status();
-    return q->bind(r.job).bind(r.index).bind(std::string("open")).bind(json(r.selected))
+    return q->bind(r.job).bind(r.index).bind(std::string("open")).bind(r.base_version).bind(json(r.selected))
         .bind(r.opened_at).bind(r.deadline).bind(r.closed_at).bind(r.metrics).run();
   }
 
@@ -274,8 +275,8 @@ class SqliteStore : public Store {
   Result<std::vector<RoundRecord>> list_rounds(JobId job) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto q = query(
-        "SELECT job_id, idx, state, selected, opened_at, deadline, closed_at, metrics "
-        "FROM rounds WHERE job_id=? ORDER BY idx");
+        "SELECT job_id, idx, state, base_version, selected, opened_at, deadline, closed_at, "
+        "metrics FROM rounds WHERE job_id=? ORDER BY idx");
     if (!q.ok()) return q.status();
     q->bind(job);
     std::vector<RoundRecord> out;
@@ -284,11 +285,12 @@ class SqliteStore : public Store {
       r.job = q->int64(0);
       r.index = q->int64(1);
       r.state = q->text(2);
-      r.selected = q->json_col(3).get<std::vector<ClientId>>();
-      r.opened_at = q->real(4);
-      r.deadline = q->real(5);
-      r.closed_at = q->real(6);
-      r.metrics = q->json_col(7);
+      r.base_version = q->int64(3);
+      r.selected = q->json_col(4).get<std::vector<ClientId>>();
+      r.opened_at = q->real(5);
+      r.deadline = q->real(6);
+      r.closed_at = q->real(7);
+      r.metrics = q->json_col(8);
       out.push_back(std::move(r));
     }
     if (!q->status().ok()) return q->status();

@@ -33,12 +33,13 @@ struct JobRecord {
   double created_at = 0;
 };
 
-// Round lifecycle: open -> committed | failed. Round r starts from model version r - 1 and,
-// when committed, produces model version r.
+// Round lifecycle: open -> committed | failed. A committed round r produces model version r,
+// so versions skip the indices of failed rounds.
 struct RoundRecord {
   JobId job = 0;
   RoundIndex index = 0;
   std::string state = "open";
+  uint64_t base_version = 0;    // the model version the round trains from
   std::vector<ClientId> selected;
   double opened_at = 0;
   double deadline = 0;

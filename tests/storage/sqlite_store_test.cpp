@@ -53,11 +53,11 @@ TEST_CASE("clients, jobs, rounds and models persist across reopening") {
                                model(0, "m0"));
     REQUIRE(j.ok());
     job = *j;
-    REQUIRE(store->open_round({job, 1, "open", {client}, 30, 90, 0, json::object()}).ok());
-    CHECK(store->open_round({job, 1, "open", {}, 0, 0, 0, {}}).code() == Code::kConflict);
+    REQUIRE(store->open_round({job, 1, "open", 0, {client}, 30, 90, 0, json::object()}).ok());
+    CHECK(store->open_round({job, 1, "open", 0, {}, 0, 0, 0, {}}).code() == Code::kConflict);
     REQUIRE(store->record_update({job, 1, client, {{"samples", 12}}, 40}).ok());
     CHECK(store->record_update({job, 1, client, {}, 41}).code() == Code::kConflict);
-    RoundRecord closed{job, 1, "", {client}, 30, 90, 50, {{"test_accuracy", 0.5}}};
+    RoundRecord closed{job, 1, "", 0, {client}, 30, 90, 50, {{"test_accuracy", 0.5}}};
     REQUIRE(store->commit_round(closed, {job, 1, "m1", "sum-m1", "opt", 50}, {{"rho", 0.2}}).ok());
   }
   auto store = open(path);
@@ -98,17 +98,17 @@ TEST_CASE("committing a round is all or nothing") {
                                model(0, "m0"));
   REQUIRE(job.ok());
   // Committing a round that was never opened must not leave its model behind.
-  RoundRecord ghost{*job, 1, "", {}, 0, 0, 1, json::object()};
+  RoundRecord ghost{*job, 1, "", 0, {}, 0, 0, 1, json::object()};
   CHECK(store->commit_round(ghost, {*job, 1, "m1", "s", "", 1}, json::object()).code() ==
         Code::kConflict);
   CHECK(scalar(path, "SELECT COUNT(*) FROM models") == 1);
   // A model version that already exists makes the whole commit fail, round included.
-  REQUIRE(store->open_round({*job, 1, "open", {}, 0, 10, 0, json::object()}).ok());
+  REQUIRE(store->open_round({*job, 1, "open", 0, {}, 0, 10, 0, json::object()}).ok());
   CHECK_FALSE(store->commit_round(ghost, {*job, 0, "dup", "s", "", 1}, json::object()).ok());
   CHECK(store->list_rounds(*job)->at(0).state == "open");
-  REQUIRE(store->fail_round({*job, 1, "", {}, 0, 10, 11, {{"reason", "deadline"}}}).ok());
+  REQUIRE(store->fail_round({*job, 1, "", 0, {}, 0, 10, 11, {{"reason", "deadline"}}}).ok());
   CHECK(store->list_rounds(*job)->at(0).state == "failed");
-  CHECK(store->fail_round({*job, 1, "", {}, 0, 10, 11, {}}).code() == Code::kConflict);
+  CHECK(store->fail_round({*job, 1, "", 0, {}, 0, 10, 11, {}}).code() == Code::kConflict);
   CHECK(std::filesystem::exists(path + "-wal"));
 }
 
