@@ -1,21 +1,46 @@
 #include "aggregation/fedavg.h"
 
 #include <cmath>
-#include <string>
+#include <limits>
+#include <new>
+
+#include "aggregation/validation.h"
+#include "aggregation/vector_ops.h"
 
 namespace fedcase::aggregation {
 
-StreamingFedAvg::StreamingFedAvg(size_t parameter_count) : sum_(parameter_count, 0.0) {}
+StreamingFedAvg::StreamingFedAvg(size_t parameter_count, size_t threads)
+    : StreamingFedAvg(parameter_count, std::make_shared<WorkerPool>(threads)) {}
+
+StreamingFedAvg::StreamingFedAvg(size_t parameter_count, std::shared_ptr<WorkerPool> pool)
+    : parameter_count_(parameter_count), pool_(std::move(pool)) {}
 
 Status StreamingFedAvg::add(const float* values, size_t count, double weight) {
-  if (count != sum_.size()) {
-    return unprocessable("update has " + std::to_string(count) + " parameters, expected " +
-                         std::to_string(sum_.size()));
+  return add_scaled(values, count, weight, 1.0);
+}
+
+Status StreamingFedAvg::add_scaled(const float* values, size_t count, double weight,
+                                   double scale) {
+  FEDCASE_RETURN_IF_ERROR(check_update_arguments(count, parameter_count_, weight));
+  const double coefficient = weight * scale;
+  if (!(coefficient >= 0) || coefficient > std::numeric_limits<float>::max()) {
+    return invalid_argument("update weight times scale must be finite and non-negative");
   }
-  if (!(weight > 0) || !std::isfinite(weight)) {
-    return invalid_argument("update weight must be positive and finite");
+  const float a = static_cast<float>(coefficient);
+  const bool first = sum_ == nullptr;
+  // The first update is written rather than added: no pass to zero the sum.
+  if (first) {
+    sum_.reset(new (std::nothrow) float[parameter_count_]);
+    if (sum_ == nullptr) return resource_exhausted("no memory for the running sum");
   }
-  for (size_t i = 0; i < count; ++i) sum_[i] += weight * values[i];
+  float* sum = sum_.get();
+  pool_->for_ranges(count, kMinParallelRange, [&](size_t, size_t begin, size_t end) {
+    if (first) {
+      scale_copy(sum + begin, values + begin, a, end - begin);
+    } else {
+      scale_add(sum + begin, values + begin, a, end - begin);
+    }
+  });
   total_weight_ += weight;
   ++updates_;
   return ok_status();
@@ -23,9 +48,12 @@ Status StreamingFedAvg::add(const float* values, size_t count, double weight) {
 
 Result<std::vector<float>> StreamingFedAvg::mean() const {
   if (updates_ == 0) return conflict("no update was aggregated");
-  std::vector<float> out(sum_.size());
-  const double inv = 1.0 / total_weight_;
-  for (size_t i = 0; i < sum_.size(); ++i) out[i] = static_cast<float>(sum_[i] * inv);
+  std::vector<float> out(parameter_count_);
+  const float inv = static_cast<float>(1.0 / total_weight_);
+  const float* sum = sum_.get();
+  pool_->for_ranges(parameter_count_, kMinParallelRange, [&](size_t, size_t begin, size_t end) {
+    scale_copy(out.data() + begin, sum + begin, inv, end - begin);
+  });
   return out;
 }
 

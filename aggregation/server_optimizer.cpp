@@ -1,43 +1,177 @@
 #include "aggregation/server_optimizer.h"
 
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "aggregation/config_reader.h"
+#include "aggregation/state_codec.h"
 
 namespace fedcase::aggregation {
 namespace {
 
-// Plain FedAvg: global += lr * mean_delta. Stateless.
-class FedAvgOptimizer : public ServerOptimizer {
+enum class Kind { kFedAvg, kFedAvgM, kFedAdam, kFedYogi, kFedAdagrad };
+
+struct Hyper {
+  double lr = 1.0;
+  double momentum = 0.9;
+  double beta1 = 0.9;
+  double beta2 = 0.99;
+  double tau = 1e-3;
+};
+
+// One class for the five rules: they differ only in how many moment vectors they keep and in
+// the per-element update, chosen once per step outside the element loop.
+class MomentOptimizer : public ServerOptimizer {
  public:
-  explicit FedAvgOptimizer(double lr) : lr_(lr) {}
-  std::string name() const override { return "fedavg"; }
+  MomentOptimizer(Kind kind, std::string name, Hyper hyper)
+      : kind_(kind), name_(std::move(name)), hyper_(hyper) {}
+
+  std::string name() const override { return name_; }
+
   Status step(std::vector<float>& global, const std::vector<float>& mean_delta) override {
-    if (global.size() != mean_delta.size()) return invalid_argument("delta size mismatch");
-    const float lr = static_cast<float>(lr_);
-    for (size_t i = 0; i < global.size(); ++i) global[i] += lr * mean_delta[i];
+    if (global.size() != mean_delta.size()) {
+      return invalid_argument("delta has " + std::to_string(mean_delta.size()) +
+                              " parameters, model has " + std::to_string(global.size()));
+    }
+    const size_t n = global.size();
+    if (kind_ != Kind::kFedAvg) {
+      if (m_.empty()) {
+        initialise(n);
+      } else if (m_.size() != n) {
+        return invalid_argument(name_ + " state has " + std::to_string(m_.size()) +
+                                " parameters, model has " + std::to_string(n));
+      }
+    }
+    switch (kind_) {
+      case Kind::kFedAvg:
+        for (size_t i = 0; i < n; ++i) global[i] = next(global[i], hyper_.lr * mean_delta[i]);
+        break;
+      case Kind::kFedAvgM:
+        for (size_t i = 0; i < n; ++i) {
+          m_[i] = static_cast<float>(hyper_.momentum * m_[i] + mean_delta[i]);
+          global[i] = next(global[i], hyper_.lr * m_[i]);
+        }
+        break;
+      case Kind::kFedAdam:
+        adaptive_step(global, mean_delta, [b2 = hyper_.beta2](double v, double d2) {
+          return b2 * v + (1 - b2) * d2;
+        });
+        break;
+      case Kind::kFedYogi:
+        adaptive_step(global, mean_delta, [b2 = hyper_.beta2](double v, double d2) {
+          const double diff = v - d2;
+          const double sign = diff > 0 ? 1.0 : (diff < 0 ? -1.0 : 0.0);
+          return v - (1 - b2) * d2 * sign;
+        });
+        break;
+      case Kind::kFedAdagrad:
+        adaptive_step(global, mean_delta, [](double v, double d2) { return v + d2; });
+        break;
+    }
     return ok_status();
   }
-  std::string save_state() const override { return {}; }
+
+  std::string save_state() const override {
+    StateWriter writer(name_);
+    writer.put_floats(m_);
+    writer.put_floats(v_);
+    return writer.finish();
+  }
+
   Status load_state(std::string_view state) override {
-    return state.empty() ? ok_status() : invalid_argument("fedavg has no state");
+    if (state.empty()) {
+      m_.clear();
+      v_.clear();
+      return ok_status();
+    }
+    auto reader = StateReader::open(state, name_);
+    if (!reader.ok()) return reader.status();
+    std::vector<float> m, v;
+    FEDCASE_RETURN_IF_ERROR(reader->get_floats(m));
+    FEDCASE_RETURN_IF_ERROR(reader->get_floats(v));
+    FEDCASE_RETURN_IF_ERROR(reader->finish());
+    const bool sizes_ok = kind_ == Kind::kFedAvg    ? m.empty() && v.empty()
+                          : kind_ == Kind::kFedAvgM ? v.empty()
+                                                    : m.size() == v.size();
+    if (!sizes_ok) return invalid_argument("saved " + name_ + " state has inconsistent sizes");
+    m_ = std::move(m);
+    v_ = std::move(v);
+    return ok_status();
   }
 
  private:
-  double lr_;
+  void initialise(size_t n) {
+    m_.assign(n, 0.0f);
+    if (kind_ != Kind::kFedAvgM) v_.assign(n, static_cast<float>(hyper_.tau * hyper_.tau));
+  }
+
+  static float next(float x, double change) { return static_cast<float>(x + change); }
+
+  template <class SecondMoment>
+  void adaptive_step(std::vector<float>& global, const std::vector<float>& delta,
+                     SecondMoment second_moment) {
+    const double b1 = hyper_.beta1;
+    for (size_t i = 0; i < global.size(); ++i) {
+      const double d = delta[i];
+      m_[i] = static_cast<float>(b1 * m_[i] + (1 - b1) * d);
+      v_[i] = static_cast<float>(second_moment(v_[i], d * d));
+      global[i] = next(global[i], hyper_.lr * m_[i] / (std::sqrt(double{v_[i]}) + hyper_.tau));
+    }
+  }
+
+  Kind kind_;
+  std::string name_;
+  Hyper hyper_;
+  std::vector<float> m_;  // first moment (momentum); empty before the first step and for fedavg
+  std::vector<float> v_;  // second moment; adaptive rules only
+};
+
+struct KindInfo {
+  const char* name;
+  Kind kind;
+  std::vector<std::string_view> keys;
+};
+
+const KindInfo kKinds[] = {
+    {"fedavg", Kind::kFedAvg, {"name", "lr"}},
+    {"fedavgm", Kind::kFedAvgM, {"name", "lr", "momentum"}},
+    {"fedadam", Kind::kFedAdam, {"name", "lr", "beta1", "beta2", "tau"}},
+    {"fedyogi", Kind::kFedYogi, {"name", "lr", "beta1", "beta2", "tau"}},
+    {"fedadagrad", Kind::kFedAdagrad, {"name", "lr", "beta1", "tau"}},
 };
 
 }  // namespace
 
 Result<std::unique_ptr<ServerOptimizer>> make_server_optimizer(const nlohmann::json& config) {
-  if (!config.is_object()) return invalid_argument("server_optimizer must be an object");
-  std::string name = config.value("name", std::string("fedavg"));
-  double lr = 1.0;
-  if (config.contains("lr")) {
-    if (!config["lr"].is_number()) return invalid_argument("server_optimizer.lr must be a number");
-    lr = config["lr"].get<double>();
+  ConfigReader reader(config, "server_optimizer");
+  if (!config.is_object()) return invalid_argument("server_optimizer must be a JSON object");
+  std::string name = "fedavg";
+  FEDCASE_RETURN_IF_ERROR(reader.get_string("name", name));
+  const KindInfo* info = nullptr;
+  for (const KindInfo& k : kKinds) {
+    if (name == k.name) info = &k;
   }
-  if (!(lr > 0) || !std::isfinite(lr)) return invalid_argument("server_optimizer.lr must be > 0");
-  if (name == "fedavg") return std::unique_ptr<ServerOptimizer>(new FedAvgOptimizer(lr));
-  return invalid_argument("unknown server optimizer '" + name + "'");
+  if (info == nullptr) return invalid_argument("unknown server optimizer '" + name + "'");
+  FEDCASE_RETURN_IF_ERROR(reader.check_keys(info->keys));
+
+  Hyper hyper;
+  const bool adaptive = info->kind != Kind::kFedAvg && info->kind != Kind::kFedAvgM;
+  if (adaptive) hyper.lr = 0.01;
+  FEDCASE_RETURN_IF_ERROR(reader.get_number("lr", hyper.lr));
+  FEDCASE_RETURN_IF_ERROR(reader.get_number("momentum", hyper.momentum));
+  FEDCASE_RETURN_IF_ERROR(reader.get_number("beta1", hyper.beta1));
+  FEDCASE_RETURN_IF_ERROR(reader.get_number("beta2", hyper.beta2));
+  FEDCASE_RETURN_IF_ERROR(reader.get_number("tau", hyper.tau));
+  FEDCASE_RETURN_IF_ERROR(reader.require(hyper.lr > 0, "lr", "must be > 0"));
+  for (auto [key, value] : {std::pair<const char*, double>{"momentum", hyper.momentum},
+                            {"beta1", hyper.beta1},
+                            {"beta2", hyper.beta2}}) {
+    FEDCASE_RETURN_IF_ERROR(reader.require(value >= 0 && value < 1, key, "must be in [0, 1)"));
+  }
+  FEDCASE_RETURN_IF_ERROR(reader.require(hyper.tau > 0, "tau", "must be > 0"));
+  return std::unique_ptr<ServerOptimizer>(new MomentOptimizer(info->kind, name, hyper));
 }
 
 }  // namespace fedcase::aggregation

@@ -11,6 +11,17 @@ double l2_norm(const float* values, size_t n) {
   return std::sqrt(s);
 }
 
+Status check_update_arguments(size_t count, size_t parameter_count, double weight) {
+  if (count != parameter_count) {
+    return unprocessable("update has " + std::to_string(count) + " parameters, expected " +
+                         std::to_string(parameter_count));
+  }
+  if (!(weight > 0) || !std::isfinite(weight)) {
+    return invalid_argument("update weight must be positive and finite");
+  }
+  return ok_status();
+}
+
 Status validate_update(const ModelLayout& expected, const ModelBlob& update,
                        const UpdateBounds& bounds) {
   if (update.layout != expected) {

@@ -15,6 +15,11 @@ struct UpdateBounds {
 Status validate_update(const ModelLayout& expected, const ModelBlob& update,
                        const UpdateBounds& bounds);
 
+// The checks every aggregate makes before reading an update: `count` must equal
+// `parameter_count` (kUnprocessable) and `weight` must be positive and finite
+// (kInvalidArgument).
+Status check_update_arguments(size_t count, size_t parameter_count, double weight);
+
 // L2 norm of `n` floats (accumulated in double).
 double l2_norm(const float* values, size_t n);
 

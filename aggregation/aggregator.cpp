@@ -1,0 +1,224 @@
+#include "aggregation/aggregator.h"
+
+#include <cmath>
+#include <new>
+#include <random>
+#include <string_view>
+#include <utility>
+
+#include "aggregation/config_reader.h"
+#include "aggregation/dp.h"
+#include "aggregation/fedavg.h"
+#include "aggregation/robust.h"
+#include "aggregation/validation.h"
+#include "aggregation/vector_ops.h"
+
+namespace fedcase::aggregation {
+namespace {
+
+enum class Rule { kFedAvg, kMedian, kTrimmedMean, kKrum, kMultiKrum };
+
+struct RuleInfo {
+  const char* name;
+  Rule rule;
+  std::vector<std::string_view> keys;  // accepted besides rule, clip_norm and threads
+};
+
+const RuleInfo kRules[] = {
+    {"fedavg", Rule::kFedAvg, {"dp_noise_multiplier", "dp_seed"}},
+    {"median", Rule::kMedian, {"max_buffered_updates"}},
+    {"trimmed_mean", Rule::kTrimmedMean, {"max_buffered_updates", "trim_beta"}},
+    {"krum", Rule::kKrum, {"max_buffered_updates", "byzantine_f"}},
+    {"multi_krum", Rule::kMultiKrum, {"max_buffered_updates", "byzantine_f", "multi_krum_m"}},
+};
+
+constexpr uint64_t kMaxThreads = 64;
+
+const RuleInfo* find_rule(const std::string& name) {
+  for (const RuleInfo& info : kRules) {
+    if (name == info.name) return &info;
+  }
+  return nullptr;
+}
+
+Result<const RuleInfo*> validate(const AggregatorConfig& c) {
+  const RuleInfo* info = find_rule(c.rule);
+  if (info == nullptr) return invalid_argument("unknown aggregation rule '" + c.rule + "'");
+  if (!(c.clip_norm >= 0) || !std::isfinite(c.clip_norm)) {
+    return invalid_argument("aggregation.clip_norm must be finite and >= 0");
+  }
+  if (c.threads < 1 || c.threads > kMaxThreads) {
+    return invalid_argument("aggregation.threads must be in [1, 64]");
+  }
+  if (c.max_buffered_updates < 1) {
+    return invalid_argument("aggregation.max_buffered_updates must be at least 1");
+  }
+  if (!(c.trim_beta >= 0 && c.trim_beta < 0.5)) {
+    return invalid_argument("aggregation.trim_beta must be in [0, 0.5)");
+  }
+  if (!(c.dp_noise_multiplier >= 0) || !std::isfinite(c.dp_noise_multiplier)) {
+    return invalid_argument("aggregation.dp_noise_multiplier must be finite and >= 0");
+  }
+  if (c.dp_noise_multiplier > 0 && info->rule != Rule::kFedAvg) {
+    return invalid_argument("aggregation.dp_noise_multiplier needs rule fedavg");
+  }
+  if (c.dp_noise_multiplier > 0 && c.clip_norm <= 0) {
+    return invalid_argument("aggregation.dp_noise_multiplier needs clip_norm > 0");
+  }
+  return info;
+}
+
+uint64_t os_random_seed() {
+  std::random_device device;
+  return (uint64_t{device()} << 32) ^ device();
+}
+
+// Streaming FedAvg with optional clipping and central DP.
+class FedAvgAggregator : public Aggregator {
+ public:
+  FedAvgAggregator(const AggregatorConfig& config, size_t parameter_count)
+      : pool_(std::make_shared<WorkerPool>(config.threads)),
+        fedavg_(parameter_count, pool_),
+        clip_norm_(config.clip_norm),
+        noise_multiplier_(config.dp_noise_multiplier),
+        seed_(config.dp_seed ? *config.dp_seed : os_random_seed()) {}
+
+  std::string name() const override { return "fedavg"; }
+  size_t parameter_count() const override { return fedavg_.parameter_count(); }
+  size_t updates() const override { return fedavg_.updates(); }
+
+  Status add(const float* values, size_t count, double weight) override {
+    FEDCASE_RETURN_IF_ERROR(check_update_arguments(count, parameter_count(), weight));
+    auto factor = clip_factor(values, count, clip_norm_, *pool_);
+    if (!factor.ok()) return factor.status();
+    // With DP every client counts once: a reported weight would scale the sensitivity.
+    return fedavg_.add_scaled(values, count, dp() ? 1.0 : weight, *factor);
+  }
+
+  Result<std::vector<float>> result() const override {
+    auto mean = fedavg_.mean();
+    if (!mean.ok() || !dp()) return mean;
+    // Noise of std z * C on the sum of clipped updates is z * C / n on their mean.
+    const double stddev = noise_multiplier_ * clip_norm_ / static_cast<double>(updates());
+    add_gaussian_noise(mean->data(), mean->size(), stddev, seed_, *pool_);
+    return mean;
+  }
+
+ private:
+  bool dp() const { return noise_multiplier_ > 0; }
+
+  std::shared_ptr<WorkerPool> pool_;
+  StreamingFedAvg fedavg_;
+  double clip_norm_;
+  double noise_multiplier_;
+  uint64_t seed_;
+};
+
+// Keeps a (clipped) copy of every update, up to a bound, and applies a robust rule at the end.
+class BufferedAggregator : public Aggregator {
+ public:
+  BufferedAggregator(const AggregatorConfig& config, Rule rule, size_t parameter_count)
+      : config_(config), rule_(rule), parameter_count_(parameter_count), pool_(config.threads) {}
+
+  std::string name() const override { return config_.rule; }
+  size_t parameter_count() const override { return parameter_count_; }
+  size_t updates() const override { return buffers_.size(); }
+
+  Status add(const float* values, size_t count, double weight) override {
+    FEDCASE_RETURN_IF_ERROR(check_update_arguments(count, parameter_count_, weight));
+    if (buffers_.size() >= config_.max_buffered_updates) {
+      return resource_exhausted(config_.rule + " aggregation already holds its maximum of " +
+                                std::to_string(config_.max_buffered_updates) +
+                                " updates (max_buffered_updates)");
+    }
+    auto factor = clip_factor(values, count, config_.clip_norm, pool_);
+    if (!factor.ok()) return factor.status();
+    std::unique_ptr<float[]> copy(new (std::nothrow) float[count]);
+    if (copy == nullptr) return resource_exhausted("no memory to buffer another update");
+    const float a = static_cast<float>(*factor);
+    pool_.for_ranges(count, kMinParallelRange, [&](size_t, size_t begin, size_t end) {
+      scale_copy(copy.get() + begin, values + begin, a, end - begin);
+    });
+    buffers_.push_back(std::move(copy));
+    return ok_status();
+  }
+
+  Result<std::vector<float>> result() const override {
+    UpdateBatch batch;
+    batch.parameter_count = parameter_count_;
+    for (const auto& b : buffers_) batch.updates.push_back(b.get());
+    switch (rule_) {
+      case Rule::kMedian:
+        return coordinate_median(batch, pool_);
+      case Rule::kTrimmedMean:
+        return trimmed_mean(batch, config_.trim_beta, pool_);
+      case Rule::kKrum:
+        return multi_krum(batch, config_.byzantine_f, 1, pool_);
+      case Rule::kMultiKrum: {
+        const size_t n = buffers_.size();
+        const size_t f = config_.byzantine_f;
+        const size_t m = config_.multi_krum_m > 0 ? config_.multi_krum_m : (n > f ? n - f : 0);
+        return multi_krum(batch, f, m, pool_);
+      }
+      case Rule::kFedAvg:
+        break;
+    }
+    return internal_error("rule " + config_.rule + " is not a buffered rule");
+  }
+
+ private:
+  AggregatorConfig config_;
+  Rule rule_;
+  size_t parameter_count_;
+  mutable WorkerPool pool_;  // result() is logically const; the pool is scratch machinery
+  std::vector<std::unique_ptr<float[]>> buffers_;
+};
+
+}  // namespace
+
+Result<AggregatorConfig> parse_aggregator_config(const nlohmann::json& config) {
+  ConfigReader reader(config, "aggregation");
+  if (!config.is_object()) return invalid_argument("aggregation must be a JSON object");
+  AggregatorConfig c;
+  FEDCASE_RETURN_IF_ERROR(reader.get_string("rule", c.rule));
+  const RuleInfo* info = find_rule(c.rule);
+  if (info == nullptr) return invalid_argument("unknown aggregation rule '" + c.rule + "'");
+  std::vector<std::string_view> keys = {"rule", "clip_norm", "threads"};
+  keys.insert(keys.end(), info->keys.begin(), info->keys.end());
+  FEDCASE_RETURN_IF_ERROR(reader.check_keys(keys));
+  FEDCASE_RETURN_IF_ERROR(reader.get_number("clip_norm", c.clip_norm));
+  FEDCASE_RETURN_IF_ERROR(reader.get_count("threads", c.threads));
+  FEDCASE_RETURN_IF_ERROR(reader.get_count("max_buffered_updates", c.max_buffered_updates));
+  FEDCASE_RETURN_IF_ERROR(reader.get_number("trim_beta", c.trim_beta));
+  FEDCASE_RETURN_IF_ERROR(reader.get_count("byzantine_f", c.byzantine_f));
+  FEDCASE_RETURN_IF_ERROR(reader.get_count("multi_krum_m", c.multi_krum_m));
+  FEDCASE_RETURN_IF_ERROR(reader.get_number("dp_noise_multiplier", c.dp_noise_multiplier));
+  if (config.contains("dp_seed")) {
+    uint64_t seed = 0;
+    FEDCASE_RETURN_IF_ERROR(reader.get_count("dp_seed", seed));
+    c.dp_seed = seed;
+  }
+  auto valid = validate(c);
+  if (!valid.ok()) return valid.status();
+  return c;
+}
+
+Result<std::unique_ptr<Aggregator>> make_aggregator(const AggregatorConfig& config,
+                                                    size_t parameter_count) {
+  auto info = validate(config);
+  if (!info.ok()) return info.status();
+  if ((*info)->rule == Rule::kFedAvg) {
+    return std::unique_ptr<Aggregator>(new FedAvgAggregator(config, parameter_count));
+  }
+  return std::unique_ptr<Aggregator>(
+      new BufferedAggregator(config, (*info)->rule, parameter_count));
+}
+
+Result<std::unique_ptr<Aggregator>> make_aggregator(const nlohmann::json& config,
+                                                    size_t parameter_count) {
+  auto parsed = parse_aggregator_config(config);
+  if (!parsed.ok()) return parsed.status();
+  return make_aggregator(*parsed, parameter_count);
+}
+
+}  // namespace fedcase::aggregation

@@ -1,0 +1,77 @@
+#pragma once
+// One interface over every aggregation rule, so a job's config picks the rule:
+//
+//   fedavg        streaming weighted mean (fedavg.h): no buffering, memory one model, plus
+//                 optional central DP (equal weights, clipping, Gaussian noise; dp.h)
+//   median        coordinate-wise median                  } buffered (robust.h): memory is
+//   trimmed_mean  coordinate-wise beta-trimmed mean       } one model per update received,
+//   krum          Krum                                    } at most max_buffered_updates;
+//   multi_krum    Multi-Krum                              } the next add is refused
+//
+// Every rule can clip each update to L2 norm clip_norm before it is used. Robust rules
+// ignore client weights (see robust.h); fedavg with DP counts each client once.
+//
+// Thread safety: not thread-safe; callers serialise calls (the server holds the round's lock).
+// Each call is itself split across the aggregator's worker threads.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "aggregation/worker_pool.h"
+#include "common/status.h"
+
+namespace fedcase::aggregation {
+
+class Aggregator {
+ public:
+  virtual ~Aggregator() = default;
+  virtual std::string name() const = 0;  // the config's rule
+  virtual size_t parameter_count() const = 0;
+  virtual size_t updates() const = 0;  // updates accepted so far
+
+  // Takes in one update that passed validate_update() (finite values), of parameter_count
+  // floats, with its weight (> 0, finite; e.g. sample count). Refuses it, leaving the aggregate
+  // unchanged: kUnprocessable for a size mismatch or a non-finite norm, kInvalidArgument for a
+  // bad weight, kResourceExhausted when a buffered rule already holds max_buffered_updates.
+  virtual Status add(const float* values, size_t count, double weight) = 0;
+
+  // The aggregate of every update added so far; calling it again gives the same values (the
+  // DP noise comes from the configured seed). kConflict when nothing was added or when the
+  // rule needs more updates than it has (Krum: 2f + 3; Multi-Krum: also m).
+  virtual Result<std::vector<float>> result() const = 0;
+};
+
+// A parsed aggregation config. JSON keys are the member names; every rule accepts "rule",
+// "clip_norm" and "threads", plus the keys listed against it. Unknown or inapplicable keys
+// are rejected.
+struct AggregatorConfig {
+  std::string rule = "fedavg";
+  double clip_norm = 0;               // L2 bound per update; 0: no clipping
+  uint64_t threads = kDefaultThreads;  // 1..64, including the calling thread
+  // median, trimmed_mean, krum, multi_krum: refuse the update after this many (>= 1).
+  uint64_t max_buffered_updates = 1000;
+  double trim_beta = 0.1;         // trimmed_mean: fraction trimmed at each end, [0, 0.5)
+  uint64_t byzantine_f = 0;       // krum, multi_krum: Byzantine updates tolerated
+  uint64_t multi_krum_m = 0;      // multi_krum: updates averaged, >= 1; 0 (default): n - f
+  double dp_noise_multiplier = 0;  // fedavg: z > 0 turns on central DP; needs clip_norm > 0
+  // fedavg with DP: the noise seed. Set a fresh one every round (for example derived from the
+  // job's seed and the round index) to replay a round exactly; absent, the OS RNG picks one.
+  std::optional<uint64_t> dp_seed;
+};
+
+// kInvalidArgument, naming the key, for a malformed config.
+Result<AggregatorConfig> parse_aggregator_config(const nlohmann::json& config);
+
+// Builds the aggregator for one round of a model with `parameter_count` floats.
+Result<std::unique_ptr<Aggregator>> make_aggregator(const AggregatorConfig& config,
+                                                    size_t parameter_count);
+Result<std::unique_ptr<Aggregator>> make_aggregator(const nlohmann::json& config,
+                                                    size_t parameter_count);
+
+}  // namespace fedcase::aggregation

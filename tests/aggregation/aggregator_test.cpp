@@ -1,0 +1,216 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "aggregation/aggregator.h"
+#include "aggregation/fedavg.h"
+#include "aggregation/robust.h"
+#include "test_util.h"
+
+using namespace fedcase;
+using namespace fedcase::aggregation;
+using fedcase::aggregation::testing::pointers;
+using fedcase::aggregation::testing::random_updates;
+
+namespace {
+
+std::unique_ptr<Aggregator> make(const nlohmann::json& config, size_t params) {
+  auto agg = make_aggregator(config, params);
+  REQUIRE_MESSAGE(agg.ok(), agg.status().to_string());
+  return std::move(*agg);
+}
+
+std::string error(const nlohmann::json& config) {
+  return parse_aggregator_config(config).status().message();
+}
+
+void add_all(Aggregator& agg, const std::vector<std::vector<float>>& updates) {
+  for (size_t i = 0; i < updates.size(); ++i) {
+    REQUIRE(agg.add(updates[i].data(), updates[i].size(), 1.0 + static_cast<double>(i)).ok());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("aggregation config: defaults, per-rule keys and ranges") {
+  auto defaults = parse_aggregator_config(nlohmann::json::object());
+  REQUIRE(defaults.ok());
+  CHECK(defaults->rule == "fedavg");
+  CHECK(defaults->threads == kDefaultThreads);
+  CHECK(defaults->max_buffered_updates == 1000);
+  auto mk = parse_aggregator_config({{"rule", "multi_krum"}, {"byzantine_f", 2},
+                                     {"multi_krum_m", 5}, {"clip_norm", 10},
+                                     {"max_buffered_updates", 50}, {"threads", 4}});
+  REQUIRE(mk.ok());
+  CHECK(mk->byzantine_f == 2);
+  CHECK(mk->multi_krum_m == 5);
+  CHECK(mk->max_buffered_updates == 50);
+
+  CHECK(error({{"rule", "mean"}}).find("unknown aggregation rule") != std::string::npos);
+  CHECK(error({{"rule", "median"}, {"trim_beta", 0.1}}).find("trim_beta") != std::string::npos);
+  CHECK(error({{"rule", "fedavg"}, {"max_buffered_updates", 5}}).find("unknown key") !=
+        std::string::npos);
+  CHECK(error({{"rule", "trimmed_mean"}, {"trim_beta", 0.5}}).find("[0, 0.5)") !=
+        std::string::npos);
+  CHECK(error({{"rule", "krum"}, {"byzantine_f", -1}}).find("non-negative integer") !=
+        std::string::npos);
+  CHECK(error({{"threads", 0}}).find("threads") != std::string::npos);
+  CHECK(error({{"clip_norm", -1}}).find("clip_norm") != std::string::npos);
+  CHECK(error({{"rule", "median"}, {"max_buffered_updates", 0}}).find("at least 1") !=
+        std::string::npos);
+  CHECK(error({{"dp_noise_multiplier", 1.0}}).find("clip_norm > 0") != std::string::npos);
+  CHECK(error({{"rule", "krum"}, {"dp_noise_multiplier", 1.0}}).find("unknown key") !=
+        std::string::npos);
+  CHECK(error({{"rule", "krum"}, {"byzantine_f", 1.5}}).find("integer") != std::string::npos);
+  CHECK(error(nlohmann::json::array()).find("object") != std::string::npos);
+
+  AggregatorConfig direct;
+  direct.rule = "median";
+  direct.threads = 100;
+  CHECK(make_aggregator(direct, 4).status().code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("each rule fed one update at a time equals its batch computation") {
+  const size_t params = 50001;
+  auto updates = random_updates(9, params, 3);
+  const UpdateBatch batch{pointers(updates), params};
+  WorkerPool pool(2);
+
+  auto fedavg = make({{"rule", "fedavg"}}, params);
+  StreamingFedAvg reference(params, 1);
+  for (size_t i = 0; i < updates.size(); ++i) {
+    REQUIRE(reference.add(updates[i].data(), params, 1.0 + static_cast<double>(i)).ok());
+  }
+  add_all(*fedavg, updates);
+  CHECK(*fedavg->result() == *reference.mean());
+
+  struct Case {
+    nlohmann::json config;
+    Result<std::vector<float>> expected;
+  };
+  const Case cases[] = {
+      {{{"rule", "median"}}, coordinate_median(batch, pool)},
+      {{{"rule", "trimmed_mean"}, {"trim_beta", 0.2}}, trimmed_mean(batch, 0.2, pool)},
+      {{{"rule", "krum"}, {"byzantine_f", 2}}, multi_krum(batch, 2, 1, pool)},
+      {{{"rule", "multi_krum"}, {"byzantine_f", 2}, {"multi_krum_m", 4}},
+       multi_krum(batch, 2, 4, pool)},
+      {{{"rule", "multi_krum"}, {"byzantine_f", 3}}, multi_krum(batch, 3, 6, pool)},  // m = n - f
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.config.dump());
+    auto agg = make(c.config, params);
+    CHECK(agg->name() == c.config["rule"]);
+    add_all(*agg, updates);
+    CHECK(agg->updates() == updates.size());
+    REQUIRE(c.expected.ok());
+    CHECK(*agg->result() == *c.expected);
+  }
+}
+
+TEST_CASE("robust rules out-vote an attacker that fedavg follows") {
+  // Three honest updates at 1 and two attackers at 100, each claiming a huge sample count.
+  std::vector<std::vector<float>> fleet = {{1, 1}, {1.1f, 0.9f}, {0.9f, 1.1f}, {100, 100},
+                                           {100, -100}};
+  std::vector<double> weights = {10, 10, 10, 1e6, 1e6};
+  for (std::string rule : {"fedavg", "median", "trimmed_mean", "krum", "multi_krum"}) {
+    CAPTURE(rule);
+    nlohmann::json config = {{"rule", rule}};
+    if (rule == "trimmed_mean") config["trim_beta"] = 0.4;
+    if (rule == "krum" || rule == "multi_krum") config["byzantine_f"] = 1;
+    if (rule == "multi_krum") config["multi_krum_m"] = 2;
+    auto agg = make(config, 2);
+    for (size_t i = 0; i < fleet.size(); ++i) REQUIRE(agg->add(fleet[i].data(), 2, weights[i]).ok());
+    auto r = *agg->result();
+    if (rule == "fedavg") {
+      CHECK(r[0] > 50);
+    } else {
+      CHECK(std::fabs(r[0] - 1) < 0.11);
+      CHECK(std::fabs(r[1] - 1) < 0.11);
+    }
+  }
+}
+
+TEST_CASE("clip_norm scales every update into the ball before any rule sees it") {
+  std::vector<std::vector<float>> updates = {{3, 4}, {0.3f, 0.4f}};  // norms 5 and 0.5
+  auto fedavg = make({{"rule", "fedavg"}, {"clip_norm", 1.0}}, 2);
+  REQUIRE(fedavg->add(updates[0].data(), 2, 1).ok());
+  REQUIRE(fedavg->add(updates[1].data(), 2, 3).ok());
+  auto mean = *fedavg->result();  // (1 * (0.6, 0.8) + 3 * (0.3, 0.4)) / 4
+  CHECK(mean[0] == doctest::Approx((0.6 + 0.9) / 4));
+  CHECK(mean[1] == doctest::Approx((0.8 + 1.2) / 4));
+
+  auto median = make({{"rule", "median"}, {"clip_norm", 1.0}}, 2);
+  add_all(*median, updates);
+  auto med = *median->result();  // median of the clipped (0.6, 0.8) and (0.3, 0.4)
+  CHECK(med[0] == doctest::Approx(0.45));
+  CHECK(med[1] == doctest::Approx(0.6));
+}
+
+TEST_CASE("buffered rules refuse updates beyond max_buffered_updates") {
+  auto agg = make({{"rule", "median"}, {"max_buffered_updates", 3}}, 2);
+  std::vector<float> x{1, 2};
+  for (int i = 0; i < 3; ++i) REQUIRE(agg->add(x.data(), 2, 1).ok());
+  Status full = agg->add(x.data(), 2, 1);
+  CHECK(full.code() == Code::kResourceExhausted);
+  CHECK(full.message().find("max_buffered_updates") != std::string::npos);
+  CHECK(agg->updates() == 3);
+  CHECK(agg->result().ok());
+}
+
+TEST_CASE("aggregators refuse bad updates without changing the aggregate") {
+  for (std::string rule : {"fedavg", "median"}) {
+    CAPTURE(rule);
+    auto agg = make({{"rule", rule}, {"clip_norm", 1.0}}, 2);
+    std::vector<float> good{1, 1}, wrong{1, 1, 1}, nan{1, std::nanf("")};
+    CHECK(agg->result().status().code() == Code::kConflict);
+    CHECK(agg->add(wrong.data(), 3, 1).code() == Code::kUnprocessable);
+    CHECK(agg->add(good.data(), 2, 0).code() == Code::kInvalidArgument);
+    CHECK(agg->add(nan.data(), 2, 1).code() == Code::kUnprocessable);
+    CHECK(agg->updates() == 0);
+  }
+  auto krum = make({{"rule", "krum"}, {"byzantine_f", 1}}, 2);
+  add_all(*krum, {{1, 1}, {2, 2}, {3, 3}, {4, 4}});
+  CHECK(krum->result().status().code() == Code::kConflict);  // needs 2f + 3 = 5
+}
+
+TEST_CASE("central DP: clipped equal-weight mean plus seeded Gaussian noise of std z*C/n") {
+  const size_t params = 200000;
+  const double z = 1.5, clip = 2.0;
+  std::vector<float> zero(params, 0.0f);
+  nlohmann::json config = {{"rule", "fedavg"}, {"clip_norm", clip}, {"dp_noise_multiplier", z},
+                           {"dp_seed", 42}};
+  auto one_update = [&](nlohmann::json c, size_t n) {
+    auto agg = make(c, params);
+    for (size_t i = 0; i < n; ++i) REQUIRE(agg->add(zero.data(), params, 1).ok());
+    return *agg->result();
+  };
+  const auto noise = one_update(config, 4);
+  double sum = 0, sum_sq = 0;
+  for (float v : noise) {
+    sum += v;
+    sum_sq += double{v} * v;
+  }
+  const double mean = sum / params, stddev = std::sqrt(sum_sq / params - mean * mean);
+  const double expected = z * clip / 4;
+  CHECK(std::fabs(mean) < 5 * expected / std::sqrt(double(params)));
+  CHECK(stddev == doctest::Approx(expected).epsilon(0.01));
+
+  CHECK(one_update(config, 4) == noise);  // same seed, same noise
+  nlohmann::json threads1 = config;
+  threads1["threads"] = 1;
+  CHECK(one_update(threads1, 4) == noise);  // independent of the thread count
+  nlohmann::json other = config;
+  other["dp_seed"] = 43;
+  CHECK(one_update(other, 4) != noise);
+
+  // Client weights are ignored under DP: the mean is unweighted.
+  auto agg = make({{"rule", "fedavg"}, {"clip_norm", 10.0}, {"dp_noise_multiplier", 1e-9},
+                   {"dp_seed", 1}},
+                  1);
+  std::vector<float> a{1}, b{3};
+  REQUIRE(agg->add(a.data(), 1, 1).ok());
+  REQUIRE(agg->add(b.data(), 1, 1000).ok());
+  CHECK((*agg->result())[0] == doctest::Approx(2.0));
+}
