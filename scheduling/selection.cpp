@@ -2,48 +2,81 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
+
+#include "scheduling/fedcase.h"
+#include "scheduling/json_read.h"
+#include "scheduling/oort.h"
+#include "scheduling/rng.h"
+#include "scheduling/selection_util.h"
 
 namespace fedcase::scheduling {
 namespace {
 
-// Uniform draw without replacement among available clients.
+constexpr const char* kRandomName = "random";
+
+// Uniform draw without replacement among available clients. Learns nothing.
 class RandomPolicy : public SelectionPolicy {
  public:
   explicit RandomPolicy(uint64_t seed) : rng_(seed) {}
-  std::string name() const override { return "random"; }
+  std::string name() const override { return kRandomName; }
   std::vector<ClientId> select(const SelectionRequest& request,
                                const std::vector<Candidate>& candidates) override {
-    std::vector<ClientId> pool;
-    for (const auto& c : candidates) {
-      if (c.available) pool.push_back(c.id);
-    }
-    size_t n = std::min(pool.size(), invited_count(request.target, request.overcommit));
-    // Partial Fisher-Yates: the first n entries become a uniform sample.
-    for (size_t i = 0; i < n; ++i) {
-      std::uniform_int_distribution<size_t> pick(i, pool.size() - 1);
-      std::swap(pool[i], pool[pick(rng_)]);
-    }
+    std::vector<uint32_t> pool = available_indices(candidates);
+    const size_t n = std::min(pool.size(), invited_count(request.target, request.overcommit));
+    partial_shuffle(pool, n, rng_);
     pool.resize(n);
-    return pool;
+    return ids_of(candidates, pool);
+  }
+  void on_round_end(const RoundOutcome&) override {}
+  nlohmann::json save_state() const override { return policy_state(kRandomName, rng_); }
+  Status load_state(const nlohmann::json& state) override {
+    Rng rng = rng_;
+    ObjectReader r(state, "random state");
+    FEDCASE_RETURN_IF_ERROR(read_policy_state(r, kRandomName, rng));
+    rng_ = rng;
+    return ok_status();
   }
 
  private:
-  std::mt19937_64 rng_;
+  Rng rng_;
 };
+
+template <class Policy, class Config>
+Result<std::unique_ptr<SelectionPolicy>> build(const Result<Config>& config, uint64_t seed) {
+  if (!config.ok()) return config.status();
+  return std::unique_ptr<SelectionPolicy>(new Policy(*config, seed));
+}
 
 }  // namespace
 
 size_t invited_count(size_t target, double overcommit) {
-  return static_cast<size_t>(std::ceil(static_cast<double>(target) * std::max(1.0, overcommit) -
-                                       1e-9));
+  return static_cast<size_t>(
+      std::ceil(static_cast<double>(target) * std::max(1.0, overcommit) - 1e-9));
+}
+
+Result<double> selection_overcommit(const nlohmann::json& config) {
+  double overcommit = kDefaultOvercommit;
+  ObjectReader r(config, "selection");
+  r.number("overcommit", overcommit, 1, 100);
+  FEDCASE_RETURN_IF_ERROR(r.status());
+  return overcommit;
 }
 
 Result<std::unique_ptr<SelectionPolicy>> make_selection_policy(const nlohmann::json& config,
-                                                                uint64_t seed) {
-  if (!config.is_object()) return invalid_argument("selection must be an object");
-  std::string policy = config.value("policy", std::string("random"));
-  if (policy == "random") return std::unique_ptr<SelectionPolicy>(new RandomPolicy(seed));
+                                                               uint64_t seed) {
+  Result<double> overcommit = selection_overcommit(config);
+  if (!overcommit.ok()) return overcommit.status();
+  std::string policy = kRandomName;
+  ObjectReader r(config, "selection");
+  r.text("policy", policy);
+  FEDCASE_RETURN_IF_ERROR(r.status());
+  if (policy == kRandomName) {
+    r.skip("overcommit");
+    FEDCASE_RETURN_IF_ERROR(r.strict_status());
+    return std::unique_ptr<SelectionPolicy>(new RandomPolicy(seed));
+  }
+  if (policy == "oort") return build<OortPolicy>(parse_oort_config(config), seed);
+  if (policy == "fedcase") return build<FedCasePolicy>(parse_fedcase_config(config), seed);
   return invalid_argument("unknown selection policy '" + policy + "'");
 }
 

@@ -1,0 +1,60 @@
+#pragma once
+// Typed, range-checked reads of JSON object members, shared by the parsers of job configs,
+// stored profiles and saved policy state. A reader keeps the first error it meets and the
+// names of the members it was asked for, so a parser is a list of reads and one status check.
+
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace fedcase::scheduling {
+
+class ObjectReader {
+ public:
+  // `where` names the object in error messages ("selection", "profile.availability"). A value
+  // that is not an object is an error.
+  ObjectReader(const nlohmann::json& value, std::string where);
+
+  // Each read leaves `out` unchanged when the member is absent, and records an error (leaving
+  // `out` unchanged) when it is present but of the wrong type or out of range.
+  ObjectReader& number(const char* key, double& out, double min, double max);
+  ObjectReader& number(const char* key, std::optional<double>& out, double min, double max);
+  ObjectReader& text(const char* key, std::string& out);
+  template <class Int>
+  ObjectReader& integer(const char* key, Int& out) {
+    uint64_t value = 0;
+    if (read_unsigned(key, std::numeric_limits<Int>::max(), value)) out = static_cast<Int>(value);
+    return *this;
+  }
+  // Records an error when the member is absent.
+  ObjectReader& require(const char* key);
+  // Marks a member as known without reading it (another parser owns it).
+  ObjectReader& skip(const char* key);
+  // The member if present (marked as read), else nullptr.
+  const nlohmann::json* member(const char* key);
+  // Folds in the status of a nested parse.
+  ObjectReader& merge(const Status& nested);
+
+  std::string path(const char* key) const { return where_ + "." + key; }
+  // The first error recorded, if any.
+  Status status() const;
+  // As status(), and also an error for a member that no read, skip or member() asked for:
+  // for configs, where an unknown key is a typo.
+  Status strict_status() const;
+
+ private:
+  bool read_unsigned(const char* key, uint64_t max, uint64_t& out);
+  void fail(std::string message);
+
+  const nlohmann::json& value_;
+  std::string where_;
+  std::vector<std::string> known_;
+  Status status_;
+};
+
+}  // namespace fedcase::scheduling
