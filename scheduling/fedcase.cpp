@@ -84,15 +84,12 @@ std::vector<ClientId> FedCasePolicy::select(const SelectionRequest& request,
   for (size_t pos = drawn; pos < available.size(); ++pos) {
     if (auto e = experience(candidates[available[pos]])) ranked.push_back({*e, available[pos]});
   }
-  const size_t best = std::min(ranked.size(), scaled(request.target, state_.rho));
-  std::nth_element(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(best), ranked.end(),
-                   [](const Ranked& a, const Ranked& b) {
-                     return a.experience != b.experience ? a.experience > b.experience
-                                                         : a.index < b.index;
-                   });
-  for (size_t k = 0; k < best; ++k) {
-    pool.push_back(ranked[k].index);
-    chosen[ranked[k].index] = 1;
+  keep_best(ranked, scaled(request.target, state_.rho), [](const Ranked& a, const Ranked& b) {
+    return a.experience != b.experience ? a.experience > b.experience : a.index < b.index;
+  });
+  for (const Ranked& r : ranked) {
+    pool.push_back(r.index);
+    chosen[r.index] = 1;
   }
 
   auto survives = [&](uint32_t i) {
@@ -124,16 +121,14 @@ std::vector<ClientId> FedCasePolicy::select(const SelectionRequest& request,
     keyed.push_back(
         {!survives(pool[k]), duration_or_inf(candidates[pool[k]]), static_cast<uint32_t>(k)});
   }
-  const size_t kept = std::min(invited, keyed.size());
-  std::nth_element(keyed.begin(), keyed.begin() + static_cast<std::ptrdiff_t>(kept), keyed.end(),
-                   [](const Keyed& a, const Keyed& b) {
-                     if (a.set_aside != b.set_aside) return b.set_aside;
-                     if (a.duration != b.duration) return a.duration < b.duration;
-                     return a.position < b.position;
-                   });
+  keep_best(keyed, invited, [](const Keyed& a, const Keyed& b) {
+    if (a.set_aside != b.set_aside) return b.set_aside;
+    if (a.duration != b.duration) return a.duration < b.duration;
+    return a.position < b.position;
+  });
   std::vector<uint32_t> picked;
-  picked.reserve(kept);
-  for (size_t k = 0; k < kept; ++k) picked.push_back(pool[keyed[k].position]);
+  picked.reserve(keyed.size());
+  for (const Keyed& k : keyed) picked.push_back(pool[k.position]);
   return ids_of(candidates, picked);
 }
 

@@ -2,13 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 namespace fedcase::scheduling {
 namespace {
 
 std::string format_bound(double x) {
-  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  return nlohmann::json(x).dump();
+  std::ostringstream out;
+  out << x;  // "0", "0.001", "1e-12", "inf"
+  return out.str();
 }
 
 }  // namespace

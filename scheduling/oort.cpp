@@ -17,15 +17,13 @@ constexpr const char* kName = "oort";
 
 bool explored(const Candidate& c) { return c.profile != nullptr && c.profile->utility_round > 0; }
 
-// Moves the `count` best entries of `items` (by `better`, a strict total order) to the front,
-// in unspecified order, and drops the rest.
-template <class T, class Better>
-void keep_best(std::vector<T>& items, size_t count, Better better) {
-  if (count < items.size()) {
-    std::nth_element(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(count), items.end(),
-                     better);
-    items.resize(count);
-  }
+// The candidate indices of keyed entries, in order.
+template <class Keyed>
+std::vector<uint32_t> indices_of(const std::vector<Keyed>& keyed) {
+  std::vector<uint32_t> out;
+  out.reserve(keyed.size());
+  for (const Keyed& k : keyed) out.push_back(k.index);
+  return out;
 }
 
 }  // namespace
@@ -169,14 +167,11 @@ std::vector<uint32_t> OortPolicy::exploit(const Ranking& ranking, size_t count) 
   keep_best(keyed, count, [](const Keyed& a, const Keyed& b) {
     return a.key != b.key ? a.key > b.key : a.index < b.index;
   });
-  std::vector<uint32_t> out;
-  out.reserve(keyed.size());
-  for (const Keyed& k : keyed) out.push_back(k.index);
-  return out;
+  return indices_of(keyed);
 }
 
 std::vector<uint32_t> OortPolicy::explore(const std::vector<Candidate>& candidates,
-                                          std::vector<uint32_t> unexplored, size_t count) {
+                                          const std::vector<uint32_t>& unexplored, size_t count) {
   if (count == 0) return {};
   // Fastest expected duration first; ties (e.g. clients known only by priors) in random order.
   struct Keyed {
@@ -192,10 +187,7 @@ std::vector<uint32_t> OortPolicy::explore(const std::vector<Candidate>& candidat
     if (a.duration != b.duration) return a.duration < b.duration;
     return a.tie != b.tie ? a.tie < b.tie : a.index < b.index;
   });
-  std::vector<uint32_t> out;
-  out.reserve(keyed.size());
-  for (const Keyed& k : keyed) out.push_back(k.index);
-  return out;
+  return indices_of(keyed);
 }
 
 std::vector<ClientId> OortPolicy::select(const SelectionRequest& request,
@@ -209,8 +201,7 @@ std::vector<ClientId> OortPolicy::select(const SelectionRequest& request,
   const size_t explore_count = std::min(ranking.unexplored.size(), invited - exploit_count);
   exploit_count = std::min(ranking.explored.size(), invited - explore_count);
   std::vector<uint32_t> picked = exploit(ranking, exploit_count);
-  std::vector<uint32_t> explored_now =
-      explore(candidates, std::move(ranking.unexplored), explore_count);
+  std::vector<uint32_t> explored_now = explore(candidates, ranking.unexplored, explore_count);
   picked.insert(picked.end(), explored_now.begin(), explored_now.end());
   return ids_of(candidates, picked);
 }

@@ -85,7 +85,7 @@ class OortPolicy : public SelectionPolicy {
                             const std::vector<uint32_t>& explored) const;
   std::vector<uint32_t> exploit(const Ranking& ranking, size_t count);
   std::vector<uint32_t> explore(const std::vector<Candidate>& candidates,
-                                std::vector<uint32_t> unexplored, size_t count);
+                                const std::vector<uint32_t>& unexplored, size_t count);
   void pace();
 
   OortConfig config_;

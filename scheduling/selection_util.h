@@ -1,6 +1,8 @@
 #pragma once
 // Helpers shared by the selection policies' implementations.
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,6 +20,17 @@ std::vector<uint32_t> available_indices(const std::vector<Candidate>& candidates
 
 // The candidate's expected duration, or +inf when unknown, so unknown sorts last.
 double duration_or_inf(const Candidate& candidate);
+
+// Moves the `count` best entries of `items` (by `better`, a strict total order) to the front,
+// in unspecified order, and drops the rest. O(items.size()).
+template <class T, class Better>
+void keep_best(std::vector<T>& items, size_t count, Better better) {
+  if (count < items.size()) {
+    std::nth_element(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(count), items.end(),
+                     better);
+    items.resize(count);
+  }
+}
 
 // The ids of candidates[indices[i]], in order.
 std::vector<ClientId> ids_of(const std::vector<Candidate>& candidates,
