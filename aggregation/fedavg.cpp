@@ -19,8 +19,7 @@ Status StreamingFedAvg::add(const float* values, size_t count, double weight) {
   return add_scaled(values, count, weight, 1.0);
 }
 
-Status StreamingFedAvg::add_scaled(const float* values, size_t count, double weight,
-                                   double scale) {
+Status StreamingFedAvg::add_scaled(const float* values, size_t count, double weight, double scale) {
   FEDCASE_RETURN_IF_ERROR(check_update_arguments(count, parameter_count_, weight));
   const double coefficient = weight * scale;
   if (!(coefficient >= 0) || coefficient > std::numeric_limits<float>::max()) {

@@ -4,11 +4,11 @@
 // mean() allocates the output (one more model).
 //
 // Accuracy: the running sum is float32, not double. Folding is memory-bound, and a double sum
-// moves twice the bytes per parameter (measured: 0.63x of memcpy bandwidth against 1.0x for
-// float). Each fold rounds once per parameter, so the relative error of the mean grows like
-// sqrt(updates) * 2^-24 for same-signed values (about 2e-6 at 1000 updates) and is bounded
-// by updates * 2^-24 relative to the weighted mean of |values|; docs/aggregation.md has the
-// measurement. Results do not depend on the thread count.
+// moves twice the bytes per parameter (measured here: 0.63x of memcpy bandwidth against about
+// 1.0x for float). Each fold rounds once per parameter, so the error is bounded by
+// updates * 2^-24 relative to the weighted mean of |values|; measured over 1000 random updates
+// it is 1.9e-7 of that mean (tests/aggregation/fedavg_test.cpp). Results do not depend on the
+// thread count.
 //
 // Thread safety: not thread-safe; callers serialise add() (the server holds the round's lock).
 // Each call is itself split across the object's worker threads.

@@ -61,7 +61,7 @@ double log_a_integer(double q, double sigma, int alpha) {
 Result<double> log_a_fractional(double q, double sigma, double alpha) {
   double log_a0 = -kInf, log_a1 = -kInf;
   const double z0 = sigma * sigma * std::log(1 / q - 1) + 0.5;
-  double log_coef = 0;  // log |binom(alpha, i)|
+  double log_coef = 0;   // log |binom(alpha, i)|
   bool positive = true;  // sign of binom(alpha, i)
   for (int i = 0; i < kMaxSeriesTerms; ++i) {
     if (i > 0) {
@@ -132,11 +132,10 @@ Result<PrivacySpent> epsilon_from_rdp(const std::vector<double>& orders,
     if (!valid_order(a)) return invalid_argument("RDP orders must be in (1, 10000]");
     if (!(r >= 0)) return invalid_argument("RDP values must be non-negative");
     // RDP bounds the KL divergence, and delta >= sqrt(1 - exp(-KL)) already gives epsilon 0.
-    const double eps =
-        delta * delta + std::expm1(-r) > 0 ? 0.0
-        : conversion == RdpConversion::kImproved
-            ? r + std::log1p(-1 / a) - (std::log(delta) + std::log(a)) / (a - 1)
-            : r - std::log(delta) / (a - 1);
+    const double eps = delta * delta + std::expm1(-r) > 0 ? 0.0
+                       : conversion == RdpConversion::kImproved
+                           ? r + std::log1p(-1 / a) - (std::log(delta) + std::log(a)) / (a - 1)
+                           : r - std::log(delta) / (a - 1);
     if (eps < best.epsilon) best = {eps, a};
   }
   best.epsilon = std::max(0.0, best.epsilon);

@@ -38,7 +38,7 @@ Result<std::vector<float>> trimmed_mean(const UpdateBatch& batch, double beta, W
 std::vector<double> pairwise_squared_distances(const UpdateBatch& batch, WorkerPool& pool);
 
 struct KrumSelection {
-  std::vector<double> scores;     // one per update, in batch order
+  std::vector<double> scores;    // one per update, in batch order
   std::vector<size_t> selected;  // the m best-scored indices, best first (ties: lower index)
 };
 

@@ -55,9 +55,8 @@ class MomentOptimizer : public ServerOptimizer {
         }
         break;
       case Kind::kFedAdam:
-        adaptive_step(global, mean_delta, [b2 = hyper_.beta2](double v, double d2) {
-          return b2 * v + (1 - b2) * d2;
-        });
+        adaptive_step(global, mean_delta,
+                      [b2 = hyper_.beta2](double v, double d2) { return b2 * v + (1 - b2) * d2; });
         break;
       case Kind::kFedYogi:
         adaptive_step(global, mean_delta, [b2 = hyper_.beta2](double v, double d2) {

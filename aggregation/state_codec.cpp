@@ -74,6 +74,7 @@ Result<StateReader> StateReader::open(std::string_view bytes, std::string_view k
 
 Status StateReader::get_raw(void* out, size_t bytes) {
   if (payload_.size() - pos_ < bytes) return invalid_argument("saved state is truncated");
+  if (bytes == 0) return ok_status();  // `out` may be the null data() of an empty vector
   std::memcpy(out, payload_.data() + pos_, bytes);
   pos_ += bytes;
   return ok_status();

@@ -7,7 +7,8 @@ namespace fedcase::aggregation {
 WorkerPool::WorkerPool(size_t threads) {
   const size_t count = std::max<size_t>(threads, 1);
   workers_.reserve(count - 1);
-  for (size_t part = 1; part < count; ++part) workers_.emplace_back([this, part] { worker_loop(part); });
+  for (size_t part = 1; part < count; ++part)
+    workers_.emplace_back([this, part] { worker_loop(part); });
 }
 
 WorkerPool::~WorkerPool() {

@@ -42,10 +42,10 @@ class WorkerPool {
   std::mutex mutex_;
   std::condition_variable start_cv_;
   std::condition_variable done_cv_;
-  const RangeBody* body_ = nullptr;                 // the loop being run, guarded by mutex_
+  const RangeBody* body_ = nullptr;                // the loop being run, guarded by mutex_
   std::vector<std::pair<size_t, size_t>> ranges_;  // one per active part
-  size_t generation_ = 0;                           // bumped for each loop
-  size_t pending_ = 0;                              // workers still running the current loop
+  size_t generation_ = 0;                          // bumped for each loop
+  size_t pending_ = 0;                             // workers still running the current loop
   bool stopping_ = false;
 };
 

@@ -40,9 +40,12 @@ TEST_CASE("aggregation config: defaults, per-rule keys and ranges") {
   CHECK(defaults->rule == "fedavg");
   CHECK(defaults->threads == kDefaultThreads);
   CHECK(defaults->max_buffered_updates == 1000);
-  auto mk = parse_aggregator_config({{"rule", "multi_krum"}, {"byzantine_f", 2},
-                                     {"multi_krum_m", 5}, {"clip_norm", 10},
-                                     {"max_buffered_updates", 50}, {"threads", 4}});
+  auto mk = parse_aggregator_config({{"rule", "multi_krum"},
+                                     {"byzantine_f", 2},
+                                     {"multi_krum_m", 5},
+                                     {"clip_norm", 10},
+                                     {"max_buffered_updates", 50},
+                                     {"threads", 4}});
   REQUIRE(mk.ok());
   CHECK(mk->byzantine_f == 2);
   CHECK(mk->multi_krum_m == 5);
@@ -111,8 +114,8 @@ TEST_CASE("each rule fed one update at a time equals its batch computation") {
 
 TEST_CASE("robust rules out-vote an attacker that fedavg follows") {
   // Three honest updates at 1 and two attackers at 100, each claiming a huge sample count.
-  std::vector<std::vector<float>> fleet = {{1, 1}, {1.1f, 0.9f}, {0.9f, 1.1f}, {100, 100},
-                                           {100, -100}};
+  std::vector<std::vector<float>> fleet = {
+      {1, 1}, {1.1f, 0.9f}, {0.9f, 1.1f}, {100, 100}, {100, -100}};
   std::vector<double> weights = {10, 10, 10, 1e6, 1e6};
   for (std::string rule : {"fedavg", "median", "trimmed_mean", "krum", "multi_krum"}) {
     CAPTURE(rule);
@@ -121,7 +124,8 @@ TEST_CASE("robust rules out-vote an attacker that fedavg follows") {
     if (rule == "krum" || rule == "multi_krum") config["byzantine_f"] = 1;
     if (rule == "multi_krum") config["multi_krum_m"] = 2;
     auto agg = make(config, 2);
-    for (size_t i = 0; i < fleet.size(); ++i) REQUIRE(agg->add(fleet[i].data(), 2, weights[i]).ok());
+    for (size_t i = 0; i < fleet.size(); ++i)
+      REQUIRE(agg->add(fleet[i].data(), 2, weights[i]).ok());
     auto r = *agg->result();
     if (rule == "fedavg") {
       CHECK(r[0] > 50);
@@ -179,8 +183,8 @@ TEST_CASE("central DP: clipped equal-weight mean plus seeded Gaussian noise of s
   const size_t params = 200000;
   const double z = 1.5, clip = 2.0;
   std::vector<float> zero(params, 0.0f);
-  nlohmann::json config = {{"rule", "fedavg"}, {"clip_norm", clip}, {"dp_noise_multiplier", z},
-                           {"dp_seed", 42}};
+  nlohmann::json config = {
+      {"rule", "fedavg"}, {"clip_norm", clip}, {"dp_noise_multiplier", z}, {"dp_seed", 42}};
   auto one_update = [&](nlohmann::json c, size_t n) {
     auto agg = make(c, params);
     for (size_t i = 0; i < n; ++i) REQUIRE(agg->add(zero.data(), params, 1).ok());
@@ -206,9 +210,8 @@ TEST_CASE("central DP: clipped equal-weight mean plus seeded Gaussian noise of s
   CHECK(one_update(other, 4) != noise);
 
   // Client weights are ignored under DP: the mean is unweighted.
-  auto agg = make({{"rule", "fedavg"}, {"clip_norm", 10.0}, {"dp_noise_multiplier", 1e-9},
-                   {"dp_seed", 1}},
-                  1);
+  auto agg = make(
+      {{"rule", "fedavg"}, {"clip_norm", 10.0}, {"dp_noise_multiplier", 1e-9}, {"dp_seed", 1}}, 1);
   std::vector<float> a{1}, b{3};
   REQUIRE(agg->add(a.data(), 1, 1).ok());
   REQUIRE(agg->add(b.data(), 1, 1000).ok());

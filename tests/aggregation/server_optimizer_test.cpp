@@ -37,9 +37,11 @@ struct PaperReference {
   }
 };
 
-const std::vector<std::vector<double>> kDeltas = {
-    {0.5, -0.25, 0.0, 0.02}, {0.4, 0.3, -0.1, 0.0}, {-0.2, 0.35, 0.05, 0.01},
-    {0.1, -0.6, 0.2, -0.03}, {0.0, 0.1, -0.4, 0.5}};
+const std::vector<std::vector<double>> kDeltas = {{0.5, -0.25, 0.0, 0.02},
+                                                  {0.4, 0.3, -0.1, 0.0},
+                                                  {-0.2, 0.35, 0.05, 0.01},
+                                                  {0.1, -0.6, 0.2, -0.03},
+                                                  {0.0, 0.1, -0.4, 0.5}};
 
 std::vector<float> to_float(const std::vector<double>& v) { return {v.begin(), v.end()}; }
 
@@ -76,8 +78,15 @@ TEST_CASE("adaptive optimizers and server momentum follow the paper's equations"
     }
     auto opt = make(config);
     CHECK(opt->name() == rule);
-    PaperReference ref{rule, lr, b1, b2, tau, mu, {1.0, -2.0, 0.5, 0.0},
-                       std::vector<double>(4, 0.0), std::vector<double>(4, tau * tau)};
+    PaperReference ref{rule,
+                       lr,
+                       b1,
+                       b2,
+                       tau,
+                       mu,
+                       {1.0, -2.0, 0.5, 0.0},
+                       std::vector<double>(4, 0.0),
+                       std::vector<double>(4, tau * tau)};
     std::vector<float> global = to_float(ref.x);
     for (const auto& delta : kDeltas) {
       REQUIRE(opt->step(global, to_float(delta)).ok());
@@ -92,8 +101,7 @@ TEST_CASE("adaptive optimizers and server momentum follow the paper's equations"
 TEST_CASE("yogi's second moment moves by a fixed step towards delta squared") {
   // One coordinate, tau = 0.1: v_{-1} = 0.01. A delta of 0.5 (0.25 > v) raises v by
   // (1 - b2) * 0.25; then a delta of 0.1 (0.01 < v) lowers it by (1 - b2) * 0.01.
-  auto opt = make({{"name", "fedyogi"}, {"lr", 1.0}, {"beta1", 0.0}, {"beta2", 0.5},
-                   {"tau", 0.1}});
+  auto opt = make({{"name", "fedyogi"}, {"lr", 1.0}, {"beta1", 0.0}, {"beta2", 0.5}, {"tau", 0.1}});
   std::vector<float> x{0};
   REQUIRE(opt->step(x, {0.5f}).ok());
   const double v1 = 0.01 + 0.5 * 0.25;  // sign(0.01 - 0.25) = -1
@@ -159,10 +167,12 @@ TEST_CASE("load_state rejects foreign, corrupted and mis-sized state") {
 
 TEST_CASE("optimizer configs are checked key by key") {
   CHECK(make_server_optimizer(nlohmann::json::object()).ok());
-  CHECK(make_server_optimizer({{"name", "fedadam"}, {"lr", 0.01}, {"beta1", 0.9},
-                               {"beta2", 0.999}, {"tau", 1e-3}})
+  CHECK(make_server_optimizer(
+            {{"name", "fedadam"}, {"lr", 0.01}, {"beta1", 0.9}, {"beta2", 0.999}, {"tau", 1e-3}})
             .ok());
-  auto message = [](const nlohmann::json& c) { return make_server_optimizer(c).status().message(); };
+  auto message = [](const nlohmann::json& c) {
+    return make_server_optimizer(c).status().message();
+  };
   CHECK(message({{"name", "fedadam"}, {"momentum", 0.9}}).find("momentum") != std::string::npos);
   CHECK(message({{"name", "fedadagrad"}, {"beta2", 0.9}}).find("beta2") != std::string::npos);
   CHECK(message({{"name", "fedavgm"}, {"momentum", 1.0}}).find("[0, 1)") != std::string::npos);

@@ -9,8 +9,7 @@
 namespace fedcase::aggregation::testing {
 
 // `count` updates of `params` floats, uniform in [-1, 1), from a fixed seed.
-inline std::vector<std::vector<float>> random_updates(size_t count, size_t params,
-                                                      uint64_t seed) {
+inline std::vector<std::vector<float>> random_updates(size_t count, size_t params, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<std::vector<float>> updates(count, std::vector<float>(params));
