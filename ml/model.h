@@ -68,7 +68,8 @@ class Model {
   std::unique_ptr<Impl> impl_;
 };
 
-// Limits libtorch's intra-op threads for this process (1 suits many concurrent clients).
+// Sets libtorch's intra-op thread count. With OpenMP builds the setting belongs to the calling
+// thread: call it on every thread that trains or evaluates.
 void set_torch_threads(int threads);
 
 }  // namespace fedcase::ml

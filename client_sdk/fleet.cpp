@@ -1,0 +1,55 @@
+#include "client_sdk/fleet.h"
+
+#include "ml/model.h"
+
+namespace fedcase::client {
+
+Result<std::unique_ptr<Fleet>> Fleet::start(const FleetConfig& config) {
+  if (!config.data) return invalid_argument("fleet needs a dataset");
+  auto parts = ml::dirichlet_partition(config.data->labels, config.clients, config.alpha,
+                                       config.seed);
+  if (!parts.ok()) return parts.status();
+  std::unique_ptr<Fleet> fleet(new Fleet());
+  for (size_t i = 0; i < config.clients; ++i) {
+    SessionConfig s;
+    s.host = config.host;
+    s.port = config.port;
+    s.enrollment_token = config.enrollment_token;
+    s.name = "client-" + std::to_string(i);
+    s.data = config.data;
+    s.indices = std::move((*parts)[i]);
+    s.device = {{"kind", "simulated"}, {"fleet_index", i}};
+    s.seed = config.seed * 1000003 + i;
+    s.poll_wait_s = config.poll_wait_s;
+    fleet->sessions_.push_back(std::make_unique<Session>(std::move(s)));
+  }
+  for (auto& session : fleet->sessions_) {
+    fleet->threads_.emplace_back([&session, &stop = fleet->stop_] {
+      ml::set_torch_threads(1);  // many clients share the cores: one torch thread each
+      session->run(stop);
+    });
+  }
+  return fleet;
+}
+
+Fleet::~Fleet() { stop(); }
+
+void Fleet::stop() {
+  stop_ = true;
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+uint64_t Fleet::rounds_trained() const {
+  uint64_t n = 0;
+  for (const auto& s : sessions_) n += s->stats().rounds_trained;
+  return n;
+}
+
+uint64_t Fleet::updates_accepted() const {
+  uint64_t n = 0;
+  for (const auto& s : sessions_) n += s->stats().updates_accepted;
+  return n;
+}
+
+}  // namespace fedcase::client

@@ -1,0 +1,48 @@
+#pragma once
+// Many SDK clients in one process, one thread and one HTTP connection each, every client
+// training on its own Dirichlet partition of a shared dataset. For demos, tests and load.
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client_sdk/session.h"
+
+namespace fedcase::client {
+
+struct FleetConfig {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;
+  std::string enrollment_token;
+  size_t clients = 10;
+  double alpha = 0.5;    // Dirichlet label concentration of the partition
+  uint64_t seed = 1;
+  double poll_wait_s = 10;
+  const ml::Dataset* data = nullptr;  // must outlive the fleet
+};
+
+class Fleet {
+ public:
+  // Partitions the data and starts every client thread. kInvalidArgument when the data cannot
+  // be split among `clients`.
+  static Result<std::unique_ptr<Fleet>> start(const FleetConfig& config);
+  ~Fleet();  // stops and joins
+
+  // Asks every client to stop and joins their threads. Idempotent.
+  void stop();
+  size_t size() const { return sessions_.size(); }
+  const Session& session(size_t i) const { return *sessions_[i]; }
+  // Sums of the per-session counters.
+  uint64_t rounds_trained() const;
+  uint64_t updates_accepted() const;
+
+ private:
+  Fleet() = default;
+  std::atomic<bool> stop_{false};
+  std::vector<std::unique_ptr<Session>> sessions_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace fedcase::client

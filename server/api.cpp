@@ -1,0 +1,270 @@
+#include "server/api.h"
+
+#include <cmath>
+#include <exception>
+#include <string>
+#include <vector>
+
+namespace fedcase::server {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kMetaHeader = "X-Fedcase-Meta";
+
+std::vector<std::string> split_path(std::string_view path) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    if (end > start) parts.emplace_back(path.substr(start, end - start));
+    start = end + 1;
+  }
+  return parts;
+}
+
+// Value of `key` in the query string `query` ("a=1&b=2"), if present.
+std::optional<std::string> query_param(std::string_view query, std::string_view key) {
+  size_t start = 0;
+  while (start < query.size()) {
+    size_t end = query.find('&', start);
+    if (end == std::string_view::npos) end = query.size();
+    std::string_view item = query.substr(start, end - start);
+    size_t eq = item.find('=');
+    if (item.substr(0, eq) == key) {
+      return std::string(eq == std::string_view::npos ? "" : item.substr(eq + 1));
+    }
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
+// Parses a decimal id; nullopt unless the whole string is digits and fits.
+std::optional<uint64_t> parse_id(const std::string& s) {
+  if (s.empty() || s.size() > 19 || s.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  return std::stoull(s);
+}
+
+Response json_response(http::status status, const json& body, const Request& req) {
+  Response res{status, req.version()};
+  res.set(http::field::content_type, "application/json");
+  res.keep_alive(req.keep_alive());
+  res.body() = body.dump();
+  res.prepare_payload();
+  return res;
+}
+
+Reply error_reply(const Status& status, const Request& req) {
+  return {error_response(status, req.version(), req.keep_alive()), {}, 0};
+}
+
+Reply result_reply(const Result<json>& result, const Request& req,
+                   http::status ok = http::status::ok) {
+  if (!result.ok()) return error_reply(result.status(), req);
+  return {json_response(ok, *result, req), {}, 0};
+}
+
+Result<json> parse_json_body(const Request& req) {
+  if (req.body().empty()) return json::object();
+  json j = json::parse(req.body(), nullptr, false);
+  if (j.is_discarded()) return invalid_argument("request body is not valid JSON");
+  return j;
+}
+
+std::string_view bearer_token(const Request& req) {
+  auto it = req.find(http::field::authorization);
+  if (it == req.end()) return {};
+  std::string_view value(it->value().data(), it->value().size());
+  constexpr std::string_view kPrefix = "Bearer ";
+  if (value.substr(0, kPrefix.size()) != kPrefix) return {};
+  return value.substr(kPrefix.size());
+}
+
+}  // namespace
+
+Response error_response(const Status& status, unsigned http_version, bool keep_alive) {
+  Response res{static_cast<http::status>(http_status(status.code())), http_version};
+  res.set(http::field::content_type, "application/json");
+  if (status.code() == Code::kUnauthenticated) res.set(http::field::www_authenticate, "Bearer");
+  res.keep_alive(keep_alive);
+  res.body() =
+      json{{"error", {{"code", code_name(status.code())}, {"message", status.message()}}}}.dump();
+  res.prepare_payload();
+  return res;
+}
+
+Api::Api(Coordinator& coordinator)
+    : coordinator_(coordinator),
+      limiter_(coordinator.config().requests_per_second,
+               std::max(1.0, 2 * coordinator.config().requests_per_second)) {}
+
+uint64_t Api::body_limit(const http::request_header<>& header) const {
+  std::string_view target(header.target().data(), header.target().size());
+  bool upload = header.method() == http::verb::post &&
+                target.size() > 7 && target.substr(target.size() - 7) == "/update";
+  return upload ? coordinator_.config().max_upload_bytes : coordinator_.config().max_json_bytes;
+}
+
+Reply Api::handle(const Request& req) {
+  try {
+    Caller caller = coordinator_.identify(bearer_token(req));
+    if (caller.role == Role::kNone) {
+      return error_reply(unauthenticated("missing or unknown bearer token"), req);
+    }
+    double retry_after = 0;
+    std::string key = std::string(bearer_token(req).substr(0, 16));
+    if (!limiter_.allow(key, RateLimiter::Clock::now(), retry_after)) {
+      Reply r = error_reply(resource_exhausted("too many requests"), req);
+      r.response.set(http::field::retry_after, std::to_string(int(std::ceil(retry_after))));
+      return r;
+    }
+    return route(req, caller);
+  } catch (const std::exception& e) {
+    return error_reply(internal_error(e.what()), req);
+  }
+}
+
+Reply Api::route(const Request& req, const Caller& caller) {
+  std::string_view target(req.target().data(), req.target().size());
+  size_t q = target.find('?');
+  std::string_view query = q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
+  auto parts = split_path(target.substr(0, q));
+  const auto method = req.method();
+  const bool admin = caller.role == Role::kAdmin;
+  const bool client = caller.role == Role::kClient;
+  auto forbidden = [&] { return error_reply(permission_denied("this token may not do that"), req); };
+  auto method_not_allowed = [&] {
+    Response res = json_response(
+        http::status::method_not_allowed,
+        {{"error", {{"code", "method_not_allowed"}, {"message", "method not allowed here"}}}}, req);
+    return Reply{std::move(res), {}, 0};
+  };
+
+  if (parts.size() < 2 || parts[0] != "v1") {
+    return error_reply(not_found("no such endpoint"), req);
+  }
+
+  // ---- admin API: /v1/admin/... ----
+  if (parts[1] == "admin") {
+    if (!admin) return forbidden();
+    if (parts.size() == 3 && parts[2] == "jobs") {
+      if (method == http::verb::get) return result_reply(coordinator_.list_jobs(), req);
+      if (method != http::verb::post) return method_not_allowed();
+      auto body = parse_json_body(req);
+      if (!body.ok()) return error_reply(body.status(), req);
+      return result_reply(coordinator_.create_job(*body), req, http::status::created);
+    }
+    if (parts.size() == 3 && parts[2] == "clients") {
+      if (method != http::verb::get) return method_not_allowed();
+      return result_reply(coordinator_.list_clients(), req);
+    }
+    if (parts.size() >= 4 && parts.size() <= 5 && parts[2] == "jobs") {
+      auto id = parse_id(parts[3]);
+      if (!id) return error_reply(invalid_argument("job id must be a number"), req);
+      if (parts.size() == 4) {
+        if (method != http::verb::get) return method_not_allowed();
+        return result_reply(coordinator_.job_detail(*id), req);
+      }
+      if (method != http::verb::post) return method_not_allowed();
+      return result_reply(coordinator_.control_job(*id, parts[4]), req);
+    }
+    return error_reply(not_found("no such endpoint"), req);
+  }
+
+  // ---- client API ----
+  if (parts.size() == 3 && parts[1] == "clients" && parts[2] == "register") {
+    if (method != http::verb::post) return method_not_allowed();
+    if (caller.role != Role::kEnrollment) return forbidden();
+    auto body = parse_json_body(req);
+    if (!body.ok()) return error_reply(body.status(), req);
+    return result_reply(coordinator_.register_client(*body), req, http::status::created);
+  }
+  if (parts.size() == 3 && parts[1] == "clients" && parts[2] == "heartbeat") {
+    if (method != http::verb::post) return method_not_allowed();
+    if (!client) return forbidden();
+    auto body = parse_json_body(req);
+    if (!body.ok()) return error_reply(body.status(), req);
+    return result_reply(coordinator_.heartbeat(caller.client, *body), req);
+  }
+  if (parts.size() == 2 && parts[1] == "task") {
+    if (method != http::verb::get) return method_not_allowed();
+    if (!client) return forbidden();
+    double wait = 0;
+    if (auto w = query_param(query, "wait")) {
+      char* end = nullptr;
+      wait = std::strtod(w->c_str(), &end);
+      if (w->empty() || *end != '\0' || !std::isfinite(wait) || wait < 0) {
+        return error_reply(invalid_argument("wait must be a number of seconds >= 0"), req);
+      }
+      wait = std::min(wait, coordinator_.config().long_poll_max_s);
+    }
+    const ClientId id = caller.client;
+    Coordinator& coordinator = coordinator_;
+    Request head;  // only version and keep-alive are needed to answer later
+    head.version(req.version());
+    head.keep_alive(req.keep_alive());
+    auto poll = [&coordinator, id, head]() -> std::optional<Response> {
+      auto task = coordinator.next_task(id);
+      if (!task.ok()) return error_response(task.status(), head.version(), head.keep_alive());
+      if (!task->has_value()) return std::nullopt;
+      return json_response(http::status::ok, **task, head);
+    };
+    Response empty{http::status::no_content, req.version()};
+    empty.keep_alive(req.keep_alive());
+    empty.prepare_payload();
+    if (auto first = poll()) return {std::move(*first), {}, 0};
+    if (wait <= 0) return {std::move(empty), {}, 0};
+    return {std::move(empty), poll, wait};
+  }
+  if (parts.size() >= 5 && parts[1] == "jobs") {
+    auto job = parse_id(parts[2]);
+    auto number = parse_id(parts[4]);
+    if (!job || !number) return error_reply(invalid_argument("ids must be numbers"), req);
+    if (parts.size() == 5 && parts[3] == "models") {
+      if (method != http::verb::get) return method_not_allowed();
+      if (!client && !admin) return forbidden();
+      auto model = coordinator_.model(*job, *number);
+      if (!model.ok()) return error_reply(model.status(), req);
+      const std::string etag = "\"" + model->checksum + "\"";
+      auto inm = req.find(http::field::if_none_match);
+      if (inm != req.end() && std::string_view(inm->value().data(), inm->value().size()) == etag) {
+        Response res{http::status::not_modified, req.version()};
+        res.set(http::field::etag, etag);
+        res.keep_alive(req.keep_alive());
+        res.prepare_payload();
+        return {std::move(res), {}, 0};
+      }
+      Response res{http::status::ok, req.version()};
+      res.set(http::field::content_type, "application/octet-stream");
+      res.set(http::field::etag, etag);
+      res.set(http::field::cache_control, "public, max-age=31536000, immutable");
+      res.keep_alive(req.keep_alive());
+      res.body() = *model->blob;
+      res.prepare_payload();
+      return {std::move(res), {}, 0};
+    }
+    if (parts.size() == 6 && parts[3] == "rounds" && parts[5] == "update") {
+      if (method != http::verb::post) return method_not_allowed();
+      if (!client) return forbidden();
+      auto meta_header = req.find(kMetaHeader);
+      if (meta_header == req.end()) {
+        return error_reply(invalid_argument(std::string("missing ") + kMetaHeader + " header"),
+                           req);
+      }
+      json meta = json::parse(std::string_view(meta_header->value().data(),
+                                               meta_header->value().size()),
+                              nullptr, false);
+      if (meta.is_discarded()) {
+        return error_reply(invalid_argument(std::string(kMetaHeader) + " is not valid JSON"), req);
+      }
+      return result_reply(
+          coordinator_.submit_update(caller.client, *job, *number, meta, req.body()), req);
+    }
+  }
+  return error_reply(not_found("no such endpoint"), req);
+}
+
+}  // namespace fedcase::server

@@ -1,0 +1,48 @@
+#pragma once
+// HTTP routing of the client and admin APIs onto the Coordinator (docs/protocol.md). Plain
+// functions over Beast message types: testable without sockets.
+
+#include <functional>
+#include <optional>
+
+#include <boost/beast/http.hpp>
+
+#include "server/coordinator.h"
+#include "server/rate_limiter.h"
+
+namespace fedcase::server {
+
+namespace http = boost::beast::http;
+using Request = http::request<http::string_body>;
+using Response = http::response<http::string_body>;
+
+// What the router answers. When `poll` is set the request is a long poll: the session calls
+// poll() periodically for up to `wait_s` seconds and sends its first response, or `response`
+// (204 No Content) when the wait ends empty.
+struct Reply {
+  Response response;
+  std::function<std::optional<Response>()> poll;
+  double wait_s = 0;
+};
+
+// A JSON error response: {"error":{"code":"...","message":"..."}} with the status's HTTP code.
+Response error_response(const Status& status, unsigned http_version, bool keep_alive);
+
+class Api {
+ public:
+  explicit Api(Coordinator& coordinator);
+
+  // The body limit for a request whose header has arrived: uploads may be large, everything
+  // else is JSON bounded by the config.
+  uint64_t body_limit(const http::request_header<>& header) const;
+
+  // Authenticates, rate-limits, validates and dispatches one request. Never throws.
+  Reply handle(const Request& request);
+
+ private:
+  Reply route(const Request& request, const Caller& caller);
+  Coordinator& coordinator_;
+  RateLimiter limiter_;
+};
+
+}  // namespace fedcase::server

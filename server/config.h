@@ -1,0 +1,68 @@
+#pragma once
+// The coordinator's service config (configs/coordinator.json) and a job's config (the body of
+// POST /v1/admin/jobs). Parsing validates every field and fills documented defaults.
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace fedcase::server {
+
+struct CoordinatorConfig {
+  std::string listen_address = "127.0.0.1";
+  uint16_t port = 8080;               // 0 picks a free port
+  std::string port_file;              // when set, the bound port is written here at start
+  std::string database = "var/fedcase.db";
+  std::string admin_token;            // env FEDCASE_ADMIN_TOKEN overrides
+  std::string enrollment_token;       // clients register with it; env FEDCASE_ENROLLMENT_TOKEN
+  int io_threads = 2;
+  size_t max_json_bytes = 1 << 20;        // body limit of every JSON request
+  size_t max_upload_bytes = 64u << 20;    // body limit of an update upload
+  double read_timeout_s = 30;             // to receive one whole request
+  double long_poll_max_s = 30;            // longest wait a task poll may ask for
+  double client_timeout_s = 30;           // a client unseen this long is unavailable
+  double requests_per_second = 50;        // per caller; beyond it 429 with Retry-After
+  std::string eval_data_dir = "/usr/share/datasets/fashion-mnist";
+  size_t eval_samples = 10000;            // test-set samples used to evaluate each model
+  int torch_threads = 1;
+};
+
+// Reads `json` (values override the defaults above). Env overrides apply after. Throws
+// std::runtime_error naming the offending key: config errors stop the coordinator at start-up.
+CoordinatorConfig parse_coordinator_config(const nlohmann::json& json);
+CoordinatorConfig load_coordinator_config(const std::string& path);
+
+struct TrainConfig {
+  size_t epochs = 1;
+  size_t batch_size = 32;
+  double lr = 0.05;
+  double momentum = 0.9;
+  double prox_mu = 0;
+};
+
+struct JobConfig {
+  std::string name;
+  std::string model = "cnn";
+  uint64_t seed = 1;
+  size_t rounds = 100;              // round cap
+  size_t clients_per_round = 10;    // K: updates a round waits for
+  double overcommit = 1.3;          // invite ceil(K * overcommit)
+  size_t min_clients = 0;           // available clients needed to open a round (default K)
+  size_t min_updates = 1;           // fewer at the deadline fail the round
+  double round_deadline_s = 120;
+  double target_accuracy = 0;       // > 0: the job finishes once a model reaches it
+  double max_update_norm = 0;       // > 0: reject updates with a larger L2 norm
+  TrainConfig train;
+  nlohmann::json selection = {{"policy", "random"}};
+  nlohmann::json server_optimizer = {{"name", "fedavg"}};
+
+  nlohmann::json to_json() const;
+};
+
+// Validates a job config; kInvalidArgument naming the first bad field.
+Result<JobConfig> parse_job_config(const nlohmann::json& json);
+
+}  // namespace fedcase::server

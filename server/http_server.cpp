@@ -1,0 +1,206 @@
+#include "server/http_server.h"
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <chrono>
+
+#include "common/log.h"
+
+namespace fedcase::server {
+namespace {
+
+namespace beast = boost::beast;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+constexpr size_t kHeaderLimit = 16 * 1024;
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+
+std::chrono::milliseconds to_ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket&& socket, Api& api, const CoordinatorConfig& config)
+      : stream_(std::move(socket)), timer_(stream_.get_executor()), api_(api), config_(config) {}
+
+  void run() {
+    net::dispatch(stream_.get_executor(), beast::bind_front_handler(&Session::do_read_header,
+                                                                    shared_from_this()));
+  }
+
+ private:
+  void do_read_header() {
+    parser_.emplace();
+    parser_->header_limit(kHeaderLimit);
+    // Beast checks Content-Length against the body limit as soon as the header is parsed, so
+    // the route's own limit is applied in on_header; until then allow the largest one.
+    parser_->body_limit(std::max(config_.max_upload_bytes, config_.max_json_bytes));
+    stream_.expires_after(to_ms(config_.read_timeout_s));
+    http::async_read_header(stream_, buffer_, *parser_,
+                            beast::bind_front_handler(&Session::on_header, shared_from_this()));
+  }
+
+  void on_header(beast::error_code ec, size_t) {
+    if (ec) return on_read_error(ec);
+    const uint64_t limit = api_.body_limit(parser_->get());
+    auto length = parser_->content_length();
+    if (length && *length > limit) return on_read_error(http::error::body_limit);
+    parser_->body_limit(limit);  // bounds chunked bodies as they arrive
+    auto expect = parser_->get().find(http::field::expect);
+    if (expect != parser_->get().end() &&
+        beast::iequals(expect->value(), "100-continue")) {
+      auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
+      http::async_write(stream_, *cont,
+                        [self = shared_from_this(), cont](beast::error_code ec, size_t) {
+                          if (ec) return self->close();
+                          self->do_read_body();
+                        });
+      return;
+    }
+    do_read_body();
+  }
+
+  void do_read_body() {
+    http::async_read(stream_, buffer_, *parser_,
+                     beast::bind_front_handler(&Session::on_read, shared_from_this()));
+  }
+
+  void on_read_error(beast::error_code ec) {
+    if (ec == http::error::body_limit) {
+      return send(error_response(too_large("request body exceeds the limit of " +
+                                           std::to_string(api_.body_limit(parser_->get())) +
+                                           " bytes"),
+                                 11, false));
+    }
+    if (ec == http::error::header_limit) {
+      return send(error_response(too_large("request header too large"), 11, false));
+    }
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+        ec == net::error::operation_aborted || ec == net::error::connection_reset) {
+      return close();
+    }
+    if (ec.category() == http::make_error_code(http::error::bad_target).category()) {
+      return send(error_response(invalid_argument("malformed HTTP request: " + ec.message()), 11,
+                                 false));
+    }
+    close();
+  }
+
+  void on_read(beast::error_code ec, size_t) {
+    if (ec) return on_read_error(ec);
+    stream_.expires_never();
+    Reply reply = api_.handle(parser_->get());
+    if (!reply.poll) return send(std::move(reply.response));
+    pending_ = std::move(reply);
+    poll_deadline_ = std::chrono::steady_clock::now() + to_ms(pending_->wait_s);
+    wait_and_poll();
+  }
+
+  void wait_and_poll() {
+    timer_.expires_after(kPollInterval);
+    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec) return self->close();
+      Reply& pending = *self->pending_;
+      std::optional<Response> ready = pending.poll();
+      if (ready) return self->send(std::move(*ready));
+      if (std::chrono::steady_clock::now() >= self->poll_deadline_) {
+        return self->send(std::move(pending.response));
+      }
+      self->wait_and_poll();
+    });
+  }
+
+  void send(Response response) {
+    pending_.reset();
+    auto res = std::make_shared<Response>(std::move(response));
+    stream_.expires_after(to_ms(config_.read_timeout_s));
+    http::async_write(stream_, *res,
+                      [self = shared_from_this(), res](beast::error_code ec, size_t) {
+                        if (ec || !res->keep_alive()) return self->close();
+                        self->do_read_header();
+                      });
+  }
+
+  void close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.socket().close(ignored);
+  }
+
+  beast::tcp_stream stream_;
+  net::steady_timer timer_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<Reply> pending_;
+  std::chrono::steady_clock::time_point poll_deadline_;
+  Api& api_;
+  const CoordinatorConfig& config_;
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Impl(Api& api, const CoordinatorConfig& config)
+      : api(api), config(config), ioc(config.io_threads), acceptor(net::make_strand(ioc)) {}
+
+  void do_accept() {
+    acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+      if (ec == net::error::operation_aborted) return;
+      if (!ec) std::make_shared<Session>(std::move(socket), api, config)->run();
+      else log_warn("accept failed: " + ec.message());
+      do_accept();
+    });
+  }
+
+  Api& api;
+  const CoordinatorConfig& config;
+  net::io_context ioc;
+  tcp::acceptor acceptor;
+  std::vector<std::thread> threads;
+  uint16_t port = 0;
+};
+
+HttpServer::HttpServer(Api& api, const CoordinatorConfig& config)
+    : impl_(std::make_unique<Impl>(api, config)) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+Status HttpServer::start() {
+  Impl& s = *impl_;
+  beast::error_code ec;
+  auto address = net::ip::make_address(s.config.listen_address, ec);
+  if (ec) return invalid_argument("bad listen_address '" + s.config.listen_address + "'");
+  tcp::endpoint endpoint(address, s.config.port);
+  s.acceptor.open(endpoint.protocol(), ec);
+  if (!ec) s.acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) s.acceptor.bind(endpoint, ec);
+  if (!ec) s.acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return unavailable("cannot listen on " + s.config.listen_address + ":" +
+                       std::to_string(s.config.port) + ": " + ec.message());
+  }
+  s.port = s.acceptor.local_endpoint().port();
+  s.do_accept();
+  for (int i = 0; i < s.config.io_threads; ++i) s.threads.emplace_back([&s] { s.ioc.run(); });
+  return ok_status();
+}
+
+uint16_t HttpServer::port() const { return impl_->port; }
+
+void HttpServer::stop() {
+  Impl& s = *impl_;
+  if (s.threads.empty()) return;
+  net::post(s.acceptor.get_executor(), [&s] {
+    beast::error_code ignored;
+    s.acceptor.close(ignored);
+  });
+  s.ioc.stop();
+  for (auto& t : s.threads) t.join();
+  s.threads.clear();
+}
+
+}  // namespace fedcase::server

@@ -1,0 +1,54 @@
+#include "server/service.h"
+
+#include <fstream>
+
+#include "common/log.h"
+#include "server/api.h"
+#include "server/http_server.h"
+
+namespace fedcase::server {
+
+struct CoordinatorService::Impl {
+  std::unique_ptr<Coordinator> coordinator;
+  std::unique_ptr<Api> api;
+  std::unique_ptr<HttpServer> http;
+};
+
+CoordinatorService::CoordinatorService(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+CoordinatorService::~CoordinatorService() { stop(); }
+
+Result<std::unique_ptr<CoordinatorService>> CoordinatorService::start(
+    const CoordinatorConfig& config) {
+  auto impl = std::make_unique<Impl>();
+  auto coordinator = Coordinator::open(config);
+  if (!coordinator.ok()) return coordinator.status();
+  impl->coordinator = std::move(coordinator).value();
+  impl->api = std::make_unique<Api>(*impl->coordinator);
+  impl->http = std::make_unique<HttpServer>(*impl->api, impl->coordinator->config());
+  FEDCASE_RETURN_IF_ERROR(impl->http->start());
+  if (!config.port_file.empty()) {
+    std::ofstream out(config.port_file + ".tmp");
+    out << impl->http->port() << "\n";
+    out.close();
+    if (!out || std::rename((config.port_file + ".tmp").c_str(), config.port_file.c_str()) != 0) {
+      return internal_error("cannot write port file " + config.port_file);
+    }
+  }
+  impl->coordinator->start_driver();
+  log_info("coordinator listening on " + config.listen_address + ":" +
+           std::to_string(impl->http->port()));
+  return std::unique_ptr<CoordinatorService>(new CoordinatorService(std::move(impl)));
+}
+
+uint16_t CoordinatorService::port() const { return impl_->http->port(); }
+
+Coordinator& CoordinatorService::coordinator() { return *impl_->coordinator; }
+
+void CoordinatorService::stop() {
+  if (!impl_) return;
+  impl_->coordinator->stop_driver();
+  impl_->http->stop();
+}
+
+}  // namespace fedcase::server

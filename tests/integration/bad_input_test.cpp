@@ -1,0 +1,272 @@
+// Bad input over real HTTP: every refusal has the right status and a JSON error, leaves the
+// SQLite file unchanged, and the round still completes with the honest clients.
+
+#include <doctest/doctest.h>
+#include <sqlite3.h>
+
+#include <cmath>
+#include <limits>
+
+#include "common/blob.h"
+#include "ml/model.h"
+#include "server/service.h"
+#include "tests/support/coordinator_harness.h"
+
+using namespace fedcase;
+using namespace fedcase::testing;
+using nlohmann::json;
+
+namespace {
+
+// Every row of the tables a request could touch, as one string.
+std::string store_snapshot(const std::string& path) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  std::string out;
+  for (const char* sql :
+       {"SELECT id, token_hash, info FROM clients ORDER BY id",
+        "SELECT id, name, config, state, policy_state FROM jobs ORDER BY id",
+        "SELECT job_id, idx, state, selected, metrics FROM rounds ORDER BY job_id, idx",
+        "SELECT job_id, round_idx, client_id, meta FROM updates ORDER BY 1, 2, 3",
+        "SELECT job_id, version, checksum FROM models ORDER BY 1, 2"}) {
+    sqlite3_stmt* stmt = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr) == SQLITE_OK);
+    while (sqlite3_step(stmt) == SQLITE_ROW) {
+      for (int c = 0; c < sqlite3_column_count(stmt); ++c) {
+        const unsigned char* text = sqlite3_column_text(stmt, c);
+        out += text ? reinterpret_cast<const char*>(text) : "NULL";
+        out += '|';
+      }
+      out += '\n';
+    }
+    sqlite3_finalize(stmt);
+  }
+  sqlite3_close(db);
+  return out;
+}
+
+struct TestClient {
+  ClientId id = 0;
+  std::unique_ptr<Caller> caller;
+  json task;
+};
+
+std::string error_code(const Reply& r) {
+  return r.body.is_object() && r.body.contains("error") ? r.body["error"]["code"].get<std::string>()
+                                                        : std::string("<no JSON error>");
+}
+
+}  // namespace
+
+TEST_CASE("bad input is refused with the right status and changes nothing") {
+  TempDir dir;
+  auto config = test_config(dir);
+  config.max_json_bytes = 4096;
+  config.max_upload_bytes = 2 << 20;
+  auto service = server::CoordinatorService::start(config);
+  REQUIRE_MESSAGE(service.ok(), service.status().to_string());
+  const uint16_t port = (*service)->port();
+  const std::string db = config.database;
+  Caller admin(port, kAdminToken);
+  Caller anonymous(port, "");
+  Caller enroll(port, kEnrollmentToken);
+
+  // Four clients, three invited (K = 3, no over-commitment): one is left out.
+  std::vector<TestClient> clients(4);
+  for (auto& c : clients) {
+    Reply r = enroll.post("/v1/clients/register", {{"dataset_size", 200}});
+    REQUIRE(r.status == 201);
+    c.id = r.body["client_id"];
+    c.caller = std::make_unique<Caller>(port, r.body["token"].get<std::string>());
+  }
+  json job_config = {{"name", "bad-input"}, {"model", "mlp"},      {"rounds", 1},
+                     {"clients_per_round", 3}, {"overcommit", 1.0}, {"round_deadline_s", 300},
+                     {"max_update_norm", 1000}};
+  Reply created = admin.post("/v1/admin/jobs", job_config);
+  REQUIRE(created.status == 201);
+
+  std::vector<TestClient*> invited;
+  TestClient* outsider = nullptr;
+  for (auto& c : clients) {
+    Reply t = c.caller->get("/v1/task?wait=3");
+    if (t.status == 200) {
+      c.task = t.body;
+      invited.push_back(&c);
+    } else {
+      CHECK(t.status == 204);
+      outsider = &c;
+    }
+  }
+  REQUIRE(invited.size() == 3);
+  REQUIRE(outsider != nullptr);
+  const std::string upload_url = invited[0]->task["upload_url"];
+  Reply model_reply = invited[0]->caller->get(invited[0]->task["model_url"]);
+  REQUIRE(model_reply.status == 200);
+  ModelBlob global = std::move(decode_blob(model_reply.raw, 1 << 24)).value();
+
+  auto update_body = [&](std::vector<float> values, uint64_t version, ModelLayout layout) {
+    return encode_blob(ModelBlob{version, std::move(layout), std::move(values)});
+  };
+  const std::string good_meta = json{{"samples", 200}, {"loss_sum", 100.0}}.dump();
+  auto upload = [&](TestClient& c, const std::string& body, const std::string& meta) {
+    return c.caller->call("POST", upload_url, body,
+                          {{"Content-Type", "application/octet-stream"}, {"X-Fedcase-Meta", meta}});
+  };
+  std::vector<float> zeros(global.data.size(), 0.0f);
+  const std::string good = update_body(zeros, 0, global.layout);
+
+  const std::string before = store_snapshot(db);
+  struct Case {
+    const char* what;
+    std::function<Reply()> send;
+    int status;
+    const char* code;
+  };
+  std::vector<float> nan_values = zeros, inf_values = zeros, huge_values = zeros;
+  nan_values[7] = std::numeric_limits<float>::quiet_NaN();
+  inf_values[3] = -std::numeric_limits<float>::infinity();
+  huge_values[0] = 5000;
+  ModelLayout wrong_layout = global.layout;
+  wrong_layout.tensors.back().shape = {5, 2};
+  std::vector<float> wrong_values(global.data.size(), 0.0f);
+  const std::vector<Case> cases = {
+      {"no token", [&] { return anonymous.get("/v1/task"); }, 401, "unauthenticated"},
+      {"unknown token",
+       [&] {
+         Caller stranger(port, "not-a-real-token-at-all");
+         return stranger.get("/v1/task");
+       },
+       401, "unauthenticated"},
+      {"client on admin API", [&] { return invited[0]->caller->get("/v1/admin/jobs"); }, 403,
+       "permission_denied"},
+      {"enrollment key polls tasks", [&] { return enroll.get("/v1/task"); }, 403,
+       "permission_denied"},
+      {"admin uploads", [&] { return admin.call("POST", upload_url, good, {{"X-Fedcase-Meta", good_meta}}); },
+       403, "permission_denied"},
+      {"job body over the limit",
+       [&] { return admin.post("/v1/admin/jobs", {{"name", std::string(5000, 'x')}}); }, 413,
+       "too_large"},
+      {"upload over the limit",
+       [&] { return upload(*invited[0], std::string(3 << 20, 'x'), good_meta); }, 413,
+       "too_large"},
+      {"malformed job JSON",
+       [&] { return admin.call("POST", "/v1/admin/jobs", "{\"name\": ", {}); }, 400,
+       "invalid_argument"},
+      {"malformed registration JSON",
+       [&] { return enroll.call("POST", "/v1/clients/register", "[1,2", {}); }, 400,
+       "invalid_argument"},
+      {"invalid job config",
+       [&] { return admin.post("/v1/admin/jobs", {{"name", "x"}, {"clients_per_round", -1}}); },
+       400, "invalid_argument"},
+      {"malformed metadata", [&] { return upload(*invited[0], good, "{samples"); }, 400,
+       "invalid_argument"},
+      {"metadata without samples", [&] { return upload(*invited[0], good, "{}"); }, 400,
+       "invalid_argument"},
+      {"corrupt blob", [&] { return upload(*invited[0], good.substr(0, good.size() - 9), good_meta); },
+       400, "invalid_argument"},
+      {"wrong shape",
+       [&] { return upload(*invited[0], update_body(wrong_values, 0, wrong_layout), good_meta); },
+       422, "unprocessable"},
+      {"NaN", [&] { return upload(*invited[0], update_body(nan_values, 0, global.layout), good_meta); },
+       422, "unprocessable"},
+      {"Inf", [&] { return upload(*invited[0], update_body(inf_values, 0, global.layout), good_meta); },
+       422, "unprocessable"},
+      {"norm over the bound",
+       [&] { return upload(*invited[0], update_body(huge_values, 0, global.layout), good_meta); },
+       422, "unprocessable"},
+      {"stale model version",
+       [&] { return upload(*invited[0], update_body(zeros, 9, global.layout), good_meta); }, 422,
+       "unprocessable"},
+      {"client not invited", [&] { return upload(*outsider, good, good_meta); }, 403,
+       "permission_denied"},
+      {"round that does not exist",
+       [&] {
+         return invited[0]->caller->call("POST", "/v1/jobs/1/rounds/7/update", good,
+                                         {{"X-Fedcase-Meta", good_meta}});
+       },
+       409, "conflict"},
+      {"unknown job", [&] { return admin.get("/v1/admin/jobs/42"); }, 404, "not_found"},
+      {"bad job action", [&] { return admin.post("/v1/admin/jobs/1/explode", json::object()); },
+       404, "not_found"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.what);
+    Reply r = c.send();
+    CHECK(r.status == c.status);
+    CHECK(error_code(r) == c.code);
+    CHECK(store_snapshot(db) == before);
+  }
+
+  // The honest clients finish the round: the first upload counts, a repeat is a conflict.
+  Reply accepted = upload(*invited[0], good, good_meta);
+  REQUIRE(accepted.status == 200);
+  std::string after_one = store_snapshot(db);
+  Reply twice = upload(*invited[0], good, good_meta);
+  CHECK(twice.status == 409);
+  CHECK(error_code(twice) == "conflict");
+  CHECK(store_snapshot(db) == after_one);
+  for (size_t i = 1; i < invited.size(); ++i) {
+    CHECK(upload(*invited[i], good, good_meta).status == 200);
+  }
+  json detail;
+  REQUIRE(wait_until(
+      [&] {
+        detail = admin.get("/v1/admin/jobs/1").body;
+        return committed_rounds(detail).size() == 1;
+      },
+      60));
+  CHECK(committed_rounds(detail)[0]["metrics"]["updates"] == 3);
+  // A zero delta leaves the model where it was, but under a new version.
+  Reply next = admin.get("/v1/jobs/1/models/1");
+  REQUIRE(next.status == 200);
+  CHECK(decode_blob(next.raw, 1 << 24)->data == global.data);
+
+  // Uploads to the closed round are refused and change nothing.
+  std::string committed = store_snapshot(db);
+  Reply late = upload(*outsider, good, good_meta);
+  CHECK(late.status == 409);
+  CHECK(store_snapshot(db) == committed);
+}
+
+TEST_CASE("callers over the request rate get 429 with Retry-After") {
+  TempDir dir;
+  auto config = test_config(dir);
+  config.requests_per_second = 2;
+  auto service = server::CoordinatorService::start(config);
+  REQUIRE(service.ok());
+  Caller admin((*service)->port(), kAdminToken);
+  int limited = 0;
+  std::string retry_after;
+  for (int i = 0; i < 20; ++i) {
+    Reply r = admin.get("/v1/admin/jobs");
+    if (r.status == 429) {
+      ++limited;
+      retry_after = r.response.header("retry-after");
+      CHECK(error_code(r) == "resource_exhausted");
+    }
+  }
+  CHECK(limited >= 10);
+  CHECK(!retry_after.empty());
+  CHECK(std::stoi(retry_after) >= 1);
+}
+
+TEST_CASE("job control follows the job's state machine") {
+  TempDir dir;
+  auto service = server::CoordinatorService::start(test_config(dir));
+  REQUIRE(service.ok());
+  Caller admin((*service)->port(), kAdminToken);
+  REQUIRE(admin.post("/v1/admin/jobs", {{"name", "ctl"}, {"model", "mlp"}}).status == 201);
+  CHECK(admin.post("/v1/admin/jobs/1/resume", json::object()).status == 409);
+  Reply paused = admin.post("/v1/admin/jobs/1/pause", json::object());
+  CHECK(paused.status == 200);
+  CHECK(paused.body["state"] == "paused");
+  CHECK(admin.post("/v1/admin/jobs/1/pause", json::object()).status == 409);
+  CHECK(admin.post("/v1/admin/jobs/1/resume", json::object()).body["state"] == "running");
+  CHECK(admin.post("/v1/admin/jobs/1/cancel", json::object()).body["state"] == "cancelled");
+  CHECK(admin.post("/v1/admin/jobs/1/resume", json::object()).status == 409);
+  Reply list = admin.get("/v1/admin/jobs");
+  REQUIRE(list.status == 200);
+  CHECK(list.body["jobs"][0]["state"] == "cancelled");
+  CHECK(admin.call("DELETE", "/v1/admin/jobs").status == 405);
+  CHECK(admin.get("/v1/nothing-here").status == 404);
+}

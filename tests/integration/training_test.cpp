@@ -1,0 +1,81 @@
+// Five SDK clients train a CNN on Fashion-MNIST through a real coordinator over HTTP.
+
+#include <doctest/doctest.h>
+
+#include "client_sdk/fleet.h"
+#include "server/service.h"
+#include "tests/support/coordinator_harness.h"
+
+using namespace fedcase;
+using namespace fedcase::testing;
+using nlohmann::json;
+
+TEST_CASE("5 SDK clients complete 3 rounds and the global model's accuracy rises") {
+  TempDir dir;
+  auto service = server::CoordinatorService::start(test_config(dir));
+  REQUIRE_MESSAGE(service.ok(), service.status().to_string());
+  const uint16_t port = (*service)->port();
+  Caller admin(port, kAdminToken);
+
+  json job_config = {{"name", "e2e"},         {"model", "cnn"},     {"rounds", 3},
+                     {"clients_per_round", 5}, {"overcommit", 1.0},  {"round_deadline_s", 120},
+                     {"train", {{"epochs", 1}, {"lr", 0.05}, {"momentum", 0.9}}}};
+  Reply created = admin.post("/v1/admin/jobs", job_config);
+  REQUIRE(created.status == 201);
+  const std::string job_path = "/v1/admin/jobs/" + std::to_string(created.body["job_id"].get<int>());
+
+  ml::Dataset slice = ml::head(fmnist_train(), 6000);
+  client::FleetConfig fleet_config;
+  fleet_config.port = port;
+  fleet_config.enrollment_token = kEnrollmentToken;
+  fleet_config.clients = 5;
+  fleet_config.alpha = 1.0;
+  fleet_config.poll_wait_s = 2;
+  fleet_config.data = &slice;
+  auto fleet = client::Fleet::start(fleet_config);
+  REQUIRE(fleet.ok());
+
+  json detail;
+  bool finished = wait_until(
+      [&] {
+        detail = admin.get(job_path).body;
+        return detail.value("state", "") == "finished";
+      },
+      240);
+  (*fleet)->stop();
+  REQUIRE_MESSAGE(finished, detail.dump());
+
+  auto rounds = committed_rounds(detail);
+  REQUIRE(rounds.size() == 3);
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    const json& m = rounds[i]["metrics"];
+    CHECK(rounds[i]["round"] == i + 1);
+    CHECK(rounds[i]["base_version"] == i);
+    CHECK(m["updates"] == 5);
+    CHECK(m["finished"].size() == 5);
+    CHECK(m["samples"].get<double>() == doctest::Approx(6000));
+    CHECK(m["checksum"].get<std::string>().size() == 64);
+    MESSAGE("round " << i + 1 << " accuracy " << m["test_accuracy"]);
+  }
+  const double first = rounds[0]["metrics"]["test_accuracy"];
+  const double last = rounds[2]["metrics"]["test_accuracy"];
+  CHECK(first > 0.2);  // better than chance after one round
+  CHECK(last > first);
+  CHECK(last > 0.6);
+  CHECK(detail["model_version"] == 3);
+  CHECK(detail["model_checksum"] == rounds[2]["metrics"]["checksum"]);
+
+  // The committed model downloads with its checksum as the ETag, and revalidates with 304.
+  Caller reader(port, kAdminToken);
+  Reply model = reader.get("/v1/jobs/1/models/3");
+  CHECK(model.status == 200);
+  CHECK(model.response.header("etag") == "\"" + detail["model_checksum"].get<std::string>() + "\"");
+  Reply again = reader.call("GET", "/v1/jobs/1/models/3", "",
+                            {{"If-None-Match", model.response.header("etag")}});
+  CHECK(again.status == 304);
+
+  Reply clients = admin.get("/v1/admin/clients");
+  REQUIRE(clients.status == 200);
+  CHECK(clients.body["clients"].size() == 5);
+  CHECK((*fleet)->updates_accepted() == 15);
+}

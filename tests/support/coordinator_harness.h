@@ -1,0 +1,95 @@
+#pragma once
+// Helpers for tests that talk to a real coordinator over real HTTP on 127.0.0.1.
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "client_sdk/http_client.h"
+#include "ml/dataset.h"
+#include "server/config.h"
+#include "tests/support/temp_dir.h"
+
+namespace fedcase::testing {
+
+inline constexpr const char* kAdminToken = "test-admin-token-0123456789";
+inline constexpr const char* kEnrollmentToken = "test-enrollment-token-0123456789";
+
+// A coordinator config for tests: port 0, database in `dir`, small evaluation set.
+inline server::CoordinatorConfig test_config(const TempDir& dir) {
+  nlohmann::json j = {{"port", 0},
+                      {"database", dir.file("fedcase.db")},
+                      {"admin_token", kAdminToken},
+                      {"enrollment_token", kEnrollmentToken},
+                      {"eval_data_dir", FEDCASE_FMNIST_DIR},
+                      {"eval_samples", 1000},
+                      {"long_poll_max_s", 5}};
+  return server::parse_coordinator_config(j);
+}
+
+// The Fashion-MNIST training set, loaded once per test process.
+inline const ml::Dataset& fmnist_train() {
+  static const ml::Dataset data =
+      std::move(ml::load_fashion_mnist(FEDCASE_FMNIST_DIR, ml::Split::kTrain)).value();
+  return data;
+}
+
+struct Reply {
+  int status = 0;
+  nlohmann::json body;
+  std::string raw;
+  client::HttpResponse response;
+};
+
+// One caller with one bearer token and one keep-alive connection.
+class Caller {
+ public:
+  Caller(uint16_t port, std::string token) : http_("127.0.0.1", port), token_(std::move(token)) {}
+  void set_token(std::string token) { token_ = std::move(token); }
+
+  Reply call(const std::string& method, const std::string& path, const std::string& body = "",
+             std::map<std::string, std::string> headers = {}) {
+    if (!token_.empty()) headers["Authorization"] = "Bearer " + token_;
+    auto r = http_.request(method, path, body, headers, 30);
+    Reply out;
+    if (!r.ok()) return out;  // status 0: transport failure
+    out.status = r->status;
+    out.raw = r->body;
+    out.body = nlohmann::json::parse(r->body, nullptr, false);
+    out.response = std::move(r).value();
+    return out;
+  }
+  Reply get(const std::string& path) { return call("GET", path); }
+  Reply post(const std::string& path, const nlohmann::json& body) {
+    return call("POST", path, body.dump(), {{"Content-Type", "application/json"}});
+  }
+
+ private:
+  client::HttpClient http_;
+  std::string token_;
+};
+
+// Polls `done` every 100 ms until it holds or `timeout_s` passes; returns whether it held.
+inline bool wait_until(const std::function<bool()>& done, double timeout_s) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return done();
+}
+
+// Committed rounds of a job detail reply, in order.
+inline std::vector<nlohmann::json> committed_rounds(const nlohmann::json& detail) {
+  std::vector<nlohmann::json> out;
+  if (!detail.is_object() || !detail.contains("rounds")) return out;
+  for (const auto& r : detail["rounds"]) {
+    if (r["state"] == "committed") out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace fedcase::testing
