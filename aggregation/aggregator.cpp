@@ -53,6 +53,10 @@ Result<const RuleInfo*> validate(const AggregatorConfig& c) {
   if (c.max_buffered_updates < 1) {
     return invalid_argument("aggregation.max_buffered_updates must be at least 1");
   }
+  if (c.byzantine_f >= c.max_buffered_updates || c.multi_krum_m > c.max_buffered_updates) {
+    return invalid_argument(
+        "aggregation.byzantine_f and multi_krum_m must be below max_buffered_updates");
+  }
   if (!(c.trim_beta >= 0 && c.trim_beta < 0.5)) {
     return invalid_argument("aggregation.trim_beta must be in [0, 0.5)");
   }

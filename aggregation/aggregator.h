@@ -57,8 +57,8 @@ struct AggregatorConfig {
   // median, trimmed_mean, krum, multi_krum: refuse the update after this many (>= 1).
   uint64_t max_buffered_updates = 1000;
   double trim_beta = 0.1;          // trimmed_mean: fraction trimmed at each end, [0, 0.5)
-  uint64_t byzantine_f = 0;        // krum, multi_krum: Byzantine updates tolerated
-  uint64_t multi_krum_m = 0;       // multi_krum: updates averaged, >= 1; 0 (default): n - f
+  uint64_t byzantine_f = 0;        // krum, multi_krum: Byzantine updates tolerated, < max_buffered
+  uint64_t multi_krum_m = 0;       // multi_krum: updates averaged, <= max_buffered; 0: n - f
   double dp_noise_multiplier = 0;  // fedavg: z > 0 turns on central DP; needs clip_norm > 0
   // fedavg with DP: the noise seed. Set a fresh one every round (for example derived from the
   // job's seed and the round index) to replay a round exactly; absent, the OS RNG picks one.

@@ -36,7 +36,6 @@ StateWriter::StateWriter(std::string_view kind) {
 }
 
 void StateWriter::put_u64(uint64_t value) { put(out_, value); }
-void StateWriter::put_f64(double value) { put(out_, value); }
 void StateWriter::put_floats(const std::vector<float>& values) { put_vector(out_, values); }
 void StateWriter::put_doubles(const std::vector<double>& values) { put_vector(out_, values); }
 
@@ -92,7 +91,6 @@ Status StateReader::get_vector(std::vector<T>& values) {
 }
 
 Status StateReader::get_u64(uint64_t& value) { return get_raw(&value, sizeof(value)); }
-Status StateReader::get_f64(double& value) { return get_raw(&value, sizeof(value)); }
 Status StateReader::get_floats(std::vector<float>& values) { return get_vector(values); }
 Status StateReader::get_doubles(std::vector<double>& values) { return get_vector(values); }
 

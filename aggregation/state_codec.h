@@ -22,7 +22,6 @@ class StateWriter {
  public:
   explicit StateWriter(std::string_view kind);
   void put_u64(uint64_t value);
-  void put_f64(double value);
   void put_floats(const std::vector<float>& values);    // u64 count, then the floats
   void put_doubles(const std::vector<double>& values);  // u64 count, then the doubles
   // The encoded state; the writer must not be used afterwards.
@@ -41,7 +40,6 @@ class StateReader {
   // Each read fails (kInvalidArgument) instead of reading past the payload. Vector reads check
   // the count against the remaining bytes before allocating.
   Status get_u64(uint64_t& value);
-  Status get_f64(double& value);
   Status get_floats(std::vector<float>& values);
   Status get_doubles(std::vector<double>& values);
   // kInvalidArgument unless the whole payload was read.

@@ -44,10 +44,6 @@ void scale_add(float* __restrict dst, const float* __restrict src, float a, size
   for (size_t i = 0; i < n; ++i) dst[i] += a * src[i];
 }
 
-void scale_in_place(float* dst, float a, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] *= a;
-}
-
 double squared_norm(const float* x, size_t n) {
   return blocked_sum(n, [x](size_t i) { return x[i] * x[i]; });
 }

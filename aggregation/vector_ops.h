@@ -13,8 +13,6 @@ class WorkerPool;
 void scale_copy(float* dst, const float* src, float a, size_t n);
 // dst[i] += a * src[i]
 void scale_add(float* dst, const float* src, float a, size_t n);
-// dst[i] *= a
-void scale_in_place(float* dst, float a, size_t n);
 
 // Sum of squares and squared Euclidean distance: float differences and squares accumulated in
 // 16 float lanes per 4096-element block, blocks summed in double.

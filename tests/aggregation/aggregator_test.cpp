@@ -67,6 +67,13 @@ TEST_CASE("aggregation config: defaults, per-rule keys and ranges") {
   CHECK(error({{"rule", "krum"}, {"dp_noise_multiplier", 1.0}}).find("unknown key") !=
         std::string::npos);
   CHECK(error({{"rule", "krum"}, {"byzantine_f", 1.5}}).find("integer") != std::string::npos);
+  CHECK(error({{"rule", "krum"}, {"byzantine_f", 10}, {"max_buffered_updates", 10}})
+            .find("below max_buffered_updates") != std::string::npos);
+  CHECK(error({{"rule", "multi_krum"},
+               {"byzantine_f", 1},
+               {"multi_krum_m", 11},
+               {"max_buffered_updates", 10}})
+            .find("multi_krum_m") != std::string::npos);
   CHECK(error(nlohmann::json::array()).find("object") != std::string::npos);
 
   AggregatorConfig direct;
