@@ -47,14 +47,19 @@ state=running
 while :; do
   detail=$(admin "$base/v1/admin/jobs/$job")
   state=$(jq -r .state <<<"$detail")
-  jq -r --argjson shown "$shown" '.rounds[] | select(.state == "committed" and .round > $shown)
+  # A round is shown once its model is evaluated (evaluation runs beside the next round).
+  jq -r --argjson shown "$shown" '.rounds[]
+      | select(.state == "committed" and .round > $shown and .metrics.test_accuracy != null)
       | [.round, .metrics.test_accuracy, .metrics.test_loss, .metrics.round_seconds, .metrics.updates]
       | @tsv' <<<"$detail" |
     while IFS=$'\t' read -r round acc loss secs n; do
       printf '%6d %9.4f %8.4f %10.1f %13d\n' "$round" "$acc" "$loss" "$secs" "$n"
     done
-  shown=$(jq '[.rounds[] | select(.state == "committed") | .round] | max // 0' <<<"$detail")
-  [ "$state" = running ] || break
+  shown=$(jq '[.rounds[] | select(.state == "committed" and .metrics.test_accuracy != null)
+      | .round] | max // 0' <<<"$detail")
+  pending=$(jq '[.rounds[] | select(.state == "committed" and .metrics.test_accuracy == null)]
+      | length' <<<"$detail")
+  [ "$state" = running ] || [ "$pending" -gt 0 ] || break
   if awk -v now="$(date +%s.%N)" -v start="$start" -v max="$max_seconds" \
        'BEGIN { exit !(now - start > max) }'; then
     echo "demo: stopping after $max_seconds s" >&2
@@ -67,7 +72,7 @@ done
 
 wall=$(awk -v now="$(date +%s.%N)" -v start="$start" 'BEGIN { print now - start }')
 jq -c --argjson wall "$wall" --argjson target "$target" '
-  ([.rounds[] | select(.state == "committed")] | last) as $last
+  ([.rounds[] | select(.state == "committed" and .metrics.test_accuracy != null)] | last) as $last
   | {rounds: ($last.round // 0), test_accuracy: ($last.metrics.test_accuracy // 0),
      wall_seconds: ($wall * 10 | round / 10), target_reached: (($last.metrics.test_accuracy // 0) >= $target)}' \
   <<<"$(admin "$base/v1/admin/jobs/$job")" | tee "$dir/summary.json"

@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "ml/model.h"
 #include "scheduling/selection.h"
+#include "server/evaluator.h"
 #include "storage/store.h"
 
 namespace fedcase::server {
@@ -114,8 +115,6 @@ json round_json(const storage::RoundRecord& r) {
 struct Coordinator::State {
   CoordinatorConfig config;
   std::unique_ptr<storage::Store> store;
-  ml::Dataset eval_data;
-  std::map<std::string, ml::Model> evaluators;  // by arch; used by the driver thread only
 
   mutable std::mutex mu;
   std::unordered_map<std::string, ClientId> token_hashes;
@@ -127,6 +126,9 @@ struct Coordinator::State {
   std::condition_variable driver_cv;
   bool driver_stop = false;
   bool driver_wake = false;
+
+  // Declared last: destroyed first, while everything its callbacks touch still exists.
+  std::unique_ptr<Evaluator> evaluator;
 
   // ---- helpers; callers hold `mu` unless noted ----
 
@@ -277,7 +279,8 @@ struct Coordinator::State {
     job.round.reset();
   }
 
-  // Runs on the driver thread without `mu`: optimizer step, evaluation, atomic commit.
+  // Runs on the driver thread without `mu`: optimizer step and atomic commit; the evaluation
+  // is queued and recorded when it is done.
   void commit(ClosingRound& c) {
     Job& job = *c.job;
     auto mean = c.sum->mean();
@@ -290,21 +293,10 @@ struct Coordinator::State {
     auto blob = std::make_shared<const std::string>(encode_blob(next));
     std::string checksum = blob_checksum(*blob);
 
-    auto evaluator = evaluators.find(job.config.model);
-    if (evaluator == evaluators.end()) {
-      evaluator = evaluators.emplace(job.config.model,
-                                     std::move(ml::Model::create(job.config.model, 0)).value())
-                      .first;
-    }
-    evaluator->second.set_parameters(params);
-    ml::EvalResult eval = evaluator->second.evaluate(eval_data, config.eval_samples);
-
     double now = now_unix();
     c.record.state = "committed";
     c.record.closed_at = now;
     c.record.metrics = c.stats;
-    c.record.metrics["test_accuracy"] = eval.accuracy;
-    c.record.metrics["test_loss"] = eval.loss;
     c.record.metrics["round_seconds"] = now - c.record.opened_at;
     c.record.metrics["model_version"] = c.record.index;
     c.record.metrics["checksum"] = checksum;
@@ -313,24 +305,40 @@ struct Coordinator::State {
     s = store->commit_round(c.record, model, job.record.policy_state);
     if (!s.ok()) return abandon(c, "commit failed: " + s.to_string(), previous_state);
 
+    const RoundIndex index = c.record.index;
+    evaluator->submit(job.config.model, params,
+                      [this, &job, index](const ml::EvalResult& e) { on_evaluated(job, index, e); });
     std::lock_guard<std::mutex> lock(mu);
-    job.version = c.record.index;
+    job.version = index;
     job.params = std::move(params);
     job.blob = std::move(blob);
     job.checksum = checksum;
     job.round.reset();
-    char line[256];
-    std::snprintf(line, sizeof(line),
-                  "job %llu: round %llu committed: %zu updates, accuracy %.4f, loss %.4f, %.1f s",
-                  static_cast<unsigned long long>(job.record.id),
-                  static_cast<unsigned long long>(c.record.index),
-                  static_cast<size_t>(c.stats["updates"].get<size_t>()), eval.accuracy, eval.loss,
-                  now - c.record.opened_at);
-    log_info(line);
-    bool reached = job.config.target_accuracy > 0 && eval.accuracy >= job.config.target_accuracy;
-    if ((reached || job.last_round >= job.config.rounds) && job.record.state == "running") {
+    log_info("job " + std::to_string(job.record.id) + ": round " + std::to_string(index) +
+             " committed with " + c.stats["updates"].dump() + " updates after " +
+             std::to_string(now - c.record.opened_at) + " s");
+    if (job.last_round >= job.config.rounds && job.record.state == "running") {
       set_state(job, "finished");
     }
+  }
+
+  // Runs on the evaluator thread: records the model's test metrics, and finishes the job
+  // once the target accuracy is reached (the round in flight is then no longer needed).
+  void on_evaluated(Job& job, RoundIndex index, const ml::EvalResult& e) {
+    Status s = store->add_round_metrics(
+        job.record.id, index,
+        {{"test_accuracy", e.accuracy}, {"test_loss", e.loss}, {"test_samples", e.samples}});
+    if (!s.ok()) log_error("cannot record evaluation: " + s.to_string());
+    char line[160];
+    std::snprintf(line, sizeof(line), "job %llu: round %llu model accuracy %.4f, loss %.4f",
+                  static_cast<unsigned long long>(job.record.id),
+                  static_cast<unsigned long long>(index), e.accuracy, e.loss);
+    log_info(line);
+    std::lock_guard<std::mutex> lock(mu);
+    bool reached = job.config.target_accuracy > 0 && e.accuracy >= job.config.target_accuracy;
+    if (!reached || job.record.state != "running") return;
+    set_state(job, "finished");
+    if (job.round && !job.round->closing) fail_round(job, now_unix(), "job reached its target");
   }
 
   void abandon(ClosingRound& c, const std::string& why, const std::string& optimizer_state) {
@@ -353,7 +361,8 @@ Result<std::unique_ptr<Coordinator>> Coordinator::open(const CoordinatorConfig& 
   state->store = std::move(store).value();
   auto eval = ml::load_fashion_mnist(config.eval_data_dir, ml::Split::kTest);
   if (!eval.ok()) return eval.status();
-  state->eval_data = std::move(eval).value();
+  state->evaluator = std::make_unique<Evaluator>(std::move(eval).value(), config.eval_samples,
+                                                 config.torch_threads);
   FEDCASE_RETURN_IF_ERROR(state->recover());
   return std::unique_ptr<Coordinator>(new Coordinator(std::move(state)));
 }
@@ -365,7 +374,6 @@ void Coordinator::start_driver() {
   if (s.driver.joinable()) return;
   s.driver_stop = false;
   s.driver = std::thread([this, &s] {
-    ml::set_torch_threads(s.config.torch_threads);  // evaluation runs on this thread
     while (true) {
       {
         std::unique_lock<std::mutex> lock(s.driver_mu);

@@ -4,7 +4,9 @@
 //
 // Thread safety: every public method may be called from any thread. A driver thread (started
 // by start_driver) opens and closes rounds; the expensive part of closing a round (server
-// optimizer step, evaluation, commit) runs without blocking uploads to other jobs.
+// optimizer step, commit) runs without blocking uploads to other jobs. Each committed model is
+// evaluated on the test set by a separate thread and its accuracy added to the round's metrics
+// when ready, so the next round does not wait for it.
 //
 // Durability: a round's model and its `committed` state are written in one store transaction
 // before any client can see the new model. On open(), rounds a crash left open are marked

@@ -16,7 +16,7 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
 constexpr size_t kHeaderLimit = 16 * 1024;
-constexpr auto kPollInterval = std::chrono::milliseconds(100);
+constexpr auto kPollInterval = std::chrono::milliseconds(200);
 
 std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));

@@ -272,6 +272,25 @@ class SqliteStore : public Store {
     return close_round(r, "failed");
   }
 
+  Status add_round_metrics(JobId job, RoundIndex round, const json& metrics) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return transaction([&]() -> Status {
+      auto read = query("SELECT metrics FROM rounds WHERE job_id=? AND idx=? AND state!='open'");
+      if (!read.ok()) return read.status();
+      read->bind(job).bind(round);
+      if (!read->step()) {
+        if (!read->status().ok()) return read->status();
+        return not_found("closed round " + std::to_string(round) + " of job " +
+                         std::to_string(job) + " not found");
+      }
+      json merged = read->json_col(0);
+      merged.update(metrics);
+      auto write = query("UPDATE rounds SET metrics=? WHERE job_id=? AND idx=?");
+      if (!write.ok()) return write.status();
+      return write->bind(merged).bind(job).bind(round).run();
+    });
+  }
+
   Result<std::vector<RoundRecord>> list_rounds(JobId job) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto q = query(

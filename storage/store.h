@@ -88,6 +88,8 @@ class Store {
   virtual Status commit_round(const RoundRecord& round, const ModelRecord& model,
                               const nlohmann::json& policy_state) = 0;
   virtual Status fail_round(const RoundRecord& round) = 0;
+  // Merges `metrics` into a closed round's metrics (e.g. its evaluation, which comes later).
+  virtual Status add_round_metrics(JobId job, RoundIndex round, const nlohmann::json& metrics) = 0;
   virtual Result<std::vector<RoundRecord>> list_rounds(JobId job) = 0;
   virtual Result<std::vector<UpdateRecord>> list_updates(JobId job, RoundIndex round) = 0;
 

@@ -39,7 +39,9 @@ TEST_CASE("5 SDK clients complete 3 rounds and the global model's accuracy rises
   bool finished = wait_until(
       [&] {
         detail = admin.get(job_path).body;
-        return detail.value("state", "") == "finished";
+        auto rounds = committed_rounds(detail);
+        return detail.value("state", "") == "finished" && !rounds.empty() &&
+               rounds.back()["metrics"].contains("test_accuracy");
       },
       240);
   (*fleet)->stop();

@@ -77,6 +77,10 @@ TEST_CASE("clients, jobs, rounds and models persist across reopening") {
   CHECK(rounds->at(0).state == "committed");
   CHECK(rounds->at(0).selected == std::vector<ClientId>{client});
   CHECK(rounds->at(0).metrics["test_accuracy"] == 0.5);
+  REQUIRE(store->add_round_metrics(job, 1, {{"test_loss", 0.7}, {"test_accuracy", 0.6}}).ok());
+  CHECK(store->list_rounds(job)->at(0).metrics ==
+        json{{"test_accuracy", 0.6}, {"test_loss", 0.7}});
+  CHECK(store->add_round_metrics(job, 2, {}).code() == Code::kNotFound);
   auto latest = store->latest_model(job);
   REQUIRE(latest.ok());
   CHECK(latest->version == 1);

@@ -1,0 +1,57 @@
+#include "server/evaluator.h"
+
+#include "common/log.h"
+
+namespace fedcase::server {
+
+Evaluator::Evaluator(ml::Dataset data, size_t samples, int torch_threads)
+    : data_(std::move(data)), samples_(samples), torch_threads_(torch_threads),
+      thread_([this] { run(); }) {}
+
+Evaluator::~Evaluator() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+}
+
+void Evaluator::submit(const std::string& arch, std::vector<float> params, Done done) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back({arch, std::move(params), std::move(done)});
+  }
+  cv_.notify_one();
+}
+
+void Evaluator::run() {
+  ml::set_torch_threads(torch_threads_);
+  while (true) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    auto it = models_.find(task.arch);
+    if (it == models_.end()) {
+      auto model = ml::Model::create(task.arch, 0);
+      if (!model.ok()) {
+        log_error("cannot evaluate: " + model.status().to_string());
+        continue;
+      }
+      it = models_.emplace(task.arch, std::move(model).value()).first;
+    }
+    Status s = it->second.set_parameters(task.params);
+    if (!s.ok()) {
+      log_error("cannot evaluate: " + s.to_string());
+      continue;
+    }
+    task.done(it->second.evaluate(data_, samples_));
+  }
+}
+
+}  // namespace fedcase::server
