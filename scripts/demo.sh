@@ -37,7 +37,9 @@ target=$(jq -r .target_accuracy "$job_config")
 echo "demo: job $job ($(jq -r .name "$job_config")), $clients clients, Dirichlet alpha $alpha, target accuracy $target"
 echo "demo: coordinator $base, logs in $dir/"
 
-"$build/client_sdk/fedcase-client" --port "$(cat "$dir/port")" --clients "$clients" --alpha "$alpha" \
+# The fleet stands in for remote devices: on this one machine it runs at a lower priority so
+# the coordinator (polls, aggregation, evaluation) stays as responsive as it would be alone.
+nice -n 10 "$build/client_sdk/fedcase-client" --port "$(cat "$dir/port")" --clients "$clients" --alpha "$alpha" \
   > "$dir/fleet.log" 2>&1 &
 pids+=($!)
 
