@@ -40,9 +40,13 @@ Status parse_cache(ObjectReader& parent, CacheDirectives& out) {
   if (member == nullptr) return ok_status();
   ObjectReader r(*member, parent.path("cache"));
   CacheDirectives c;
-  r.integer("budget_bytes", c.budget_bytes)
+  r.text("policy", c.policy)
+      .integer("budget_bytes", c.budget_bytes)
       .number("repetition_factor", c.repetition_factor, 1, kInf);
   FEDCASE_RETURN_IF_ERROR(r.strict_status());
+  if (c.policy != "importance" && c.policy != "lru" && c.policy != "none") {
+    return invalid_argument(r.path("policy") + " must be \"importance\", \"lru\" or \"none\"");
+  }
   out = c;
   return ok_status();
 }
@@ -65,11 +69,17 @@ Result<TrainingParams> parse_training_params(const nlohmann::json& training) {
       .integer("sample_budget", p.sample_budget)
       .integer("batch_size", p.batch_size)
       .number("lr", p.learning_rate, 1e-12, kInf)
+      .number("momentum", p.momentum, 0, 0.999)
+      .number("prox_mu", p.prox_mu, 0, kInf)
+      .text("sampling", p.sampling)
       .merge(parse_deadline(r, p.deadline))
       .merge(parse_cache(r, p.cache))
       .merge(parse_priors(r, p.priors));
   FEDCASE_RETURN_IF_ERROR(r.strict_status());
   if (p.batch_size == 0) return invalid_argument("training.batch_size must be >= 1");
+  if (p.sampling != "uniform" && p.sampling != "importance") {
+    return invalid_argument("training.sampling must be \"uniform\" or \"importance\"");
+  }
   if (p.sample_budget == 0 && p.local_epochs == 0) {
     return invalid_argument("training: local_epochs must be >= 1 when sample_budget is 0");
   }
@@ -116,6 +126,9 @@ Result<RoundPlan> plan_round(const TrainingParams& params,
     task.local_steps = (shape.samples + params.batch_size - 1) / params.batch_size;
     task.batch_size = params.batch_size;
     task.learning_rate = params.learning_rate;
+    task.momentum = params.momentum;
+    task.prox_mu = params.prox_mu;
+    task.sampling = params.sampling;
     task.cache = params.cache;
     if (profile->cache_capacity_bytes > 0) {
       task.cache.budget_bytes = std::min(task.cache.budget_bytes, profile->cache_capacity_bytes);

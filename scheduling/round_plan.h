@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -15,8 +16,9 @@
 
 namespace fedcase::scheduling {
 
-// How a client's importance-aware sample cache should behave during its task.
+// How a client's sample cache should behave during its task.
 struct CacheDirectives {
+  std::string policy = "importance";  // "importance", "lru" or "none"
   uint64_t budget_bytes = 4 << 20;  // bytes the cache may hold (capped at the client's capacity)
   double repetition_factor = 1;     // times a cached sample may be used within the task (>= 1)
 };
@@ -40,6 +42,9 @@ struct TrainingParams {
   uint64_t sample_budget = 0;  // samples per task; 0 = local_epochs x dataset size
   uint32_t batch_size = 32;
   double learning_rate = 0.01;
+  double momentum = 0;          // the client's local SGD momentum
+  double prox_mu = 0;           // FedProx proximal term; 0 = plain local SGD
+  std::string sampling = "uniform";  // "uniform" or "importance" (loss-rank weighted draws)
   DeadlineConfig deadline;
   CacheDirectives cache;  // every task's default cache directives
   DurationPriors priors;  // for what a profile has not measured yet
@@ -65,6 +70,9 @@ struct ClientTask {
   uint64_t local_steps = 0;  // ceil(samples / batch_size)
   uint32_t batch_size = 0;
   double learning_rate = 0;
+  double momentum = 0;
+  double prox_mu = 0;
+  std::string sampling;
   CacheDirectives cache;
   double expected_duration_s = 0;
 };

@@ -58,6 +58,10 @@ TEST_CASE("training params reject bad values and unknown keys") {
       parse_training_params({{"deadline", {{"min_seconds", 10}, {"max_seconds", 5}}}}).ok());
   CHECK_FALSE(parse_training_params({{"cache", {{"repetition_factor", 0.5}}}}).ok());
   CHECK_FALSE(parse_training_params({{"priors", {{"sample_bytes", -1}}}}).ok());
+  CHECK_FALSE(parse_training_params({{"sampling", "sometimes"}}).ok());
+  CHECK_FALSE(parse_training_params({{"cache", {{"policy", "fifo"}}}}).ok());
+  CHECK_FALSE(parse_training_params({{"momentum", 1.5}}).ok());
+  CHECK_FALSE(parse_training_params({{"prox_mu", -0.1}}).ok());
   Result<TrainingParams> typo = parse_training_params({{"deadline", {{"slak", 2}}}});
   REQUIRE_FALSE(typo.ok());
   CHECK(typo.status().message() == "unknown key training.deadline.slak");
@@ -132,4 +136,24 @@ TEST_CASE("candidates carry the profile and the expected duration of their task"
   // 1 s compute, 1 s download and 2 s upload at the default priors (10 and 5 Mbit/s).
   CHECK(c.expected_duration_s == doctest::Approx(4.0));
   CHECK_FALSE(make_candidate(a, false, params, 0).available);
+}
+
+TEST_CASE("client optimizer, sampling and cache policy pass through to every task") {
+  Result<TrainingParams> p = parse_training_params(
+      {{"momentum", 0.9}, {"prox_mu", 0.01}, {"sampling", "importance"},
+       {"cache", {{"policy", "lru"}, {"repetition_factor", 2}}}});
+  REQUIRE(p.ok());
+  CHECK(parse_training_params(nlohmann::json::object())->sampling == "uniform");
+  CHECK(parse_training_params(nlohmann::json::object())->cache.policy == "importance");
+  ClientProfile profile;
+  profile.id = 4;
+  profile.dataset_size = 100;
+  Result<RoundPlan> plan = plan_round(*p, {&profile}, 1000);
+  REQUIRE(plan.ok());
+  const ClientTask& task = plan->tasks.at(0);
+  CHECK(task.momentum == 0.9);
+  CHECK(task.prox_mu == 0.01);
+  CHECK(task.sampling == "importance");
+  CHECK(task.cache.policy == "lru");
+  CHECK(task.cache.repetition_factor == 2);
 }
