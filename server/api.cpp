@@ -108,7 +108,7 @@ uint64_t Api::body_limit(const http::request_header<>& header) const {
   return upload ? coordinator_.config().max_upload_bytes : coordinator_.config().max_json_bytes;
 }
 
-Reply Api::handle(const Request& req) {
+Reply Api::handle(const Request& req, double receive_seconds) {
   try {
     Caller caller = coordinator_.identify(bearer_token(req));
     if (caller.role == Role::kNone) {
@@ -121,13 +121,13 @@ Reply Api::handle(const Request& req) {
       r.response.set(http::field::retry_after, std::to_string(int(std::ceil(retry_after))));
       return r;
     }
-    return route(req, caller);
+    return route(req, caller, receive_seconds);
   } catch (const std::exception& e) {
     return error_reply(internal_error(e.what()), req);
   }
 }
 
-Reply Api::route(const Request& req, const Caller& caller) {
+Reply Api::route(const Request& req, const Caller& caller, double receive_seconds) {
   std::string_view target(req.target().data(), req.target().size());
   size_t q = target.find('?');
   std::string_view query = q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
@@ -261,7 +261,9 @@ Reply Api::route(const Request& req, const Caller& caller) {
         return error_reply(invalid_argument(std::string(kMetaHeader) + " is not valid JSON"), req);
       }
       return result_reply(
-          coordinator_.submit_update(caller.client, *job, *number, meta, req.body()), req);
+          coordinator_.submit_update(caller.client, *job, *number, meta, req.body(),
+                                     receive_seconds),
+          req);
     }
   }
   return error_reply(not_found("no such endpoint"), req);

@@ -36,11 +36,13 @@ class Api {
   // else is JSON bounded by the config.
   uint64_t body_limit(const http::request_header<>& header) const;
 
-  // Authenticates, rate-limits, validates and dispatches one request. Never throws.
-  Reply handle(const Request& request);
+  // Authenticates, rate-limits, validates and dispatches one request. `receive_seconds` is
+  // how long its body took to arrive (the coordinator's measure of a client's upload speed).
+  // Never throws.
+  Reply handle(const Request& request, double receive_seconds = 0);
 
  private:
-  Reply route(const Request& request, const Caller& caller);
+  Reply route(const Request& request, const Caller& caller, double receive_seconds);
   Coordinator& coordinator_;
   RateLimiter limiter_;
 };

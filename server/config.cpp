@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <stdexcept>
 
 #include "aggregation/server_optimizer.h"
@@ -119,28 +120,6 @@ CoordinatorConfig load_coordinator_config(const std::string& path) {
   return parse_coordinator_config(j);
 }
 
-json JobConfig::to_json() const {
-  return {{"name", name},
-          {"model", model},
-          {"seed", seed},
-          {"rounds", rounds},
-          {"clients_per_round", clients_per_round},
-          {"overcommit", overcommit},
-          {"min_clients", min_clients},
-          {"min_updates", min_updates},
-          {"round_deadline_s", round_deadline_s},
-          {"target_accuracy", target_accuracy},
-          {"max_update_norm", max_update_norm},
-          {"train",
-           {{"epochs", train.epochs},
-            {"batch_size", train.batch_size},
-            {"lr", train.lr},
-            {"momentum", train.momentum},
-            {"prox_mu", train.prox_mu}}},
-          {"selection", selection},
-          {"server_optimizer", server_optimizer}};
-}
-
 Result<JobConfig> parse_job_config(const json& j) {
   JobConfig c;
   FieldReader r(j, "");
@@ -149,22 +128,24 @@ Result<JobConfig> parse_job_config(const json& j) {
   r.integer("seed", c.seed, 0, 9.0e18);
   r.integer("rounds", c.rounds, 1, 1e6);
   r.integer("clients_per_round", c.clients_per_round, 1, 1e6);
-  r.number("overcommit", c.overcommit, 1, 10);
   r.integer("min_clients", c.min_clients, 0, 1e7);
   r.integer("min_updates", c.min_updates, 1, 1e6);
-  r.number("round_deadline_s", c.round_deadline_s, 0.1, 86400);
   r.number("target_accuracy", c.target_accuracy, 0, 1);
   r.number("max_update_norm", c.max_update_norm, 0, 1e12);
+  r.number("dp_delta", c.dp_delta, 1e-12, 0.1);
   r.object("selection", c.selection);
   r.object("server_optimizer", c.server_optimizer);
-  if (j.is_object() && j.contains("train")) {
-    FieldReader t(j["train"], "train");
-    t.integer("epochs", c.train.epochs, 1, 1000);
-    t.integer("batch_size", c.train.batch_size, 1, 65536);
-    t.number("lr", c.train.lr, 1e-9, 100);
-    t.number("momentum", c.train.momentum, 0, 0.999);
-    t.number("prox_mu", c.train.prox_mu, 0, 1e6);
-    if (!t.status().ok()) r.fail(t.status().message());
+  json training = json::object(), aggregation = json::object();
+  r.object("training", training);
+  r.object("aggregation", aggregation);
+  static const std::set<std::string> known = {
+      "name", "model", "seed", "rounds", "clients_per_round", "min_clients", "min_updates",
+      "target_accuracy", "max_update_norm", "dp_delta", "selection", "training",
+      "aggregation", "server_optimizer"};
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (!known.count(it.key())) r.fail("unknown job config key '" + it.key() + "'");
+    }
   }
   FEDCASE_RETURN_IF_ERROR(r.status());
   if (c.name.empty()) return invalid_argument("name is required");
@@ -175,9 +156,23 @@ Result<JobConfig> parse_job_config(const json& j) {
   if (c.min_updates > c.clients_per_round) {
     return invalid_argument("min_updates must not exceed clients_per_round");
   }
-  // Building the policy and optimizer once validates their sub-configs.
+  // Each section is validated by the library that owns it; building the policy and the
+  // optimizer once checks their parameters too.
+  auto training_params = scheduling::parse_training_params(training);
+  if (!training_params.ok()) return training_params.status();
+  c.training = std::move(training_params).value();
+  auto overcommit = scheduling::selection_overcommit(c.selection);
+  if (!overcommit.ok()) return overcommit.status();
+  c.overcommit = *overcommit;
   auto policy = scheduling::make_selection_policy(c.selection, c.seed);
-  if (!policy.ok()) return invalid_argument("selection: " + policy.status().message());
+  if (!policy.ok()) return policy.status();
+  auto aggregation_config = aggregation::parse_aggregator_config(aggregation);
+  if (!aggregation_config.ok()) return aggregation_config.status();
+  c.aggregation = std::move(aggregation_config).value();
+  if (c.aggregation.rule != "fedavg" && c.clients_per_round > c.aggregation.max_buffered_updates) {
+    return invalid_argument("clients_per_round exceeds aggregation.max_buffered_updates");
+  }
+  if (c.aggregation.dp_seed) return invalid_argument("aggregation.dp_seed is set per round");
   auto optimizer = aggregation::make_server_optimizer(c.server_optimizer);
   if (!optimizer.ok()) return invalid_argument("server_optimizer: " + optimizer.status().message());
   return c;

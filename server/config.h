@@ -7,7 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "aggregation/aggregator.h"
 #include "common/status.h"
+#include "scheduling/round_plan.h"
 
 namespace fedcase::server {
 
@@ -35,31 +37,25 @@ struct CoordinatorConfig {
 CoordinatorConfig parse_coordinator_config(const nlohmann::json& json);
 CoordinatorConfig load_coordinator_config(const std::string& path);
 
-struct TrainConfig {
-  size_t epochs = 1;
-  size_t batch_size = 32;
-  double lr = 0.05;
-  double momentum = 0.9;
-  double prox_mu = 0;
-};
-
+// A job, as posted to the admin API. Each section is parsed by the library that owns it:
+// `selection` and `training` by scheduling/, `aggregation` and `server_optimizer` by
+// aggregation/ (docs/scheduling.md, docs/aggregation.md).
 struct JobConfig {
   std::string name;
   std::string model = "cnn";
   uint64_t seed = 1;
   size_t rounds = 100;              // round cap
   size_t clients_per_round = 10;    // K: updates a round waits for
-  double overcommit = 1.3;          // invite ceil(K * overcommit)
   size_t min_clients = 0;           // available clients needed to open a round (default K)
   size_t min_updates = 1;           // fewer at the deadline fail the round
-  double round_deadline_s = 120;
   double target_accuracy = 0;       // > 0: the job finishes once a model reaches it
   double max_update_norm = 0;       // > 0: reject updates with a larger L2 norm
-  TrainConfig train;
-  nlohmann::json selection = {{"policy", "random"}};
-  nlohmann::json server_optimizer = {{"name", "fedavg"}};
-
-  nlohmann::json to_json() const;
+  double dp_delta = 1e-5;           // delta at which the privacy spent is reported
+  nlohmann::json selection = nlohmann::json::object();
+  double overcommit = scheduling::kDefaultOvercommit;  // from selection.overcommit
+  scheduling::TrainingParams training;
+  aggregation::AggregatorConfig aggregation;
+  nlohmann::json server_optimizer = nlohmann::json::object();
 };
 
 // Validates a job config; kInvalidArgument naming the first bad field.

@@ -1,7 +1,6 @@
 #include "server/coordinator.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -11,15 +10,19 @@
 #include <thread>
 #include <unordered_map>
 
-#include "aggregation/fedavg.h"
+#include "aggregation/aggregator.h"
+#include "aggregation/rdp_accountant.h"
 #include "aggregation/server_optimizer.h"
 #include "aggregation/validation.h"
 #include "common/blob.h"
 #include "common/crypto.h"
 #include "common/log.h"
 #include "ml/model.h"
+#include "scheduling/profile.h"
+#include "scheduling/round_plan.h"
 #include "scheduling/selection.h"
 #include "server/evaluator.h"
+#include "server/update_meta.h"
 #include "storage/store.h"
 
 namespace fedcase::server {
@@ -32,22 +35,27 @@ double now_unix() {
 }
 
 // Heartbeats refresh availability in memory; the store is written at most this often per
-// client so a large fleet does not turn heartbeats into fsyncs.
+// client so a large fleet does not turn heartbeats into fsyncs. Profiles of a round's invited
+// clients are saved when it closes.
 constexpr double kPersistSeenEvery = 30.0;
 
 struct ClientState {
-  storage::ClientRecord record;
+  storage::ClientRecord record;  // record.profile is refreshed from `profile` when saved
+  scheduling::ClientProfile profile;
   double persisted_seen = 0;
 };
 
 struct ActiveRound {
   storage::RoundRecord record;
-  std::set<ClientId> invited;
-  std::map<ClientId, json> received;  // client -> reported statistics
-  std::unique_ptr<aggregation::StreamingFedAvg> sum;
+  std::map<ClientId, scheduling::ClientTask> tasks;  // the invited clients' tasks
+  std::map<ClientId, double> handed_out;             // when each first fetched its task
+  std::map<ClientId, double> received;               // when each accepted update arrived
+  std::unique_ptr<aggregation::Aggregator> aggregate;
+  size_t available = 0;  // clients available when it opened (the DP sampling rate)
   double loss_sum = 0;
   double samples = 0;
   bool closing = false;  // the driver is committing it: no more uploads
+  bool invited(ClientId id) const { return tasks.count(id) > 0; }
 };
 
 struct Job {
@@ -55,6 +63,7 @@ struct Job {
   JobConfig config;
   std::unique_ptr<scheduling::SelectionPolicy> policy;
   std::unique_ptr<aggregation::ServerOptimizer> optimizer;
+  aggregation::RdpAccountant privacy;  // used when the aggregation adds DP noise
   ModelLayout layout;
   // The latest committed model.
   uint64_t version = 0;
@@ -63,15 +72,17 @@ struct Job {
   std::string checksum;
   RoundIndex last_round = 0;  // highest round index used so far
   std::optional<ActiveRound> round;
+  bool private_rounds() const { return config.aggregation.dp_noise_multiplier > 0; }
 };
 
 // Everything needed to commit a round outside the lock.
 struct ClosingRound {
   Job* job;
   storage::RoundRecord record;
-  std::unique_ptr<aggregation::StreamingFedAvg> sum;
+  std::unique_ptr<aggregation::Aggregator> aggregate;
   std::vector<float> base_params;
-  json stats;
+  json stats;          // the round's metrics so far
+  json policy_state;   // saved with the commit
 };
 
 Result<json> require_object(const json& request) {
@@ -79,35 +90,53 @@ Result<json> require_object(const json& request) {
   return request;
 }
 
-// Update metadata: counts and seconds the client reports with its update.
-Status validate_meta(const json& meta) {
-  if (!meta.is_object()) return invalid_argument("update metadata must be a JSON object");
-  auto it = meta.find("samples");
-  if (it == meta.end() || !it->is_number_integer() || it->get<int64_t>() <= 0) {
-    return invalid_argument("update metadata needs a positive integer 'samples'");
-  }
-  for (const char* key : {"loss_sum", "loss_sq_sum", "compute_s", "io_s", "download_s"}) {
-    auto v = meta.find(key);
-    if (v != meta.end() &&
-        (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() < 0)) {
-      return invalid_argument(std::string("update metadata '") + key +
-                              "' must be a finite number >= 0");
-    }
-  }
-  for (const char* key : {"cache_hits", "cache_misses", "bytes_read"}) {
-    auto v = meta.find(key);
-    if (v != meta.end() && (!v->is_number_integer() || v->get<int64_t>() < 0)) {
-      return invalid_argument(std::string("update metadata '") + key +
-                              "' must be an integer >= 0");
-    }
-  }
-  return ok_status();
-}
-
 json round_json(const storage::RoundRecord& r) {
   return {{"round", r.index},       {"state", r.state},         {"base_version", r.base_version},
           {"selected", r.selected}, {"opened_at", r.opened_at}, {"deadline", r.deadline},
           {"closed_at", r.closed_at}, {"metrics", r.metrics}};
+}
+
+json task_json(JobId job, const Job& j, const ActiveRound& r, const scheduling::ClientTask& t) {
+  const std::string base = "/v1/jobs/" + std::to_string(job);
+  return {{"job_id", job},
+          {"round", r.record.index},
+          {"model", j.config.model},
+          {"model_version", r.record.base_version},
+          {"model_checksum", j.checksum},
+          {"model_url", base + "/models/" + std::to_string(r.record.base_version)},
+          {"upload_url", base + "/rounds/" + std::to_string(r.record.index) + "/update"},
+          {"deadline", r.record.deadline},
+          {"train",
+           {{"epochs", j.config.training.local_epochs},
+            {"batch_size", t.batch_size},
+            {"lr", t.learning_rate},
+            {"momentum", t.momentum},
+            {"prox_mu", t.prox_mu}}},
+          {"sample_budget", t.samples},
+          {"sampling", t.sampling},
+          {"cache",
+           {{"policy", t.cache.policy},
+            {"budget_bytes", t.cache.budget_bytes},
+            {"repetition_factor", t.cache.repetition_factor}}},
+          {"expected_duration_s", t.expected_duration_s}};
+}
+
+// Registration facts for the profile; `device` may carry probe measurements.
+scheduling::DeviceReport device_report(const json& info) {
+  scheduling::DeviceReport d;
+  d.dataset_size = info.value("dataset_size", uint64_t(0));
+  d.cache_capacity_bytes = info.value("cache_capacity_bytes", uint64_t(0));
+  if (info.contains("device")) {
+    const json& device = info["device"];
+    auto measured = [&](const char* key) {
+      auto it = device.find(key);
+      return it != device.end() && it->is_number() ? std::max(0.0, it->get<double>()) : 0.0;
+    };
+    d.sample_bytes = measured("sample_bytes");
+    d.compute_ms_per_sample = measured("compute_ms_per_sample");
+    d.storage_read_bytes_per_s = measured("storage_read_bytes_per_s");
+  }
+  return d;
 }
 
 }  // namespace
@@ -137,20 +166,45 @@ struct Coordinator::State {
     return it == jobs.end() ? nullptr : it->second.get();
   }
 
-  void touch(ClientState& c, double now) {
-    c.record.last_seen = now;
-    if (now - c.persisted_seen >= kPersistSeenEvery) {
-      Status s = store->update_client(c.record.id, c.record.profile, now);
-      if (s.ok()) c.persisted_seen = now;
-      else log_warn("cannot persist client " + std::to_string(c.record.id) + ": " + s.to_string());
+  ClientState* find_client(ClientId id) {
+    auto it = clients.find(id);
+    return it == clients.end() ? nullptr : &it->second;
+  }
+
+  bool available(ClientId id, const ClientState& c, const Job& job, double now) const {
+    return now - c.record.last_seen <= config.client_timeout_s && !busy_elsewhere(id, job);
+  }
+
+  // Saves the profiles and last contact of `ids` in one transaction.
+  void save_clients(const std::vector<ClientId>& ids, double now) {
+    std::vector<storage::ClientRecord> records;
+    for (ClientId id : ids) {
+      ClientState* c = find_client(id);
+      if (!c) continue;
+      c->record.profile = scheduling::profile_to_json(c->profile);
+      records.push_back(c->record);
     }
+    Status s = store->update_clients(records);
+    if (!s.ok()) {
+      log_warn("cannot save client profiles: " + s.to_string());
+      return;
+    }
+    for (ClientId id : ids) {
+      if (ClientState* c = find_client(id)) c->persisted_seen = now;
+    }
+  }
+
+  void touch(ClientId id, ClientState& c, double now) {
+    c.record.last_seen = now;
+    scheduling::observe_heartbeat(c.profile, now);
+    if (now - c.persisted_seen >= kPersistSeenEvery) save_clients({id}, now);
   }
 
   bool busy_elsewhere(ClientId id, const Job& except) const {
     for (const auto& [jid, job] : jobs) {
       if (job.get() == &except || !job->round) continue;
       const auto& r = *job->round;
-      if (r.invited.count(id) && !r.received.count(id)) return true;
+      if (r.invited(id) && !r.received.count(id)) return true;
     }
     return false;
   }
@@ -170,6 +224,9 @@ struct Coordinator::State {
     auto policy = scheduling::make_selection_policy(job->config.selection, job->config.seed);
     if (!policy.ok()) return policy.status();
     job->policy = std::move(policy).value();
+    if (job->record.policy_state.is_object() && !job->record.policy_state.empty()) {
+      FEDCASE_RETURN_IF_ERROR(job->policy->load_state(job->record.policy_state));
+    }
     auto optimizer = aggregation::make_server_optimizer(job->config.server_optimizer);
     if (!optimizer.ok()) return optimizer.status();
     job->optimizer = std::move(optimizer).value();
@@ -185,14 +242,22 @@ struct Coordinator::State {
     return ok_status();
   }
 
-  // Loads every job and fails rounds a crash left open.
+  // Loads clients and jobs, fails rounds a crash left open, and replays the privacy spent.
   Status recover() {
     auto clients_or = store->list_clients();
     if (!clients_or.ok()) return clients_or.status();
-    for (auto& c : *clients_or) {
-      token_hashes[c.token_hash] = c.id;
-      double seen = c.last_seen;
-      clients[c.id] = {std::move(c), seen};
+    for (auto& record : *clients_or) {
+      scheduling::ClientProfile profile;
+      profile.id = record.id;
+      if (record.profile.is_object() && !record.profile.empty()) {
+        auto loaded = scheduling::profile_from_json(record.profile);
+        if (!loaded.ok()) return loaded.status();
+        profile = std::move(loaded).value();
+      }
+      token_hashes[record.token_hash] = record.id;
+      double seen = record.last_seen;
+      ClientId id = record.id;
+      clients[id] = {std::move(record), std::move(profile), seen};
     }
     auto jobs_or = store->list_jobs();
     if (!jobs_or.ok()) return jobs_or.status();
@@ -206,6 +271,10 @@ struct Coordinator::State {
       Job& job = *jobs[id];
       for (auto& r : *rounds) {
         job.last_round = std::max(job.last_round, r.index);
+        if (r.state == "committed" && r.metrics.contains("privacy")) {
+          const json& p = r.metrics["privacy"];
+          FEDCASE_RETURN_IF_ERROR(job.privacy.add_rounds(p["q"], p["noise_multiplier"]));
+        }
         if (r.state != "open") continue;
         r.closed_at = now_unix();
         r.metrics = {{"failure", "coordinator restarted while the round was open"}};
@@ -226,52 +295,103 @@ struct Coordinator::State {
     return ok_status();
   }
 
+  // Selects the participants, plans their tasks and opens the round, if enough clients are
+  // available.
   void open_round(Job& job, double now) {
+    const uint64_t model_bytes = job.blob->size();
     std::vector<scheduling::Candidate> candidates;
-    size_t available = 0;
+    candidates.reserve(clients.size());
+    size_t available_count = 0;
     for (const auto& [id, c] : clients) {
-      bool ok = now - c.record.last_seen <= config.client_timeout_s && !busy_elsewhere(id, job);
-      available += ok;
-      candidates.push_back({id, ok});
+      bool ok = available(id, c, job, now);
+      available_count += ok;
+      candidates.push_back(scheduling::make_candidate(c.profile, ok, job.config.training, model_bytes));
     }
-    if (available < job.config.min_clients) return;
+    if (available_count < job.config.min_clients) return;
     const RoundIndex index = job.last_round + 1;
     auto selected = job.policy->select(
         {index, job.config.clients_per_round, job.config.overcommit}, candidates);
     if (selected.empty()) return;
+    std::vector<const scheduling::ClientProfile*> profiles;
+    for (ClientId id : selected) profiles.push_back(&clients.at(id).profile);
+    auto plan = scheduling::plan_round(job.config.training, profiles, model_bytes);
+    if (!plan.ok()) {
+      log_error("job " + std::to_string(job.record.id) + ": cannot plan round: " +
+                plan.status().to_string());
+      return;
+    }
+    aggregation::AggregatorConfig aggregation = job.config.aggregation;
+    if (job.private_rounds()) aggregation.dp_seed = job.config.seed * 1000003 + index;
+    auto aggregate = aggregation::make_aggregator(aggregation, job.layout.element_count());
+    if (!aggregate.ok()) {
+      log_error("job " + std::to_string(job.record.id) + ": " + aggregate.status().to_string());
+      return;
+    }
+
     ActiveRound round;
     round.record = {job.record.id, index, "open", job.version, selected, now,
-                    now + job.config.round_deadline_s, 0, json::object()};
+                    now + plan->deadline_s, 0, json::object()};
     Status s = store->open_round(round.record);
     if (!s.ok()) {
       log_error("job " + std::to_string(job.record.id) + ": cannot open round: " + s.to_string());
       return;
     }
-    round.invited.insert(selected.begin(), selected.end());
-    round.sum = std::make_unique<aggregation::StreamingFedAvg>(job.layout.element_count());
+    for (const auto& task : plan->tasks) {
+      round.tasks[task.client] = task;
+      scheduling::observe_selected(clients.at(task.client).profile, index);
+    }
+    round.aggregate = std::move(aggregate).value();
+    round.available = available_count;
     job.last_round = index;
     job.round = std::move(round);
     log_info("job " + std::to_string(job.record.id) + ": round " + std::to_string(index) +
              " opened with " + std::to_string(selected.size()) + " invited of " +
-             std::to_string(available) + " available");
+             std::to_string(available_count) + " available, deadline in " +
+             std::to_string(static_cast<int>(plan->deadline_s)) + " s");
   }
 
-  // Who was invited but did not deliver, and why.
-  static json dropped(const ActiveRound& r, bool filled) {
-    json out = json::object();
-    for (ClientId id : r.invited) {
-      if (!r.received.count(id)) out[std::to_string(id)] = filled ? "not needed" : "missed deadline";
+  // Tells the profiles and the policy how the round went, saves the invited clients'
+  // profiles, and returns who was dropped and why.
+  json conclude_round(Job& job, double now, bool filled) {
+    ActiveRound& r = *job.round;
+    scheduling::RoundOutcome outcome;
+    outcome.round = r.record.index;
+    outcome.duration_s = now - r.record.opened_at;
+    if (r.samples > 0) outcome.loss = r.loss_sum / r.samples;
+    json dropped = json::object();
+    std::vector<ClientId> invited;
+    for (const auto& [id, task] : r.tasks) {
+      invited.push_back(id);
+      ClientState& c = clients.at(id);
+      auto received = r.received.find(id);
+      scheduling::ClientOutcome client{id, received != r.received.end(), 0, 0};
+      if (client.finished) {
+        auto handed = r.handed_out.find(id);
+        double start = handed != r.handed_out.end() ? handed->second : r.record.opened_at;
+        client.duration_s = received->second - start;
+        client.utility = c.profile.utility;
+      } else if (filled) {
+        dropped[std::to_string(id)] = "not needed";
+      } else {
+        dropped[std::to_string(id)] = "missed deadline";
+        scheduling::observe_missed_deadline(c.profile);
+      }
+      outcome.clients.push_back(client);
     }
-    return out;
+    job.policy->on_round_end(outcome);
+    job.record.policy_state = job.policy->save_state();
+    save_clients(invited, now);
+    return dropped;
   }
 
   void fail_round(Job& job, double now, const std::string& why) {
     auto& r = *job.round;
+    json dropped = conclude_round(job, now, false);
     r.record.closed_at = now;
     r.record.metrics = {{"failure", why},
                         {"updates", r.received.size()},
-                        {"invited", r.invited.size()},
-                        {"dropped", dropped(r, false)}};
+                        {"invited", r.tasks.size()},
+                        {"dropped", dropped}};
     Status s = store->fail_round(r.record);
     if (!s.ok()) log_error("cannot record failed round: " + s.to_string());
     log_warn("job " + std::to_string(job.record.id) + ": round " +
@@ -279,11 +399,29 @@ struct Coordinator::State {
     job.round.reset();
   }
 
+  // The privacy spent once this round is composed: {q, noise_multiplier, epsilon, delta}.
+  // Random selection samples the available clients; the other policies choose, so no
+  // amplification by sampling is claimed for them (q = 1).
+  Result<json> privacy_after(Job& job, const ActiveRound& r) {
+    const double z = job.config.aggregation.dp_noise_multiplier;
+    const double q = job.policy->name() == "random" && r.available > 0
+                         ? std::min(1.0, double(r.tasks.size()) / double(r.available))
+                         : 1.0;
+    FEDCASE_RETURN_IF_ERROR(job.privacy.add_rounds(q, z));
+    auto spent = job.privacy.spent(job.config.dp_delta);
+    if (!spent.ok()) return spent.status();
+    return json{{"q", q},
+                {"noise_multiplier", z},
+                {"epsilon", spent->epsilon},
+                {"delta", job.config.dp_delta},
+                {"rounds", job.privacy.rounds()}};
+  }
+
   // Runs on the driver thread without `mu`: optimizer step and atomic commit; the evaluation
   // is queued and recorded when it is done.
   void commit(ClosingRound& c) {
     Job& job = *c.job;
-    auto mean = c.sum->mean();
+    auto mean = c.aggregate->result();
     std::string previous_state = job.optimizer->save_state();
     std::vector<float> params = std::move(c.base_params);
     Status s = mean.ok() ? job.optimizer->step(params, *mean) : mean.status();
@@ -292,7 +430,6 @@ struct Coordinator::State {
     ModelBlob next{c.record.index, job.layout, params};
     auto blob = std::make_shared<const std::string>(encode_blob(next));
     std::string checksum = blob_checksum(*blob);
-
     double now = now_unix();
     c.record.state = "committed";
     c.record.closed_at = now;
@@ -302,7 +439,7 @@ struct Coordinator::State {
     c.record.metrics["checksum"] = checksum;
     storage::ModelRecord model{job.record.id, c.record.index, *blob, checksum,
                                job.optimizer->save_state(), now};
-    s = store->commit_round(c.record, model, job.record.policy_state);
+    s = store->commit_round(c.record, model, c.policy_state);
     if (!s.ok()) return abandon(c, "commit failed: " + s.to_string(), previous_state);
 
     const RoundIndex index = c.record.index;
@@ -320,6 +457,19 @@ struct Coordinator::State {
     if (job.last_round >= job.config.rounds && job.record.state == "running") {
       set_state(job, "finished");
     }
+  }
+
+  void abandon(ClosingRound& c, const std::string& why, const std::string& optimizer_state) {
+    log_error("job " + std::to_string(c.job->record.id) + ": " + why);
+    c.job->optimizer->load_state(optimizer_state);
+    std::lock_guard<std::mutex> lock(mu);
+    storage::RoundRecord& r = c.record;
+    r.closed_at = now_unix();
+    r.metrics = c.stats;
+    r.metrics["failure"] = why;
+    Status s = store->fail_round(r);
+    if (!s.ok()) log_error("cannot record failed round: " + s.to_string());
+    c.job->round.reset();
   }
 
   // Runs on the evaluator thread: records the model's test metrics, and finishes the job
@@ -341,11 +491,37 @@ struct Coordinator::State {
     if (job.round && !job.round->closing) fail_round(job, now_unix(), "job reached its target");
   }
 
-  void abandon(ClosingRound& c, const std::string& why, const std::string& optimizer_state) {
-    log_error("job " + std::to_string(c.job->record.id) + ": " + why);
-    c.job->optimizer->load_state(optimizer_state);
-    std::lock_guard<std::mutex> lock(mu);
-    fail_round(*c.job, now_unix(), why);
+  // Closes `job`'s round if it is full or past its deadline: fails it when too few updates
+  // arrived, else hands it to the driver for commit.
+  std::optional<ClosingRound> close_if_due(Job& job, double now) {
+    ActiveRound& r = *job.round;
+    const bool filled = r.received.size() >= job.config.clients_per_round;
+    if (r.closing || (!filled && now < r.record.deadline)) return std::nullopt;
+    if (r.received.size() < job.config.min_updates) {
+      fail_round(job, now, "deadline passed with " + std::to_string(r.received.size()) +
+                               " updates, " + std::to_string(job.config.min_updates) + " needed");
+      return std::nullopt;
+    }
+    json stats = {{"updates", r.received.size()},
+                  {"invited", r.tasks.size()},
+                  {"samples", r.samples},
+                  {"train_loss", r.samples > 0 ? r.loss_sum / r.samples : 0.0},
+                  {"aggregation", r.aggregate->name()}};
+    json finished = json::array();
+    for (const auto& [client, at] : r.received) finished.push_back(client);
+    stats["finished"] = finished;
+    if (job.private_rounds()) {
+      auto privacy = privacy_after(job, r);
+      if (!privacy.ok()) {
+        fail_round(job, now, "privacy accounting failed: " + privacy.status().to_string());
+        return std::nullopt;
+      }
+      stats["privacy"] = *privacy;
+    }
+    stats["dropped"] = conclude_round(job, now, filled);
+    r.closing = true;
+    return ClosingRound{&job,          r.record,         std::move(r.aggregate),
+                        job.params,    std::move(stats), job.record.policy_state};
   }
 };
 
@@ -428,16 +604,20 @@ Result<json> Coordinator::register_client(const json& request) {
     if (!request["sdk_version"].is_string()) return invalid_argument("sdk_version must be a string");
     info["sdk_version"] = request["sdk_version"];
   }
+  scheduling::ClientProfile profile;
+  FEDCASE_RETURN_IF_ERROR(scheduling::observe_registration(profile, device_report(info)));
   std::string token = random_token();
-  double now = now_unix();
+  const double now = now_unix();
+  scheduling::observe_heartbeat(profile, now);
   storage::ClientRecord record{0, sha256_hex(token), info, json::object(), now, now};
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
   auto id = s.store->add_client(record);
   if (!id.ok()) return id.status();
-  record.id = *id;
+  record.id = profile.id = *id;
   s.token_hashes[record.token_hash] = *id;
-  s.clients[*id] = {record, now};
+  s.clients[*id] = {record, profile, 0};
+  s.save_clients({*id}, now);
   return json{{"client_id", *id}, {"token", token}};
 }
 
@@ -446,39 +626,26 @@ Result<json> Coordinator::heartbeat(ClientId client, const json& request) {
   if (!body.ok()) return body.status();
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
-  auto it = s.clients.find(client);
-  if (it == s.clients.end()) return not_found("client not found");
-  s.touch(it->second, now_unix());
+  ClientState* c = s.find_client(client);
+  if (!c) return not_found("client not found");
+  s.touch(client, *c, now_unix());
   return json{{"ok", true}};
 }
 
 Result<std::optional<json>> Coordinator::next_task(ClientId client) {
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
-  auto it = s.clients.find(client);
-  if (it == s.clients.end()) return not_found("client not found");
-  s.touch(it->second, now_unix());
-  for (const auto& [id, job] : s.jobs) {
+  ClientState* c = s.find_client(client);
+  if (!c) return not_found("client not found");
+  const double now = now_unix();
+  s.touch(client, *c, now);
+  for (auto& [id, job] : s.jobs) {
     if (!job->round || job->round->closing) continue;
-    const ActiveRound& r = *job->round;
-    if (!r.invited.count(client) || r.received.count(client)) continue;
-    const auto& t = job->config.train;
-    const std::string base = "/v1/jobs/" + std::to_string(id);
-    return std::optional<json>(json{
-        {"job_id", id},
-        {"round", r.record.index},
-        {"model", job->config.model},
-        {"model_version", r.record.base_version},
-        {"model_checksum", job->checksum},
-        {"model_url", base + "/models/" + std::to_string(r.record.base_version)},
-        {"upload_url", base + "/rounds/" + std::to_string(r.record.index) + "/update"},
-        {"deadline", r.record.deadline},
-        {"train",
-         {{"epochs", t.epochs},
-          {"batch_size", t.batch_size},
-          {"lr", t.lr},
-          {"momentum", t.momentum},
-          {"prox_mu", t.prox_mu}}}});
+    ActiveRound& r = *job->round;
+    auto task = r.tasks.find(client);
+    if (task == r.tasks.end() || r.received.count(client)) continue;
+    r.handed_out.emplace(client, now);
+    return std::optional<json>(task_json(id, *job, r, task->second));
   }
   return std::optional<json>();
 }
@@ -498,11 +665,9 @@ Result<ModelDownload> Coordinator::model(JobId job_id, uint64_t version) {
 }
 
 Result<json> Coordinator::submit_update(ClientId client, JobId job_id, RoundIndex round,
-                                        const json& meta, std::string_view bytes) {
+                                        const json& meta_json, std::string_view bytes,
+                                        double upload_seconds) {
   State& s = *state_;
-  ModelLayout layout;
-  uint64_t base_version = 0;
-  double max_norm = 0;
   // Cheap state checks first, so late and duplicate uploads are refused before any parsing.
   auto check_state = [&](Job*& job) -> Status {
     job = s.find_job(job_id);
@@ -511,20 +676,24 @@ Result<json> Coordinator::submit_update(ClientId client, JobId job_id, RoundInde
       return conflict("round " + std::to_string(round) + " of job " + std::to_string(job_id) +
                       " is not open for updates");
     }
-    if (!job->round->invited.count(client)) {
+    const ActiveRound& r = *job->round;
+    if (!r.invited(client)) {
       return permission_denied("client " + std::to_string(client) + " was not invited to round " +
                                std::to_string(round));
     }
-    if (job->round->received.count(client)) {
+    if (r.received.count(client)) {
       return conflict("client " + std::to_string(client) + " already uploaded to round " +
                       std::to_string(round));
     }
-    if (job->round->received.size() >= job->config.clients_per_round) {
+    if (r.received.size() >= job->config.clients_per_round) {
       return conflict("round " + std::to_string(round) + " already has its " +
                       std::to_string(job->config.clients_per_round) + " updates");
     }
     return ok_status();
   };
+  ModelLayout layout;
+  uint64_t base_version = 0;
+  double max_norm = 0;
   {
     std::lock_guard<std::mutex> lock(s.mu);
     Job* job = nullptr;
@@ -533,29 +702,52 @@ Result<json> Coordinator::submit_update(ClientId client, JobId job_id, RoundInde
     base_version = job->round->record.base_version;
     max_norm = job->config.max_update_norm;
   }
-  FEDCASE_RETURN_IF_ERROR(validate_meta(meta));
+  auto meta = parse_update_meta(meta_json);
+  if (!meta.ok()) return meta.status();
   auto blob = decode_blob(bytes, s.config.max_upload_bytes);
   if (!blob.ok()) return blob.status();
-  if (blob->model_version != base_version) {
-    return unprocessable("update was trained on model version " +
-                         std::to_string(blob->model_version) + ", round " +
-                         std::to_string(round) + " trains version " + std::to_string(base_version));
-  }
-  FEDCASE_RETURN_IF_ERROR(aggregation::validate_update(layout, *blob, {max_norm}));
+  Status valid = blob->model_version == base_version
+                     ? aggregation::validate_update(layout, *blob, {max_norm})
+                     : unprocessable("update was trained on model version " +
+                                     std::to_string(blob->model_version) + ", round " +
+                                     std::to_string(round) + " trains version " +
+                                     std::to_string(base_version));
 
   std::lock_guard<std::mutex> lock(s.mu);
   Job* job = nullptr;
   FEDCASE_RETURN_IF_ERROR(check_state(job));  // the round may have closed meanwhile
+  ClientState& c = s.clients.at(client);
+  if (!valid.ok()) {
+    scheduling::observe_failure(c.profile);
+    return valid;
+  }
   ActiveRound& r = *job->round;
-  double now = now_unix();
-  FEDCASE_RETURN_IF_ERROR(s.store->record_update({job_id, round, client, meta, now}));
-  const double samples = meta["samples"].get<double>();
-  FEDCASE_RETURN_IF_ERROR(r.sum->add(blob->data.data(), blob->data.size(), samples));
-  r.received[client] = meta;
-  r.samples += samples;
-  r.loss_sum += meta.value("loss_sum", 0.0);
-  auto c = s.clients.find(client);
-  if (c != s.clients.end()) s.touch(c->second, now);
+  const double now = now_unix();
+  FEDCASE_RETURN_IF_ERROR(s.store->record_update({job_id, round, client, meta_json, now}));
+  // Validation guarantees the size and values, and a round takes at most K updates, which the
+  // config keeps within the aggregator's buffer: folding in cannot fail here.
+  FEDCASE_RETURN_IF_ERROR(r.aggregate->add(blob->data.data(), blob->data.size(), meta->samples));
+  r.received[client] = now;
+  r.samples += meta->samples;
+  r.loss_sum += meta->loss_sum;
+  scheduling::RoundReport report;
+  report.round = round;
+  report.samples = meta->samples;
+  report.loss_sum = meta->loss_sum;
+  report.loss_sq_sum = meta->loss_sq_sum;
+  report.compute_s = meta->compute_s;
+  report.io_s = meta->io_s;
+  report.cache_hits = meta->cache_hits;
+  report.cache_misses = meta->cache_misses;
+  const uint64_t reads = meta->cache_misses;
+  report.sample_bytes = reads > 0 ? double(meta->bytes_read) / reads : 0;
+  report.download_bytes = meta->download_s > 0 ? job->blob->size() : 0;
+  report.download_s = meta->download_s;
+  report.upload_bytes = upload_seconds > 0 ? bytes.size() : 0;
+  report.upload_s = upload_seconds;
+  Status observed = scheduling::observe_completion(c.profile, report);
+  if (!observed.ok()) log_warn("client " + std::to_string(client) + ": " + observed.to_string());
+  s.touch(client, c, now);
   if (r.received.size() >= job->config.clients_per_round) s.wake_driver();
   return json{{"accepted", true}, {"round", round}, {"updates", r.received.size()}};
 }
@@ -568,7 +760,7 @@ Result<json> Coordinator::create_job(const json& request) {
   ModelBlob initial{0, model->layout(), model->parameters()};
   std::string blob = encode_blob(initial);
   double now = now_unix();
-  storage::JobRecord record{0, config->name, config->to_json(), "running", json::object(), now};
+  storage::JobRecord record{0, config->name, request, "running", json::object(), now};
   storage::ModelRecord model_record{0, 0, blob, blob_checksum(blob), std::string(), now};
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
@@ -614,10 +806,20 @@ Result<json> Coordinator::job_detail(JobId id) {
            {"model_checksum", job->checksum},
            {"parameters", job->layout.element_count()},
            {"selection_policy", job->policy->name()},
+           {"policy_state", job->record.policy_state},
+           {"aggregation", job->config.aggregation.rule},
            {"server_optimizer", job->optimizer->name()}};
+    if (job->private_rounds()) {
+      auto spent = job->privacy.spent(job->config.dp_delta);
+      out["privacy"] = {{"noise_multiplier", job->config.aggregation.dp_noise_multiplier},
+                        {"clip_norm", job->config.aggregation.clip_norm},
+                        {"rounds", job->privacy.rounds()},
+                        {"delta", job->config.dp_delta},
+                        {"epsilon", spent.ok() ? spent->epsilon : 0.0}};
+    }
     if (job->round) {
       out["current_round"] = {{"round", job->round->record.index},
-                              {"invited", job->round->invited.size()},
+                              {"invited", job->round->tasks.size()},
                               {"updates", job->round->received.size()},
                               {"deadline", job->round->record.deadline}};
     }
@@ -632,12 +834,21 @@ Result<json> Coordinator::job_detail(JobId id) {
 Result<json> Coordinator::list_clients() {
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
-  double now = now_unix();
+  const double now = now_unix();
   json out = json::array();
   for (const auto& [id, c] : s.clients) {
+    // The expected duration of the task each unfinished job would give this client.
+    json expected = json::object();
+    for (const auto& [job_id, job] : s.jobs) {
+      if (job->record.state != "running" && job->record.state != "paused") continue;
+      expected[std::to_string(job_id)] =
+          scheduling::make_candidate(c.profile, true, job->config.training, job->blob->size())
+              .expected_duration_s;
+    }
     out.push_back({{"client_id", id},
                    {"info", c.record.info},
-                   {"profile", c.record.profile},
+                   {"profile", scheduling::profile_to_json(c.profile)},
+                   {"expected_duration_s", expected},
                    {"registered_at", c.record.registered_at},
                    {"last_seen", c.record.last_seen},
                    {"available", now - c.record.last_seen <= s.config.client_timeout_s}});
@@ -677,26 +888,7 @@ void Coordinator::tick() {
     const double now = now_unix();
     for (auto& [id, job] : s.jobs) {
       if (job->round) {
-        ActiveRound& r = *job->round;
-        if (r.closing) continue;
-        bool filled = r.received.size() >= job->config.clients_per_round;
-        if (!filled && now < r.record.deadline) continue;
-        if (r.received.size() < job->config.min_updates) {
-          s.fail_round(*job, now, "deadline passed with " + std::to_string(r.received.size()) +
-                                      " updates, " + std::to_string(job->config.min_updates) +
-                                      " needed");
-          continue;
-        }
-        r.closing = true;
-        std::vector<ClientId> finished;
-        for (const auto& [client, meta] : r.received) finished.push_back(client);
-        json stats = {{"updates", r.received.size()},
-                      {"invited", r.invited.size()},
-                      {"finished", finished},
-                      {"dropped", State::dropped(r, filled)},
-                      {"samples", r.samples},
-                      {"train_loss", r.samples > 0 ? r.loss_sum / r.samples : 0.0}};
-        closing.push_back({job.get(), r.record, std::move(r.sum), job->params, std::move(stats)});
+        if (auto c = s.close_if_due(*job, now)) closing.push_back(std::move(*c));
       } else if (job->record.state == "running") {
         if (job->last_round >= job->config.rounds) {
           s.set_state(*job, "finished");

@@ -62,11 +62,13 @@ class Coordinator {
   Result<std::optional<nlohmann::json>> next_task(ClientId client);
   Result<ModelDownload> model(JobId job, uint64_t version);
   // Validates and folds an update (encoded blob of the delta local - global) into the round.
-  // 404 unknown job; 409 round not open or already uploaded; 403 client not invited;
+  // 404 unknown job; 409 round not open, full or already uploaded; 403 client not invited;
   // 400 bad metadata or blob; 422 wrong layout, version, non-finite values or norm.
-  // A refused update changes nothing.
+  // A refused update changes no stored or aggregated state (a 422 counts as a failure in the
+  // client's profile). `upload_seconds` is how long the body took to arrive (0: unknown).
   Result<nlohmann::json> submit_update(ClientId client, JobId job, RoundIndex round,
-                                       const nlohmann::json& meta, std::string_view blob);
+                                       const nlohmann::json& meta, std::string_view blob,
+                                       double upload_seconds = 0);
 
   // ---- admin API ----
   Result<nlohmann::json> create_job(const nlohmann::json& config);

@@ -65,6 +65,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void do_read_body() {
+    body_started_ = std::chrono::steady_clock::now();
     http::async_read(stream_, buffer_, *parser_,
                      beast::bind_front_handler(&Session::on_read, shared_from_this()));
   }
@@ -93,7 +94,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_read(beast::error_code ec, size_t) {
     if (ec) return on_read_error(ec);
     stream_.expires_never();
-    Reply reply = api_.handle(parser_->get());
+    const double receive_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - body_started_).count();
+    Reply reply = api_.handle(parser_->get(), receive_seconds);
     if (!reply.poll) return send(std::move(reply.response));
     pending_ = std::move(reply);
     poll_deadline_ = std::chrono::steady_clock::now() + to_ms(pending_->wait_s);
@@ -137,6 +140,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<Reply> pending_;
   std::chrono::steady_clock::time_point poll_deadline_;
+  std::chrono::steady_clock::time_point body_started_;
   Api& api_;
   const CoordinatorConfig& config_;
 };

@@ -188,13 +188,19 @@ class SqliteStore : public Store {
     return clients_where("", std::nullopt);
   }
 
-  Status update_client(ClientId id, const json& profile, double last_seen) override {
+  Status update_clients(const std::vector<ClientRecord>& clients) override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto q = query("UPDATE clients SET profile=?, last_seen=? WHERE id=?");
-    if (!q.ok()) return q.status();
-    FEDCASE_RETURN_IF_ERROR(q->bind(profile).bind(last_seen).bind(id).run());
-    if (sqlite3_changes(db_) == 0) return not_found("client " + std::to_string(id) + " not found");
-    return ok_status();
+    return transaction([&]() -> Status {
+      for (const auto& c : clients) {
+        auto q = query("UPDATE clients SET profile=?, last_seen=? WHERE id=?");
+        if (!q.ok()) return q.status();
+        FEDCASE_RETURN_IF_ERROR(q->bind(c.profile).bind(c.last_seen).bind(c.id).run());
+        if (sqlite3_changes(db_) == 0) {
+          return not_found("client " + std::to_string(c.id) + " not found");
+        }
+      }
+      return ok_status();
+    });
   }
 
   Result<JobId> create_job(const JobRecord& job, const ModelRecord& model) override {

@@ -72,7 +72,9 @@ class Store {
   virtual Result<ClientId> add_client(const ClientRecord& client) = 0;
   virtual Result<ClientRecord> get_client(ClientId id) = 0;
   virtual Result<std::vector<ClientRecord>> list_clients() = 0;
-  virtual Status update_client(ClientId id, const nlohmann::json& profile, double last_seen) = 0;
+  // Saves the profile and last_seen of each record, in one transaction; kNotFound (nothing
+  // saved) if any id is unknown.
+  virtual Status update_clients(const std::vector<ClientRecord>& clients) = 0;
 
   // Jobs. create_job stores the job and its initial model (version 0) together.
   virtual Result<JobId> create_job(const JobRecord& job, const ModelRecord& initial_model) = 0;

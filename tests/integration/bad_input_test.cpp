@@ -79,8 +79,12 @@ TEST_CASE("bad input is refused with the right status and changes nothing") {
     c.id = r.body["client_id"];
     c.caller = std::make_unique<Caller>(port, r.body["token"].get<std::string>());
   }
-  json job_config = {{"name", "bad-input"}, {"model", "mlp"},      {"rounds", 1},
-                     {"clients_per_round", 3}, {"overcommit", 1.0}, {"round_deadline_s", 300},
+  json job_config = {{"name", "bad-input"},
+                     {"model", "mlp"},
+                     {"rounds", 1},
+                     {"clients_per_round", 3},
+                     {"selection", {{"overcommit", 1.0}}},
+                     {"training", {{"deadline", {{"mode", "fixed"}, {"seconds", 300}}}}},
                      {"max_update_norm", 1000}};
   Reply created = admin.post("/v1/admin/jobs", job_config);
   REQUIRE(created.status == 201);

@@ -82,8 +82,12 @@ TEST_CASE("a SIGKILLed coordinator resumes the job from its last committed model
   REQUIRE(port != 0);
 
   Caller admin(port, kAdminToken);
-  json job_config = {{"name", "restart"}, {"model", "mlp"}, {"rounds", 6},
-                     {"clients_per_round", 3}, {"overcommit", 1.0}, {"round_deadline_s", 60}};
+  json job_config = {{"name", "restart"},
+                     {"model", "mlp"},
+                     {"rounds", 6},
+                     {"clients_per_round", 3},
+                     {"selection", {{"overcommit", 1.0}}},
+                     {"training", {{"lr", 0.05}, {"deadline", {{"mode", "fixed"}, {"seconds", 60}}}}}};
   Reply created = admin.post("/v1/admin/jobs", job_config);
   REQUIRE(created.status == 201);
 

@@ -17,9 +17,17 @@ TEST_CASE("5 SDK clients complete 3 rounds and the global model's accuracy rises
   const uint16_t port = (*service)->port();
   Caller admin(port, kAdminToken);
 
-  json job_config = {{"name", "e2e"},         {"model", "cnn"},     {"rounds", 3},
-                     {"clients_per_round", 5}, {"overcommit", 1.0},  {"round_deadline_s", 120},
-                     {"train", {{"epochs", 1}, {"lr", 0.05}, {"momentum", 0.9}}}};
+  json job_config = {
+      {"name", "e2e"},
+      {"model", "cnn"},
+      {"rounds", 3},
+      {"clients_per_round", 5},
+      {"selection", {{"overcommit", 1.0}}},
+      {"training",
+       {{"local_epochs", 1},
+        {"lr", 0.05},
+        {"momentum", 0.9},
+        {"deadline", {{"mode", "fixed"}, {"seconds", 120}}}}}};
   Reply created = admin.post("/v1/admin/jobs", job_config);
   REQUIRE(created.status == 201);
   const std::string job_path = "/v1/admin/jobs/" + std::to_string(created.body["job_id"].get<int>());

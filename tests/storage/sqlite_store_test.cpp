@@ -46,8 +46,11 @@ TEST_CASE("clients, jobs, rounds and models persist across reopening") {
     REQUIRE(c.ok());
     client = *c;
     CHECK(store->add_client({0, "hash-a", {}, {}, 0, 0}).status().code() == Code::kConflict);
-    REQUIRE(store->update_client(client, {{"speed", 3}}, 20).ok());
-    CHECK(store->update_client(999, {}, 0).code() == Code::kNotFound);
+    ClientRecord seen{client, "", {}, {{"speed", 3}}, 0, 20};
+    REQUIRE(store->update_clients({seen}).ok());
+    ClientRecord faster{client, "", {}, {{"speed", 5}}, 0, 30};
+    ClientRecord unknown{999, "", {}, {{"speed", 4}}, 0, 30};
+    CHECK(store->update_clients({faster, unknown}).code() == Code::kNotFound);  // all or nothing
 
     auto j = store->create_job({0, "demo", {{"rounds", 5}}, "running", json::object(), 5},
                                model(0, "m0"));
