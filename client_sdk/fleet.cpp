@@ -1,11 +1,14 @@
 #include "client_sdk/fleet.h"
 
+#include <filesystem>
+
 #include "ml/model.h"
 
 namespace fedcase::client {
 
 Result<std::unique_ptr<Fleet>> Fleet::start(const FleetConfig& config) {
   if (!config.data) return invalid_argument("fleet needs a dataset");
+  FEDCASE_RETURN_IF_ERROR(validate(config.storage));
   auto parts = ml::dirichlet_partition(config.data->labels, config.clients, config.alpha,
                                        config.seed);
   if (!parts.ok()) return parts.status();
@@ -21,6 +24,11 @@ Result<std::unique_ptr<Fleet>> Fleet::start(const FleetConfig& config) {
     s.device = {{"kind", "simulated"}, {"fleet_index", i}};
     s.seed = config.seed * 1000003 + i;
     s.poll_wait_s = config.poll_wait_s;
+    if (!config.state_dir.empty()) {
+      s.state_dir = (std::filesystem::path(config.state_dir) / s.name).string();
+    }
+    s.storage = config.storage;
+    s.cache_capacity_bytes = config.cache_capacity_bytes;
     fleet->sessions_.push_back(std::make_unique<Session>(std::move(s)));
   }
   for (auto& session : fleet->sessions_) {

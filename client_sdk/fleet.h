@@ -21,6 +21,10 @@ struct FleetConfig {
   uint64_t seed = 1;
   double poll_wait_s = 10;
   const ml::Dataset* data = nullptr;  // must outlive the fleet
+  // Per-client sample stores and state under <state_dir>/client-<i>; empty = in memory.
+  std::string state_dir;
+  StorageEmulation storage;           // every client's emulated device
+  uint64_t cache_capacity_bytes = 0;  // every client's cache capacity; 0 = none reported
 };
 
 class Fleet {

@@ -1,6 +1,11 @@
 // fedcase-client: runs a fleet of SDK clients (one thread each) against a coordinator.
 //   fedcase-client --port 8080 --clients 100 --alpha 0.5 [--host 127.0.0.1] [--seed 1]
 //                  [--data-dir /usr/share/datasets/fashion-mnist] [--enrollment-token T]
+//                  [--state-dir DIR [--sample-bytes N] [--read-mbps M] [--read-latency-ms L]]
+//                  [--cache-capacity-bytes N]
+// With --state-dir, each client keeps its partition in a sample store and its sampler state
+// under DIR/client-<i>, reading samples through an emulated device of M megabytes (10^6
+// bytes) per second and L ms per read, with N bytes per stored sample.
 // The enrollment token may also come from FEDCASE_ENROLLMENT_TOKEN. Stops on SIGINT/SIGTERM.
 
 #include <csignal>
@@ -16,7 +21,9 @@ namespace {
 
 void usage() {
   std::cout << "usage: fedcase-client [--host H] [--port P] [--clients N] [--alpha A] [--seed S]\n"
-               "                      [--data-dir DIR] [--enrollment-token T] [--poll-wait S]\n";
+               "                      [--data-dir DIR] [--enrollment-token T] [--poll-wait S]\n"
+               "                      [--state-dir DIR] [--sample-bytes N] [--read-mbps M]\n"
+               "                      [--read-latency-ms L] [--cache-capacity-bytes N]\n";
 }
 
 }  // namespace
@@ -41,11 +48,23 @@ int main(int argc, char** argv) {
       else if (arg == "--data-dir") data_dir = value();
       else if (arg == "--enrollment-token") config.enrollment_token = value();
       else if (arg == "--poll-wait") config.poll_wait_s = std::stod(value());
+      else if (arg == "--state-dir") config.state_dir = value();
+      else if (arg == "--sample-bytes") config.storage.sample_bytes = std::stoull(value());
+      else if (arg == "--read-mbps") config.storage.read_bytes_per_s = std::stod(value()) * 1e6;
+      else if (arg == "--read-latency-ms") config.storage.read_latency_s = std::stod(value()) / 1e3;
+      else if (arg == "--cache-capacity-bytes") config.cache_capacity_bytes = std::stoull(value());
       else if (arg == "--help" || arg == "-h") return usage(), 0;
       else throw std::invalid_argument("unknown argument '" + arg + "'");
     }
   } catch (const std::exception& e) {
     std::cerr << "fedcase-client: " << e.what() << " (try --help)\n";
+    return 2;
+  }
+  const client::StorageEmulation& storage = config.storage;
+  if (config.state_dir.empty() &&
+      (storage.sample_bytes || storage.read_bytes_per_s || storage.read_latency_s)) {
+    std::cerr << "fedcase-client: --sample-bytes, --read-mbps and --read-latency-ms need "
+                 "--state-dir\n";
     return 2;
   }
   if (config.enrollment_token.empty()) {

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "client_sdk/http_client.h"
+#include "client_sdk/local_trainer.h"
 #include "common/blob.h"
 #include "common/log.h"
 #include "ml/model.h"
@@ -39,6 +40,7 @@ struct Session::Impl {
   ClientId id = 0;
   std::optional<CachedModel> cached;
   std::optional<ml::Model> model;
+  std::unique_ptr<LocalTrainer> local;  // opened at the first task
   std::mt19937_64 rng;
   double backoff_s = 0.1;
 
@@ -72,9 +74,18 @@ struct Session::Impl {
   }
 
   Status register_client() {
-    json body = {{"device", config.device},
+    json device = config.device;
+    if (!config.state_dir.empty()) {
+      device["sample_bytes"] =
+          config.storage.sample_bytes ? config.storage.sample_bytes : config.data->image_bytes();
+      if (config.storage.read_bytes_per_s > 0) {
+        device["storage_read_bytes_per_s"] = config.storage.read_bytes_per_s;
+      }
+    }
+    json body = {{"device", device},
                  {"dataset_size", config.indices.size()},
                  {"sdk_version", "fedcase-sdk/1"}};
+    if (config.cache_capacity_bytes > 0) body["cache_capacity_bytes"] = config.cache_capacity_bytes;
     token.clear();
     auto r = call("POST", "/v1/clients/register", body.dump(),
                   {{"Content-Type", "application/json"}}, config.request_timeout_s);
@@ -109,6 +120,20 @@ struct Session::Impl {
 
   // Trains on the local partition from the cached model; returns the upload body and metadata.
   Result<std::pair<std::string, json>> train(const json& task) {
+    auto directives = parse_data_directives(task);
+    if (!directives.ok()) return directives.status();
+    if (!local) {
+      LocalDataConfig c;
+      c.data = config.data;
+      c.indices = config.indices;
+      c.sampler.seed = config.seed;
+      c.state_dir = config.state_dir;
+      c.storage = config.storage;
+      c.cache_capacity_bytes = config.cache_capacity_bytes;
+      auto opened = LocalTrainer::open(std::move(c));
+      if (!opened.ok()) return opened.status();
+      local = std::move(opened).value();
+    }
     const std::string arch = task["model"].get<std::string>();
     if (!model || model->arch() != arch) {
       auto m = ml::Model::create(arch, config.seed);
@@ -122,21 +147,20 @@ struct Session::Impl {
     options.lr = t.value("lr", 0.05);
     options.momentum = t.value("momentum", 0.0);
     options.prox_mu = t.value("prox_mu", 0.0);
-    std::vector<size_t> order;
-    for (size_t e = 0; e < t.value("epochs", size_t(1)); ++e) {
-      std::vector<size_t> epoch = config.indices;
-      std::shuffle(epoch.begin(), epoch.end(), rng);
-      order.insert(order.end(), epoch.begin(), epoch.end());
-    }
-    ml::TrainStats s = model->train(*config.data, order, options);
+    auto round = local->train_round(*model, options, *directives);
+    if (!round.ok()) return round.status();
     std::vector<float> delta = model->parameters();
     for (size_t i = 0; i < delta.size(); ++i) delta[i] -= cached->blob.data[i];
     ModelBlob update{cached->version, cached->blob.layout, std::move(delta)};
-    json meta = {{"samples", s.samples},
-                 {"loss_sum", s.loss_sum},
-                 {"loss_sq_sum", s.loss_sq_sum},
-                 {"compute_s", s.compute_seconds},
-                 {"io_s", 0.0}};
+    json meta = {{"samples", round->samples},
+                 {"loss_sum", round->loss_sum},
+                 {"loss_sq_sum", round->loss_sq_sum},
+                 {"compute_s", round->compute_s},
+                 {"io_s", round->io_s},
+                 {"cache_hits", round->cache_hits},
+                 {"cache_misses", round->cache_misses},
+                 {"bytes_read", round->bytes_read}};
+    if (local->sample_bytes() > 0) meta["sample_bytes"] = local->sample_bytes();
     return std::make_pair(encode_blob(update), meta);
   }
 

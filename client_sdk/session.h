@@ -1,6 +1,7 @@
 #pragma once
 // The client SDK's session with a coordinator: register, poll for tasks, download the model
-// (cached by version), train on the local partition, upload the update with its statistics.
+// (cached by version), train on the local partition as the task directs (sampling, sample
+// budget, cache; see local_trainer.h), upload the update with its statistics.
 // Survives coordinator restarts: transient failures are retried with exponential backoff and
 // jitter, and an unknown token leads to registering again.
 // One Session per client thread; run() blocks until `stop` becomes true.
@@ -12,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "client_sdk/sample_store.h"
 #include "common/ids.h"
 #include "common/status.h"
 #include "ml/dataset.h"
@@ -26,7 +28,12 @@ struct SessionConfig {
   const ml::Dataset* data = nullptr;  // shared, read-only; must outlive the session
   std::vector<size_t> indices;     // this client's partition of `data`
   nlohmann::json device = nlohmann::json::object();
-  uint64_t seed = 1;               // local shuffling
+  uint64_t seed = 1;               // local shuffling and sampling
+  // Where the client keeps its sample store and state (sampler weights) across restarts.
+  // Empty: samples are read from memory, no I/O is emulated and nothing is persisted.
+  std::string state_dir;
+  StorageEmulation storage;           // the emulated device behind the store (with state_dir)
+  uint64_t cache_capacity_bytes = 0;  // reported at registration, caps task cache budgets; 0 = none
   double poll_wait_s = 10;         // long-poll wait per task request
   double request_timeout_s = 60;
   double max_backoff_s = 5;

@@ -55,7 +55,9 @@ class Model {
   // kUnprocessable if `values` does not have layout().element_count() entries.
   Status set_parameters(const std::vector<float>& values);
 
-  // One SGD pass over `order` (dataset indices, repeats allowed) in batches.
+  // One SGD pass over `order` (dataset indices, repeats allowed) in batches. A batch's samples
+  // are copied out of `data` when the batch starts, after the previous batch's observer has
+  // returned, so an observer may refill `data` (same rows and cols) for the batches to come.
   TrainStats train(const Dataset& data, const std::vector<size_t>& order,
                    const TrainOptions& options, const BatchObserver& observer = {});
 

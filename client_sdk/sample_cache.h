@@ -1,0 +1,87 @@
+#pragma once
+// In-memory caches of sample records (the bytes read from the sample store), behind one
+// interface with a byte budget. Pure logic: a cache never reads storage; the caller looks a
+// sample up, reads it on a miss and offers the record back.
+//
+//   none        keeps nothing: every lookup misses.
+//   lru         keeps the most recently used records.
+//   importance  SHADE's importance-aware cache. A ghost table keeps (weight, frequency) for
+//               every sample, cached or not: the sampler's weight and the number of lookups.
+//               Cached samples sit in a min-heap keyed by (weight, frequency), compared in
+//               that order. A record offered to a full cache replaces the heap minimum only
+//               if its own key is larger. plan_reuse() lets cached samples stand in for draws
+//               that would miss, up to the repetition factor, so more of the sample budget is
+//               served from memory; the cached samples a plan reads are pinned (they rank
+//               above every unpinned key) until their planned uses are served, so a newcomer
+//               admitted mid-round cannot turn a planned hit into a miss.
+//
+// Samples are ids in [0, samples). Not thread-safe: one cache per client.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace fedcase::client {
+
+enum class CachePolicy { kNone, kLru, kImportance };
+
+// "none", "lru", "importance".
+const char* cache_policy_name(CachePolicy policy);
+// The policy named `name`; kInvalidArgument for any other name.
+Result<CachePolicy> parse_cache_policy(std::string_view name);
+
+struct CacheStats {
+  uint64_t hits = 0;        // lookups served from the cache
+  uint64_t misses = 0;      // lookups the caller had to serve from storage
+  uint64_t admissions = 0;  // records taken in
+  uint64_t evictions = 0;   // records dropped to make room
+  uint64_t rejections = 0;  // records offered but not taken
+  uint64_t reused = 0;      // draws replaced by cached samples (plan_reuse)
+};
+
+class SampleCache {
+ public:
+  virtual ~SampleCache() = default;
+
+  virtual CachePolicy policy() const = 0;
+  uint64_t budget_bytes() const { return budget_bytes_; }
+  uint64_t used_bytes() const { return used_bytes_; }
+  const CacheStats& stats() const { return stats_; }
+  virtual size_t entries() const = 0;
+  virtual bool contains(size_t id) const = 0;
+
+  // Looks sample `id` up, counting a hit or a miss. A hit returns the record, valid until the
+  // next non-const call; a miss returns nullptr.
+  virtual const std::string* lookup(size_t id) = 0;
+
+  // Offers the record of sample `id`, just read from storage after a miss. The policy takes
+  // it (evicting as it sees fit) or not; used_bytes() never exceeds budget_bytes(). A record
+  // for a sample already cached is ignored.
+  virtual void offer(size_t id, std::string record) = 0;
+
+  // The sampler's weight of sample `id` changed. Only the importance policy uses weights.
+  virtual void set_importance(size_t id, double weight) {}
+
+  // Rewrites a round's draws before they are read so cached samples replace draws that would
+  // miss: every cached sample may serve up to floor(repetition_factor) draws of the round
+  // (its own draws included), and the draws it replaces are the least important misses.
+  // Only the importance policy reuses (and pins, see above; a new plan drops the previous
+  // plan's pins); the others leave `order` unchanged. Returns the number of draws replaced.
+  virtual size_t plan_reuse(std::vector<size_t>& order, double repetition_factor) { return 0; }
+
+ protected:
+  explicit SampleCache(uint64_t budget_bytes) : budget_bytes_(budget_bytes) {}
+  uint64_t budget_bytes_;
+  uint64_t used_bytes_ = 0;
+  CacheStats stats_;
+};
+
+// A cache of `policy` holding at most `budget_bytes` of records of samples [0, samples).
+std::unique_ptr<SampleCache> make_cache(CachePolicy policy, uint64_t budget_bytes,
+                                        size_t samples);
+
+}  // namespace fedcase::client
