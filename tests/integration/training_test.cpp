@@ -89,3 +89,55 @@ TEST_CASE("5 SDK clients complete 3 rounds and the global model's accuracy rises
   CHECK(clients.body["clients"].size() == 5);
   CHECK((*fleet)->updates_accepted() == 15);
 }
+
+TEST_CASE("a job with central DP reports the privacy spent, round by round") {
+  TempDir dir;
+  auto service = server::CoordinatorService::start(test_config(dir));
+  REQUIRE_MESSAGE(service.ok(), service.status().to_string());
+  const uint16_t port = (*service)->port();
+  Caller admin(port, kAdminToken);
+  json job_config = {
+      {"name", "private"},
+      {"model", "mlp"},
+      {"rounds", 3},
+      {"clients_per_round", 3},
+      {"dp_delta", 1e-5},
+      {"selection", {{"overcommit", 1.0}}},
+      {"training", {{"lr", 0.05}, {"deadline", {{"mode", "fixed"}, {"seconds", 60}}}}},
+      {"aggregation", {{"rule", "fedavg"}, {"clip_norm", 5.0}, {"dp_noise_multiplier", 1.0}}},
+      {"server_optimizer", {{"name", "fedavgm"}, {"momentum", 0.5}}}};
+  REQUIRE(admin.post("/v1/admin/jobs", job_config).status == 201);
+
+  ml::Dataset slice = ml::head(fmnist_train(), 1500);
+  client::FleetConfig fleet_config;
+  fleet_config.port = port;
+  fleet_config.enrollment_token = kEnrollmentToken;
+  fleet_config.clients = 3;
+  fleet_config.poll_wait_s = 1;
+  fleet_config.data = &slice;
+  auto fleet = client::Fleet::start(fleet_config);
+  REQUIRE(fleet.ok());
+  json detail;
+  REQUIRE(wait_until(
+      [&] {
+        detail = admin.get("/v1/admin/jobs/1").body;
+        return detail.value("state", "") == "finished";
+      },
+      120));
+  (*fleet)->stop();
+
+  CHECK(detail["aggregation"] == "fedavg");
+  CHECK(detail["server_optimizer"] == "fedavgm");
+  auto rounds = committed_rounds(detail);
+  REQUIRE(rounds.size() == 3);
+  double previous = 0;
+  for (const auto& r : rounds) {
+    const json& privacy = r["metrics"]["privacy"];
+    CHECK(privacy["noise_multiplier"] == 1.0);
+    CHECK(privacy["q"] == 1.0);  // all available clients take part
+    CHECK(privacy["epsilon"].get<double>() > previous);
+    previous = privacy["epsilon"];
+  }
+  CHECK(detail["privacy"]["rounds"] == 3);
+  CHECK(detail["privacy"]["epsilon"].get<double>() == doctest::Approx(previous));
+}

@@ -1,0 +1,38 @@
+#include <doctest/doctest.h>
+
+#include "server/update_meta.h"
+
+using namespace fedcase;
+using namespace fedcase::server;
+using nlohmann::json;
+
+TEST_CASE("update metadata parses every reported statistic") {
+  auto m = parse_update_meta({{"samples", 600},
+                              {"loss_sum", 300.5},
+                              {"loss_sq_sum", 200},
+                              {"compute_s", 1.5},
+                              {"io_s", 0.25},
+                              {"download_s", 0.1},
+                              {"cache_hits", 50},
+                              {"cache_misses", 550},
+                              {"bytes_read", 431200},
+                              {"sdk_extra", "ignored"}});
+  REQUIRE(m.ok());
+  CHECK(m->samples == 600);
+  CHECK(m->loss_sum == 300.5);
+  CHECK(m->io_s == 0.25);
+  CHECK(m->cache_misses == 550);
+  CHECK(m->bytes_read == 431200);
+}
+
+TEST_CASE("update metadata rejects what it cannot trust") {
+  CHECK_FALSE(parse_update_meta(json::array()).ok());
+  CHECK(parse_update_meta(json::object()).status().message().find("samples") != std::string::npos);
+  CHECK_FALSE(parse_update_meta({{"samples", 0}}).ok());
+  CHECK_FALSE(parse_update_meta({{"samples", -3}}).ok());
+  CHECK_FALSE(parse_update_meta({{"samples", 1.5}}).ok());
+  CHECK(parse_update_meta({{"samples", 1}, {"loss_sum", -1}}).status().message().find("loss_sum") !=
+        std::string::npos);
+  CHECK_FALSE(parse_update_meta({{"samples", 1}, {"io_s", "fast"}}).ok());
+  CHECK_FALSE(parse_update_meta({{"samples", 1}, {"cache_hits", -2}}).ok());
+}
