@@ -1,0 +1,70 @@
+#include "sim/run.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+namespace fedcase::sim {
+
+Result<RunSummary> run_simulation(Simulator& simulator, const SimConfig& config,
+                                  const std::function<void(const RoundRecord&)>& on_round) {
+  const auto start = std::chrono::steady_clock::now();
+  RunSummary out;
+  out.policy = simulator.policy();
+  out.seed = config.seed;
+  out.clients = simulator.fleet().size();
+  out.target_accuracy = config.target_accuracy;
+  double hit_sum = 0;
+  while (simulator.rounds() < config.max_rounds && simulator.now_s() < config.max_virtual_s) {
+    auto record = simulator.run_round();
+    if (!record.ok()) {
+      if (record.status().code() == Code::kResourceExhausted) break;
+      return record.status();
+    }
+    if (on_round) on_round(*record);
+    out.rounds = record->round;
+    out.virtual_s = record->close_s;
+    out.final_accuracy = record->accuracy;
+    out.best_accuracy = std::max(out.best_accuracy, record->accuracy);
+    hit_sum += record->hit_ratio;
+    if (!out.time_to_target_s && record->accuracy >= config.target_accuracy) {
+      out.time_to_target_s = record->close_s;
+      out.rounds_to_target = record->round;
+      if (config.stop_at_target) break;
+    }
+  }
+  out.mean_hit_ratio = out.rounds ? hit_sum / double(out.rounds) : 0;
+  out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+std::string round_csv_header() {
+  return "virtual_s,round,accuracy,loss,participants,dropped,hit_ratio";
+}
+
+std::string round_csv_row(const RoundRecord& r) {
+  char line[200];
+  std::snprintf(line, sizeof(line), "%.3f,%llu,%.4f,%.4f,%zu,%zu,%.4f", r.close_s,
+                static_cast<unsigned long long>(r.round), r.accuracy, r.loss, r.participants,
+                r.dropped, r.hit_ratio);
+  return line;
+}
+
+nlohmann::ordered_json summary_json(const RunSummary& s) {
+  nlohmann::ordered_json j;
+  j["policy"] = s.policy;
+  j["seed"] = s.seed;
+  j["clients"] = s.clients;
+  j["target_accuracy"] = s.target_accuracy;
+  j["time_to_target_s"] = s.time_to_target_s ? nlohmann::ordered_json(*s.time_to_target_s) : nullptr;
+  j["rounds_to_target"] = s.rounds_to_target ? nlohmann::ordered_json(*s.rounds_to_target) : nullptr;
+  j["rounds"] = s.rounds;
+  j["virtual_s"] = s.virtual_s;
+  j["final_accuracy"] = s.final_accuracy;
+  j["best_accuracy"] = s.best_accuracy;
+  j["mean_hit_ratio"] = s.mean_hit_ratio;
+  j["wall_s"] = s.wall_s;
+  return j;
+}
+
+}  // namespace fedcase::sim

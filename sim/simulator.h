@@ -1,0 +1,86 @@
+#pragma once
+// The virtual-time fleet simulator. It drives the real scheduling and aggregation libraries
+// the way the coordinator does, and each participant's real client-side sampler and cache;
+// participants really train the model (ml::Model) on their samples. Only time is simulated:
+// a task's duration is modelled from the client's device (DeviceRow), not measured:
+//
+//   download + samples x compute_ms_per_sample + cache misses x sample_bytes / storage
+//   speed + upload,  times a per-task log-normal jitter.
+//
+// A round opens at the current virtual time, invites whom the policy selects, and closes at
+// the K-th arrival (the first K finishers are kept) or at the deadline. A client that is
+// offline when the round opens, goes offline before finishing, or would finish after the
+// deadline never reports. Virtual time then moves to the round's close.
+//
+// Not thread-safe; separate Simulators may run on separate threads (call
+// ml::set_torch_threads on each).
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/status.h"
+#include "ml/dataset.h"
+#include "sim/config.h"
+#include "sim/fleet.h"
+
+namespace fedcase::sim {
+
+// One invited client's task.
+struct TaskTrace {
+  ClientId client = 0;
+  bool online_at_open = false;
+  bool finished = false;   // would have uploaded before going offline and before the deadline
+  bool kept = false;       // among the first K finishers: its update was aggregated
+  double duration_s = 0;   // modelled task duration (online_at_open only)
+  uint64_t cache_hits = 0;
+  uint64_t cache_misses = 0;
+};
+
+struct RoundRecord {
+  RoundIndex round = 0;
+  double open_s = 0;   // virtual time the round opened
+  double close_s = 0;  // virtual time it closed
+  double deadline_s = 0;  // seconds after open
+  bool committed = false;  // at least min_updates kept: the model moved
+  double accuracy = 0;     // test accuracy of the model after the round
+  double loss = 0;         // its test loss
+  double train_loss = 0;   // mean training loss of the kept updates (NaN if none)
+  size_t available = 0;
+  size_t invited = 0;
+  size_t participants = 0;  // kept
+  size_t dropped = 0;       // invited without a report: offline, or missed the deadline
+  double hit_ratio = 0;     // mean cache hit ratio of the kept participants
+  std::vector<TaskTrace> tasks;
+};
+
+class Simulator {
+ public:
+  // `train` and `test` must outlive the simulator; `fleet` holds indices into `train`.
+  // Errors: kInvalidArgument for a bad model, optimizer or aggregation config or a fleet
+  // sample outside `train`.
+  static Result<std::unique_ptr<Simulator>> create(const SimConfig& config,
+                                                   const ml::Dataset& train,
+                                                   const ml::Dataset& test,
+                                                   std::vector<SimClient> fleet);
+  ~Simulator();
+
+  // Runs one round, first waiting (idle_wait_s at a time) until min_clients are available.
+  // kResourceExhausted when max_virtual_s passes while waiting; other errors come from the
+  // libraries (and leave the simulator unusable).
+  Result<RoundRecord> run_round();
+
+  double now_s() const;
+  RoundIndex rounds() const;
+  const std::vector<SimClient>& fleet() const;
+  // The selection policy's name ("random", "oort", "fedcase").
+  std::string policy() const;
+
+ private:
+  struct State;
+  explicit Simulator(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace fedcase::sim

@@ -1,0 +1,179 @@
+#include "sim/simulator.h"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "ml/model.h"
+#include "sim/run.h"
+
+namespace fedcase::sim {
+namespace {
+
+struct Data {
+  ml::Dataset train, test;
+};
+
+const Data& data() {
+  static const Data d = [] {
+    Data out;
+    auto train = ml::load_fashion_mnist(FEDCASE_FMNIST_DIR, ml::Split::kTrain);
+    auto test = ml::load_fashion_mnist(FEDCASE_FMNIST_DIR, ml::Split::kTest);
+    REQUIRE(train.ok());
+    REQUIRE(test.ok());
+    out.train = ml::head(*train, 6000);
+    out.test = ml::head(*test, 500);
+    return out;
+  }();
+  return d;
+}
+
+// 50 clients with short on/off spells, so some go offline during their tasks.
+SimConfig small_config(const std::string& policy) {
+  nlohmann::json j = {
+      {"seed", 7},
+      {"clients_per_round", 5},
+      {"max_rounds", 6},
+      {"eval_samples", 500},
+      {"stop_at_target", false},
+      {"fleet",
+       {{"clients", 50},
+        {"min_samples", 20},
+        {"max_samples", 200},
+        {"availability", {{"median_online_s", 120}, {"median_offline_s", 60}}}}},
+      {"selection", {{"policy", policy}}},
+      {"training",
+       {{"sample_budget", 20},
+        {"batch_size", 10},
+        {"sampling", "importance"},
+        {"cache", {{"policy", "importance"}, {"repetition_factor", 2}}}}}};
+  auto c = parse_sim_config(j);
+  REQUIRE(c.ok());
+  return *c;
+}
+
+std::unique_ptr<Simulator> make_simulator(const SimConfig& config) {
+  const std::vector<Bandwidth> trace = {{2000, 80}, {57000, 11000}, {300000, 40000}, {800, 300}};
+  auto fleet = build_fleet(draw_devices(config.fleet, trace), config.fleet, data().train.labels);
+  REQUIRE(fleet.ok());
+  ml::set_torch_threads(1);
+  auto sim = Simulator::create(config, data().train, data().test, std::move(fleet).value());
+  REQUIRE(sim.ok());
+  return std::move(sim).value();
+}
+
+std::vector<RoundRecord> run_rounds(Simulator& sim, RoundIndex n) {
+  std::vector<RoundRecord> out;
+  for (RoundIndex r = 0; r < n; ++r) {
+    auto rec = sim.run_round();
+    REQUIRE(rec.ok());
+    out.push_back(*rec);
+  }
+  return out;
+}
+
+TEST_CASE("the same seed gives the same curve") {
+  for (const char* policy : {"random", "oort", "fedcase"}) {
+    CAPTURE(policy);
+    const SimConfig config = small_config(policy);
+    auto a = make_simulator(config);
+    auto b = make_simulator(config);
+    std::vector<RoundRecord> ra = run_rounds(*a, 4), rb = run_rounds(*b, 4);
+    for (size_t i = 0; i < ra.size(); ++i) {
+      CHECK(round_csv_row(ra[i]) == round_csv_row(rb[i]));
+      CHECK(ra[i].close_s == rb[i].close_s);
+      CHECK(ra[i].loss == rb[i].loss);
+    }
+  }
+}
+
+TEST_CASE("virtual time advances by the slowest kept participant, or to the deadline") {
+  const SimConfig config = small_config("fedcase");
+  auto sim = make_simulator(config);
+  double previous_close = 0;
+  bool some_filled = false;
+  for (const RoundRecord& r : run_rounds(*sim, 6)) {
+    CHECK(r.open_s >= previous_close);
+    previous_close = r.close_s;
+    double slowest = 0;
+    size_t kept = 0;
+    for (const TaskTrace& t : r.tasks) {
+      if (!t.kept) continue;
+      ++kept;
+      slowest = std::max(slowest, t.duration_s);
+    }
+    CHECK(kept == r.participants);
+    if (r.participants == config.clients_per_round) {
+      some_filled = true;
+      CHECK(r.close_s - r.open_s == doctest::Approx(slowest));
+      // Kept are the fastest finishers.
+      for (const TaskTrace& t : r.tasks) {
+        if (t.finished && !t.kept) CHECK(t.duration_s >= slowest);
+      }
+    } else {
+      CHECK(r.close_s - r.open_s == doctest::Approx(r.deadline_s));
+    }
+  }
+  CHECK(some_filled);
+}
+
+TEST_CASE("clients offline at the open or before finishing never report") {
+  const SimConfig config = small_config("random");
+  auto sim = make_simulator(config);
+  size_t offline_invitees = 0;
+  for (const RoundRecord& r : run_rounds(*sim, 6)) {
+    size_t dropped = 0;
+    for (const TaskTrace& t : r.tasks) {
+      const Spells& spells = sim->fleet()[t.client - 1].spells;
+      CHECK(t.online_at_open == spells.online_at(r.open_s));
+      if (!t.online_at_open) {
+        ++offline_invitees;
+        CHECK(!t.finished);
+      }
+      if (t.finished) {
+        CHECK(spells.online_until(r.open_s) >= r.open_s + t.duration_s);
+        CHECK(t.duration_s <= r.deadline_s);
+      }
+      if (t.kept) CHECK(t.finished);
+      dropped += !t.finished;
+    }
+    CHECK(dropped == r.dropped);
+  }
+  // The short spells make some invitees offline by the time their round opens.
+  CHECK(offline_invitees > 0);
+}
+
+TEST_CASE("CSV rows and the JSON summary are well formed") {
+  SimConfig config = small_config("fedcase");
+  config.max_rounds = 3;
+  auto sim = make_simulator(config);
+  std::vector<std::string> rows;
+  auto summary = run_simulation(*sim, config, [&](const RoundRecord& r) {
+    rows.push_back(round_csv_row(r));
+  });
+  REQUIRE(summary.ok());
+  REQUIRE(rows.size() == 3);
+  CHECK(round_csv_header() == "virtual_s,round,accuracy,loss,participants,dropped,hit_ratio");
+  for (const std::string& row : rows) {
+    std::stringstream in(row);
+    std::string field;
+    size_t fields = 0;
+    while (std::getline(in, field, ',')) {
+      ++fields;
+      char* end = nullptr;
+      std::strtod(field.c_str(), &end);
+      CHECK(*end == '\0');
+    }
+    CHECK(fields == 7);
+  }
+  auto json = nlohmann::json::parse(summary_json(*summary).dump());
+  CHECK(json["policy"] == "fedcase");
+  CHECK(json["rounds"] == 3);
+  CHECK(json.contains("time_to_target_s"));
+  CHECK((json["time_to_target_s"].is_null() || json["time_to_target_s"].is_number()));
+  CHECK(json["virtual_s"].get<double>() == doctest::Approx(sim->now_s()));
+}
+
+}  // namespace
+}  // namespace fedcase::sim
