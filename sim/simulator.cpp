@@ -18,6 +18,9 @@ namespace fedcase::sim {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+// Virtual time t is t + kClockOrigin on the coordinator's clock: profiles ignore contacts at
+// times <= 0, and the fleet is online from virtual time 0.
+constexpr double kClockOrigin = 86400;
 
 // The device side of one client: its sampler weights and its cache persist across rounds.
 struct Device {
@@ -81,7 +84,7 @@ void Simulator::State::hear_until(double t) {
   const double step = config.heartbeat_s;
   for (double at = (std::floor(heard_until / step) + 1) * step; at <= t; at += step) {
     for (size_t i = 0; i < fleet.size(); ++i) {
-      if (fleet[i].spells.online_at(at)) scheduling::observe_heartbeat(profiles[i], at);
+      if (fleet[i].spells.online_at(at)) scheduling::observe_heartbeat(profiles[i], at + kClockOrigin);
     }
     heard_until = at;
   }
@@ -89,7 +92,7 @@ void Simulator::State::hear_until(double t) {
 
 size_t Simulator::State::available_count() const {
   size_t n = 0;
-  for (const auto& p : profiles) n += scheduling::is_online(p, now);
+  for (const auto& p : profiles) n += scheduling::is_online(p, now + kClockOrigin);
   return n;
 }
 
@@ -252,7 +255,7 @@ Result<RoundRecord> Simulator::run_round() {
   candidates.reserve(s.fleet.size());
   std::vector<size_t> index_of(s.fleet.size() + 1);
   for (size_t i = 0; i < s.fleet.size(); ++i) {
-    const bool available = scheduling::is_online(s.profiles[i], s.now);
+    const bool available = scheduling::is_online(s.profiles[i], s.now + kClockOrigin);
     rec.available += available;
     candidates.push_back(scheduling::make_candidate(s.profiles[i], available, cfg.training, s.model_bytes));
     index_of[s.fleet[i].id] = i;
@@ -310,7 +313,7 @@ Result<RoundRecord> Simulator::run_round() {
     FEDCASE_RETURN_IF_ERROR(s.train_and_add(a, plan->tasks[a.task], **aggregate));
     scheduling::ClientProfile& p = s.profiles[a.client];
     FEDCASE_RETURN_IF_ERROR(scheduling::observe_completion(p, a.report));
-    scheduling::observe_heartbeat(p, s.now + a.duration_s);
+    scheduling::observe_heartbeat(p, s.now + a.duration_s + kClockOrigin);
     samples += a.report.samples;
     loss_sum += a.report.loss_sum;
     const uint64_t reads = a.report.cache_hits + a.report.cache_misses;
