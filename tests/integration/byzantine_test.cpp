@@ -74,14 +74,8 @@ double final_accuracy(const json& aggregation, float attacker_factor) {
 
   const ml::Dataset& data = fmnist_train();
   ml::Dataset honest_data = ml::head(data, kHonest * 800);
-  client::FleetConfig fleet_config;
-  fleet_config.port = port;
-  fleet_config.enrollment_token = kEnrollmentToken;
-  fleet_config.clients = kHonest;
-  fleet_config.alpha = 100;  // close to IID: the honest majority agrees
-  fleet_config.poll_wait_s = 1;
-  fleet_config.data = &honest_data;
-  auto fleet = client::Fleet::start(fleet_config);
+  // Close to IID (alpha 100): the honest majority agrees.
+  auto fleet = client::Fleet::start(test_fleet(port, kHonest, honest_data, 100));
   REQUIRE(fleet.ok());
   std::atomic<bool> stop{false};
   std::vector<std::thread> attackers;

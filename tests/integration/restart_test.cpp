@@ -92,14 +92,7 @@ TEST_CASE("a SIGKILLed coordinator resumes the job from its last committed model
   REQUIRE(created.status == 201);
 
   ml::Dataset slice = ml::head(fmnist_train(), 1500);
-  client::FleetConfig fleet_config;
-  fleet_config.port = port;
-  fleet_config.enrollment_token = kEnrollmentToken;
-  fleet_config.clients = 3;
-  fleet_config.alpha = 1.0;
-  fleet_config.poll_wait_s = 1;
-  fleet_config.data = &slice;
-  auto fleet = client::Fleet::start(fleet_config);
+  auto fleet = client::Fleet::start(test_fleet(port, 3, slice));
   REQUIRE(fleet.ok());
 
   json before;

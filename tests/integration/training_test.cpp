@@ -33,14 +33,7 @@ TEST_CASE("5 SDK clients complete 3 rounds and the global model's accuracy rises
   const std::string job_path = "/v1/admin/jobs/" + std::to_string(created.body["job_id"].get<int>());
 
   ml::Dataset slice = ml::head(fmnist_train(), 6000);
-  client::FleetConfig fleet_config;
-  fleet_config.port = port;
-  fleet_config.enrollment_token = kEnrollmentToken;
-  fleet_config.clients = 5;
-  fleet_config.alpha = 1.0;
-  fleet_config.poll_wait_s = 2;
-  fleet_config.data = &slice;
-  auto fleet = client::Fleet::start(fleet_config);
+  auto fleet = client::Fleet::start(test_fleet(port, 5, slice));
   REQUIRE(fleet.ok());
 
   json detail;
@@ -109,13 +102,7 @@ TEST_CASE("a job with central DP reports the privacy spent, round by round") {
   REQUIRE(admin.post("/v1/admin/jobs", job_config).status == 201);
 
   ml::Dataset slice = ml::head(fmnist_train(), 1500);
-  client::FleetConfig fleet_config;
-  fleet_config.port = port;
-  fleet_config.enrollment_token = kEnrollmentToken;
-  fleet_config.clients = 3;
-  fleet_config.poll_wait_s = 1;
-  fleet_config.data = &slice;
-  auto fleet = client::Fleet::start(fleet_config);
+  auto fleet = client::Fleet::start(test_fleet(port, 3, slice));
   REQUIRE(fleet.ok());
   json detail;
   REQUIRE(wait_until(

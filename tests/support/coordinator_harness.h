@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "client_sdk/fleet.h"
 #include "client_sdk/http_client.h"
 #include "ml/dataset.h"
 #include "server/config.h"
@@ -28,6 +29,20 @@ inline server::CoordinatorConfig test_config(const TempDir& dir) {
                       {"eval_samples", 1000},
                       {"long_poll_max_s", 5}};
   return server::parse_coordinator_config(j);
+}
+
+// A fleet of `clients` SDK clients on Dirichlet(alpha) partitions of `data` (which must outlive
+// the fleet), enrolled at the coordinator on `port`, polling for tasks every second.
+inline client::FleetConfig test_fleet(uint16_t port, size_t clients, const ml::Dataset& data,
+                                      double alpha = 1.0) {
+  client::FleetConfig config;
+  config.port = port;
+  config.enrollment_token = kEnrollmentToken;
+  config.clients = clients;
+  config.alpha = alpha;
+  config.poll_wait_s = 1;
+  config.data = &data;
+  return config;
 }
 
 // The Fashion-MNIST training set, loaded once per test process.
