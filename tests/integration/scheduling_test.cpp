@@ -94,6 +94,11 @@ TEST_CASE("a fedcase job finishes its rounds on a fleet of fast and slow clients
     if (c["info"].value("cache_capacity_bytes", 0) > 0) {
       slow_sum += expected;
       ++slow_measured;
+      // What they reported about their storage and cache reached the admin API.
+      CHECK(p["storage_read_bytes_per_s"]["count"].get<uint64_t>() > 0);
+      CHECK(p["storage_read_bytes_per_s"]["mean"].get<double>() < 60e3);
+      CHECK(p["cache_hit_ratio"]["count"].get<uint64_t>() > 0);
+      CHECK(p["sample_bytes"]["mean"].get<double>() == doctest::Approx(784));
     } else {
       fast_sum += expected;
       ++fast_measured;
