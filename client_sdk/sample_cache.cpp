@@ -126,30 +126,33 @@ class ImportanceCache final : public SampleCache {
   size_t plan_reuse(std::vector<size_t>& order, double repetition_factor) override {
     for (size_t id : heap_) pins_[id] = 0;  // the previous plan's leftovers
     rebuild_heap();
-    if (!std::isfinite(repetition_factor) || repetition_factor < 1 || heap_.empty()) return 0;
-    const size_t cap = size_t(std::floor(std::min(repetition_factor, 1e9)));
-    std::unordered_map<size_t, size_t> uses;  // draws of each cached sample
-    std::vector<size_t> misses;               // positions of draws that would miss
+    if (!std::isfinite(repetition_factor) || repetition_factor < 1) return 0;
+    const size_t factor = size_t(std::floor(std::min(repetition_factor, 1e6)));
+    std::unordered_map<size_t, size_t> draws;  // of each cached sample: the hits
+    std::vector<size_t> hit;                   // the hit samples, by first draw
+    std::vector<size_t> misses;                // positions of draws that would miss
     for (size_t p = 0; p < order.size(); ++p) {
-      if (contains(order[p])) {
-        uses[order[p]]++;
-      } else {
+      if (!contains(order[p])) {
         misses.push_back(p);
+      } else if (draws[order[p]]++ == 0) {
+        hit.push_back(order[p]);
       }
     }
     std::stable_sort(misses.begin(), misses.end(),
                      [&](size_t a, size_t b) { return less(order[a], order[b]); });
-    // Stand-ins in passes over the cached samples, most important first: pass k gives one
-    // more use to every sample used fewer than k + 1 times so far.
-    std::vector<size_t> cached = heap_;
-    std::sort(cached.begin(), cached.end(), [&](size_t a, size_t b) { return less(b, a); });
+    std::stable_sort(hit.begin(), hit.end(), [&](size_t a, size_t b) { return less(b, a); });
+    // Repeats in passes over the hit samples, most important first: each pass gives one more
+    // use to every sample below factor x its draws.
+    std::unordered_map<size_t, size_t> uses = draws;
     size_t replaced = 0;
-    for (size_t pass = 0; pass < cap && replaced < misses.size(); ++pass) {
-      for (size_t c : cached) {
+    for (bool granted = true; granted && replaced < misses.size();) {
+      granted = false;
+      for (size_t c : hit) {
         if (replaced == misses.size()) break;
-        if (uses[c] > pass) continue;
+        if (uses[c] >= factor * draws[c]) continue;
         uses[c]++;
         order[misses[replaced++]] = c;
+        granted = true;
       }
     }
     // Pin every cached sample the plan reads until its planned uses are served.

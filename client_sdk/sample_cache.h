@@ -9,11 +9,11 @@
 //               every sample, cached or not: the sampler's weight and the number of lookups.
 //               Cached samples sit in a min-heap keyed by (weight, frequency), compared in
 //               that order. A record offered to a full cache replaces the heap minimum only
-//               if its own key is larger. plan_reuse() lets cached samples stand in for draws
-//               that would miss, up to the repetition factor, so more of the sample budget is
-//               served from memory; the cached samples a plan reads are pinned (they rank
-//               above every unpinned key) until their planned uses are served, so a newcomer
-//               admitted mid-round cannot turn a planned hit into a miss.
+//               if its own key is larger. plan_reuse() repeats the round's hits, up to the
+//               repetition factor, in place of the least important misses, so more of the
+//               sample budget is served from memory; the cached samples a plan reads are
+//               pinned (they rank above every unpinned key) until their planned uses are
+//               served, so a newcomer admitted mid-round cannot turn a planned hit into a miss.
 //
 // Samples are ids in [0, samples). Not thread-safe: one cache per client.
 
@@ -66,11 +66,13 @@ class SampleCache {
   // The sampler's weight of sample `id` changed. Only the importance policy uses weights.
   virtual void set_importance(size_t id, double weight) {}
 
-  // Rewrites a round's draws before they are read so cached samples replace draws that would
-  // miss: every cached sample may serve up to floor(repetition_factor) draws of the round
-  // (its own draws included), and the draws it replaces are the least important misses.
-  // Only the importance policy reuses (and pins, see above; a new plan drops the previous
-  // plan's pins); the others leave `order` unchanged. Returns the number of draws replaced.
+  // Rewrites a round's draws before they are read so hits are repeated in place of misses:
+  // every draw of a cached sample may be used up to floor(repetition_factor) times (a sample
+  // drawn k times serves up to k x floor(repetition_factor) draws), and the draws the repeats
+  // replace are the least important misses. Repeats are handed out in passes over the hit
+  // samples, most important first, so one sample's repeats spread over the round. Only the
+  // importance policy reuses (and pins, see above; a new plan drops the previous plan's
+  // pins); the others leave `order` unchanged. Returns the number of draws replaced.
   virtual size_t plan_reuse(std::vector<size_t>& order, double repetition_factor) { return 0; }
 
  protected:

@@ -160,7 +160,6 @@ struct Session::Impl {
                  {"cache_hits", round->cache_hits},
                  {"cache_misses", round->cache_misses},
                  {"bytes_read", round->bytes_read}};
-    if (local->sample_bytes() > 0) meta["sample_bytes"] = local->sample_bytes();
     return std::make_pair(encode_blob(update), meta);
   }
 

@@ -169,10 +169,9 @@ TEST_CASE("the importance cache serves more of the budget than lru at equal capa
     CHECK(with_lru->cache()->used_bytes() <= 60 * kRecordBytes);
     CHECK(rl->reused == 0);
     if (r > 0) {
-      // A warm importance cache fills up to 4 uses of each of its 60 samples.
+      // A warm importance cache repeats each hit up to 3 more times (factor 4).
       CHECK(ri->reused > 0);
-      CHECK(ri->cache_hits >= ri->reused);
-      CHECK(ri->cache_hits <= 4 * 60 + 60);  // plus hits on records admitted this round
+      CHECK(ri->reused <= 3 * (ri->cache_hits - ri->reused));
       importance_hits += ri->cache_hits;
       lru_hits += rl->cache_hits;
     }

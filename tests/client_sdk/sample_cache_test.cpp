@@ -133,43 +133,39 @@ TEST_CASE("the importance cache admits a record only if its key beats the heap m
   CHECK(small->stats().rejections == 1);
 }
 
-TEST_CASE("cached samples stand in for the least important misses, up to the repetition factor") {
+TEST_CASE("hits are repeated in place of the least important misses, up to the factor") {
   auto cache = make_cache(CachePolicy::kImportance, 200, 20);
   cache->set_importance(10, 9);
   cache->set_importance(11, 8);
   access(*cache, 10);
   access(*cache, 11);
-  // Draws: sample 10 once and eight uncached samples of increasing weight.
-  std::vector<size_t> order = {10, 1, 2, 3, 4, 5, 6, 7, 8};
   for (size_t id = 1; id <= 8; ++id) cache->set_importance(id, double(id));
-  std::vector<size_t> planned = order;
-  CHECK(cache->plan_reuse(planned, 3.7) == 5);  // floor(3.7) = 3 uses each: 2 + 3 more
-  std::map<size_t, int> uses;
-  for (size_t id : planned) uses[id]++;
-  CHECK(uses[10] == 3);
-  CHECK(uses[11] == 3);
-  // The five least important misses (samples 1..5) were replaced; 6, 7, 8 are still read.
-  for (size_t id = 1; id <= 5; ++id) CHECK(uses.count(id) == 0);
-  for (size_t id = 6; id <= 8; ++id) CHECK(uses[id] == 1);
-  CHECK(planned[0] == 10);
-  CHECK(cache->stats().reused == 5);
-
-  // With a factor of 1 each cached sample serves one draw: 10 is already drawn, 11 stands in.
-  planned = order;
-  CHECK(cache->plan_reuse(planned, 1) == 1);
-  CHECK(planned[1] == 11);
-  // Never more stand-ins than misses.
-  planned = {1, 2};
-  CHECK(cache->plan_reuse(planned, 50) == 2);
-  CHECK(planned == std::vector<size_t>{10, 11});
+  auto plan = [&](std::vector<size_t> order, double factor) {
+    cache->plan_reuse(order, factor);
+    return order;
+  };
+  using Ids = std::vector<size_t>;
+  // Sample 10 is drawn once: floor(3.7) = 3 uses, so two repeats, in place of the two least
+  // important misses. Sample 11 is cached but not drawn: it is not used.
+  CHECK(plan({10, 3, 1, 4, 2, 5}, 3.7) == Ids{10, 3, 10, 4, 10, 5});
+  CHECK(cache->stats().reused == 2);
+  // A factor of 1 repeats nothing.
+  CHECK(plan({10, 3, 1, 4, 2, 5}, 1) == Ids{10, 3, 1, 4, 2, 5});
+  // A sample drawn twice may serve twice as many draws.
+  CHECK(plan({10, 1, 10, 2, 3, 4, 5}, 2) == Ids{10, 10, 10, 10, 3, 4, 5});
+  // Repeats go round the hit samples, most important first.
+  CHECK(plan({11, 10, 1, 2, 3, 4, 5, 6}, 3) == Ids{11, 10, 10, 11, 10, 11, 5, 6});
+  // Never more repeats than misses.
+  CHECK(plan({10, 1}, 50) == Ids{10, 10});
+  CHECK(cache->stats().reused == 2 + 2 + 4 + 1);
 
   // Other policies do not reuse.
   for (CachePolicy p : {CachePolicy::kNone, CachePolicy::kLru}) {
     auto other = make_cache(p, 200, 20);
     access(*other, 10);
-    planned = order;
-    CHECK(other->plan_reuse(planned, 5) == 0);
-    CHECK(planned == order);
+    std::vector<size_t> order = {10, 1, 2};
+    CHECK(other->plan_reuse(order, 5) == 0);
+    CHECK(order == Ids{10, 1, 2});
   }
 }
 
@@ -178,17 +174,17 @@ TEST_CASE("cached samples a plan relies on are pinned until their planned uses a
   access(*cache, 10);
   access(*cache, 11);
   for (size_t id = 1; id <= 7; ++id) cache->set_importance(id, 5);  // all beat the cached
-  std::vector<size_t> order = {1, 2, 3, 4, 5, 6};
-  REQUIRE(cache->plan_reuse(order, 2) == 4);
-  CHECK(order == std::vector<size_t>{10, 11, 10, 11, 5, 6});
-  // Read the two remaining draws first: they rank above the cached samples but cannot evict
+  std::vector<size_t> order = {10, 11, 1, 2, 3, 4, 5, 6};
+  REQUIRE(cache->plan_reuse(order, 2) == 2);
+  CHECK(order == std::vector<size_t>{10, 11, 10, 11, 3, 4, 5, 6});
+  // Read the remaining draws first: they rank above the cached samples but cannot evict
   // them while their planned uses are pending.
   const uint64_t hits_before = cache->stats().hits;
   for (auto it = order.rbegin(); it != order.rend(); ++it) access(*cache, *it);
   CHECK(cache->stats().hits - hits_before == 4);
   CHECK(cache->contains(10));
   CHECK(cache->contains(11));
-  CHECK(cache->stats().rejections == 2);
+  CHECK(cache->stats().rejections == 4);
   // Served: unpinned, they are ordinary low keys again.
   access(*cache, 7);
   CHECK(cache->stats().evictions == 1);
