@@ -246,6 +246,11 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
       res.prepare_payload();
       return {std::move(res), {}, 0};
     }
+    if (parts.size() == 6 && parts[3] == "rounds" && parts[5] == "status") {
+      if (method != http::verb::get) return method_not_allowed();
+      if (!client) return forbidden();
+      return result_reply(coordinator_.task_status(caller.client, *job, *number), req);
+    }
     if (parts.size() == 6 && parts[3] == "rounds" && parts[5] == "update") {
       if (method != http::verb::post) return method_not_allowed();
       if (!client) return forbidden();

@@ -664,6 +664,24 @@ Result<ModelDownload> Coordinator::model(JobId job_id, uint64_t version) {
                        std::make_shared<const std::string>(std::move(record->blob))};
 }
 
+Result<json> Coordinator::task_status(ClientId client, JobId job_id, RoundIndex round) {
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  Job* job = s.find_job(job_id);
+  if (!job) return not_found("job " + std::to_string(job_id) + " not found");
+  auto answer = [](bool needed, const char* reason) {
+    return json{{"needed", needed}, {"reason", reason}};
+  };
+  if (!job->round || job->round->record.index != round || job->round->closing) {
+    return answer(false, "round closed");
+  }
+  const ActiveRound& r = *job->round;
+  if (!r.invited(client)) return answer(false, "not invited");
+  if (r.received.count(client)) return answer(false, "already uploaded");
+  if (r.received.size() >= job->config.clients_per_round) return answer(false, "round filled");
+  return answer(true, "open");
+}
+
 Result<json> Coordinator::submit_update(ClientId client, JobId job_id, RoundIndex round,
                                         const json& meta_json, std::string_view bytes,
                                         double upload_seconds) {

@@ -61,6 +61,10 @@ class Coordinator {
   // The client's pending task, or nullopt when it has none now. Counts as a heartbeat.
   Result<std::optional<nlohmann::json>> next_task(ClientId client);
   Result<ModelDownload> model(JobId job, uint64_t version);
+  // Whether the round still wants `client`'s update: {"needed": bool, "reason": "..."}. A
+  // client asks before uploading, so a straggler whose round filled or closed learns that its
+  // work is no longer needed without sending it. 404 for an unknown job.
+  Result<nlohmann::json> task_status(ClientId client, JobId job, RoundIndex round);
   // Validates and folds an update (encoded blob of the delta local - global) into the round.
   // 404 unknown job; 409 round not open, full or already uploaded; 403 client not invited;
   // 400 bad metadata or blob; 422 wrong layout, version, non-finite values or norm.

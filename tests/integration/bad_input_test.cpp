@@ -119,6 +119,12 @@ TEST_CASE("bad input is refused with the right status and changes nothing") {
   std::vector<float> zeros(global.data.size(), 0.0f);
   const std::string good = update_body(zeros, 0, global.layout);
 
+  const std::string status_url = "/v1/jobs/1/rounds/1/status";
+  CHECK(invited[0]->caller->get(status_url).body == json{{"needed", true}, {"reason", "open"}});
+  CHECK(outsider->caller->get(status_url).body["reason"] == "not invited");
+  CHECK(invited[0]->caller->get("/v1/jobs/1/rounds/9/status").body["needed"] == false);
+  CHECK(admin.get(status_url).status == 403);
+
   const std::string before = store_snapshot(db);
   struct Case {
     const char* what;
@@ -205,6 +211,7 @@ TEST_CASE("bad input is refused with the right status and changes nothing") {
   Reply accepted = upload(*invited[0], good, good_meta);
   REQUIRE(accepted.status == 200);
   std::string after_one = store_snapshot(db);
+  CHECK(invited[0]->caller->get(status_url).body["reason"] == "already uploaded");
   Reply twice = upload(*invited[0], good, good_meta);
   CHECK(twice.status == 409);
   CHECK(error_code(twice) == "conflict");
@@ -226,6 +233,7 @@ TEST_CASE("bad input is refused with the right status and changes nothing") {
   CHECK(decode_blob(next.raw, 1 << 24)->data == global.data);
 
   // Uploads to the closed round are refused and change nothing.
+  CHECK(invited[1]->caller->get(status_url).body["needed"] == false);
   std::string committed = store_snapshot(db);
   Reply late = upload(*outsider, good, good_meta);
   CHECK(late.status == 409);
