@@ -25,7 +25,7 @@ struct CoordinatorConfig {
   size_t max_upload_bytes = 64u << 20;    // body limit of an update upload
   double read_timeout_s = 30;             // to receive one whole request
   double long_poll_max_s = 30;            // longest wait a task poll may ask for
-  double client_timeout_s = 30;           // a client unseen this long is unavailable
+  double client_timeout_s = 30;           // a client silent this long is offline (unavailable)
   double requests_per_second = 50;        // per caller; beyond it 429 with Retry-After
   std::string eval_data_dir = "/usr/share/datasets/fashion-mnist";
   size_t eval_samples = 10000;            // test-set samples used to evaluate each model

@@ -171,8 +171,15 @@ struct Coordinator::State {
     return it == clients.end() ? nullptr : &it->second;
   }
 
+  // How profiles smooth observations and when a silent client counts as offline.
+  scheduling::ProfileParams profile_params() const {
+    scheduling::ProfileParams p;
+    p.offline_gap_s = config.client_timeout_s;
+    return p;
+  }
+
   bool available(ClientId id, const ClientState& c, const Job& job, double now) const {
-    return now - c.record.last_seen <= config.client_timeout_s && !busy_elsewhere(id, job);
+    return scheduling::is_online(c.profile, now, profile_params()) && !busy_elsewhere(id, job);
   }
 
   // Saves the profiles and last contact of `ids` in one transaction.
@@ -196,7 +203,7 @@ struct Coordinator::State {
 
   void touch(ClientId id, ClientState& c, double now) {
     c.record.last_seen = now;
-    scheduling::observe_heartbeat(c.profile, now);
+    scheduling::observe_heartbeat(c.profile, now, profile_params());
     if (now - c.persisted_seen >= kPersistSeenEvery) save_clients({id}, now);
   }
 
@@ -604,13 +611,14 @@ Result<json> Coordinator::register_client(const json& request) {
     if (!request["sdk_version"].is_string()) return invalid_argument("sdk_version must be a string");
     info["sdk_version"] = request["sdk_version"];
   }
+  State& s = *state_;
   scheduling::ClientProfile profile;
-  FEDCASE_RETURN_IF_ERROR(scheduling::observe_registration(profile, device_report(info)));
+  FEDCASE_RETURN_IF_ERROR(
+      scheduling::observe_registration(profile, device_report(info), s.profile_params()));
   std::string token = random_token();
   const double now = now_unix();
-  scheduling::observe_heartbeat(profile, now);
+  scheduling::observe_heartbeat(profile, now, s.profile_params());
   storage::ClientRecord record{0, sha256_hex(token), info, json::object(), now, now};
-  State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
   auto id = s.store->add_client(record);
   if (!id.ok()) return id.status();
@@ -763,7 +771,7 @@ Result<json> Coordinator::submit_update(ClientId client, JobId job_id, RoundInde
   report.download_s = meta->download_s;
   report.upload_bytes = upload_seconds > 0 ? bytes.size() : 0;
   report.upload_s = upload_seconds;
-  Status observed = scheduling::observe_completion(c.profile, report);
+  Status observed = scheduling::observe_completion(c.profile, report, s.profile_params());
   if (!observed.ok()) log_warn("client " + std::to_string(client) + ": " + observed.to_string());
   s.touch(client, c, now);
   if (r.received.size() >= job->config.clients_per_round) s.wake_driver();
@@ -869,7 +877,7 @@ Result<json> Coordinator::list_clients() {
                    {"expected_duration_s", expected},
                    {"registered_at", c.record.registered_at},
                    {"last_seen", c.record.last_seen},
-                   {"available", now - c.record.last_seen <= s.config.client_timeout_s}});
+                   {"available", scheduling::is_online(c.profile, now, s.profile_params())}});
   }
   return json{{"clients", out}};
 }
