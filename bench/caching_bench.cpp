@@ -5,13 +5,15 @@
 //   caching_bench [--clients N] [--rounds N] [--samples-per-client N] [--alpha A]
 //                 [--model cnn|mlp] [--lr X] [--momentum X] [--batch-size N]
 //                 [--sample-bytes N] [--read-mbps M] [--read-latency-ms L]
-//                 [--cache-fraction F] [--repetition-factor R] [--seed S]
+//                 [--cache-fraction F] [--repetition-factor R] [--seed S] [--seeds K]
 //                 [--eval-samples N] [--no-sleep] [--data-dir DIR]
 //
 // Defaults: 4 clients, 5 rounds, a Dirichlet(1.0) split of the first 4 x 1500 training
 // samples, the CNN with lr 0.05 and momentum 0.9 (the demo job's settings), batches of 32,
 // one epoch's worth of samples per round, 784-byte samples on a 10 MB/s device with 0.1 ms per
-// read, caches of 10% of each client's samples, repetition factor 5.
+// read, caches of 10% of each client's samples, repetition factor 4, one seed. With --seeds K
+// everything runs for seeds S .. S+K-1 (partition, model initialisation, sampling) and the
+// figures pool the runs: hit ratios and I/O over all client rounds, accuracy as the mean.
 //
 // Each configuration runs the same federated training in process: every round, each client
 // starts from the global model, trains through its own LocalTrainer (sample store in a
@@ -20,11 +22,12 @@
 //   uniform/none          the baseline: shuffled epochs, every sample read from the device
 //   importance/none       SHADE sampling, every sample read from the device
 //   importance/lru        SHADE sampling through an LRU cache
-//   importance/importance SHADE sampling through the importance cache, reusing cached samples
-//                         up to the repetition factor
+//   importance/importance SHADE sampling through the importance cache, each hit repeated up
+//                         to the repetition factor in place of the least important misses
 // importance/none and importance/lru train identically (a cache that never changes the order
 // changes nothing but I/O), so their accuracies must agree. The accuracy is the global model's
-// on the first --eval-samples test samples after the last round.
+// on the first --eval-samples test samples after the last round; a single seed's accuracy moves
+// by a point or two from seed to seed, so compare accuracies over several seeds.
 // I/O seconds are the emulated device time per client and round; the device also sleeps it
 // out unless --no-sleep. The last line of output is one JSON object with every figure.
 
@@ -68,8 +71,9 @@ struct Options {
   double read_mbps = 10;
   double read_latency_ms = 0.1;
   double cache_fraction = 0.1;
-  double repetition_factor = 5;
+  double repetition_factor = 4;
   uint64_t seed = 1;
+  size_t seeds = 1;
   size_t eval_samples = 10000;
   bool sleep = true;
   std::string data_dir = fedcase::ml::kDefaultFashionMnistDir;
@@ -85,25 +89,47 @@ struct Totals {
   uint64_t samples = 0, hits = 0, misses = 0, reused = 0, bytes = 0;
   double io_s = 0, compute_s = 0;
   size_t client_rounds = 0;
-  void add(const RoundStats& r) {
-    samples += r.samples;
-    hits += r.cache_hits;
-    misses += r.cache_misses;
-    reused += r.reused;
-    bytes += r.bytes_read;
-    io_s += r.io_s;
-    compute_s += r.compute_s;
-    client_rounds++;
+  static Totals of(const RoundStats& r) {
+    return {r.samples, r.cache_hits, r.cache_misses, r.reused, r.bytes_read, r.io_s, r.compute_s, 1};
   }
   double hit_ratio() const { return hits + misses ? double(hits) / double(hits + misses) : 0; }
   double io_per_round() const { return client_rounds ? io_s / double(client_rounds) : 0; }
+  void add(const Totals& t) {
+    samples += t.samples;
+    hits += t.hits;
+    misses += t.misses;
+    reused += t.reused;
+    bytes += t.bytes;
+    io_s += t.io_s;
+    compute_s += t.compute_s;
+    client_rounds += t.client_rounds;
+  }
 };
 
+// One configuration's figures, pooled over the seeds it ran with.
 struct Outcome {
-  Totals all, warm;  // warm: rounds after the first
-  std::vector<double> round_accuracy;
-  double accuracy = 0;
+  Totals all, warm;                    // warm: rounds after the first
+  std::vector<double> round_accuracy;  // summed over seeds
+  std::vector<double> accuracies;      // one per seed
   double wall_s = 0;
+  void add(const Outcome& o) {
+    all.add(o.all);
+    warm.add(o.warm);
+    round_accuracy.resize(o.round_accuracy.size());
+    for (size_t r = 0; r < o.round_accuracy.size(); ++r) round_accuracy[r] += o.round_accuracy[r];
+    accuracies.insert(accuracies.end(), o.accuracies.begin(), o.accuracies.end());
+    wall_s += o.wall_s;
+  }
+  double accuracy() const {
+    double sum = 0;
+    for (double a : accuracies) sum += a;
+    return accuracies.empty() ? 0 : sum / double(accuracies.size());
+  }
+  std::vector<double> mean_round_accuracy() const {
+    std::vector<double> out = round_accuracy;
+    for (double& a : out) a /= double(std::max<size_t>(1, accuracies.size()));
+    return out;
+  }
 };
 
 std::optional<Options> parse_options(int argc, char** argv) {
@@ -131,6 +157,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
       else if (flag == "--cache-fraction") o.cache_fraction = std::stod(v);
       else if (flag == "--repetition-factor") o.repetition_factor = std::stod(v);
       else if (flag == "--seed") o.seed = std::stoull(v);
+      else if (flag == "--seeds") o.seeds = std::stoul(v);
       else if (flag == "--eval-samples") o.eval_samples = std::stoul(v);
       else if (flag == "--data-dir") o.data_dir = v;
       else return std::nullopt;
@@ -139,26 +166,28 @@ std::optional<Options> parse_options(int argc, char** argv) {
     return std::nullopt;
   }
   if (o.clients == 0 || o.rounds == 0 || o.samples_per_client == 0 || o.batch_size == 0 ||
+      o.seeds == 0 ||
       o.repetition_factor < 1 || o.cache_fraction < 0 || o.cache_fraction > 1) {
     return std::nullopt;
   }
   return o;
 }
 
-// Runs the federated training of one configuration; every client keeps its LocalTrainer (and
-// so its cache and sampler) across rounds.
-Outcome run(const Config& config, const Options& o, const fedcase::ml::Dataset& train,
+// Runs the federated training of one configuration with one seed; every client keeps its
+// LocalTrainer (and so its cache and sampler) across rounds.
+Outcome run(const Config& config, const Options& o, uint64_t seed, const fedcase::ml::Dataset& train,
             const std::vector<std::vector<size_t>>& parts, const fedcase::ml::Dataset& test,
             const std::filesystem::path& dir) {
   const auto start = Clock::now();
+  const std::filesystem::path run_dir = dir / ("seed-" + std::to_string(seed)) / config.name;
   std::vector<std::unique_ptr<LocalTrainer>> clients;
   std::vector<DataDirectives> directives;
   for (size_t i = 0; i < parts.size(); ++i) {
     LocalDataConfig c;
     c.data = &train;
     c.indices = parts[i];
-    c.sampler.seed = o.seed * 1000003 + i;
-    c.state_dir = (dir / config.name / ("client-" + std::to_string(i))).string();
+    c.sampler.seed = seed * 1000003 + i;
+    c.state_dir = (run_dir / ("client-" + std::to_string(i))).string();
     c.storage.sample_bytes = o.sample_bytes;
     c.storage.read_bytes_per_s = o.read_mbps * 1e6;
     c.storage.read_latency_s = o.read_latency_ms / 1e3;
@@ -178,7 +207,7 @@ Outcome run(const Config& config, const Options& o, const fedcase::ml::Dataset& 
     directives.push_back(d);
     clients.push_back(std::move(trainer).value());
   }
-  auto model = fedcase::ml::Model::create(o.model, o.seed);
+  auto model = fedcase::ml::Model::create(o.model, seed);
   if (!model.ok()) {
     std::cerr << "caching_bench: " << model.status().to_string() << "\n";
     std::exit(1);
@@ -200,8 +229,8 @@ Outcome run(const Config& config, const Options& o, const fedcase::ml::Dataset& 
         std::cerr << "caching_bench: " << stats.status().to_string() << "\n";
         std::exit(1);
       }
-      out.all.add(*stats);
-      if (round > 0) out.warm.add(*stats);
+      out.all.add(Totals::of(*stats));
+      if (round > 0) out.warm.add(Totals::of(*stats));
       const std::vector<float> params = model->parameters();
       for (size_t k = 0; k < params.size(); ++k) sum[k] += double(params[k]) * double(stats->samples);
       weight += double(stats->samples);
@@ -210,8 +239,10 @@ Outcome run(const Config& config, const Options& o, const fedcase::ml::Dataset& 
     if (!model->set_parameters(global).ok()) std::exit(1);
     out.round_accuracy.push_back(model->evaluate(test, std::min<size_t>(o.eval_samples, 2000)).accuracy);
   }
-  out.accuracy = model->evaluate(test, o.eval_samples).accuracy;
+  out.accuracies.push_back(model->evaluate(test, o.eval_samples).accuracy);
   out.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
+  std::error_code ec;
+  std::filesystem::remove_all(run_dir, ec);
   return out;
 }
 
@@ -231,8 +262,8 @@ int main(int argc, char** argv) {
                  "                     [--alpha A] [--model cnn|mlp] [--lr X] [--momentum X]\n"
                  "                     [--batch-size N] [--sample-bytes N] [--read-mbps M]\n"
                  "                     [--read-latency-ms L] [--cache-fraction F]\n"
-                 "                     [--repetition-factor R] [--seed S] [--eval-samples N]\n"
-                 "                     [--no-sleep] [--data-dir DIR]\n";
+                 "                     [--repetition-factor R] [--seed S] [--seeds K]\n"
+                 "                     [--eval-samples N] [--no-sleep] [--data-dir DIR]\n";
     return 2;
   }
   const Options& o = *parsed;
@@ -245,11 +276,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   const fedcase::ml::Dataset train = fedcase::ml::head(*full, o.clients * o.samples_per_client);
-  auto parts = fedcase::ml::dirichlet_partition(train.labels, o.clients, o.alpha, o.seed);
-  if (!parts.ok()) {
-    std::cerr << "caching_bench: " << parts.status().to_string() << "\n";
-    return 1;
-  }
   const std::filesystem::path dir = std::filesystem::temp_directory_path() /
                                     ("fedcase-caching-bench-" + std::to_string(::getpid()));
 
@@ -261,20 +287,30 @@ int main(int argc, char** argv) {
   };
   std::printf("caching_bench: %zu clients x %zu rounds, %zu samples each (Dirichlet %.2f), %s, "
               "%llu-byte samples at %.1f MB/s + %.2f ms per read, caches of %.0f%% of the "
-              "local samples, repetition factor %.1f\n\n",
+              "local samples, repetition factor %.1f, %zu seed(s) from %llu\n\n",
               o.clients, o.rounds, o.samples_per_client, o.alpha, o.model.c_str(),
               static_cast<unsigned long long>(o.sample_bytes), o.read_mbps, o.read_latency_ms,
-              o.cache_fraction * 100, o.repetition_factor);
+              o.cache_fraction * 100, o.repetition_factor, o.seeds,
+              static_cast<unsigned long long>(o.seed));
   std::printf("%-22s %9s %9s %9s %10s %10s %9s %8s\n", "sampling/cache", "hit", "warm hit",
               "reused", "io s/rnd", "warm io s", "accuracy", "wall s");
-  std::vector<Outcome> outcomes;
-  for (const Config& c : configs) {
-    outcomes.push_back(run(c, o, train, *parts, *test, dir));
-    const Outcome& r = outcomes.back();
-    std::printf("%-22s %9.3f %9.3f %9llu %10.4f %10.4f %9.4f %8.1f\n", c.name, r.all.hit_ratio(),
-                r.warm.hit_ratio(), static_cast<unsigned long long>(r.all.reused),
-                r.all.io_per_round(), r.warm.io_per_round(), r.accuracy, r.wall_s);
-    std::fflush(stdout);
+  std::vector<Outcome> outcomes(std::size(configs));
+  for (size_t k = 0; k < o.seeds; ++k) {
+    const uint64_t seed = o.seed + k;
+    auto parts = fedcase::ml::dirichlet_partition(train.labels, o.clients, o.alpha, seed);
+    if (!parts.ok()) {
+      std::cerr << "caching_bench: " << parts.status().to_string() << "\n";
+      return 1;
+    }
+    for (size_t c = 0; c < std::size(configs); ++c) {
+      outcomes[c].add(run(configs[c], o, seed, train, *parts, *test, dir));
+    }
+  }
+  for (size_t c = 0; c < std::size(configs); ++c) {
+    const Outcome& r = outcomes[c];
+    std::printf("%-22s %9.3f %9.3f %9llu %10.4f %10.4f %9.4f %8.1f\n", configs[c].name,
+                r.all.hit_ratio(), r.warm.hit_ratio(), static_cast<unsigned long long>(r.all.reused),
+                r.all.io_per_round(), r.warm.io_per_round(), r.accuracy(), r.wall_s);
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
@@ -289,8 +325,8 @@ int main(int argc, char** argv) {
   const double io_vs_none = importance.all.io_per_round() > 0
                                 ? none.all.io_per_round() / importance.all.io_per_round()
                                 : std::numeric_limits<double>::infinity();
-  const double accuracy_delta = 100 * (importance.accuracy - uniform.accuracy);
-  const double sampling_delta = 100 * (none.accuracy - uniform.accuracy);
+  const double accuracy_delta = 100 * (importance.accuracy() - uniform.accuracy());
+  const double sampling_delta = 100 * (none.accuracy() - uniform.accuracy());
   const double train_rate = double(uniform.all.samples) / uniform.all.compute_s;
   const double read_cost_s = o.read_latency_ms / 1e3 + double(o.sample_bytes) / (o.read_mbps * 1e6);
 
@@ -304,12 +340,12 @@ int main(int argc, char** argv) {
                   : 0.0);
   std::printf("Accuracy after %zu rounds: uniform %.4f, importance sampling %.4f (%+.2f points), "
               "importance sampling + cache reuse %.4f (%+.2f points; target >= -1).\n",
-              o.rounds, uniform.accuracy, none.accuracy, sampling_delta, importance.accuracy,
+              o.rounds, uniform.accuracy(), none.accuracy(), sampling_delta, importance.accuracy(),
               accuracy_delta);
   std::printf("Per-round accuracy (first %zu test samples):\n", std::min<size_t>(o.eval_samples, 2000));
   for (size_t k = 0; k < std::size(configs); ++k) {
     std::printf("  %-22s", configs[k].name);
-    for (double a : outcomes[k].round_accuracy) std::printf(" %.3f", a);
+    for (double a : outcomes[k].mean_round_accuracy()) std::printf(" %.3f", a);
     std::printf("\n");
   }
   std::printf("Machine: training at %.0f samples/s on one thread; an emulated read costs %.1f us.\n",
@@ -327,6 +363,7 @@ int main(int argc, char** argv) {
                  {"cache_fraction", o.cache_fraction},
                  {"repetition_factor", o.repetition_factor},
                  {"seed", o.seed},
+                 {"seeds", o.seeds},
                  {"eval_samples", std::min(o.eval_samples, test->size())},
                  {"train_samples_per_s", train_rate},
                  {"read_cost_s", read_cost_s}};
@@ -335,8 +372,9 @@ int main(int argc, char** argv) {
     const Outcome& r = outcomes[k];
     Json j = totals_json(r.all);
     j["warm"] = totals_json(r.warm);
-    j["accuracy"] = r.accuracy;
-    j["round_accuracy"] = r.round_accuracy;
+    j["accuracy"] = r.accuracy();
+    j["accuracy_per_seed"] = r.accuracies;
+    j["round_accuracy"] = r.mean_round_accuracy();
     j["wall_s"] = r.wall_s;
     runs[configs[k].name] = j;
   }

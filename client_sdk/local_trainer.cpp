@@ -161,10 +161,10 @@ std::vector<size_t> LocalTrainer::plan(const DataDirectives& d, uint64_t budget)
                    pass.begin() + std::min<uint64_t>(pass.size(), budget - order.size()));
     }
   }
-  if (cache_) cache_->plan_reuse(order, d.repetition_factor);
   if (d.sampling == Sampling::kImportance && sampler_.orders_by_frequency()) {
     order_by_frequency(order, sampler_.round_seed() + 1);
   }
+  if (cache_) cache_->plan_reuse(order, d.repetition_factor);
   return order;
 }
 
