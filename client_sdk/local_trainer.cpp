@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <limits>
 #include <optional>
-#include <random>
 
 #include "client_sdk/client_state.h"
 #include "common/log.h"
@@ -42,13 +41,10 @@ Result<DataDirectives> parse_data_directives(const json& task) {
   if (!task.is_object()) return invalid_argument("task must be a JSON object");
   DataDirectives d;
   if (auto it = task.find("sampling"); it != task.end()) {
-    if (*it == "uniform") {
-      d.sampling = Sampling::kUniform;
-    } else if (*it == "importance") {
-      d.sampling = Sampling::kImportance;
-    } else {
-      return invalid_argument("task sampling must be \"uniform\" or \"importance\"");
-    }
+    auto sampling = it->is_string() ? parse_sampling(it->get<std::string>())
+                                    : Result<Sampling>(invalid_argument("not a string"));
+    if (!sampling.ok()) return invalid_argument("task sampling: " + sampling.status().message());
+    d.sampling = *sampling;
   }
   FEDCASE_RETURN_IF_ERROR(read_count(task, "sample_budget", "task sample_budget", d.sample_budget));
   if (auto it = task.find("train"); it != task.end() && it->is_object()) {
@@ -147,27 +143,6 @@ void LocalTrainer::prepare_cache(const DataDirectives& d) {
   for (size_t id = 0; id < size(); ++id) cache_->set_importance(id, sampler_.weight(id));
 }
 
-std::vector<size_t> LocalTrainer::plan(const DataDirectives& d, uint64_t budget) {
-  std::vector<size_t> order;
-  if (d.sampling == Sampling::kImportance) {
-    order = sampler_.draw(budget);
-  } else {
-    std::mt19937_64 rng(sampler_.round_seed());
-    std::vector<size_t> pass(size());
-    for (size_t i = 0; i < pass.size(); ++i) pass[i] = i;
-    while (order.size() < budget) {
-      std::shuffle(pass.begin(), pass.end(), rng);
-      order.insert(order.end(), pass.begin(),
-                   pass.begin() + std::min<uint64_t>(pass.size(), budget - order.size()));
-    }
-  }
-  if (d.sampling == Sampling::kImportance && sampler_.orders_by_frequency()) {
-    order_by_frequency(order, sampler_.round_seed() + 1);
-  }
-  if (cache_) cache_->plan_reuse(order, d.repetition_factor);
-  return order;
-}
-
 Status LocalTrainer::stage(const std::vector<size_t>& order, size_t first, size_t count) {
   const size_t image = batch_.image_bytes();
   for (size_t k = 0; k < count; ++k) {
@@ -202,7 +177,8 @@ Result<RoundStats> LocalTrainer::train_round(ml::Model& model, const ml::TrainOp
   const CacheStats cache_before = cache_ ? cache_->stats() : CacheStats();
   const ReadStats reads_before = store_ ? store_->stats() : ReadStats();
 
-  const std::vector<size_t> order = plan(d, budget);
+  const std::vector<size_t> order =
+      plan_round_order(sampler_, d.sampling, budget, cache_.get(), d.repetition_factor);
   const size_t batch = std::max<size_t>(1, options.batch_size);
   batch_.pixels.resize(batch * batch_.image_bytes());
   batch_.labels.resize(batch);

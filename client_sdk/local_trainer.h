@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "client_sdk/importance_sampler.h"
+#include "client_sdk/round_order.h"
 #include "client_sdk/sample_cache.h"
 #include "client_sdk/sample_store.h"
 #include "common/status.h"
@@ -30,8 +31,6 @@
 #include "ml/model.h"
 
 namespace fedcase::client {
-
-enum class Sampling { kUniform, kImportance };
 
 // What a task asks of the local data.
 struct DataDirectives {
@@ -98,8 +97,6 @@ class LocalTrainer {
                std::unique_ptr<SampleStore> store);
   // Keeps the cache when the policy and budget are unchanged, else starts a new one.
   void prepare_cache(const DataDirectives& directives);
-  // The round's sample ids, in training order.
-  std::vector<size_t> plan(const DataDirectives& directives, uint64_t budget);
   // Copies samples order[first, first + count) into the batch buffer.
   Status stage(const std::vector<size_t>& order, size_t first, size_t count);
   void save_state() const;
