@@ -49,15 +49,15 @@ void Fleet::stop() {
 }
 
 uint64_t Fleet::rounds_trained() const {
-  uint64_t n = 0;
-  for (const auto& s : sessions_) n += s->stats().rounds_trained;
-  return n;
+  return sum([](const SessionStats& s) { return s.rounds_trained.load(); });
 }
 
 uint64_t Fleet::updates_accepted() const {
-  uint64_t n = 0;
-  for (const auto& s : sessions_) n += s->stats().updates_accepted;
-  return n;
+  return sum([](const SessionStats& s) { return s.updates_accepted.load(); });
+}
+
+uint64_t Fleet::updates_skipped() const {
+  return sum([](const SessionStats& s) { return s.updates_skipped.load(); });
 }
 
 }  // namespace fedcase::client

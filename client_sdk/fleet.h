@@ -41,9 +41,16 @@ class Fleet {
   // Sums of the per-session counters.
   uint64_t rounds_trained() const;
   uint64_t updates_accepted() const;
+  uint64_t updates_skipped() const;
 
  private:
   Fleet() = default;
+  template <class Counter>
+  uint64_t sum(Counter counter) const {
+    uint64_t n = 0;
+    for (const auto& s : sessions_) n += counter(s->stats());
+    return n;
+  }
   std::atomic<bool> stop_{false};
   std::vector<std::unique_ptr<Session>> sessions_;
   std::vector<std::thread> threads_;

@@ -173,6 +173,17 @@ struct Session::Impl {
     stats.rounds_trained++;
     auto& [body, meta] = *trained;
     meta["download_s"] = download_s;
+    if (task.contains("status_url")) {  // is the update still needed? (a straggler's may not be)
+      auto status = call("GET", task["status_url"].get<std::string>(), "", {},
+                         config.request_timeout_s);
+      if (!status.ok()) return status.status();
+      json answer = json::parse(status->body, nullptr, false);
+      if (status->status == 200 && answer.is_object() && answer.value("needed", true) == false) {
+        stats.updates_skipped++;
+        log(LogLevel::kDebug, "update not sent: " + answer.value("reason", std::string()));
+        return ok_status();
+      }
+    }
     auto r = call("POST", task["upload_url"].get<std::string>(), body,
                   {{"Content-Type", "application/octet-stream"}, {"X-Fedcase-Meta", meta.dump()}},
                   config.request_timeout_s);

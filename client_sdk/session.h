@@ -43,6 +43,7 @@ struct SessionStats {
   std::atomic<uint64_t> rounds_trained{0};
   std::atomic<uint64_t> updates_accepted{0};
   std::atomic<uint64_t> updates_refused{0};
+  std::atomic<uint64_t> updates_skipped{0};  // not sent: the round no longer needed them
   std::atomic<uint64_t> model_downloads{0};
   std::atomic<uint64_t> reconnects{0};
 };

@@ -105,6 +105,7 @@ json task_json(JobId job, const Job& j, const ActiveRound& r, const scheduling::
           {"model_checksum", j.checksum},
           {"model_url", base + "/models/" + std::to_string(r.record.base_version)},
           {"upload_url", base + "/rounds/" + std::to_string(r.record.index) + "/update"},
+          {"status_url", base + "/rounds/" + std::to_string(r.record.index) + "/status"},
           {"deadline", r.record.deadline},
           {"train",
            {{"epochs", j.config.training.local_epochs},
