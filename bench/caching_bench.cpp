@@ -37,11 +37,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "client_sdk/local_trainer.h"
 #include "ml/dataset.h"
@@ -90,7 +89,8 @@ struct Totals {
   double io_s = 0, compute_s = 0;
   size_t client_rounds = 0;
   static Totals of(const RoundStats& r) {
-    return {r.samples, r.cache_hits, r.cache_misses, r.reused, r.bytes_read, r.io_s, r.compute_s, 1};
+    return {r.samples,    r.cache_hits, r.cache_misses, r.reused,
+            r.bytes_read, r.io_s,       r.compute_s,    1};
   }
   double hit_ratio() const { return hits + misses ? double(hits) / double(hits + misses) : 0; }
   double io_per_round() const { return client_rounds ? io_s / double(client_rounds) : 0; }
@@ -143,31 +143,48 @@ std::optional<Options> parse_options(int argc, char** argv) {
       }
       if (i + 1 >= argc) return std::nullopt;
       const std::string v = argv[++i];
-      if (flag == "--clients") o.clients = std::stoul(v);
-      else if (flag == "--rounds") o.rounds = std::stoul(v);
-      else if (flag == "--samples-per-client") o.samples_per_client = std::stoul(v);
-      else if (flag == "--alpha") o.alpha = std::stod(v);
-      else if (flag == "--model") o.model = v;
-      else if (flag == "--lr") o.lr = std::stod(v);
-      else if (flag == "--momentum") o.momentum = std::stod(v);
-      else if (flag == "--batch-size") o.batch_size = std::stoul(v);
-      else if (flag == "--sample-bytes") o.sample_bytes = std::stoull(v);
-      else if (flag == "--read-mbps") o.read_mbps = std::stod(v);
-      else if (flag == "--read-latency-ms") o.read_latency_ms = std::stod(v);
-      else if (flag == "--cache-fraction") o.cache_fraction = std::stod(v);
-      else if (flag == "--repetition-factor") o.repetition_factor = std::stod(v);
-      else if (flag == "--seed") o.seed = std::stoull(v);
-      else if (flag == "--seeds") o.seeds = std::stoul(v);
-      else if (flag == "--eval-samples") o.eval_samples = std::stoul(v);
-      else if (flag == "--data-dir") o.data_dir = v;
-      else return std::nullopt;
+      if (flag == "--clients")
+        o.clients = std::stoul(v);
+      else if (flag == "--rounds")
+        o.rounds = std::stoul(v);
+      else if (flag == "--samples-per-client")
+        o.samples_per_client = std::stoul(v);
+      else if (flag == "--alpha")
+        o.alpha = std::stod(v);
+      else if (flag == "--model")
+        o.model = v;
+      else if (flag == "--lr")
+        o.lr = std::stod(v);
+      else if (flag == "--momentum")
+        o.momentum = std::stod(v);
+      else if (flag == "--batch-size")
+        o.batch_size = std::stoul(v);
+      else if (flag == "--sample-bytes")
+        o.sample_bytes = std::stoull(v);
+      else if (flag == "--read-mbps")
+        o.read_mbps = std::stod(v);
+      else if (flag == "--read-latency-ms")
+        o.read_latency_ms = std::stod(v);
+      else if (flag == "--cache-fraction")
+        o.cache_fraction = std::stod(v);
+      else if (flag == "--repetition-factor")
+        o.repetition_factor = std::stod(v);
+      else if (flag == "--seed")
+        o.seed = std::stoull(v);
+      else if (flag == "--seeds")
+        o.seeds = std::stoul(v);
+      else if (flag == "--eval-samples")
+        o.eval_samples = std::stoul(v);
+      else if (flag == "--data-dir")
+        o.data_dir = v;
+      else
+        return std::nullopt;
     }
   } catch (const std::exception&) {
     return std::nullopt;
   }
   if (o.clients == 0 || o.rounds == 0 || o.samples_per_client == 0 || o.batch_size == 0 ||
-      o.seeds == 0 ||
-      o.repetition_factor < 1 || o.cache_fraction < 0 || o.cache_fraction > 1) {
+      o.seeds == 0 || o.repetition_factor < 1 || o.cache_fraction < 0 || o.cache_fraction > 1) {
     return std::nullopt;
   }
   return o;
@@ -175,9 +192,9 @@ std::optional<Options> parse_options(int argc, char** argv) {
 
 // Runs the federated training of one configuration with one seed; every client keeps its
 // LocalTrainer (and so its cache and sampler) across rounds.
-Outcome run(const Config& config, const Options& o, uint64_t seed, const fedcase::ml::Dataset& train,
-            const std::vector<std::vector<size_t>>& parts, const fedcase::ml::Dataset& test,
-            const std::filesystem::path& dir) {
+Outcome run(const Config& config, const Options& o, uint64_t seed,
+            const fedcase::ml::Dataset& train, const std::vector<std::vector<size_t>>& parts,
+            const fedcase::ml::Dataset& test, const std::filesystem::path& dir) {
   const auto start = Clock::now();
   const std::filesystem::path run_dir = dir / ("seed-" + std::to_string(seed)) / config.name;
   std::vector<std::unique_ptr<LocalTrainer>> clients;
@@ -232,12 +249,14 @@ Outcome run(const Config& config, const Options& o, uint64_t seed, const fedcase
       out.all.add(Totals::of(*stats));
       if (round > 0) out.warm.add(Totals::of(*stats));
       const std::vector<float> params = model->parameters();
-      for (size_t k = 0; k < params.size(); ++k) sum[k] += double(params[k]) * double(stats->samples);
+      for (size_t k = 0; k < params.size(); ++k)
+        sum[k] += double(params[k]) * double(stats->samples);
       weight += double(stats->samples);
     }
     for (size_t k = 0; k < global.size(); ++k) global[k] = float(sum[k] / weight);
     if (!model->set_parameters(global).ok()) std::exit(1);
-    out.round_accuracy.push_back(model->evaluate(test, std::min<size_t>(o.eval_samples, 2000)).accuracy);
+    out.round_accuracy.push_back(
+        model->evaluate(test, std::min<size_t>(o.eval_samples, 2000)).accuracy);
   }
   out.accuracies.push_back(model->evaluate(test, o.eval_samples).accuracy);
   out.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
@@ -247,10 +266,14 @@ Outcome run(const Config& config, const Options& o, uint64_t seed, const fedcase
 }
 
 Json totals_json(const Totals& t) {
-  return Json{{"samples", t.samples},         {"cache_hits", t.hits},
-              {"cache_misses", t.misses},     {"reused", t.reused},
-              {"hit_ratio", t.hit_ratio()},   {"bytes_read", t.bytes},
-              {"io_s_per_round", t.io_per_round()}, {"compute_s", t.compute_s}};
+  return Json{{"samples", t.samples},
+              {"cache_hits", t.hits},
+              {"cache_misses", t.misses},
+              {"reused", t.reused},
+              {"hit_ratio", t.hit_ratio()},
+              {"bytes_read", t.bytes},
+              {"io_s_per_round", t.io_per_round()},
+              {"compute_s", t.compute_s}};
 }
 
 }  // namespace
@@ -271,8 +294,8 @@ int main(int argc, char** argv) {
   auto full = fedcase::ml::load_fashion_mnist(o.data_dir, fedcase::ml::Split::kTrain);
   auto test = fedcase::ml::load_fashion_mnist(o.data_dir, fedcase::ml::Split::kTest);
   if (!full.ok() || !test.ok()) {
-    std::cerr << "caching_bench: "
-              << (full.ok() ? test.status() : full.status()).to_string() << "\n";
+    std::cerr << "caching_bench: " << (full.ok() ? test.status() : full.status()).to_string()
+              << "\n";
     return 1;
   }
   const fedcase::ml::Dataset train = fedcase::ml::head(*full, o.clients * o.samples_per_client);
@@ -285,13 +308,14 @@ int main(int argc, char** argv) {
       {"importance/lru", Sampling::kImportance, CachePolicy::kLru},
       {"importance/importance", Sampling::kImportance, CachePolicy::kImportance},
   };
-  std::printf("caching_bench: %zu clients x %zu rounds, %zu samples each (Dirichlet %.2f), %s, "
-              "%llu-byte samples at %.1f MB/s + %.2f ms per read, caches of %.0f%% of the "
-              "local samples, repetition factor %.1f, %zu seed(s) from %llu\n\n",
-              o.clients, o.rounds, o.samples_per_client, o.alpha, o.model.c_str(),
-              static_cast<unsigned long long>(o.sample_bytes), o.read_mbps, o.read_latency_ms,
-              o.cache_fraction * 100, o.repetition_factor, o.seeds,
-              static_cast<unsigned long long>(o.seed));
+  std::printf(
+      "caching_bench: %zu clients x %zu rounds, %zu samples each (Dirichlet %.2f), %s, "
+      "%llu-byte samples at %.1f MB/s + %.2f ms per read, caches of %.0f%% of the "
+      "local samples, repetition factor %.1f, %zu seed(s) from %llu\n\n",
+      o.clients, o.rounds, o.samples_per_client, o.alpha, o.model.c_str(),
+      static_cast<unsigned long long>(o.sample_bytes), o.read_mbps, o.read_latency_ms,
+      o.cache_fraction * 100, o.repetition_factor, o.seeds,
+      static_cast<unsigned long long>(o.seed));
   std::printf("%-22s %9s %9s %9s %10s %10s %9s %8s\n", "sampling/cache", "hit", "warm hit",
               "reused", "io s/rnd", "warm io s", "accuracy", "wall s");
   std::vector<Outcome> outcomes(std::size(configs));
@@ -309,8 +333,9 @@ int main(int argc, char** argv) {
   for (size_t c = 0; c < std::size(configs); ++c) {
     const Outcome& r = outcomes[c];
     std::printf("%-22s %9.3f %9.3f %9llu %10.4f %10.4f %9.4f %8.1f\n", configs[c].name,
-                r.all.hit_ratio(), r.warm.hit_ratio(), static_cast<unsigned long long>(r.all.reused),
-                r.all.io_per_round(), r.warm.io_per_round(), r.accuracy(), r.wall_s);
+                r.all.hit_ratio(), r.warm.hit_ratio(),
+                static_cast<unsigned long long>(r.all.reused), r.all.io_per_round(),
+                r.warm.io_per_round(), r.accuracy(), r.wall_s);
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
@@ -332,24 +357,27 @@ int main(int argc, char** argv) {
 
   std::printf("\nImportance cache hit ratio %.3f vs LRU %.3f: %.1fx (target >= 3x).\n",
               importance.all.hit_ratio(), lru.all.hit_ratio(), hit_vs_lru);
-  std::printf("I/O per client round %.4f s vs %.4f s without a cache: %.2fx lower (target >= 2x; "
-              "%.2fx once warm).\n",
-              importance.all.io_per_round(), none.all.io_per_round(), io_vs_none,
-              importance.warm.io_per_round() > 0
-                  ? none.warm.io_per_round() / importance.warm.io_per_round()
-                  : 0.0);
-  std::printf("Accuracy after %zu rounds: uniform %.4f, importance sampling %.4f (%+.2f points), "
-              "importance sampling + cache reuse %.4f (%+.2f points; target >= -1).\n",
-              o.rounds, uniform.accuracy(), none.accuracy(), sampling_delta, importance.accuracy(),
-              accuracy_delta);
-  std::printf("Per-round accuracy (first %zu test samples):\n", std::min<size_t>(o.eval_samples, 2000));
+  std::printf(
+      "I/O per client round %.4f s vs %.4f s without a cache: %.2fx lower (target >= 2x; "
+      "%.2fx once warm).\n",
+      importance.all.io_per_round(), none.all.io_per_round(), io_vs_none,
+      importance.warm.io_per_round() > 0 ? none.warm.io_per_round() / importance.warm.io_per_round()
+                                         : 0.0);
+  std::printf(
+      "Accuracy after %zu rounds: uniform %.4f, importance sampling %.4f (%+.2f points), "
+      "importance sampling + cache reuse %.4f (%+.2f points; target >= -1).\n",
+      o.rounds, uniform.accuracy(), none.accuracy(), sampling_delta, importance.accuracy(),
+      accuracy_delta);
+  std::printf("Per-round accuracy (first %zu test samples):\n",
+              std::min<size_t>(o.eval_samples, 2000));
   for (size_t k = 0; k < std::size(configs); ++k) {
     std::printf("  %-22s", configs[k].name);
     for (double a : outcomes[k].mean_round_accuracy()) std::printf(" %.3f", a);
     std::printf("\n");
   }
-  std::printf("Machine: training at %.0f samples/s on one thread; an emulated read costs %.1f us.\n",
-              train_rate, read_cost_s * 1e6);
+  std::printf(
+      "Machine: training at %.0f samples/s on one thread; an emulated read costs %.1f us.\n",
+      train_rate, read_cost_s * 1e6);
 
   Json result = {{"bench", "caching"},
                  {"clients", o.clients},

@@ -31,7 +31,8 @@ Result<ClientState> decode_client_state(std::string_view bytes) {
   if (r.bytes(kMagic.size()) != kMagic) return invalid_argument("not a client state (bad magic)");
   const uint32_t version = r.u32();
   if (r.truncated()) return invalid_argument("truncated");
-  if (version != kVersion) return invalid_argument("unsupported version " + std::to_string(version));
+  if (version != kVersion)
+    return invalid_argument("unsupported version " + std::to_string(version));
   if (bytes.size() < 4 || crc32_of(bytes.substr(0, bytes.size() - 4)) !=
                               ByteReader(bytes.substr(bytes.size() - 4)).u32()) {
     return invalid_argument("checksum mismatch");
@@ -60,7 +61,8 @@ Result<ClientState> load_client_state(const std::string& path) {
   auto bytes = read_whole_file(path);
   if (!bytes.ok()) return bytes.status();
   auto state = decode_client_state(*bytes);
-  if (!state.ok()) return invalid_argument("client state " + path + ": " + state.status().message());
+  if (!state.ok())
+    return invalid_argument("client state " + path + ": " + state.status().message());
   return state;
 }
 

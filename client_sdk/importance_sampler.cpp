@@ -20,8 +20,7 @@ bool finite_non_negative(double v) { return std::isfinite(v) && v >= 0; }
 
 }  // namespace
 
-ImportanceSampler::ImportanceSampler(size_t samples, SamplerOptions options)
-    : options_(options) {
+ImportanceSampler::ImportanceSampler(size_t samples, SamplerOptions options) : options_(options) {
   state_.weights.assign(samples, 1.0);
 }
 
@@ -59,8 +58,7 @@ void ImportanceSampler::end_round(double mean_loss) {
     if (state_.rounds == 0) {
       state_.smoothing = options_.smoothing_factor * mean_loss;
     } else if (state_.previous_loss > 0) {
-      state_.smoothing *=
-          std::exp((mean_loss - state_.previous_loss) / state_.previous_loss);
+      state_.smoothing *= std::exp((mean_loss - state_.previous_loss) / state_.previous_loss);
     }
     state_.previous_loss = mean_loss;
   }
@@ -80,8 +78,8 @@ std::vector<size_t> ImportanceSampler::draw(size_t count) const {
   out.reserve(count);
   for (size_t k = 0; k < count; ++k) {
     const double u = double(rng() >> 11) * 0x1.0p-53 * total;  // uniform in [0, total)
-    size_t i = size_t(std::upper_bound(cumulative.begin(), cumulative.end(), u) -
-                      cumulative.begin());
+    size_t i =
+        size_t(std::upper_bound(cumulative.begin(), cumulative.end(), u) - cumulative.begin());
     out.push_back(std::min(i, size() - 1));
   }
   return out;

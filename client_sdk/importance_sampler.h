@@ -22,15 +22,15 @@ namespace fedcase::client {
 
 struct SamplerOptions {
   uint64_t seed = 1;
-  double smoothing_factor = 1e-2;      // s = factor x the first round's mean loss
+  double smoothing_factor = 1e-2;       // s = factor x the first round's mean loss
   uint32_t frequency_order_period = 1;  // order by frequency every k-th round; 0 = never
 };
 
 // What persists between runs (see client_state.h).
 struct SamplerState {
-  uint64_t rounds = 0;         // rounds completed
-  double smoothing = 0;        // current smoothing term
-  double previous_loss = 0;    // mean loss of the last round (meaningful when rounds > 0)
+  uint64_t rounds = 0;          // rounds completed
+  double smoothing = 0;         // current smoothing term
+  double previous_loss = 0;     // mean loss of the last round (meaningful when rounds > 0)
   std::vector<double> weights;  // one per sample
 };
 

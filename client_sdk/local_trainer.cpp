@@ -20,8 +20,7 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kStoreFile = "samples.bin";
 constexpr const char* kStateFile = "state.bin";
 
-Status read_count(const json& object, const char* key, const std::string& where,
-                  uint64_t& out) {
+Status read_count(const json& object, const char* key, const std::string& where, uint64_t& out) {
   auto it = object.find(key);
   if (it == object.end()) return ok_status();
   if (!it->is_number_integer() || it->get<int64_t>() < 0) {
@@ -85,15 +84,16 @@ Result<std::unique_ptr<LocalTrainer>> LocalTrainer::open(LocalDataConfig config)
   if (config.indices.empty()) return invalid_argument("the local partition is empty");
   for (size_t i : config.indices) {
     if (i >= config.data->size()) {
-      return invalid_argument("partition index " + std::to_string(i) +
-                              " is outside a dataset of " + std::to_string(config.data->size()));
+      return invalid_argument("partition index " + std::to_string(i) + " is outside a dataset of " +
+                              std::to_string(config.data->size()));
     }
   }
   FEDCASE_RETURN_IF_ERROR(validate(config.storage));
   const size_t n = config.indices.size();
   if (config.state_dir.empty()) {
     ImportanceSampler sampler(n, config.sampler);
-    return std::unique_ptr<LocalTrainer>(new LocalTrainer(std::move(config), std::move(sampler), nullptr));
+    return std::unique_ptr<LocalTrainer>(
+        new LocalTrainer(std::move(config), std::move(sampler), nullptr));
   }
 
   std::error_code ec;
@@ -187,11 +187,12 @@ Result<RoundStats> LocalTrainer::train_round(ml::Model& model, const ml::TrainOp
   for (size_t i = 0; i < order.size(); ++i) positions[i] = i % batch;
 
   FEDCASE_RETURN_IF_ERROR(stage(order, 0, std::min(batch, order.size())));
-  size_t next = batch;  // first sample of the next batch
+  size_t next = batch;   // first sample of the next batch
   double staging_s = 0;  // reads done while the trainer's clock runs
   Status read_status;
   std::vector<size_t> ids;
-  auto observer = [&](const std::vector<size_t>& batch_positions, const std::vector<float>& losses) {
+  auto observer = [&](const std::vector<size_t>& batch_positions,
+                      const std::vector<float>& losses) {
     const size_t first = next - batch;
     ids.clear();
     for (size_t p : batch_positions) ids.push_back(order[first + p]);

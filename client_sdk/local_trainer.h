@@ -17,10 +17,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "client_sdk/importance_sampler.h"
 #include "client_sdk/round_order.h"

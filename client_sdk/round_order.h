@@ -28,7 +28,6 @@ Result<Sampling> parse_sampling(std::string_view name);
 // Then, with a cache, cache->plan_reuse(order, repetition_factor) (which also pins the
 // planned hits). `cache` may be null.
 std::vector<size_t> plan_round_order(const ImportanceSampler& sampler, Sampling sampling,
-                                     uint64_t budget, SampleCache* cache,
-                                     double repetition_factor);
+                                     uint64_t budget, SampleCache* cache, double repetition_factor);
 
 }  // namespace fedcase::client

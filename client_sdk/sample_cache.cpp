@@ -98,8 +98,8 @@ class ImportanceCache final : public SampleCache {
     // short; put them back if that does not make enough room.
     std::vector<size_t> victims;
     uint64_t freed = 0;
-    while (size <= budget_bytes_ && used_bytes_ - freed + size > budget_bytes_ &&
-           !heap_.empty() && less(heap_.front(), id)) {
+    while (size <= budget_bytes_ && used_bytes_ - freed + size > budget_bytes_ && !heap_.empty() &&
+           less(heap_.front(), id)) {
       victims.push_back(heap_.front());
       freed += records_[heap_.front()].size();
       remove(heap_.front());
@@ -255,8 +255,7 @@ Result<CachePolicy> parse_cache_policy(std::string_view name) {
                           "' (expected none, lru or importance)");
 }
 
-std::unique_ptr<SampleCache> make_cache(CachePolicy policy, uint64_t budget_bytes,
-                                        size_t samples) {
+std::unique_ptr<SampleCache> make_cache(CachePolicy policy, uint64_t budget_bytes, size_t samples) {
   switch (policy) {
     case CachePolicy::kLru:
       return std::make_unique<LruCache>(budget_bytes);

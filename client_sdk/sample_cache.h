@@ -83,7 +83,6 @@ class SampleCache {
 };
 
 // A cache of `policy` holding at most `budget_bytes` of records of samples [0, samples).
-std::unique_ptr<SampleCache> make_cache(CachePolicy policy, uint64_t budget_bytes,
-                                        size_t samples);
+std::unique_ptr<SampleCache> make_cache(CachePolicy policy, uint64_t budget_bytes, size_t samples);
 
 }  // namespace fedcase::client

@@ -86,10 +86,9 @@ Status write_sample_store(const std::string& path, const ml::Dataset& data,
   }
   auto file = AtomicFile::create(path);
   if (!file.ok()) return file.status();
-  FEDCASE_RETURN_IF_ERROR(file->append(header_bytes(data.rows, data.cols, record_bytes,
-                                                    indices.size(),
-                                                    partition_fingerprint(data, indices),
-                                                    crc32_of(labels))));
+  FEDCASE_RETURN_IF_ERROR(
+      file->append(header_bytes(data.rows, data.cols, record_bytes, indices.size(),
+                                partition_fingerprint(data, indices), crc32_of(labels))));
   FEDCASE_RETURN_IF_ERROR(file->append(labels));
   // Records go out in chunks of about 1 MiB.
   const size_t per_chunk = std::max<size_t>(1, (1u << 20) / record_bytes);
@@ -174,21 +173,23 @@ Status SampleStore::read(size_t id, std::string& out) {
     ssize_t n = ::pread(fd_, out.data() + done, record_bytes_ - done, offset + off_t(done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      return internal_error("cannot read sample " + std::to_string(id) + ": " +
-                            (n == 0 ? std::string("unexpected end of file") : std::strerror(errno)));
+      return internal_error(
+          "cannot read sample " + std::to_string(id) + ": " +
+          (n == 0 ? std::string("unexpected end of file") : std::strerror(errno)));
     }
     done += size_t(n);
   }
   const Clock::time_point end = Clock::now();
   const double real_s = std::chrono::duration<double>(end - start).count();
   double emulated_s = emulation_.read_latency_s;
-  if (emulation_.read_bytes_per_s > 0) emulated_s += double(record_bytes_) / emulation_.read_bytes_per_s;
+  if (emulation_.read_bytes_per_s > 0)
+    emulated_s += double(record_bytes_) / emulation_.read_bytes_per_s;
   stats_.reads++;
   stats_.bytes += record_bytes_;
   stats_.io_seconds += std::max(real_s, emulated_s);
   if (emulation_.sleep && emulated_s > real_s) {
-    device_free_ = std::max(device_free_, start) +
-                   std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(emulated_s));
+    device_free_ = std::max(device_free_, start) + std::chrono::duration_cast<Clock::duration>(
+                                                       std::chrono::duration<double>(emulated_s));
     std::this_thread::sleep_until(device_free_);
   }
   return ok_status();

@@ -1,10 +1,11 @@
+#include "client_sdk/client_state.h"
+
 #include <doctest/doctest.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "client_sdk/binary_file.h"
-#include "client_sdk/client_state.h"
 #include "common/blob.h"
 #include "tests/support/temp_dir.h"
 

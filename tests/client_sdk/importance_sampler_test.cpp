@@ -1,10 +1,10 @@
+#include "client_sdk/importance_sampler.h"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <map>
 #include <numeric>
-
-#include "client_sdk/importance_sampler.h"
 
 using namespace fedcase;
 using namespace fedcase::client;

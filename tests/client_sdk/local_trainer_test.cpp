@@ -1,10 +1,11 @@
+#include "client_sdk/local_trainer.h"
+
 #include <doctest/doctest.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "client_sdk/client_state.h"
-#include "client_sdk/local_trainer.h"
 #include "tests/support/coordinator_harness.h"
 
 using namespace fedcase;
@@ -70,10 +71,10 @@ TEST_CASE("task directives parse with defaults and named errors") {
   CHECK(d->epochs == 3);
   CHECK(d->cache_policy == CachePolicy::kNone);
 
-  d = parse_data_directives(json{{"sampling", "importance"},
-                                 {"sample_budget", 500},
-                                 {"cache", {{"policy", "lru"}, {"budget_bytes", 4096},
-                                            {"repetition_factor", 2.5}}}});
+  d = parse_data_directives(
+      json{{"sampling", "importance"},
+           {"sample_budget", 500},
+           {"cache", {{"policy", "lru"}, {"budget_bytes", 4096}, {"repetition_factor", 2.5}}}});
   REQUIRE(d.ok());
   CHECK(d->sampling == Sampling::kImportance);
   CHECK(d->sample_budget == 500);
@@ -155,7 +156,8 @@ TEST_CASE("the importance cache serves more of the budget than lru at equal capa
   uint64_t importance_hits = 0, lru_hits = 0;
   double first_loss = 0, last_loss = 0;
   for (int r = 0; r < 3; ++r) {
-    auto ri = with_importance->train_round(a, {32, 0.05}, importance_directives(CachePolicy::kImportance));
+    auto ri = with_importance->train_round(a, {32, 0.05},
+                                           importance_directives(CachePolicy::kImportance));
     auto rl = with_lru->train_round(b, {32, 0.05}, importance_directives(CachePolicy::kLru));
     REQUIRE(ri.ok());
     REQUIRE(rl.ok());
@@ -163,7 +165,8 @@ TEST_CASE("the importance cache serves more of the budget than lru at equal capa
       CHECK(s->samples == 600);
       CHECK(s->cache_hits + s->cache_misses == 600);
       CHECK(s->bytes_read == s->cache_misses * kRecordBytes);
-      CHECK(s->io_s == doctest::Approx(s->cache_misses * kRecordBytes / kReadBytesPerS).epsilon(0.05));
+      CHECK(s->io_s ==
+            doctest::Approx(s->cache_misses * kRecordBytes / kReadBytesPerS).epsilon(0.05));
     }
     CHECK(with_importance->cache()->used_bytes() <= 60 * kRecordBytes);
     CHECK(with_lru->cache()->used_bytes() <= 60 * kRecordBytes);
@@ -193,7 +196,9 @@ TEST_CASE("the sampler state survives a restart and is dropped when it does not 
     auto trainer = open_trainer(config(state_dir));
     ml::Model model = mlp();
     for (int r = 0; r < 2; ++r) {
-      REQUIRE(trainer->train_round(model, {32, 0.05}, importance_directives(CachePolicy::kImportance)).ok());
+      REQUIRE(
+          trainer->train_round(model, {32, 0.05}, importance_directives(CachePolicy::kImportance))
+              .ok());
     }
     saved = trainer->sampler().state();
     store_written = std::filesystem::last_write_time(dir.path() / "samples.bin");
@@ -233,7 +238,8 @@ TEST_CASE("the client's cache capacity caps the task's cache budget") {
   c.cache_capacity_bytes = 10 * kRecordBytes;
   auto trainer = open_trainer(std::move(c));
   ml::Model model = mlp();
-  REQUIRE(trainer->train_round(model, {32, 0.05}, importance_directives(CachePolicy::kImportance)).ok());
+  REQUIRE(trainer->train_round(model, {32, 0.05}, importance_directives(CachePolicy::kImportance))
+              .ok());
   CHECK(trainer->cache()->budget_bytes() == 10 * kRecordBytes);
   CHECK(trainer->cache()->entries() == 10);
 

@@ -1,10 +1,10 @@
+#include "client_sdk/round_order.h"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <map>
 #include <numeric>
-
-#include "client_sdk/round_order.h"
 
 using namespace fedcase;
 using namespace fedcase::client;

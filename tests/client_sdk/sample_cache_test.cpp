@@ -1,16 +1,18 @@
+#include "client_sdk/sample_cache.h"
+
 #include <doctest/doctest.h>
 
 #include <map>
 #include <random>
-
-#include "client_sdk/sample_cache.h"
 
 using namespace fedcase;
 using namespace fedcase::client;
 
 namespace {
 
-std::string record(size_t id, size_t bytes = 100) { return std::string(bytes, char('a' + id % 26)); }
+std::string record(size_t id, size_t bytes = 100) {
+  return std::string(bytes, char('a' + id % 26));
+}
 
 // Looks `id` up and, on a miss, offers its record, as the local trainer does.
 bool access(SampleCache& cache, size_t id, size_t bytes = 100) {

@@ -1,3 +1,5 @@
+#include "client_sdk/sample_store.h"
+
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -5,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "client_sdk/sample_store.h"
 #include "tests/support/coordinator_harness.h"
 
 using namespace fedcase;
