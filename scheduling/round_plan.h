@@ -20,7 +20,7 @@ namespace fedcase::scheduling {
 struct CacheDirectives {
   std::string policy = "importance";  // "importance", "lru" or "none"
   uint64_t budget_bytes = 4 << 20;  // bytes the cache may hold (capped at the client's capacity)
-  double repetition_factor = 1;     // times a cached sample may be used within the task (>= 1)
+  double repetition_factor = 1;     // uses allowed per cache hit within the task (>= 1)
 };
 
 enum class DeadlineMode {

@@ -7,6 +7,7 @@
 
 #include "aggregation/server_optimizer.h"
 #include "client_sdk/importance_sampler.h"
+#include "client_sdk/round_order.h"
 #include "client_sdk/sample_cache.h"
 #include "common/blob.h"
 #include "ml/model.h"
@@ -69,7 +70,7 @@ struct Simulator::State {
   void hear_until(double t);
   size_t available_count() const;
   // The round's read order of a task (SHADE draws or uniform passes, then cache reuse).
-  std::vector<size_t> plan_reads(Device& device, const scheduling::ClientTask& task) const;
+  Result<std::vector<size_t>> plan_reads(Device& device, const scheduling::ClientTask& task) const;
   // Gives `device` a cache of the task's policy and budget (kept while they do not change).
   Status prepare_cache(Device& device, const SimClient& client,
                        const scheduling::CacheDirectives& directives) const;
@@ -96,27 +97,12 @@ size_t Simulator::State::available_count() const {
   return n;
 }
 
-std::vector<size_t> Simulator::State::plan_reads(Device& d,
-                                                 const scheduling::ClientTask& task) const {
-  const bool importance = task.sampling == "importance";
-  std::vector<size_t> order;
-  if (importance) {
-    order = d.sampler.draw(task.samples);
-  } else {
-    Rng rng(d.sampler.round_seed());
-    std::vector<size_t> pass(d.sampler.size());
-    for (size_t i = 0; i < pass.size(); ++i) pass[i] = i;
-    while (order.size() < task.samples) {
-      const size_t take = std::min<size_t>(pass.size(), task.samples - order.size());
-      scheduling::partial_shuffle(pass, take, rng);
-      order.insert(order.end(), pass.begin(), pass.begin() + take);
-    }
-  }
-  d.cache->plan_reuse(order, task.cache.repetition_factor);
-  if (importance && d.sampler.orders_by_frequency()) {
-    client::order_by_frequency(order, d.sampler.round_seed() + 1);
-  }
-  return order;
+Result<std::vector<size_t>> Simulator::State::plan_reads(
+    Device& d, const scheduling::ClientTask& task) const {
+  auto sampling = client::parse_sampling(task.sampling);
+  if (!sampling.ok()) return sampling.status();
+  return client::plan_round_order(d.sampler, *sampling, task.samples, d.cache.get(),
+                                  task.cache.repetition_factor);
 }
 
 Status Simulator::State::prepare_cache(Device& d, const SimClient& c,
@@ -138,7 +124,9 @@ Status Simulator::State::attempt(Attempt& a, const scheduling::ClientTask& task)
   Device& d = devices[a.client];
   const DeviceRow& dev = fleet[a.client].device;
   FEDCASE_RETURN_IF_ERROR(prepare_cache(d, fleet[a.client], task.cache));
-  a.order = plan_reads(d, task);
+  auto order = plan_reads(d, task);
+  if (!order.ok()) return order.status();
+  a.order = std::move(order).value();
   const client::CacheStats before = d.cache->stats();
   for (size_t id : a.order) {
     if (!d.cache->lookup(id)) d.cache->offer(id, std::string(1, '\0'));
