@@ -9,7 +9,6 @@
 
 #include "common/blob.h"
 #include "ml/model.h"
-#include "server/service.h"
 #include "tests/support/coordinator_harness.h"
 
 using namespace fedcase;
@@ -60,13 +59,12 @@ std::string error_code(const Reply& r) {
 
 TEST_CASE("bad input is refused with the right status and changes nothing") {
   TempDir dir;
-  auto config = test_config(dir);
-  config.max_json_bytes = 4096;
-  config.max_upload_bytes = 2 << 20;
-  auto service = server::CoordinatorService::start(config);
-  REQUIRE_MESSAGE(service.ok(), service.status().to_string());
-  const uint16_t port = (*service)->port();
-  const std::string db = config.database;
+  auto service = start_coordinator(dir, [](server::CoordinatorConfig& config) {
+    config.max_json_bytes = 4096;
+    config.max_upload_bytes = 2 << 20;
+  });
+  const uint16_t port = service->port();
+  const std::string db = dir.file("fedcase.db");
   Caller admin(port, kAdminToken);
   Caller anonymous(port, "");
   Caller enroll(port, kEnrollmentToken);
@@ -242,11 +240,9 @@ TEST_CASE("bad input is refused with the right status and changes nothing") {
 
 TEST_CASE("callers over the request rate get 429 with Retry-After") {
   TempDir dir;
-  auto config = test_config(dir);
-  config.requests_per_second = 2;
-  auto service = server::CoordinatorService::start(config);
-  REQUIRE(service.ok());
-  Caller admin((*service)->port(), kAdminToken);
+  auto service = start_coordinator(
+      dir, [](server::CoordinatorConfig& config) { config.requests_per_second = 2; });
+  Caller admin(service->port(), kAdminToken);
   int limited = 0;
   std::string retry_after;
   for (int i = 0; i < 20; ++i) {
@@ -264,9 +260,8 @@ TEST_CASE("callers over the request rate get 429 with Retry-After") {
 
 TEST_CASE("job control follows the job's state machine") {
   TempDir dir;
-  auto service = server::CoordinatorService::start(test_config(dir));
-  REQUIRE(service.ok());
-  Caller admin((*service)->port(), kAdminToken);
+  auto service = start_coordinator(dir);
+  Caller admin(service->port(), kAdminToken);
   REQUIRE(admin.post("/v1/admin/jobs", {{"name", "ctl"}, {"model", "mlp"}}).status == 201);
   CHECK(admin.post("/v1/admin/jobs/1/resume", json::object()).status == 409);
   Reply paused = admin.post("/v1/admin/jobs/1/pause", json::object());

@@ -11,7 +11,6 @@
 #include "client_sdk/fleet.h"
 #include "common/blob.h"
 #include "ml/model.h"
-#include "server/service.h"
 #include "tests/support/coordinator_harness.h"
 
 using namespace fedcase;
@@ -58,9 +57,8 @@ void run_attacker(uint16_t port, const ml::Dataset& data, std::vector<size_t> in
 // deltas by `attacker_factor` (1: honest). Returns the final model's test accuracy.
 double final_accuracy(const json& aggregation, float attacker_factor) {
   TempDir dir;
-  auto service = server::CoordinatorService::start(test_config(dir));
-  REQUIRE_MESSAGE(service.ok(), service.status().to_string());
-  const uint16_t port = (*service)->port();
+  auto service = start_coordinator(dir);
+  const uint16_t port = service->port();
   Caller admin(port, kAdminToken);
   json job = {{"name", "byzantine"},
               {"model", "mlp"},

@@ -7,7 +7,6 @@
 #include <set>
 
 #include "client_sdk/fleet.h"
-#include "server/service.h"
 #include "tests/support/coordinator_harness.h"
 
 using namespace fedcase;
@@ -16,9 +15,8 @@ using nlohmann::json;
 
 TEST_CASE("a fedcase job finishes its rounds on a fleet of fast and slow clients") {
   TempDir dir;
-  auto service = server::CoordinatorService::start(test_config(dir));
-  REQUIRE_MESSAGE(service.ok(), service.status().to_string());
-  const uint16_t port = (*service)->port();
+  auto service = start_coordinator(dir);
+  const uint16_t port = service->port();
   Caller admin(port, kAdminToken);
   json job = {{"name", "mixed"},
               {"model", "mlp"},

@@ -3,7 +3,6 @@
 #include <doctest/doctest.h>
 
 #include "client_sdk/fleet.h"
-#include "server/service.h"
 #include "tests/support/coordinator_harness.h"
 
 using namespace fedcase;
@@ -12,9 +11,8 @@ using nlohmann::json;
 
 TEST_CASE("5 SDK clients complete 3 rounds and the global model's accuracy rises") {
   TempDir dir;
-  auto service = server::CoordinatorService::start(test_config(dir));
-  REQUIRE_MESSAGE(service.ok(), service.status().to_string());
-  const uint16_t port = (*service)->port();
+  auto service = start_coordinator(dir);
+  const uint16_t port = service->port();
   Caller admin(port, kAdminToken);
 
   json job_config = {
@@ -85,9 +83,8 @@ TEST_CASE("5 SDK clients complete 3 rounds and the global model's accuracy rises
 
 TEST_CASE("a job with central DP reports the privacy spent, round by round") {
   TempDir dir;
-  auto service = server::CoordinatorService::start(test_config(dir));
-  REQUIRE_MESSAGE(service.ok(), service.status().to_string());
-  const uint16_t port = (*service)->port();
+  auto service = start_coordinator(dir);
+  const uint16_t port = service->port();
   Caller admin(port, kAdminToken);
   json job_config = {
       {"name", "private"},

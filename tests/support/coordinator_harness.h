@@ -1,6 +1,8 @@
 #pragma once
 // Helpers for tests that talk to a real coordinator over real HTTP on 127.0.0.1.
 
+#include <doctest/doctest.h>
+
 #include <chrono>
 #include <functional>
 #include <string>
@@ -12,6 +14,7 @@
 #include "client_sdk/http_client.h"
 #include "ml/dataset.h"
 #include "server/config.h"
+#include "server/service.h"
 #include "tests/support/temp_dir.h"
 
 namespace fedcase::testing {
@@ -29,6 +32,17 @@ inline server::CoordinatorConfig test_config(const TempDir& dir) {
                       {"eval_samples", 1000},
                       {"long_poll_max_s", 5}};
   return server::parse_coordinator_config(j);
+}
+
+// A running coordinator with its database in `dir`, on 127.0.0.1 port 0; `adjust` may change
+// the config first.
+inline std::unique_ptr<server::CoordinatorService> start_coordinator(
+    const TempDir& dir, const std::function<void(server::CoordinatorConfig&)>& adjust = {}) {
+  server::CoordinatorConfig config = test_config(dir);
+  if (adjust) adjust(config);
+  auto service = server::CoordinatorService::start(config);
+  REQUIRE_MESSAGE(service.ok(), service.status().to_string());
+  return std::move(service).value();
 }
 
 // A fleet of `clients` SDK clients on Dirichlet(alpha) partitions of `data` (which must outlive
