@@ -89,6 +89,7 @@ CoordinatorConfig parse_coordinator_config(const json& j) {
   r.text("admin_token", c.admin_token);
   r.text("enrollment_token", c.enrollment_token);
   r.integer("io_threads", c.io_threads, 1, 64);
+  r.integer("max_connections", c.max_connections, 1, 1e7);
   r.integer("max_json_bytes", c.max_json_bytes, 1024, 64 << 20);
   r.integer("max_upload_bytes", c.max_upload_bytes, 1024, 4.0 * (1ull << 30));
   r.number("read_timeout_s", c.read_timeout_s, 0.1, 3600);

@@ -21,6 +21,7 @@ struct CoordinatorConfig {
   std::string admin_token;            // env FEDCASE_ADMIN_TOKEN overrides
   std::string enrollment_token;       // clients register with it; env FEDCASE_ENROLLMENT_TOKEN
   int io_threads = 2;
+  size_t max_connections = 10000;         // open connections; more are answered 503
   size_t max_json_bytes = 1 << 20;        // body limit of every JSON request
   size_t max_upload_bytes = 64u << 20;    // body limit of an update upload
   double read_timeout_s = 30;             // to receive one whole request

@@ -4,6 +4,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
+#include <atomic>
 #include <chrono>
 
 #include "common/log.h"
@@ -24,12 +25,25 @@ std::chrono::milliseconds to_ms(double seconds) {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket&& socket, Api& api, const CoordinatorConfig& config)
-      : stream_(std::move(socket)), timer_(stream_.get_executor()), api_(api), config_(config) {}
+  // `open_connections` counts live sessions; it must outlive them.
+  Session(tcp::socket&& socket, Api& api, const CoordinatorConfig& config,
+          std::atomic<size_t>& open_connections)
+      : stream_(std::move(socket)), timer_(stream_.get_executor()), api_(api), config_(config),
+        open_connections_(open_connections) {
+    ++open_connections_;
+  }
+  ~Session() { --open_connections_; }
 
   void run() {
     net::dispatch(stream_.get_executor(), beast::bind_front_handler(&Session::do_read_header,
                                                                     shared_from_this()));
+  }
+
+  // Answers 503 at once and closes: the server is at its connection limit.
+  void refuse() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      self->send(error_response(unavailable("too many open connections; retry later"), 11, false));
+    });
   }
 
  private:
@@ -143,6 +157,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::chrono::steady_clock::time_point body_started_;
   Api& api_;
   const CoordinatorConfig& config_;
+  std::atomic<size_t>& open_connections_;
 };
 
 }  // namespace
@@ -154,8 +169,14 @@ struct HttpServer::Impl {
   void do_accept() {
     acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
       if (ec == net::error::operation_aborted) return;
-      if (!ec) std::make_shared<Session>(std::move(socket), api, config)->run();
-      else log_warn("accept failed: " + ec.message());
+      if (ec) {
+        log_warn("accept failed: " + ec.message());
+      } else {
+        const bool full = open_connections >= config.max_connections;
+        auto session = std::make_shared<Session>(std::move(socket), api, config, open_connections);
+        if (full) session->refuse();
+        else session->run();
+      }
       do_accept();
     });
   }
@@ -165,6 +186,7 @@ struct HttpServer::Impl {
   net::io_context ioc;
   tcp::acceptor acceptor;
   std::vector<std::thread> threads;
+  std::atomic<size_t> open_connections{0};
   uint16_t port = 0;
 };
 

@@ -258,6 +258,19 @@ TEST_CASE("callers over the request rate get 429 with Retry-After") {
   CHECK(std::stoi(retry_after) >= 1);
 }
 
+TEST_CASE("connections over the limit get 503 and the open ones keep working") {
+  TempDir dir;
+  auto service =
+      start_coordinator(dir, [](server::CoordinatorConfig& config) { config.max_connections = 1; });
+  Caller first(service->port(), kAdminToken);
+  Caller second(service->port(), kAdminToken);
+  REQUIRE(first.get("/v1/admin/jobs").status == 200);  // keeps its connection open
+  Reply refused = second.get("/v1/admin/jobs");
+  CHECK(refused.status == 503);
+  CHECK(error_code(refused) == "unavailable");
+  CHECK(first.get("/v1/admin/jobs").status == 200);
+}
+
 TEST_CASE("job control follows the job's state machine") {
   TempDir dir;
   auto service = start_coordinator(dir);
