@@ -2,7 +2,7 @@
 
 #include <limits>
 
-#include "scheduling/json_read.h"
+#include "common/json_read.h"
 
 namespace fedcase::scheduling {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "scheduling/json_read.h"
+#include "common/json_read.h"
 #include "scheduling/selection_util.h"
 
 namespace fedcase::scheduling {

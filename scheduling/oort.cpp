@@ -5,7 +5,7 @@
 #include <limits>
 #include <numeric>
 
-#include "scheduling/json_read.h"
+#include "common/json_read.h"
 #include "scheduling/percentile.h"
 #include "scheduling/selection_util.h"
 

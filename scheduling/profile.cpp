@@ -5,7 +5,7 @@
 #include <limits>
 #include <string>
 
-#include "scheduling/json_read.h"
+#include "common/json_read.h"
 
 namespace fedcase::scheduling {
 namespace {

@@ -4,7 +4,7 @@
 #include <limits>
 #include <string>
 
-#include "scheduling/json_read.h"
+#include "common/json_read.h"
 #include "scheduling/percentile.h"
 
 namespace fedcase::scheduling {

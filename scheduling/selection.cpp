@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "scheduling/fedcase.h"
-#include "scheduling/json_read.h"
+#include "common/json_read.h"
 #include "scheduling/oort.h"
 #include "scheduling/rng.h"
 #include "scheduling/selection_util.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "scheduling/json_read.h"
+#include "common/json_read.h"
 #include "scheduling/rng.h"
 #include "scheduling/selection.h"
 

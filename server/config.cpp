@@ -3,10 +3,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
-#include <set>
 #include <stdexcept>
 
 #include "aggregation/server_optimizer.h"
+#include "common/json_read.h"
 #include "scheduling/selection.h"
 
 namespace fedcase::server {
@@ -14,92 +14,44 @@ namespace {
 
 using nlohmann::json;
 
-// Reads optional fields of one JSON object into typed values, collecting the first error.
-class FieldReader {
- public:
-  FieldReader(const json& object, std::string prefix) : object_(object), prefix_(std::move(prefix)) {
-    if (!object_.is_object()) fail(prefix_.empty() ? "config must be a JSON object"
-                                                   : prefix_ + " must be a JSON object");
-  }
-
-  void text(const char* key, std::string& out) {
-    if (const json* v = find(key)) {
-      if (v->is_string()) out = v->get<std::string>();
-      else fail(name(key) + " must be a string");
-    }
-  }
-  void number(const char* key, double& out, double min, double max) {
-    if (const json* v = find(key)) {
-      if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() < min ||
-          v->get<double>() > max) {
-        fail(name(key) + " must be a number in [" + format(min) + ", " + format(max) + "]");
-      } else {
-        out = v->get<double>();
-      }
-    }
-  }
-  template <class Int>
-  void integer(const char* key, Int& out, double min, double max) {
-    if (const json* v = find(key)) {
-      if (!v->is_number_integer() || v->get<double>() < min || v->get<double>() > max) {
-        fail(name(key) + " must be an integer in [" + format(min) + ", " + format(max) + "]");
-      } else {
-        out = v->get<Int>();
-      }
-    }
-  }
-  void object(const char* key, json& out) {
-    if (const json* v = find(key)) {
-      if (v->is_object()) out = *v;
-      else fail(name(key) + " must be a JSON object");
-    }
-  }
-  const Status& status() const { return status_; }
-  void fail(const std::string& message) {
-    if (status_.ok()) status_ = invalid_argument(message);
-  }
-
- private:
-  const json* find(const char* key) const {
-    if (!object_.is_object()) return nullptr;
-    auto it = object_.find(key);
-    return it == object_.end() ? nullptr : &*it;
-  }
-  std::string name(const char* key) const { return prefix_.empty() ? key : prefix_ + "." + key; }
-  static std::string format(double v) {
-    std::string s = std::to_string(v);
-    s.erase(s.find_last_not_of('0') + 1);
-    if (!s.empty() && s.back() == '.') s.pop_back();
-    return s;
-  }
-  const json& object_;
-  std::string prefix_;
-  Status status_;
-};
+// An error naming `key` unless `value` lies in [min, max] (integer bounds the reader's type
+// checks do not already give).
+Status check_range(const char* key, double value, double min, double max) {
+  if (value >= min && value <= max) return ok_status();
+  return invalid_argument(std::string(key) + " must be in [" + std::to_string(int64_t(min)) +
+                          ", " + std::to_string(int64_t(max)) + "]");
+}
 
 }  // namespace
 
 CoordinatorConfig parse_coordinator_config(const json& j) {
   CoordinatorConfig c;
-  FieldReader r(j, "");
-  r.text("listen_address", c.listen_address);
-  r.integer("port", c.port, 0, 65535);
-  r.text("port_file", c.port_file);
-  r.text("database", c.database);
-  r.text("admin_token", c.admin_token);
-  r.text("enrollment_token", c.enrollment_token);
-  r.integer("io_threads", c.io_threads, 1, 64);
-  r.integer("max_connections", c.max_connections, 1, 1e7);
-  r.integer("max_json_bytes", c.max_json_bytes, 1024, 64 << 20);
-  r.integer("max_upload_bytes", c.max_upload_bytes, 1024, 4.0 * (1ull << 30));
-  r.number("read_timeout_s", c.read_timeout_s, 0.1, 3600);
-  r.number("long_poll_max_s", c.long_poll_max_s, 0, 600);
-  r.number("client_timeout_s", c.client_timeout_s, 1, 86400);
-  r.number("requests_per_second", c.requests_per_second, 0.1, 1e6);
-  r.text("eval_data_dir", c.eval_data_dir);
-  r.integer("eval_samples", c.eval_samples, 1, 1e7);
-  r.integer("torch_threads", c.torch_threads, 1, 256);
-  if (!r.status().ok()) throw std::runtime_error(r.status().message());
+  ObjectReader r(j, "config");
+  r.text("listen_address", c.listen_address)
+      .integer("port", c.port)
+      .text("port_file", c.port_file)
+      .text("database", c.database)
+      .text("admin_token", c.admin_token)
+      .text("enrollment_token", c.enrollment_token)
+      .integer("io_threads", c.io_threads)
+      .integer("max_connections", c.max_connections)
+      .integer("max_json_bytes", c.max_json_bytes)
+      .integer("max_upload_bytes", c.max_upload_bytes)
+      .number("read_timeout_s", c.read_timeout_s, 0.1, 3600)
+      .number("long_poll_max_s", c.long_poll_max_s, 0, 600)
+      .number("client_timeout_s", c.client_timeout_s, 1, 86400)
+      .number("requests_per_second", c.requests_per_second, 0.1, 1e6)
+      .text("eval_data_dir", c.eval_data_dir)
+      .integer("eval_samples", c.eval_samples)
+      .integer("torch_threads", c.torch_threads);
+  Status s = r.strict_status();
+  if (s.ok()) s = check_range("io_threads", c.io_threads, 1, 64);
+  if (s.ok()) s = check_range("max_connections", c.max_connections, 1, 1e7);
+  if (s.ok()) s = check_range("max_json_bytes", c.max_json_bytes, 1024, 64 << 20);
+  if (s.ok()) s = check_range("max_upload_bytes", c.max_upload_bytes, 1024, 4.0 * (1ull << 30));
+  if (s.ok()) s = check_range("eval_samples", c.eval_samples, 1, 1e7);
+  if (s.ok()) s = check_range("torch_threads", c.torch_threads, 1, 256);
+  if (!s.ok()) throw std::runtime_error(s.message());
   if (const char* env = std::getenv("FEDCASE_ADMIN_TOKEN")) c.admin_token = env;
   if (const char* env = std::getenv("FEDCASE_ENROLLMENT_TOKEN")) c.enrollment_token = env;
   if (c.admin_token.size() < 16 || c.enrollment_token.size() < 16) {
@@ -123,32 +75,29 @@ CoordinatorConfig load_coordinator_config(const std::string& path) {
 
 Result<JobConfig> parse_job_config(const json& j) {
   JobConfig c;
-  FieldReader r(j, "");
-  r.text("name", c.name);
-  r.text("model", c.model);
-  r.integer("seed", c.seed, 0, 9.0e18);
-  r.integer("rounds", c.rounds, 1, 1e6);
-  r.integer("clients_per_round", c.clients_per_round, 1, 1e6);
-  r.integer("min_clients", c.min_clients, 0, 1e7);
-  r.integer("min_updates", c.min_updates, 1, 1e6);
-  r.number("target_accuracy", c.target_accuracy, 0, 1);
-  r.number("max_update_norm", c.max_update_norm, 0, 1e12);
-  r.number("dp_delta", c.dp_delta, 1e-12, 0.1);
-  r.object("selection", c.selection);
-  r.object("server_optimizer", c.server_optimizer);
   json training = json::object(), aggregation = json::object();
-  r.object("training", training);
-  r.object("aggregation", aggregation);
-  static const std::set<std::string> known = {
-      "name", "model", "seed", "rounds", "clients_per_round", "min_clients", "min_updates",
-      "target_accuracy", "max_update_norm", "dp_delta", "selection", "training",
-      "aggregation", "server_optimizer"};
-  if (j.is_object()) {
-    for (auto it = j.begin(); it != j.end(); ++it) {
-      if (!known.count(it.key())) r.fail("unknown job config key '" + it.key() + "'");
-    }
+  ObjectReader r(j, "job");
+  r.text("name", c.name)
+      .text("model", c.model)
+      .integer("seed", c.seed)
+      .integer("rounds", c.rounds)
+      .integer("clients_per_round", c.clients_per_round)
+      .integer("min_clients", c.min_clients)
+      .integer("min_updates", c.min_updates)
+      .number("target_accuracy", c.target_accuracy, 0, 1)
+      .number("max_update_norm", c.max_update_norm, 0, 1e12)
+      .number("dp_delta", c.dp_delta, 1e-12, 0.1);
+  // Sections are parsed by the libraries that own them (below).
+  for (auto [key, out] : {std::pair<const char*, json*>{"selection", &c.selection},
+                          {"training", &training},
+                          {"aggregation", &aggregation},
+                          {"server_optimizer", &c.server_optimizer}}) {
+    if (const json* section = r.member(key)) *out = *section;
   }
-  FEDCASE_RETURN_IF_ERROR(r.status());
+  FEDCASE_RETURN_IF_ERROR(r.strict_status());
+  FEDCASE_RETURN_IF_ERROR(check_range("rounds", c.rounds, 1, 1e6));
+  FEDCASE_RETURN_IF_ERROR(check_range("clients_per_round", c.clients_per_round, 1, 1e6));
+  FEDCASE_RETURN_IF_ERROR(check_range("min_updates", c.min_updates, 1, 1e6));
   if (c.name.empty()) return invalid_argument("name is required");
   if (c.model != "cnn" && c.model != "mlp") {
     return invalid_argument("model must be \"cnn\" or \"mlp\"");

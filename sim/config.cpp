@@ -3,7 +3,7 @@
 #include <filesystem>
 
 #include "aggregation/server_optimizer.h"
-#include "scheduling/json_read.h"
+#include "common/json_read.h"
 #include "scheduling/selection.h"
 
 namespace fedcase::sim {
@@ -15,7 +15,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 Result<SimConfig> parse_sim_config(const nlohmann::json& config) {
   SimConfig c;
-  scheduling::ObjectReader r(config, "sim");
+  ObjectReader r(config, "sim");
   r.integer("seed", c.seed)
       .text("data_dir", c.data_dir)
       .text("bandwidth_trace", c.bandwidth_trace)

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "scheduling/json_read.h"
+#include "common/json_read.h"
 #include "sim/random.h"
 
 namespace fedcase::sim {
@@ -20,10 +20,10 @@ uint64_t client_seed(uint64_t seed, ClientId id, uint64_t stream) {
   return seed * 0x9E3779B97F4A7C15ull + id * 0xBF58476D1CE4E5B9ull + stream;
 }
 
-Status parse_availability(scheduling::ObjectReader& parent, AvailabilityParams& out) {
+Status parse_availability(ObjectReader& parent, AvailabilityParams& out) {
   const nlohmann::json* member = parent.member("availability");
   if (member == nullptr) return ok_status();
-  scheduling::ObjectReader r(*member, parent.path("availability"));
+  ObjectReader r(*member, parent.path("availability"));
   r.number("median_online_s", out.median_online_s, 1e-3, kInf)
       .number("median_offline_s", out.median_offline_s, 1e-3, kInf)
       .number("sigma", out.sigma, 0, 10)
@@ -82,7 +82,7 @@ Spells draw_spells(const DeviceRow& d, const AvailabilityParams& a, Rng& rng) {
 
 Result<FleetParams> parse_fleet_params(const nlohmann::json& config) {
   FleetParams p;
-  scheduling::ObjectReader r(config, "fleet");
+  ObjectReader r(config, "fleet");
   r.integer("clients", p.clients)
       .integer("seed", p.seed)
       .number("label_alpha", p.label_alpha, 1e-6, kInf)

@@ -26,6 +26,14 @@ TEST_CASE("coordinator config fills defaults and names the bad key") {
   bad["read_timeout_s"] = "soon";
   CHECK_THROWS_WITH_AS(parse_coordinator_config(bad), doctest::Contains("read_timeout_s"),
                        std::runtime_error);
+  bad = kTokens;
+  bad["max_conections"] = 5;  // a typo is refused, not ignored
+  CHECK_THROWS_WITH_AS(parse_coordinator_config(bad), doctest::Contains("max_conections"),
+                       std::runtime_error);
+  bad = kTokens;
+  bad["io_threads"] = 0;
+  CHECK_THROWS_WITH_AS(parse_coordinator_config(bad), doctest::Contains("io_threads"),
+                       std::runtime_error);
   CHECK_THROWS_WITH_AS(parse_coordinator_config(json::object()),
                        doctest::Contains("at least 16 characters"), std::runtime_error);
   json same = {{"admin_token", "same-token-0123456789"}, {"enrollment_token", "same-token-0123456789"}};
@@ -65,7 +73,7 @@ TEST_CASE("job config errors name what is wrong") {
     CHECK(r.status().code() == Code::kInvalidArgument);
     return r.status().message();
   };
-  CHECK(message(json::array()).find("JSON object") != std::string::npos);
+  CHECK(message(json::array()).find("must be an object") != std::string::npos);
   CHECK(message({{"model", "cnn"}}).find("name") != std::string::npos);
   CHECK(message({{"name", "j"}, {"model", "resnet"}}).find("model") != std::string::npos);
   CHECK(message({{"name", "j"}, {"rounds", 0}}).find("rounds") != std::string::npos);

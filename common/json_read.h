@@ -1,6 +1,6 @@
 #pragma once
-// Typed, range-checked reads of JSON object members, shared by the parsers of job configs,
-// stored profiles and saved policy state. A reader keeps the first error it meets and the
+// Typed, range-checked reads of JSON object members, shared by the parsers of configs
+// (coordinator, job sections, simulated fleets), stored profiles and saved policy state. A reader keeps the first error it meets and the
 // names of the members it was asked for, so a parser is a list of reads and one status check.
 
 #include <cstdint>
@@ -12,7 +12,7 @@
 
 #include "common/status.h"
 
-namespace fedcase::scheduling {
+namespace fedcase {
 
 class ObjectReader {
  public:
@@ -57,4 +57,4 @@ class ObjectReader {
   Status status_;
 };
 
-}  // namespace fedcase::scheduling
+}  // namespace fedcase

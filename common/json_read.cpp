@@ -1,10 +1,10 @@
-#include "scheduling/json_read.h"
+#include "common/json_read.h"
 
 #include <algorithm>
 #include <cmath>
 #include <sstream>
 
-namespace fedcase::scheduling {
+namespace fedcase {
 namespace {
 
 std::string format_bound(double x) {
@@ -102,4 +102,4 @@ Status ObjectReader::strict_status() const {
   return ok_status();
 }
 
-}  // namespace fedcase::scheduling
+}  // namespace fedcase
