@@ -4,6 +4,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
+#include <array>
 #include <atomic>
 #include <chrono>
 
@@ -18,6 +19,7 @@ using tcp = net::ip::tcp;
 
 constexpr size_t kHeaderLimit = 16 * 1024;
 constexpr auto kPollInterval = std::chrono::milliseconds(200);
+constexpr auto kLingerTime = std::chrono::seconds(2);
 
 std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
@@ -137,9 +139,29 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.expires_after(to_ms(config_.read_timeout_s));
     http::async_write(stream_, *res,
                       [self = shared_from_this(), res](beast::error_code ec, size_t) {
-                        if (ec || !res->keep_alive()) return self->close();
+                        if (ec) return self->close();
+                        if (!res->keep_alive()) return self->linger_close();
                         self->do_read_header();
                       });
+  }
+
+  // Ends a connection after a final answer (413, 503, Connection: close) without losing it:
+  // closing a socket with unread request bytes makes the kernel reset the connection, which
+  // can destroy the answer in flight. So stop sending, discard what the peer still sends until
+  // it closes or kLingerTime passes, then close.
+  void linger_close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(kLingerTime);
+    discard();
+  }
+
+  void discard() {
+    stream_.async_read_some(net::buffer(discard_buffer_),
+                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                              if (ec) return self->close();
+                              self->discard();
+                            });
   }
 
   void close() {
@@ -155,6 +177,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<Reply> pending_;
   std::chrono::steady_clock::time_point poll_deadline_;
   std::chrono::steady_clock::time_point body_started_;
+  std::array<char, 16384> discard_buffer_;
   Api& api_;
   const CoordinatorConfig& config_;
   std::atomic<size_t>& open_connections_;
