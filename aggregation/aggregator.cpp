@@ -1,17 +1,17 @@
 #include "aggregation/aggregator.h"
 
 #include <cmath>
+#include <limits>
 #include <new>
 #include <random>
-#include <string_view>
 #include <utility>
 
-#include "aggregation/config_reader.h"
 #include "aggregation/dp.h"
 #include "aggregation/fedavg.h"
 #include "aggregation/robust.h"
 #include "aggregation/validation.h"
 #include "aggregation/vector_ops.h"
+#include "common/json_read.h"
 
 namespace fedcase::aggregation {
 namespace {
@@ -21,18 +21,18 @@ enum class Rule { kFedAvg, kMedian, kTrimmedMean, kKrum, kMultiKrum };
 struct RuleInfo {
   const char* name;
   Rule rule;
-  std::vector<std::string_view> keys;  // accepted besides rule, clip_norm and threads
 };
 
 const RuleInfo kRules[] = {
-    {"fedavg", Rule::kFedAvg, {"dp_noise_multiplier", "dp_seed"}},
-    {"median", Rule::kMedian, {"max_buffered_updates"}},
-    {"trimmed_mean", Rule::kTrimmedMean, {"max_buffered_updates", "trim_beta"}},
-    {"krum", Rule::kKrum, {"max_buffered_updates", "byzantine_f"}},
-    {"multi_krum", Rule::kMultiKrum, {"max_buffered_updates", "byzantine_f", "multi_krum_m"}},
+    {"fedavg", Rule::kFedAvg},
+    {"median", Rule::kMedian},
+    {"trimmed_mean", Rule::kTrimmedMean},
+    {"krum", Rule::kKrum},
+    {"multi_krum", Rule::kMultiKrum},
 };
 
 constexpr uint64_t kMaxThreads = 64;
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 const RuleInfo* find_rule(const std::string& name) {
   for (const RuleInfo& info : kRules) {
@@ -41,14 +41,21 @@ const RuleInfo* find_rule(const std::string& name) {
   return nullptr;
 }
 
+Status unknown_rule(const std::string& name) {
+  return invalid_argument(
+      "aggregation.rule must be \"fedavg\", \"median\", \"trimmed_mean\", \"krum\" or "
+      "\"multi_krum\", not \"" +
+      name + "\"");
+}
+
 Result<const RuleInfo*> validate(const AggregatorConfig& c) {
   const RuleInfo* info = find_rule(c.rule);
-  if (info == nullptr) return invalid_argument("unknown aggregation rule '" + c.rule + "'");
+  if (info == nullptr) return unknown_rule(c.rule);
   if (!(c.clip_norm >= 0) || !std::isfinite(c.clip_norm)) {
-    return invalid_argument("aggregation.clip_norm must be finite and >= 0");
+    return invalid_argument("aggregation.clip_norm must be a number in [0, inf)");
   }
   if (c.threads < 1 || c.threads > kMaxThreads) {
-    return invalid_argument("aggregation.threads must be in [1, 64]");
+    return invalid_argument("aggregation.threads must be an integer in [1, 64]");
   }
   if (c.max_buffered_updates < 1) {
     return invalid_argument("aggregation.max_buffered_updates must be at least 1");
@@ -58,10 +65,10 @@ Result<const RuleInfo*> validate(const AggregatorConfig& c) {
         "aggregation.byzantine_f and multi_krum_m must be below max_buffered_updates");
   }
   if (!(c.trim_beta >= 0 && c.trim_beta < 0.5)) {
-    return invalid_argument("aggregation.trim_beta must be in [0, 0.5)");
+    return invalid_argument("aggregation.trim_beta must be a number in [0, 0.5)");
   }
   if (!(c.dp_noise_multiplier >= 0) || !std::isfinite(c.dp_noise_multiplier)) {
-    return invalid_argument("aggregation.dp_noise_multiplier must be finite and >= 0");
+    return invalid_argument("aggregation.dp_noise_multiplier must be a number in [0, inf)");
   }
   if (c.dp_noise_multiplier > 0 && info->rule != Rule::kFedAvg) {
     return invalid_argument("aggregation.dp_noise_multiplier needs rule fedavg");
@@ -181,27 +188,29 @@ class BufferedAggregator : public Aggregator {
 }  // namespace
 
 Result<AggregatorConfig> parse_aggregator_config(const nlohmann::json& config) {
-  ConfigReader reader(config, "aggregation");
-  if (!config.is_object()) return invalid_argument("aggregation must be a JSON object");
+  ObjectReader r(config, "aggregation");
   AggregatorConfig c;
-  FEDCASE_RETURN_IF_ERROR(reader.get_string("rule", c.rule));
+  r.text("rule", c.rule);
+  FEDCASE_RETURN_IF_ERROR(r.status());
   const RuleInfo* info = find_rule(c.rule);
-  if (info == nullptr) return invalid_argument("unknown aggregation rule '" + c.rule + "'");
-  std::vector<std::string_view> keys = {"rule", "clip_norm", "threads"};
-  keys.insert(keys.end(), info->keys.begin(), info->keys.end());
-  FEDCASE_RETURN_IF_ERROR(reader.check_keys(keys));
-  FEDCASE_RETURN_IF_ERROR(reader.get_number("clip_norm", c.clip_norm));
-  FEDCASE_RETURN_IF_ERROR(reader.get_count("threads", c.threads));
-  FEDCASE_RETURN_IF_ERROR(reader.get_count("max_buffered_updates", c.max_buffered_updates));
-  FEDCASE_RETURN_IF_ERROR(reader.get_number("trim_beta", c.trim_beta));
-  FEDCASE_RETURN_IF_ERROR(reader.get_count("byzantine_f", c.byzantine_f));
-  FEDCASE_RETURN_IF_ERROR(reader.get_count("multi_krum_m", c.multi_krum_m));
-  FEDCASE_RETURN_IF_ERROR(reader.get_number("dp_noise_multiplier", c.dp_noise_multiplier));
-  if (config.contains("dp_seed")) {
-    uint64_t seed = 0;
-    FEDCASE_RETURN_IF_ERROR(reader.get_count("dp_seed", seed));
-    c.dp_seed = seed;
+  if (info == nullptr) return unknown_rule(c.rule);
+  // Only this rule's keys are read, so strict_status() refuses the keys of other rules. The
+  // reads check types and closed bounds; validate() checks open bounds and relations.
+  r.number("clip_norm", c.clip_norm, 0, kInf).integer("threads", c.threads);
+  const Rule rule = info->rule;
+  if (rule != Rule::kFedAvg) r.integer("max_buffered_updates", c.max_buffered_updates);
+  if (rule == Rule::kTrimmedMean) r.number("trim_beta", c.trim_beta, 0, 0.5);
+  if (rule == Rule::kKrum || rule == Rule::kMultiKrum) r.integer("byzantine_f", c.byzantine_f);
+  if (rule == Rule::kMultiKrum) r.integer("multi_krum_m", c.multi_krum_m);
+  if (rule == Rule::kFedAvg) {
+    r.number("dp_noise_multiplier", c.dp_noise_multiplier, 0, kInf);
+    if (config.contains("dp_seed")) {
+      uint64_t seed = 0;
+      r.integer("dp_seed", seed);
+      c.dp_seed = seed;
+    }
   }
+  FEDCASE_RETURN_IF_ERROR(r.strict_status());
   auto valid = validate(c);
   if (!valid.ok()) return valid.status();
   return c;

@@ -1,12 +1,13 @@
 #include "aggregation/server_optimizer.h"
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "aggregation/config_reader.h"
 #include "aggregation/state_codec.h"
+#include "common/json_read.h"
 
 namespace fedcase::aggregation {
 namespace {
@@ -130,47 +131,56 @@ class MomentOptimizer : public ServerOptimizer {
 struct KindInfo {
   const char* name;
   Kind kind;
-  std::vector<std::string_view> keys;
 };
 
 const KindInfo kKinds[] = {
-    {"fedavg", Kind::kFedAvg, {"name", "lr"}},
-    {"fedavgm", Kind::kFedAvgM, {"name", "lr", "momentum"}},
-    {"fedadam", Kind::kFedAdam, {"name", "lr", "beta1", "beta2", "tau"}},
-    {"fedyogi", Kind::kFedYogi, {"name", "lr", "beta1", "beta2", "tau"}},
-    {"fedadagrad", Kind::kFedAdagrad, {"name", "lr", "beta1", "tau"}},
+    {"fedavg", Kind::kFedAvg},   {"fedavgm", Kind::kFedAvgM},       {"fedadam", Kind::kFedAdam},
+    {"fedyogi", Kind::kFedYogi}, {"fedadagrad", Kind::kFedAdagrad},
 };
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 }  // namespace
 
 Result<std::unique_ptr<ServerOptimizer>> make_server_optimizer(const nlohmann::json& config) {
-  ConfigReader reader(config, "server_optimizer");
-  if (!config.is_object()) return invalid_argument("server_optimizer must be a JSON object");
+  ObjectReader r(config, "server_optimizer");
   std::string name = "fedavg";
-  FEDCASE_RETURN_IF_ERROR(reader.get_string("name", name));
+  r.text("name", name);
+  FEDCASE_RETURN_IF_ERROR(r.status());
   const KindInfo* info = nullptr;
   for (const KindInfo& k : kKinds) {
     if (name == k.name) info = &k;
   }
-  if (info == nullptr) return invalid_argument("unknown server optimizer '" + name + "'");
-  FEDCASE_RETURN_IF_ERROR(reader.check_keys(info->keys));
+  if (info == nullptr) {
+    return invalid_argument(
+        "server_optimizer.name must be \"fedavg\", \"fedavgm\", \"fedadam\", \"fedyogi\" or "
+        "\"fedadagrad\", not \"" +
+        name + "\"");
+  }
 
+  // Only this optimizer's keys are read, so strict_status() refuses the keys of the others. The
+  // reads check types and closed bounds; the open bounds are checked after.
   Hyper hyper;
-  const bool adaptive = info->kind != Kind::kFedAvg && info->kind != Kind::kFedAvgM;
+  const Kind kind = info->kind;
+  const bool adaptive = kind != Kind::kFedAvg && kind != Kind::kFedAvgM;
   if (adaptive) hyper.lr = 0.01;
-  FEDCASE_RETURN_IF_ERROR(reader.get_number("lr", hyper.lr));
-  FEDCASE_RETURN_IF_ERROR(reader.get_number("momentum", hyper.momentum));
-  FEDCASE_RETURN_IF_ERROR(reader.get_number("beta1", hyper.beta1));
-  FEDCASE_RETURN_IF_ERROR(reader.get_number("beta2", hyper.beta2));
-  FEDCASE_RETURN_IF_ERROR(reader.get_number("tau", hyper.tau));
-  FEDCASE_RETURN_IF_ERROR(reader.require(hyper.lr > 0, "lr", "must be > 0"));
+  r.number("lr", hyper.lr, 0, kInf);
+  if (kind == Kind::kFedAvgM) r.number("momentum", hyper.momentum, 0, 1);
+  if (adaptive) r.number("beta1", hyper.beta1, 0, 1);
+  if (kind == Kind::kFedAdam || kind == Kind::kFedYogi) r.number("beta2", hyper.beta2, 0, 1);
+  if (adaptive) r.number("tau", hyper.tau, 0, kInf);
+  FEDCASE_RETURN_IF_ERROR(r.strict_status());
+  for (auto [key, value] : {std::pair<const char*, double>{"lr", hyper.lr}, {"tau", hyper.tau}}) {
+    if (!(value > 0 && value < kInf)) {
+      return invalid_argument(r.path(key) + " must be a number in (0, inf)");
+    }
+  }
   for (auto [key, value] : {std::pair<const char*, double>{"momentum", hyper.momentum},
                             {"beta1", hyper.beta1},
                             {"beta2", hyper.beta2}}) {
-    FEDCASE_RETURN_IF_ERROR(reader.require(value >= 0 && value < 1, key, "must be in [0, 1)"));
+    if (!(value < 1)) return invalid_argument(r.path(key) + " must be a number in [0, 1)");
   }
-  FEDCASE_RETURN_IF_ERROR(reader.require(hyper.tau > 0, "tau", "must be > 0"));
-  return std::unique_ptr<ServerOptimizer>(new MomentOptimizer(info->kind, name, hyper));
+  return std::unique_ptr<ServerOptimizer>(new MomentOptimizer(kind, name, hyper));
 }
 
 }  // namespace fedcase::aggregation

@@ -1,10 +1,11 @@
+#include "aggregation/aggregator.h"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include "aggregation/aggregator.h"
 #include "aggregation/fedavg.h"
 #include "aggregation/robust.h"
 #include "test_util.h"
@@ -51,22 +52,33 @@ TEST_CASE("aggregation config: defaults, per-rule keys and ranges") {
   CHECK(mk->multi_krum_m == 5);
   CHECK(mk->max_buffered_updates == 50);
 
-  CHECK(error({{"rule", "mean"}}).find("unknown aggregation rule") != std::string::npos);
-  CHECK(error({{"rule", "median"}, {"trim_beta", 0.1}}).find("trim_beta") != std::string::npos);
-  CHECK(error({{"rule", "fedavg"}, {"max_buffered_updates", 5}}).find("unknown key") !=
+  CHECK(error({{"rule", "mean"}}).find("aggregation.rule must be") != std::string::npos);
+  CHECK(error({{"rule", "mean"}}).find("\"mean\"") != std::string::npos);
+  CHECK(error({{"rule", "median"}, {"trim_beta", 0.1}}) == "unknown key aggregation.trim_beta");
+  CHECK(error({{"rule", "fedavg"}, {"max_buffered_updates", 5}}) ==
+        "unknown key aggregation.max_buffered_updates");
+  CHECK(error({{"rule", "median"}, {"clip_nrom", 1}}) == "unknown key aggregation.clip_nrom");
+  CHECK(error({{"rule", "trimmed_mean"}, {"trim_beta", 0.5}}) ==
+        "aggregation.trim_beta must be a number in [0, 0.5)");
+  CHECK(error({{"rule", "trimmed_mean"}, {"trim_beta", -0.1}}).find("aggregation.trim_beta") !=
         std::string::npos);
-  CHECK(error({{"rule", "trimmed_mean"}, {"trim_beta", 0.5}}).find("[0, 0.5)") !=
+  const std::string negative = error({{"rule", "krum"}, {"byzantine_f", -1}});
+  CHECK(negative.find("aggregation.byzantine_f must be an integer in [0, ") != std::string::npos);
+  CHECK(error({{"threads", 0}}) == "aggregation.threads must be an integer in [1, 64]");
+  CHECK(error({{"threads", 65}}) == "aggregation.threads must be an integer in [1, 64]");
+  CHECK(error({{"clip_norm", -1}}).find("aggregation.clip_norm must be a number") !=
         std::string::npos);
-  CHECK(error({{"rule", "krum"}, {"byzantine_f", -1}}).find("non-negative integer") !=
+  CHECK(error({{"clip_norm", "10"}}).find("aggregation.clip_norm must be a number") !=
         std::string::npos);
-  CHECK(error({{"threads", 0}}).find("threads") != std::string::npos);
-  CHECK(error({{"clip_norm", -1}}).find("clip_norm") != std::string::npos);
+  CHECK(error({{"rule", 3}}) == "aggregation.rule must be a string");
   CHECK(error({{"rule", "median"}, {"max_buffered_updates", 0}}).find("at least 1") !=
         std::string::npos);
   CHECK(error({{"dp_noise_multiplier", 1.0}}).find("clip_norm > 0") != std::string::npos);
-  CHECK(error({{"rule", "krum"}, {"dp_noise_multiplier", 1.0}}).find("unknown key") !=
+  CHECK(error({{"rule", "krum"}, {"dp_noise_multiplier", 1.0}}) ==
+        "unknown key aggregation.dp_noise_multiplier");
+  CHECK(error({{"rule", "krum"}, {"byzantine_f", 1.5}}).find("aggregation.byzantine_f") !=
         std::string::npos);
-  CHECK(error({{"rule", "krum"}, {"byzantine_f", 1.5}}).find("integer") != std::string::npos);
+  CHECK(error({{"dp_seed", -3}}).find("aggregation.dp_seed") != std::string::npos);
   CHECK(error({{"rule", "krum"}, {"byzantine_f", 10}, {"max_buffered_updates", 10}})
             .find("below max_buffered_updates") != std::string::npos);
   CHECK(error({{"rule", "multi_krum"},
@@ -74,7 +86,7 @@ TEST_CASE("aggregation config: defaults, per-rule keys and ranges") {
                {"multi_krum_m", 11},
                {"max_buffered_updates", 10}})
             .find("multi_krum_m") != std::string::npos);
-  CHECK(error(nlohmann::json::array()).find("object") != std::string::npos);
+  CHECK(error(nlohmann::json::array()) == "aggregation must be an object");
 
   AggregatorConfig direct;
   direct.rule = "median";
