@@ -48,13 +48,13 @@ struct Variant {
 
 const Variant kVariants[] = {
     {"random", "#888888",
-     R"({"selection":{"policy":"random"},"training":{"sampling":"uniform","cache":{"policy":"none"}}})"},
+     R"({"job":{"selection":{"policy":"random"},"training":{"sampling":"uniform","cache":{"policy":"none"}}}})"},
     {"oort", "#1f77b4",
-     R"({"selection":{"policy":"oort"},"training":{"sampling":"uniform","cache":{"policy":"none"}}})"},
+     R"({"job":{"selection":{"policy":"oort"},"training":{"sampling":"uniform","cache":{"policy":"none"}}}})"},
     {"oort_lru", "#2ca02c",
-     R"({"selection":{"policy":"oort"},"training":{"sampling":"uniform","cache":{"policy":"lru","repetition_factor":1}}})"},
+     R"({"job":{"selection":{"policy":"oort"},"training":{"sampling":"uniform","cache":{"policy":"lru","repetition_factor":1}}}})"},
     {"fedcase", "#d62728",
-     R"({"selection":{"policy":"fedcase"},"training":{"sampling":"importance","cache":{"policy":"importance"}}})"},
+     R"({"job":{"selection":{"policy":"fedcase"},"training":{"sampling":"importance","cache":{"policy":"importance"}}}})"},
 };
 
 struct Args {
@@ -188,7 +188,7 @@ int run(const Args& args) {
   const auto start = std::chrono::steady_clock::now();
   nlohmann::json base =
       nlohmann::json::parse(or_die(read_text_file(args.root + "/" + args.config)));
-  if (args.full) base.merge_patch({{"fleet", {{"clients", 5000}}}, {"clients_per_round", 50}});
+  if (args.full) base.merge_patch({{"fleet", {{"clients", 5000}}}, {"job", {{"clients_per_round", 50}}}});
   // The fleet is the same for every run: drawn once from the base config.
   SimConfig fleet_config = or_die(parse_sim_config(base));
   resolve_paths(fleet_config, args.root);
@@ -201,7 +201,7 @@ int run(const Args& args) {
     for (uint64_t seed = 1; seed <= args.seeds; ++seed) {
       nlohmann::json j = base;
       j.merge_patch(nlohmann::json::parse(v.patch));
-      j["seed"] = seed;
+      j["job"]["seed"] = seed;
       Run r;
       r.variant = &v;
       r.seed = seed;
@@ -249,7 +249,7 @@ int run(const Args& args) {
   }
   const std::filesystem::path out(args.out);
   write_file(out / "tta_curves.csv", csv);
-  write_file(out / "tta.svg", svg_plot(runs, fleet_config.target_accuracy));
+  write_file(out / "tta.svg", svg_plot(runs, fleet_config.job.target_accuracy));
 
   Json medians = Json::object(), hit = Json::object();
   std::printf("%-9s %18s %14s %10s\n", "policy", "median TTA (s)", "median rounds", "hit ratio");
@@ -275,9 +275,9 @@ int run(const Args& args) {
   Json j;
   j["bench"] = "tta";
   j["clients"] = fleet.size();
-  j["clients_per_round"] = fleet_config.clients_per_round;
-  j["model"] = fleet_config.model;
-  j["target_accuracy"] = fleet_config.target_accuracy;
+  j["clients_per_round"] = fleet_config.job.clients_per_round;
+  j["model"] = fleet_config.job.model;
+  j["target_accuracy"] = fleet_config.job.target_accuracy;
   j["seeds"] = args.seeds;
   j["median_tta_s"] = medians;
   j["speedup_vs_oort_lru"] = ratio("oort_lru");

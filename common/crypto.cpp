@@ -4,7 +4,6 @@
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
-#include <stdexcept>
 #include <vector>
 
 namespace fedcase {
@@ -22,10 +21,10 @@ std::string to_hex(const unsigned char* data, size_t n) {
 
 }  // namespace
 
-std::string random_token(size_t bytes) {
+Result<std::string> random_token(size_t bytes) {
   std::vector<unsigned char> buf(bytes);
   if (RAND_bytes(buf.data(), static_cast<int>(buf.size())) != 1) {
-    throw std::runtime_error("OpenSSL RAND_bytes failed");
+    return internal_error("the random number generator failed");
   }
   return to_hex(buf.data(), buf.size());
 }

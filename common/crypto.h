@@ -4,10 +4,13 @@
 #include <string>
 #include <string_view>
 
+#include "common/status.h"
+
 namespace fedcase {
 
-// `bytes` bytes from the OS CSPRNG, hex-encoded (2 * bytes characters). Throws on RNG failure.
-std::string random_token(size_t bytes = 32);
+// `bytes` bytes from the OS CSPRNG, hex-encoded (2 * bytes characters). kInternal when the
+// RNG fails.
+Result<std::string> random_token(size_t bytes = 32);
 
 // Lower-case hex SHA-256 of `data`.
 std::string sha256_hex(std::string_view data);

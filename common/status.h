@@ -28,7 +28,7 @@ int http_status(Code code);
 // Stable lower-case name for `code`, used in JSON error bodies ("invalid_argument", ...).
 const char* code_name(Code code);
 
-class Status {
+class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
   Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
@@ -57,7 +57,7 @@ inline Status internal_error(std::string m) { return {Code::kInternal, std::move
 
 // A value or the Status that explains why there is none. Never both.
 template <class T>
-class Result {
+class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT

@@ -1,13 +1,10 @@
 #include "server/config.h"
 
-#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
 
-#include "aggregation/server_optimizer.h"
 #include "common/json_read.h"
-#include "scheduling/selection.h"
 
 namespace fedcase::server {
 namespace {
@@ -71,61 +68,6 @@ CoordinatorConfig load_coordinator_config(const std::string& path) {
   json j = json::parse(in, nullptr, false);
   if (j.is_discarded()) throw std::runtime_error("config file " + path + " is not valid JSON");
   return parse_coordinator_config(j);
-}
-
-Result<JobConfig> parse_job_config(const json& j) {
-  JobConfig c;
-  json training = json::object(), aggregation = json::object();
-  ObjectReader r(j, "job");
-  r.text("name", c.name)
-      .text("model", c.model)
-      .integer("seed", c.seed)
-      .integer("rounds", c.rounds)
-      .integer("clients_per_round", c.clients_per_round)
-      .integer("min_clients", c.min_clients)
-      .integer("min_updates", c.min_updates)
-      .number("target_accuracy", c.target_accuracy, 0, 1)
-      .number("max_update_norm", c.max_update_norm, 0, 1e12)
-      .number("dp_delta", c.dp_delta, 1e-12, 0.1);
-  // Sections are parsed by the libraries that own them (below).
-  for (auto [key, out] : {std::pair<const char*, json*>{"selection", &c.selection},
-                          {"training", &training},
-                          {"aggregation", &aggregation},
-                          {"server_optimizer", &c.server_optimizer}}) {
-    if (const json* section = r.member(key)) *out = *section;
-  }
-  FEDCASE_RETURN_IF_ERROR(r.strict_status());
-  FEDCASE_RETURN_IF_ERROR(check_range("rounds", c.rounds, 1, 1e6));
-  FEDCASE_RETURN_IF_ERROR(check_range("clients_per_round", c.clients_per_round, 1, 1e6));
-  FEDCASE_RETURN_IF_ERROR(check_range("min_updates", c.min_updates, 1, 1e6));
-  if (c.name.empty()) return invalid_argument("name is required");
-  if (c.model != "cnn" && c.model != "mlp") {
-    return invalid_argument("model must be \"cnn\" or \"mlp\"");
-  }
-  if (c.min_clients == 0) c.min_clients = c.clients_per_round;
-  if (c.min_updates > c.clients_per_round) {
-    return invalid_argument("min_updates must not exceed clients_per_round");
-  }
-  // Each section is validated by the library that owns it; building the policy and the
-  // optimizer once checks their parameters too.
-  auto training_params = scheduling::parse_training_params(training);
-  if (!training_params.ok()) return training_params.status();
-  c.training = std::move(training_params).value();
-  auto overcommit = scheduling::selection_overcommit(c.selection);
-  if (!overcommit.ok()) return overcommit.status();
-  c.overcommit = *overcommit;
-  auto policy = scheduling::make_selection_policy(c.selection, c.seed);
-  if (!policy.ok()) return policy.status();
-  auto aggregation_config = aggregation::parse_aggregator_config(aggregation);
-  if (!aggregation_config.ok()) return aggregation_config.status();
-  c.aggregation = std::move(aggregation_config).value();
-  if (c.aggregation.rule != "fedavg" && c.clients_per_round > c.aggregation.max_buffered_updates) {
-    return invalid_argument("clients_per_round exceeds aggregation.max_buffered_updates");
-  }
-  if (c.aggregation.dp_seed) return invalid_argument("aggregation.dp_seed is set per round");
-  auto optimizer = aggregation::make_server_optimizer(c.server_optimizer);
-  if (!optimizer.ok()) return invalid_argument("server_optimizer: " + optimizer.status().message());
-  return c;
 }
 
 }  // namespace fedcase::server

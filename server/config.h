@@ -1,15 +1,13 @@
 #pragma once
-// The coordinator's service config (configs/coordinator.json) and a job's config (the body of
-// POST /v1/admin/jobs). Parsing validates every field and fills documented defaults.
+// The coordinator's service config (configs/coordinator.json). Parsing validates every field
+// and fills documented defaults. A job's config is rounds/job_config.h.
 
 #include <cstdint>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
-#include "aggregation/aggregator.h"
 #include "common/status.h"
-#include "scheduling/round_plan.h"
 
 namespace fedcase::server {
 
@@ -37,29 +35,5 @@ struct CoordinatorConfig {
 // std::runtime_error naming the offending key: config errors stop the coordinator at start-up.
 CoordinatorConfig parse_coordinator_config(const nlohmann::json& json);
 CoordinatorConfig load_coordinator_config(const std::string& path);
-
-// A job, as posted to the admin API. Each section is parsed by the library that owns it:
-// `selection` and `training` by scheduling/, `aggregation` and `server_optimizer` by
-// aggregation/ (docs/scheduling.md, docs/aggregation.md).
-struct JobConfig {
-  std::string name;
-  std::string model = "cnn";
-  uint64_t seed = 1;
-  size_t rounds = 100;              // round cap
-  size_t clients_per_round = 10;    // K: updates a round waits for
-  size_t min_clients = 0;           // available clients needed to open a round (default K)
-  size_t min_updates = 1;           // fewer at the deadline fail the round
-  double target_accuracy = 0;       // > 0: the job finishes once a model reaches it
-  double max_update_norm = 0;       // > 0: reject updates with a larger L2 norm
-  double dp_delta = 1e-5;           // delta at which the privacy spent is reported
-  nlohmann::json selection = nlohmann::json::object();
-  double overcommit = scheduling::kDefaultOvercommit;  // from selection.overcommit
-  scheduling::TrainingParams training;
-  aggregation::AggregatorConfig aggregation;
-  nlohmann::json server_optimizer = nlohmann::json::object();
-};
-
-// Validates a job config; kInvalidArgument naming the first bad field.
-Result<JobConfig> parse_job_config(const nlohmann::json& json);
 
 }  // namespace fedcase::server

@@ -1,27 +1,37 @@
 #pragma once
-// The coordinator's core: clients, jobs and the round state machine, with no network in it.
-// The HTTP layer (api.h) maps requests onto these methods; tests can call them directly.
+// The coordinator's core, with no network in it: the client registry (client_registry.h), the
+// jobs (job_table.h) and the round driver (round_driver.h), and the client and admin
+// operations the HTTP layer (api.h) maps requests onto. Results are plain values; the API
+// layer turns them into JSON (views.h).
 //
-// Thread safety: every public method may be called from any thread. A driver thread (started
-// by start_driver) opens and closes rounds; the expensive part of closing a round (server
-// optimizer step, commit) runs without blocking uploads to other jobs. Each committed model is
-// evaluated on the test set by a separate thread and its accuracy added to the round's metrics
-// when ready, so the next round does not wait for it.
+// Every change follows the same three steps: decide under a lock, write to the store without
+// any lock, publish under the lock. No store call, fold or optimizer step runs while a lock
+// that a poll, a heartbeat or another upload needs is held.
 //
+// Thread safety: every public method may be called from any thread.
 // Durability: a round's model and its `committed` state are written in one store transaction
 // before any client can see the new model. On open(), rounds a crash left open are marked
 // failed and each job resumes from its latest committed model.
+// Errors: Status values; no method throws.
 
+#include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
+#include <vector>
 
 #include "common/ids.h"
+#include "common/states.h"
 #include "common/status.h"
+#include "rounds/round.h"
+#include "scheduling/profile.h"
+#include "server/client_registry.h"
 #include "server/config.h"
+#include "server/evaluator.h"
+#include "server/job_table.h"
+#include "storage/store.h"
 
 namespace fedcase::server {
 
@@ -37,53 +47,112 @@ struct Caller {
   ClientId client = 0;  // for kClient
 };
 
+// A task handed to a client.
+struct TaskOffer {
+  JobId job = 0;
+  RoundIndex round = 0;
+  std::string model;  // the job's architecture
+  uint64_t model_version = 0;
+  std::string model_checksum;
+  double deadline = 0;
+  uint32_t local_epochs = 0;
+  scheduling::ClientTask task;
+};
+
+struct UpdateAccepted {
+  RoundIndex round = 0;
+  size_t updates = 0;  // accepted so far in the round
+};
+
+struct JobSummary {
+  JobId id = 0;
+  std::string name;
+  JobState state = JobState::kRunning;
+  uint64_t model_version = 0;
+  std::string model_checksum;
+  RoundIndex round = 0;  // highest round index used
+  bool round_open = false;
+  std::optional<double> test_accuracy;  // of the newest evaluated model
+};
+
+struct JobDetail {
+  JobSummary summary;
+  nlohmann::json config;
+  double created_at = 0;
+  size_t parameters = 0;
+  std::string selection_policy, aggregation, server_optimizer;
+  nlohmann::json policy_state;
+  nlohmann::json privacy;  // null unless the job adds DP noise
+  struct OpenRound {
+    RoundIndex index = 0;
+    size_t invited = 0, updates = 0;
+    double deadline = 0;
+  };
+  std::optional<OpenRound> current_round;
+  std::vector<storage::RoundRecord> rounds;
+};
+
+struct ClientSummary {
+  storage::ClientRecord record;
+  scheduling::ClientProfile profile;
+  bool available = false;
+  std::map<JobId, double> expected_duration_s;  // per running or paused job
+};
+
 class Coordinator {
  public:
-  // Opens the store and the evaluation data, and recovers jobs. kInternal / kNotFound with a
-  // clear message when the database or the evaluation set cannot be used.
+  // Opens the coordinator over `store` and `evaluator` (the coordinator owns both) and
+  // recovers clients and jobs from the store. `clock` gives the time (wall_clock by default).
+  // kInternal / kInvalidArgument when the stored state cannot be used.
+  static Result<std::unique_ptr<Coordinator>> open(const CoordinatorConfig& config,
+                                                   std::unique_ptr<storage::Store> store,
+                                                   std::unique_ptr<ModelEvaluator> evaluator,
+                                                   Clock clock = wall_clock);
+  // As above with the SQLite store at config.database and the test set at
+  // config.eval_data_dir. kNotFound / kInternal with a clear message when either is unusable.
   static Result<std::unique_ptr<Coordinator>> open(const CoordinatorConfig& config);
   ~Coordinator();
 
   const CoordinatorConfig& config() const;
 
-  // Starts / stops the thread that calls tick() every 50 ms (and at once when a round fills).
+  // Starts / stops the round driver's thread (tick() every 50 ms and at once when a round
+  // fills). Tests without a thread call tick() themselves.
   void start_driver();
   void stop_driver();
+  void tick();
 
   // Who presents `bearer_token`: the admin, the enrollment key, a registered client, or nobody.
   Caller identify(std::string_view bearer_token) const;
 
   // ---- client API (callers already authenticated) ----
-  // {"device":{...}, "dataset_size":N, "cache_capacity_bytes":N, "sdk_version":"..."}
-  // -> {"client_id":..., "token":"..."}; the token is shown only here.
-  Result<nlohmann::json> register_client(const nlohmann::json& request);
-  Result<nlohmann::json> heartbeat(ClientId client, const nlohmann::json& request);
-  // The client's pending task, or nullopt when it has none now. Counts as a heartbeat.
-  Result<std::optional<nlohmann::json>> next_task(ClientId client);
+  // `request`: {"device":{...}, "dataset_size":N, "cache_capacity_bytes":N, "sdk_version":"..."}.
+  Result<ClientRegistry::Registration> register_client(const nlohmann::json& request);
+  Status heartbeat(ClientId client, const nlohmann::json& request);
+  // The client's pending task, or nullopt when it has none now. Counts as a contact.
+  Result<std::optional<TaskOffer>> next_task(ClientId client);
   Result<ModelDownload> model(JobId job, uint64_t version);
-  // Whether the round still wants `client`'s update: {"needed": bool, "reason": "..."}. A
-  // client asks before uploading, so a straggler whose round filled or closed learns that its
-  // work is no longer needed without sending it. 404 for an unknown job.
-  Result<nlohmann::json> task_status(ClientId client, JobId job, RoundIndex round);
+  // Whether the round still wants `client`'s update (kWanted), and if not why. A client asks
+  // before uploading, so a straggler learns that its work is no longer needed without sending
+  // it. kNotFound for an unknown job.
+  Result<rounds::Admission> task_status(ClientId client, JobId job, RoundIndex round);
   // Validates and folds an update (encoded blob of the delta local - global) into the round.
-  // 404 unknown job; 409 round not open, full or already uploaded; 403 client not invited;
-  // 400 bad metadata or blob; 422 wrong layout, version, non-finite values or norm.
-  // A refused update changes no stored or aggregated state (a 422 counts as a failure in the
-  // client's profile). `upload_seconds` is how long the body took to arrive (0: unknown).
-  Result<nlohmann::json> submit_update(ClientId client, JobId job, RoundIndex round,
+  // The state checks come first: 404 unknown job; 409 round not open, full or already
+  // uploaded; 403 client not invited; then 400 bad metadata or blob; 422 wrong layout,
+  // version, non-finite values or norm. A refused update changes no stored or aggregated
+  // state (a 422 counts as a failure in the client's profile). `upload_seconds` is how long
+  // the body took to arrive (0: unknown).
+  Result<UpdateAccepted> submit_update(ClientId client, JobId job, RoundIndex round,
                                        const nlohmann::json& meta, std::string_view blob,
                                        double upload_seconds = 0);
 
   // ---- admin API ----
-  Result<nlohmann::json> create_job(const nlohmann::json& config);
-  Result<nlohmann::json> list_jobs();
-  Result<nlohmann::json> job_detail(JobId job);
-  Result<nlohmann::json> list_clients();
-  // action: "pause", "resume" or "cancel". kConflict when the job's state does not allow it.
-  Result<nlohmann::json> control_job(JobId job, const std::string& action);
-
-  // Advances every job once (see class comment). Public so tests can drive rounds directly.
-  void tick();
+  Result<JobSummary> create_job(const nlohmann::json& config);
+  std::vector<JobSummary> list_jobs();
+  Result<JobDetail> job_detail(JobId job);
+  std::vector<ClientSummary> list_clients();
+  // action: "pause", "resume" or "cancel". kNotFound for an unknown action or job, kConflict
+  // when the job's state does not allow it.
+  Result<JobState> control_job(JobId job, const std::string& action);
 
  private:
   struct State;

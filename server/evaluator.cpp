@@ -1,14 +1,18 @@
 #include "server/evaluator.h"
 
+#include <exception>
+
 #include "common/log.h"
 
 namespace fedcase::server {
 
-Evaluator::Evaluator(ml::Dataset data, size_t samples, int torch_threads)
-    : data_(std::move(data)), samples_(samples), torch_threads_(torch_threads),
+TestSetEvaluator::TestSetEvaluator(ml::Dataset data, size_t samples, int torch_threads)
+    : data_(std::move(data)),
+      samples_(samples),
+      torch_threads_(torch_threads),
       thread_([this] { run(); }) {}
 
-Evaluator::~Evaluator() {
+TestSetEvaluator::~TestSetEvaluator() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
@@ -17,7 +21,7 @@ Evaluator::~Evaluator() {
   thread_.join();
 }
 
-void Evaluator::submit(const std::string& arch, std::vector<float> params, Done done) {
+void TestSetEvaluator::submit(const std::string& arch, std::vector<float> params, Done done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back({arch, std::move(params), std::move(done)});
@@ -25,7 +29,7 @@ void Evaluator::submit(const std::string& arch, std::vector<float> params, Done 
   cv_.notify_one();
 }
 
-void Evaluator::run() {
+void TestSetEvaluator::run() {
   ml::set_torch_threads(torch_threads_);
   while (true) {
     Task task;
@@ -36,22 +40,31 @@ void Evaluator::run() {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
-    auto it = models_.find(task.arch);
-    if (it == models_.end()) {
-      auto model = ml::Model::create(task.arch, 0);
-      if (!model.ok()) {
-        log_error("cannot evaluate: " + model.status().to_string());
-        continue;
-      }
-      it = models_.emplace(task.arch, std::move(model).value()).first;
+    // Nothing thrown here may end the thread: a failed evaluation is logged and skipped.
+    try {
+      evaluate(task);
+    } catch (const std::exception& e) {
+      log_error(std::string("evaluation failed: ") + e.what());
     }
-    Status s = it->second.set_parameters(task.params);
-    if (!s.ok()) {
-      log_error("cannot evaluate: " + s.to_string());
-      continue;
-    }
-    task.done(it->second.evaluate(data_, samples_));
   }
+}
+
+void TestSetEvaluator::evaluate(Task& task) {
+  auto it = models_.find(task.arch);
+  if (it == models_.end()) {
+    auto model = ml::Model::create(task.arch, 0);
+    if (!model.ok()) {
+      log_error("cannot evaluate: " + model.status().to_string());
+      return;
+    }
+    it = models_.emplace(task.arch, std::move(model).value()).first;
+  }
+  Status s = it->second.set_parameters(task.params);
+  if (!s.ok()) {
+    log_error("cannot evaluate: " + s.to_string());
+    return;
+  }
+  task.done(it->second.evaluate(data_, samples_));
 }
 
 }  // namespace fedcase::server

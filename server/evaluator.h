@@ -1,6 +1,7 @@
 #pragma once
-// Evaluates committed models on the held-out test set on its own thread, so the next round
-// opens while the last one is still being scored. Tasks run in submission order.
+// Scores committed models. The coordinator takes any ModelEvaluator; TestSetEvaluator scores
+// built-in models on a held-out test set on its own thread, so the next round opens while the
+// last one is still being scored.
 
 #include <condition_variable>
 #include <deque>
@@ -16,17 +17,24 @@
 
 namespace fedcase::server {
 
-class Evaluator {
+class ModelEvaluator {
  public:
   using Done = std::function<void(const ml::EvalResult&)>;
+  virtual ~ModelEvaluator() = default;
 
+  // Queues the evaluation of `params` of a model of `arch`. `done` runs later, on a thread of
+  // the evaluator's, with the result; it is not called when the model cannot be evaluated
+  // (the evaluator logs why). Thread-safe. Tasks run in submission order.
+  virtual void submit(const std::string& arch, std::vector<float> params, Done done) = 0;
+};
+
+class TestSetEvaluator final : public ModelEvaluator {
+ public:
   // Evaluates on the first `samples` of `data` with `torch_threads` intra-op threads.
-  Evaluator(ml::Dataset data, size_t samples, int torch_threads);
-  ~Evaluator();  // finishes queued tasks, then joins
+  TestSetEvaluator(ml::Dataset data, size_t samples, int torch_threads);
+  ~TestSetEvaluator() override;  // finishes queued tasks, then joins
 
-  // Queues the evaluation of `params` of a model of `arch`; `done` runs on the evaluator
-  // thread with the result. Precondition: arch is a valid ml::Model arch.
-  void submit(const std::string& arch, std::vector<float> params, Done done);
+  void submit(const std::string& arch, std::vector<float> params, Done done) override;
 
  private:
   struct Task {
@@ -35,6 +43,7 @@ class Evaluator {
     Done done;
   };
   void run();
+  void evaluate(Task& task);
 
   ml::Dataset data_;
   size_t samples_;

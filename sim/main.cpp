@@ -4,7 +4,7 @@
 //               [--root DIR] [--csv FILE] [--write-fleet FILE]
 //
 // --config   a simulation config (default configs/sim/default.json under the root)
-// --patch    a JSON merge patch applied to the config, e.g. '{"selection":{"policy":"oort"}}'
+// --patch    a JSON merge patch applied to the config, e.g. '{"job":{"selection":{"policy":"oort"}}}'
 // --root     the repository root that relative paths are resolved against
 // --csv      write the per-round CSV there instead of to stdout
 // --write-fleet  also write the fleet's device rows as a fleet CSV
@@ -61,11 +61,11 @@ Args parse_args(int argc, char** argv) {
     } else if (flag == "--patch") {
       a.patch.merge_patch(nlohmann::json::parse(value));
     } else if (flag == "--seed") {
-      a.patch["seed"] = std::stoull(value);
+      a.patch["job"]["seed"] = std::stoull(value);
     } else if (flag == "--clients") {
       a.patch["fleet"]["clients"] = std::stoull(value);
     } else if (flag == "--max-rounds") {
-      a.patch["max_rounds"] = std::stoull(value);
+      a.patch["job"]["rounds"] = std::stoull(value);
     } else {
       usage("unknown flag " + flag);
     }

@@ -11,11 +11,11 @@ Result<RunSummary> run_simulation(Simulator& simulator, const SimConfig& config,
   const auto start = std::chrono::steady_clock::now();
   RunSummary out;
   out.policy = simulator.policy();
-  out.seed = config.seed;
+  out.seed = config.job.seed;
   out.clients = simulator.fleet().size();
-  out.target_accuracy = config.target_accuracy;
+  out.target_accuracy = config.job.target_accuracy;
   double hit_sum = 0;
-  while (simulator.rounds() < config.max_rounds && simulator.now_s() < config.max_virtual_s) {
+  while (simulator.rounds() < config.job.rounds && simulator.now_s() < config.max_virtual_s) {
     auto record = simulator.run_round();
     if (!record.ok()) {
       if (record.status().code() == Code::kResourceExhausted) break;
@@ -27,7 +27,7 @@ Result<RunSummary> run_simulation(Simulator& simulator, const SimConfig& config,
     out.final_accuracy = record->accuracy;
     out.best_accuracy = std::max(out.best_accuracy, record->accuracy);
     hit_sum += record->hit_ratio;
-    if (!out.time_to_target_s && record->accuracy >= config.target_accuracy) {
+    if (!out.time_to_target_s && record->accuracy >= config.job.target_accuracy) {
       out.time_to_target_s = record->close_s;
       out.rounds_to_target = record->round;
       if (config.stop_at_target) break;

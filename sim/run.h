@@ -28,7 +28,7 @@ struct RunSummary {
   double wall_s = 0;
 };
 
-// Runs rounds until the target accuracy is reached (when config.stop_at_target), max_rounds
+// Runs rounds until the target accuracy is reached (when config.stop_at_target), job.rounds
 // have run, or virtual time passes max_virtual_s. `on_round` sees every round's record.
 // Errors are the simulator's, except that running out of available clients ends the run.
 Result<RunSummary> run_simulation(Simulator& simulator, const SimConfig& config,

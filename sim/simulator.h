@@ -1,27 +1,33 @@
 #pragma once
-// The virtual-time fleet simulator. It drives the real scheduling and aggregation libraries
-// the way the coordinator does, and each participant's real client-side sampler and cache;
-// participants really train the model (ml::Model) on their samples. Only time is simulated:
+// The virtual-time fleet simulator. It drives the job through the coordinator's own round
+// engine (rounds/: selection, planning, admission, aggregation, conclusion), and each
+// participant's real client-side sampler and cache; participants really train the model
+// (ml::Model) on their samples. The simulator keeps only the fleet and the virtual clock.
+// Only time is simulated:
 // a task's duration is modelled from the client's device (DeviceRow), not measured:
 //
 //   download + samples x compute_ms_per_sample + cache misses x sample_bytes / storage
 //   speed + upload,  times a per-task log-normal jitter.
 //
 // A round opens at the current virtual time, invites whom the policy selects, and closes at
-// the K-th arrival (the first K finishers are kept) or at the deadline. A client that is
-// offline when the round opens, goes offline before finishing, or would finish after the
-// deadline never reports. Virtual time then moves to the round's close.
+// the K-th arrival (the round admits the first K uploads, as on the coordinator) or at the
+// deadline. A client that is offline when the round opens or goes offline before finishing
+// never reports; one that finishes after the deadline is refused. Virtual time then moves to
+// the round's close.
 //
 // Not thread-safe; separate Simulators may run on separate threads (call
 // ml::set_torch_threads on each).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/ids.h"
 #include "common/status.h"
 #include "ml/dataset.h"
+#include "scheduling/profile.h"
 #include "sim/config.h"
 #include "sim/fleet.h"
 
@@ -31,18 +37,18 @@ namespace fedcase::sim {
 struct TaskTrace {
   ClientId client = 0;
   bool online_at_open = false;
-  bool finished = false;   // would have uploaded before going offline and before the deadline
-  bool kept = false;       // among the first K finishers: its update was aggregated
-  double duration_s = 0;   // modelled task duration (online_at_open only)
+  bool finished = false;  // would have uploaded before going offline and before the deadline
+  bool kept = false;      // among the first K finishers: its update was aggregated
+  double duration_s = 0;  // modelled task duration (online_at_open only)
   uint64_t cache_hits = 0;
   uint64_t cache_misses = 0;
 };
 
 struct RoundRecord {
   RoundIndex round = 0;
-  double open_s = 0;   // virtual time the round opened
-  double close_s = 0;  // virtual time it closed
-  double deadline_s = 0;  // seconds after open
+  double open_s = 0;       // virtual time the round opened
+  double close_s = 0;      // virtual time it closed
+  double deadline_s = 0;   // seconds after open
   bool committed = false;  // at least min_updates kept: the model moved
   double accuracy = 0;     // test accuracy of the model after the round
   double loss = 0;         // its test loss
@@ -54,6 +60,11 @@ struct RoundRecord {
   double hit_ratio = 0;     // mean cache hit ratio of the kept participants
   std::vector<TaskTrace> tasks;
 };
+
+// Sees each admitted update as it is folded in: the client, its delta (local - global) and
+// its report. For tests that replay a simulated round elsewhere.
+using UpdateObserver = std::function<void(ClientId, const std::vector<float>& delta,
+                                          const scheduling::RoundReport& report)>;
 
 class Simulator {
  public:
@@ -76,6 +87,9 @@ class Simulator {
   const std::vector<SimClient>& fleet() const;
   // The selection policy's name ("random", "oort", "fedcase").
   std::string policy() const;
+  // The checksum of the current global model's blob (as the coordinator would serve it).
+  const std::string& model_checksum() const;
+  void set_update_observer(UpdateObserver observer);
 
  private:
   struct State;

@@ -79,8 +79,8 @@ class Query {
   Query& bind(uint64_t v) { return bind(static_cast<int64_t>(v)); }
   Query& bind(double v) { return check(sqlite3_bind_double(stmt_, ++arg_, v)); }
   Query& bind(const std::string& v) {
-    return check(sqlite3_bind_text(stmt_, ++arg_, v.data(), static_cast<int>(v.size()),
-                                   SQLITE_TRANSIENT));
+    return check(
+        sqlite3_bind_text(stmt_, ++arg_, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
   }
   Query& bind_blob(const std::string& v) {
     return check(sqlite3_bind_blob64(stmt_, ++arg_, v.data(), v.size(), SQLITE_TRANSIENT));
@@ -108,12 +108,28 @@ class Query {
     int n = sqlite3_column_bytes(stmt_, col);
     return p ? std::string(static_cast<const char*>(p), n) : std::string();
   }
-  json json_col(int col) { return json::parse(text(col)); }
+  // A JSON column; a corrupt one records kInternal in status() and reads as null.
+  json json_col(int col) {
+    json j = json::parse(text(col), nullptr, false);
+    if (!j.is_discarded()) return j;
+    corrupt("a JSON column does not parse");
+    return json();
+  }
+  template <class State, class Parse>
+  State state_col(int col, Parse parse) {
+    auto state = parse(text(col));
+    if (state) return *state;
+    corrupt("unknown state '" + text(col) + "'");
+    return State{};
+  }
 
  private:
   Query& check(int rc) {
     if (rc != SQLITE_OK) fail(rc);
     return *this;
+  }
+  void corrupt(const std::string& what) {
+    if (status_.ok()) status_ = internal_error("corrupt row: " + what);
   }
   void fail(int rc) {
     if (!status_.ok()) return;
@@ -169,9 +185,12 @@ class SqliteStore : public Store {
         "INSERT INTO clients(token_hash, info, profile, registered_at, last_seen) "
         "VALUES(?,?,?,?,?)");
     if (!q.ok()) return q.status();
-    FEDCASE_RETURN_IF_ERROR(
-        q->bind(c.token_hash).bind(c.info).bind(c.profile).bind(c.registered_at)
-            .bind(c.last_seen).run());
+    FEDCASE_RETURN_IF_ERROR(q->bind(c.token_hash)
+                                .bind(c.info)
+                                .bind(c.profile)
+                                .bind(c.registered_at)
+                                .bind(c.last_seen)
+                                .run());
     return static_cast<ClientId>(sqlite3_last_insert_rowid(db_));
   }
 
@@ -210,8 +229,12 @@ class SqliteStore : public Store {
       auto q = query(
           "INSERT INTO jobs(name, config, state, policy_state, created_at) VALUES(?,?,?,?,?)");
       if (!q.ok()) return q.status();
-      FEDCASE_RETURN_IF_ERROR(q->bind(job.name).bind(job.config).bind(job.state)
-                                  .bind(job.policy_state).bind(job.created_at).run());
+      FEDCASE_RETURN_IF_ERROR(q->bind(job.name)
+                                  .bind(job.config)
+                                  .bind(std::string(state_name(job.state)))
+                                  .bind(job.policy_state)
+                                  .bind(job.created_at)
+                                  .run());
       id = static_cast<JobId>(sqlite3_last_insert_rowid(db_));
       ModelRecord m = model;
       m.job = id;
@@ -234,11 +257,11 @@ class SqliteStore : public Store {
     return jobs_where("", std::nullopt);
   }
 
-  Status set_job_state(JobId id, const std::string& state) override {
+  Status set_job_state(JobId id, JobState state) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto q = query("UPDATE jobs SET state=? WHERE id=?");
     if (!q.ok()) return q.status();
-    FEDCASE_RETURN_IF_ERROR(q->bind(state).bind(id).run());
+    FEDCASE_RETURN_IF_ERROR(q->bind(std::string(state_name(state))).bind(id).run());
     if (sqlite3_changes(db_) == 0) return not_found("job " + std::to_string(id) + " not found");
     return ok_status();
   }
@@ -249,8 +272,16 @@ class SqliteStore : public Store {
         "INSERT INTO rounds(job_id, idx, state, base_version, selected, opened_at, deadline, "
         "closed_at, metrics) VALUES(?,?,?,?,?,?,?,?,?)");
     if (!q.ok()) return q.status();
-    return q->bind(r.job).bind(r.index).bind(std::string("open")).bind(r.base_version).bind(json(r.selected))
-        .bind(r.opened_at).bind(r.deadline).bind(r.closed_at).bind(r.metrics).run();
+    return q->bind(r.job)
+        .bind(r.index)
+        .bind(std::string(state_name(RoundState::kOpen)))
+        .bind(r.base_version)
+        .bind(json(r.selected))
+        .bind(r.opened_at)
+        .bind(r.deadline)
+        .bind(r.closed_at)
+        .bind(r.metrics)
+        .run();
   }
 
   Status record_update(const UpdateRecord& u) override {
@@ -265,7 +296,7 @@ class SqliteStore : public Store {
                       const json& policy_state) override {
     std::lock_guard<std::mutex> lock(mu_);
     return transaction([&]() -> Status {
-      FEDCASE_RETURN_IF_ERROR(close_round(r, "committed"));
+      FEDCASE_RETURN_IF_ERROR(close_round(r, RoundState::kCommitted));
       FEDCASE_RETURN_IF_ERROR(insert_model(model));
       auto q = query("UPDATE jobs SET policy_state=? WHERE id=?");
       if (!q.ok()) return q.status();
@@ -275,7 +306,7 @@ class SqliteStore : public Store {
 
   Status fail_round(const RoundRecord& r) override {
     std::lock_guard<std::mutex> lock(mu_);
-    return close_round(r, "failed");
+    return close_round(r, RoundState::kFailed);
   }
 
   Status add_round_metrics(JobId job, RoundIndex round, const json& metrics) override {
@@ -309,9 +340,11 @@ class SqliteStore : public Store {
       RoundRecord r;
       r.job = q->int64(0);
       r.index = q->int64(1);
-      r.state = q->text(2);
+      r.state = q->state_col<RoundState>(2, parse_round_state);
       r.base_version = q->int64(3);
-      r.selected = q->json_col(4).get<std::vector<ClientId>>();
+      for (const json& id : q->json_col(4)) {
+        if (id.is_number_unsigned()) r.selected.push_back(id.get<ClientId>());
+      }
       r.opened_at = q->real(5);
       r.deadline = q->real(6);
       r.closed_at = q->real(7);
@@ -330,8 +363,8 @@ class SqliteStore : public Store {
     if (!q.ok()) return q.status();
     q->bind(job).bind(round);
     std::vector<UpdateRecord> out;
-    while (q->step()) out.push_back({job, round, static_cast<ClientId>(q->int64(0)),
-                                     q->json_col(1), q->real(2)});
+    while (q->step())
+      out.push_back({job, round, static_cast<ClientId>(q->int64(0)), q->json_col(1), q->real(2)});
     if (!q->status().ok()) return q->status();
     return out;
   }
@@ -378,13 +411,17 @@ class SqliteStore : public Store {
     return Query(db_, it->second);
   }
 
-  Status close_round(const RoundRecord& r, const std::string& state) {
+  Status close_round(const RoundRecord& r, RoundState state) {
     auto q = query(
         "UPDATE rounds SET state=?, closed_at=?, metrics=? WHERE job_id=? AND idx=? AND "
         "state='open'");
     if (!q.ok()) return q.status();
-    FEDCASE_RETURN_IF_ERROR(q->bind(state).bind(r.closed_at).bind(r.metrics).bind(r.job)
-                                .bind(r.index).run());
+    FEDCASE_RETURN_IF_ERROR(q->bind(std::string(state_name(state)))
+                                .bind(r.closed_at)
+                                .bind(r.metrics)
+                                .bind(r.job)
+                                .bind(r.index)
+                                .run());
     if (sqlite3_changes(db_) == 0) {
       return conflict("round " + std::to_string(r.index) + " of job " + std::to_string(r.job) +
                       " is not open");
@@ -397,8 +434,13 @@ class SqliteStore : public Store {
         "INSERT INTO models(job_id, version, blob, checksum, optimizer_state, created_at) "
         "VALUES(?,?,?,?,?,?)");
     if (!q.ok()) return q.status();
-    return q->bind(m.job).bind(m.version).bind_blob(m.blob).bind(m.checksum)
-        .bind_blob(m.optimizer_state).bind(m.created_at).run();
+    return q->bind(m.job)
+        .bind(m.version)
+        .bind_blob(m.blob)
+        .bind(m.checksum)
+        .bind_blob(m.optimizer_state)
+        .bind(m.created_at)
+        .run();
   }
 
   Result<std::vector<ClientRecord>> clients_where(const std::string& where,
@@ -409,8 +451,8 @@ class SqliteStore : public Store {
     if (id) q->bind(*id);
     std::vector<ClientRecord> out;
     while (q->step()) {
-      out.push_back({static_cast<ClientId>(q->int64(0)), q->text(1), q->json_col(2),
-                     q->json_col(3), q->real(4), q->real(5)});
+      out.push_back({static_cast<ClientId>(q->int64(0)), q->text(1), q->json_col(2), q->json_col(3),
+                     q->real(4), q->real(5)});
     }
     if (!q->status().ok()) return q->status();
     return out;
@@ -423,8 +465,8 @@ class SqliteStore : public Store {
     if (id) q->bind(*id);
     std::vector<JobRecord> out;
     while (q->step()) {
-      out.push_back({static_cast<JobId>(q->int64(0)), q->text(1), q->json_col(2), q->text(3),
-                     q->json_col(4), q->real(5)});
+      out.push_back({static_cast<JobId>(q->int64(0)), q->text(1), q->json_col(2),
+                     q->state_col<JobState>(3, parse_job_state), q->json_col(4), q->real(5)});
     }
     if (!q->status().ok()) return q->status();
     return out;
@@ -432,8 +474,8 @@ class SqliteStore : public Store {
 
   Result<ModelRecord> model_where(const std::string& where, JobId job,
                                   std::optional<uint64_t> version) {
-    auto q = query(
-        "SELECT version, blob, checksum, optimizer_state, created_at FROM models " + where);
+    auto q =
+        query("SELECT version, blob, checksum, optimizer_state, created_at FROM models " + where);
     if (!q.ok()) return q.status();
     q->bind(job);
     if (version) q->bind(*version);
@@ -442,8 +484,8 @@ class SqliteStore : public Store {
       return not_found("model " + (version ? std::to_string(*version) + " " : std::string()) +
                        "of job " + std::to_string(job) + " not found");
     }
-    return ModelRecord{job, static_cast<uint64_t>(q->int64(0)), q->text(1), q->text(2),
-                       q->text(3), q->real(4)};
+    return ModelRecord{
+        job, static_cast<uint64_t>(q->int64(0)), q->text(1), q->text(2), q->text(3), q->real(4)};
   }
 
   std::mutex mu_;
@@ -455,9 +497,9 @@ class SqliteStore : public Store {
 
 Result<std::unique_ptr<Store>> open_sqlite_store(const std::string& path) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                           nullptr);
+  int rc =
+      sqlite3_open_v2(path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);

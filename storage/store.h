@@ -2,6 +2,7 @@
 // The coordinator's durable state. Everything a restart must not lose goes through a Store:
 // clients (with token hashes and profiles), jobs, rounds, accepted updates' metadata, and every
 // committed global model. Implementations are thread-safe; every method is one transaction.
+// Errors are Status values, never exceptions: kInternal for an I/O failure or a corrupt row.
 
 #include <memory>
 #include <string>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/ids.h"
+#include "common/states.h"
 #include "common/status.h"
 
 namespace fedcase::storage {
@@ -23,22 +25,20 @@ struct ClientRecord {
   double last_seen = 0;
 };
 
-// Job lifecycle: running <-> paused, running|paused -> cancelled | finished.
 struct JobRecord {
   JobId id = 0;                 // assigned by create_job
   std::string name;
   nlohmann::json config;        // the validated job config
-  std::string state = "running";
+  JobState state = JobState::kRunning;
   nlohmann::json policy_state;  // selection policy state, saved with each committed round
   double created_at = 0;
 };
 
-// Round lifecycle: open -> committed | failed. A committed round r produces model version r,
-// so versions skip the indices of failed rounds.
+// A committed round r produces model version r, so versions skip the indices of failed rounds.
 struct RoundRecord {
   JobId job = 0;
   RoundIndex index = 0;
-  std::string state = "open";
+  RoundState state = RoundState::kOpen;
   uint64_t base_version = 0;    // the model version the round trains from
   std::vector<ClientId> selected;
   double opened_at = 0;
@@ -80,7 +80,7 @@ class Store {
   virtual Result<JobId> create_job(const JobRecord& job, const ModelRecord& initial_model) = 0;
   virtual Result<JobRecord> get_job(JobId id) = 0;
   virtual Result<std::vector<JobRecord>> list_jobs() = 0;
-  virtual Status set_job_state(JobId id, const std::string& state) = 0;
+  virtual Status set_job_state(JobId id, JobState state) = 0;
 
   // Rounds. open_round fails with kConflict if the round exists.
   virtual Status open_round(const RoundRecord& round) = 0;

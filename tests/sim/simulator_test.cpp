@@ -32,9 +32,6 @@ const Data& data() {
 // 50 clients with short on/off spells, so some go offline during their tasks.
 SimConfig small_config(const std::string& policy) {
   nlohmann::json j = {
-      {"seed", 7},
-      {"clients_per_round", 5},
-      {"max_rounds", 6},
       {"eval_samples", 500},
       {"stop_at_target", false},
       {"fleet",
@@ -42,12 +39,19 @@ SimConfig small_config(const std::string& policy) {
         {"min_samples", 20},
         {"max_samples", 200},
         {"availability", {{"median_online_s", 120}, {"median_offline_s", 60}}}}},
-      {"selection", {{"policy", policy}}},
-      {"training",
-       {{"sample_budget", 20},
-        {"batch_size", 10},
-        {"sampling", "importance"},
-        {"cache", {{"policy", "importance"}, {"repetition_factor", 2}}}}}};
+      {"job",
+       {{"name", "sim-test"},
+        {"model", "mlp"},
+        {"seed", 7},
+        {"clients_per_round", 5},
+        {"min_clients", 1},
+        {"rounds", 6},
+        {"selection", {{"policy", policy}}},
+        {"training",
+         {{"sample_budget", 20},
+          {"batch_size", 10},
+          {"sampling", "importance"},
+          {"cache", {{"policy", "importance"}, {"repetition_factor", 2}}}}}}}};
   auto c = parse_sim_config(j);
   REQUIRE(c.ok());
   return *c;
@@ -104,7 +108,7 @@ TEST_CASE("virtual time advances by the slowest kept participant, or to the dead
       slowest = std::max(slowest, t.duration_s);
     }
     CHECK(kept == r.participants);
-    if (r.participants == config.clients_per_round) {
+    if (r.participants == config.job.clients_per_round) {
       some_filled = true;
       CHECK(r.close_s - r.open_s == doctest::Approx(slowest));
       // Kept are the fastest finishers.
@@ -146,7 +150,7 @@ TEST_CASE("clients offline at the open or before finishing never report") {
 
 TEST_CASE("CSV rows and the JSON summary are well formed") {
   SimConfig config = small_config("fedcase");
-  config.max_rounds = 3;
+  config.job.rounds = 3;
   auto sim = make_simulator(config);
   std::vector<std::string> rows;
   auto summary = run_simulation(*sim, config, [&](const RoundRecord& r) {

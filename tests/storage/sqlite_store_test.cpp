@@ -52,15 +52,18 @@ TEST_CASE("clients, jobs, rounds and models persist across reopening") {
     ClientRecord unknown{999, "", {}, {{"speed", 4}}, 0, 30};
     CHECK(store->update_clients({faster, unknown}).code() == Code::kNotFound);  // all or nothing
 
-    auto j = store->create_job({0, "demo", {{"rounds", 5}}, "running", json::object(), 5},
+    auto j = store->create_job({0, "demo", {{"rounds", 5}}, JobState::kRunning, json::object(), 5},
                                model(0, "m0"));
     REQUIRE(j.ok());
     job = *j;
-    REQUIRE(store->open_round({job, 1, "open", 0, {client}, 30, 90, 0, json::object()}).ok());
-    CHECK(store->open_round({job, 1, "open", 0, {}, 0, 0, 0, {}}).code() == Code::kConflict);
+    REQUIRE(store->open_round({job, 1, RoundState::kOpen, 0, {client}, 30, 90, 0, json::object()})
+                .ok());
+    CHECK(store->open_round({job, 1, RoundState::kOpen, 0, {}, 0, 0, 0, {}}).code() ==
+          Code::kConflict);
     REQUIRE(store->record_update({job, 1, client, {{"samples", 12}}, 40}).ok());
     CHECK(store->record_update({job, 1, client, {}, 41}).code() == Code::kConflict);
-    RoundRecord closed{job, 1, "", 0, {client}, 30, 90, 50, {{"test_accuracy", 0.5}}};
+    RoundRecord closed{job, 1,  RoundState::kOpen,       0, {client}, 30,
+                       90,  50, {{"test_accuracy", 0.5}}};
     REQUIRE(store->commit_round(closed, {job, 1, "m1", "sum-m1", "opt", 50}, {{"rho", 0.2}}).ok());
   }
   auto store = open(path);
@@ -77,12 +80,11 @@ TEST_CASE("clients, jobs, rounds and models persist across reopening") {
   auto rounds = store->list_rounds(job);
   REQUIRE(rounds.ok());
   REQUIRE(rounds->size() == 1);
-  CHECK(rounds->at(0).state == "committed");
+  CHECK(rounds->at(0).state == RoundState::kCommitted);
   CHECK(rounds->at(0).selected == std::vector<ClientId>{client});
   CHECK(rounds->at(0).metrics["test_accuracy"] == 0.5);
   REQUIRE(store->add_round_metrics(job, 1, {{"test_loss", 0.7}, {"test_accuracy", 0.6}}).ok());
-  CHECK(store->list_rounds(job)->at(0).metrics ==
-        json{{"test_accuracy", 0.6}, {"test_loss", 0.7}});
+  CHECK(store->list_rounds(job)->at(0).metrics == json{{"test_accuracy", 0.6}, {"test_loss", 0.7}});
   CHECK(store->add_round_metrics(job, 2, {}).code() == Code::kNotFound);
   auto latest = store->latest_model(job);
   REQUIRE(latest.ok());
@@ -101,21 +103,24 @@ TEST_CASE("committing a round is all or nothing") {
   testing::TempDir dir;
   std::string path = dir.file("fedcase.db");
   auto store = open(path);
-  auto job = store->create_job({0, "j", json::object(), "running", json::object(), 0},
+  auto job = store->create_job({0, "j", json::object(), JobState::kRunning, json::object(), 0},
                                model(0, "m0"));
   REQUIRE(job.ok());
   // Committing a round that was never opened must not leave its model behind.
-  RoundRecord ghost{*job, 1, "", 0, {}, 0, 0, 1, json::object()};
+  RoundRecord ghost{*job, 1, RoundState::kOpen, 0, {}, 0, 0, 1, json::object()};
   CHECK(store->commit_round(ghost, {*job, 1, "m1", "s", "", 1}, json::object()).code() ==
         Code::kConflict);
   CHECK(scalar(path, "SELECT COUNT(*) FROM models") == 1);
   // A model version that already exists makes the whole commit fail, round included.
-  REQUIRE(store->open_round({*job, 1, "open", 0, {}, 0, 10, 0, json::object()}).ok());
+  REQUIRE(store->open_round({*job, 1, RoundState::kOpen, 0, {}, 0, 10, 0, json::object()}).ok());
   CHECK_FALSE(store->commit_round(ghost, {*job, 0, "dup", "s", "", 1}, json::object()).ok());
-  CHECK(store->list_rounds(*job)->at(0).state == "open");
-  REQUIRE(store->fail_round({*job, 1, "", 0, {}, 0, 10, 11, {{"reason", "deadline"}}}).ok());
-  CHECK(store->list_rounds(*job)->at(0).state == "failed");
-  CHECK(store->fail_round({*job, 1, "", 0, {}, 0, 10, 11, {}}).code() == Code::kConflict);
+  CHECK(store->list_rounds(*job)->at(0).state == RoundState::kOpen);
+  REQUIRE(
+      store->fail_round({*job, 1, RoundState::kFailed, 0, {}, 0, 10, 11, {{"reason", "deadline"}}})
+          .ok());
+  CHECK(store->list_rounds(*job)->at(0).state == RoundState::kFailed);
+  CHECK(store->fail_round({*job, 1, RoundState::kFailed, 0, {}, 0, 10, 11, {}}).code() ==
+        Code::kConflict);
   CHECK(std::filesystem::exists(path + "-wal"));
 }
 

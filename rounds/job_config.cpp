@@ -1,0 +1,72 @@
+#include "rounds/job_config.h"
+
+#include "aggregation/server_optimizer.h"
+#include "common/json_read.h"
+#include "scheduling/selection.h"
+
+namespace fedcase::rounds {
+namespace {
+
+using nlohmann::json;
+
+// An error naming `key` unless `value` lies in [min, max] (integer bounds the reader's type
+// checks do not already give).
+Status check_range(const char* key, size_t value, size_t min, size_t max) {
+  if (value >= min && value <= max) return ok_status();
+  return invalid_argument(std::string("job.") + key + " must be in [" + std::to_string(min) + ", " +
+                          std::to_string(max) + "]");
+}
+
+}  // namespace
+
+Result<JobConfig> parse_job_config(const json& j) {
+  JobConfig c;
+  json training = json::object(), aggregation = json::object();
+  ObjectReader r(j, "job");
+  r.text("name", c.name)
+      .text("model", c.model)
+      .integer("seed", c.seed)
+      .integer("rounds", c.rounds)
+      .integer("clients_per_round", c.clients_per_round)
+      .integer("min_clients", c.min_clients)
+      .integer("min_updates", c.min_updates)
+      .number("target_accuracy", c.target_accuracy, 0, 1)
+      .number("max_update_norm", c.max_update_norm, 0, 1e12)
+      .number("dp_delta", c.dp_delta, 1e-12, 0.1);
+  for (auto [key, out] : {std::pair<const char*, json*>{"selection", &c.selection},
+                          {"training", &training},
+                          {"aggregation", &aggregation},
+                          {"server_optimizer", &c.server_optimizer}}) {
+    if (const json* section = r.member(key)) *out = *section;
+  }
+  FEDCASE_RETURN_IF_ERROR(r.strict_status());
+  FEDCASE_RETURN_IF_ERROR(check_range("rounds", c.rounds, 1, 1000000));
+  FEDCASE_RETURN_IF_ERROR(check_range("clients_per_round", c.clients_per_round, 1, 1000000));
+  FEDCASE_RETURN_IF_ERROR(check_range("min_updates", c.min_updates, 1, c.clients_per_round));
+  if (c.name.empty()) return invalid_argument("job.name is required");
+  if (c.model != "cnn" && c.model != "mlp") {
+    return invalid_argument("job.model must be \"cnn\" or \"mlp\"");
+  }
+  if (c.min_clients == 0) c.min_clients = c.clients_per_round;
+
+  auto training_params = scheduling::parse_training_params(training);
+  if (!training_params.ok()) return training_params.status();
+  c.training = std::move(training_params).value();
+  auto overcommit = scheduling::selection_overcommit(c.selection);
+  if (!overcommit.ok()) return overcommit.status();
+  c.overcommit = *overcommit;
+  auto policy = scheduling::make_selection_policy(c.selection, c.seed);
+  if (!policy.ok()) return policy.status();
+  auto aggregation_config = aggregation::parse_aggregator_config(aggregation);
+  if (!aggregation_config.ok()) return aggregation_config.status();
+  c.aggregation = std::move(aggregation_config).value();
+  if (c.aggregation.rule != "fedavg" && c.clients_per_round > c.aggregation.max_buffered_updates) {
+    return invalid_argument("job.clients_per_round exceeds aggregation.max_buffered_updates");
+  }
+  if (c.aggregation.dp_seed) return invalid_argument("aggregation.dp_seed is set per round");
+  auto optimizer = aggregation::make_server_optimizer(c.server_optimizer);
+  if (!optimizer.ok()) return optimizer.status();
+  return c;
+}
+
+}  // namespace fedcase::rounds

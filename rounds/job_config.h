@@ -1,0 +1,40 @@
+#pragma once
+// A job's configuration: the body of POST /v1/admin/jobs, and the `job` a simulation runs.
+// One parser serves the coordinator and the simulator, so a config one accepts the other
+// accepts too. Each section is parsed by the library that owns it: `selection` and `training`
+// by scheduling/, `aggregation` and `server_optimizer` by aggregation/ (docs/scheduling.md,
+// docs/aggregation.md).
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "aggregation/aggregator.h"
+#include "common/status.h"
+#include "scheduling/round_plan.h"
+
+namespace fedcase::rounds {
+
+struct JobConfig {
+  std::string name;
+  std::string model = "cnn";      // a built-in architecture: "cnn" or "mlp"
+  uint64_t seed = 1;              // model init, selection, DP noise
+  size_t rounds = 100;            // round cap
+  size_t clients_per_round = 10;  // K: updates a round waits for
+  size_t min_clients = 0;         // available clients needed to open a round (default K)
+  size_t min_updates = 1;         // fewer at the deadline fail the round
+  double target_accuracy = 0;     // > 0: the job finishes once a model reaches it
+  double max_update_norm = 0;     // > 0: reject updates with a larger L2 norm
+  double dp_delta = 1e-5;         // delta at which the privacy spent is reported
+  nlohmann::json selection = nlohmann::json::object();
+  double overcommit = scheduling::kDefaultOvercommit;  // from selection.overcommit
+  scheduling::TrainingParams training;
+  aggregation::AggregatorConfig aggregation;
+  nlohmann::json server_optimizer = nlohmann::json::object();
+};
+
+// Validates a job config; kInvalidArgument naming the first bad field ("job.rounds ...",
+// "selection.policy ..."). Builds the policy, optimizer and aggregator once to check them.
+Result<JobConfig> parse_job_config(const nlohmann::json& json);
+
+}  // namespace fedcase::rounds

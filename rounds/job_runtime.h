@@ -1,0 +1,127 @@
+#pragma once
+// What a job knows between rounds, and the two decisions of every round: whom to invite with
+// which task (open_round), and what the round produced (conclude). The coordinator and the
+// simulator drive jobs through this class alone, so both run the same rounds.
+//
+// Pure logic: no store, no clock (times are arguments), no lock. Not thread-safe: one thread
+// (the coordinator's round driver, or the simulator) calls a runtime at a time. What other
+// threads need (the current model, privacy spent) is copied out by the caller.
+//
+// A conclusion is applied in the order the store needs: conclude() decides; the caller writes
+// the conclusion durably; then adopt() makes its model current, or abandon() undoes it when it
+// could not be stored.
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "aggregation/rdp_accountant.h"
+#include "aggregation/server_optimizer.h"
+#include "common/blob.h"
+#include "common/states.h"
+#include "common/status.h"
+#include "rounds/job_config.h"
+#include "rounds/round.h"
+#include "scheduling/selection.h"
+
+namespace fedcase::rounds {
+
+// A committed global model: its parameters and its encoded blob (what clients download).
+struct GlobalModel {
+  uint64_t version = 0;
+  ModelLayout layout;
+  std::vector<float> params;
+  std::string blob;      // encode_blob of the above
+  std::string checksum;  // blob_checksum(blob)
+};
+
+// Builds the model of `version` with its blob and checksum.
+std::shared_ptr<const GlobalModel> make_global_model(uint64_t version, ModelLayout layout,
+                                                     std::vector<float> params);
+
+// One client of the pool a round selects from.
+struct PoolClient {
+  const scheduling::ClientProfile* profile = nullptr;  // not owned; valid during open_round
+  bool available = false;                              // online, and free of other jobs' tasks
+};
+
+// What a round produced: the record to store, and for a committed round the model to store
+// with it. Nothing is current until adopt().
+struct Conclusion {
+  RoundIndex round = 0;
+  RoundState state = RoundState::kFailed;
+  std::string failure;  // kFailed: why
+  double closed_at = 0;
+  // updates, invited, samples, train_loss, aggregation, finished, dropped (client -> reason),
+  // privacy, round_seconds; a committed round adds model_version and checksum.
+  nlohmann::json metrics = nlohmann::json::object();
+  std::vector<ClientId> invited;               // whose profiles the round changed
+  std::vector<ProfileChange> profile_changes;  // missed deadlines
+  nlohmann::json policy_state;                 // the policy after learning from the round
+  // kCommitted only.
+  std::shared_ptr<const GlobalModel> model;
+  std::string optimizer_state;  // after the step that produced `model`
+  std::optional<aggregation::RdpAccountant> privacy;
+  std::string optimizer_state_before;  // for abandon()
+};
+
+class JobRuntime {
+ public:
+  // A job resumed at `model` (its latest committed model) with the policy and optimizer state
+  // saved with it (empty: fresh). `last_round` is the highest round index used so far.
+  // kInvalidArgument for a state the policy or optimizer did not save.
+  static Result<std::unique_ptr<JobRuntime>> create(JobConfig config,
+                                                    std::shared_ptr<const GlobalModel> model,
+                                                    const nlohmann::json& policy_state,
+                                                    const std::string& optimizer_state,
+                                                    RoundIndex last_round = 0);
+
+  const JobConfig& config() const { return config_; }
+  const std::shared_ptr<const GlobalModel>& model() const { return model_; }
+  RoundIndex last_round() const { return last_round_; }
+  std::string policy_name() const { return policy_->name(); }
+  std::string optimizer_name() const { return optimizer_->name(); }
+  const nlohmann::json& policy_state() const { return policy_state_; }
+  bool private_rounds() const { return config_.aggregation.dp_noise_multiplier > 0; }
+  const aggregation::RdpAccountant& privacy() const { return privacy_; }
+  // The DP noise seed of round `index`: a fresh, reproducible seed every round.
+  uint64_t dp_seed(RoundIndex index) const;
+  // Composes the privacy a committed round spent, as its metrics recorded it (recovery).
+  Status replay_privacy(const nlohmann::json& round_metrics);
+
+  // Opens the next round at `now` over `pool`: selects, plans tasks and the deadline, and
+  // prepares the aggregate. nullopt when fewer than min_clients are available or the policy
+  // invites nobody. Errors come from planning or the aggregation config.
+  Result<std::optional<Round>> open_round(const std::vector<PoolClient>& pool, double now);
+
+  // Concludes `round` at `now` (closing it first): commits when at least min_updates were
+  // accepted, else fails it. The policy learns from the round either way. A committed round
+  // whose aggregate or next model is not finite is failed instead.
+  Conclusion conclude(Round& round, double now);
+  // Concludes `round` as failed, for `why` (cancelled, target reached, ...).
+  Conclusion fail(Round& round, double now, const std::string& why);
+  // The conclusion is durable: its model becomes current.
+  void adopt(const Conclusion& conclusion);
+  // The conclusion could not be stored: the optimizer step is undone.
+  void abandon(const Conclusion& conclusion);
+
+ private:
+  JobRuntime(JobConfig config, std::shared_ptr<const GlobalModel> model);
+  // The record of a round that ends without a model; the policy learns from it.
+  Conclusion close(Round& round, double now, const std::string& failure);
+  Result<nlohmann::json> privacy_after(const Round& round,
+                                       aggregation::RdpAccountant& privacy) const;
+
+  JobConfig config_;
+  std::shared_ptr<const GlobalModel> model_;
+  std::unique_ptr<scheduling::SelectionPolicy> policy_;
+  std::unique_ptr<aggregation::ServerOptimizer> optimizer_;
+  aggregation::RdpAccountant privacy_;
+  nlohmann::json policy_state_ = nlohmann::json::object();
+  RoundIndex last_round_ = 0;
+};
+
+}  // namespace fedcase::rounds

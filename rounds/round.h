@@ -1,0 +1,141 @@
+#pragma once
+// One round of a job, from its opening to the moment it is due to close: who is invited with
+// which task, whose updates were admitted, and when it closes. JobRuntime (job_runtime.h)
+// opens rounds and concludes them; the coordinator and the simulator drive the same Round.
+//
+// Pure logic: no store, no clock (every time is an argument, seconds on the coordinator's
+// clock), no lock. Not thread-safe: the owner serialises calls, except that the aggregate a
+// reservation hands out may be folded into outside the owner's lock (RoundAggregate).
+//
+// An upload is admitted in three steps, so that its fold runs outside the owner's lock:
+//   1. reserve() (under the owner's lock): the state checks; holds one of the K places;
+//   2. RoundAggregate::add() (no owner's lock): the fold;
+//   3. accept() or release() (under the owner's lock): publishes or frees the place.
+// A round with a reservation in flight is never due, so its aggregate outlives every fold.
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "aggregation/aggregator.h"
+#include "common/ids.h"
+#include "common/status.h"
+#include "scheduling/profile.h"
+#include "scheduling/round_plan.h"
+
+namespace fedcase::rounds {
+
+// A round's aggregate, shared by the round and the uploads being folded into it. Thread-safe:
+// add() serialises folds with its own mutex.
+class RoundAggregate {
+ public:
+  explicit RoundAggregate(std::unique_ptr<aggregation::Aggregator> aggregator);
+
+  // Folds in one validated update (see Aggregator::add for the errors).
+  Status add(const float* values, size_t count, double weight);
+  // The aggregate of everything added (see Aggregator::result).
+  Result<std::vector<float>> result() const;
+  std::string rule() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::unique_ptr<aggregation::Aggregator> aggregator_;  // guarded by mu_
+};
+
+// A change to one client's profile that a round step decided. The owner of the profiles
+// applies it (apply_profile_change) under whatever lock guards them.
+struct ProfileChange {
+  enum class Kind { kSelected, kCompleted, kMissedDeadline };
+  Kind kind = Kind::kSelected;
+  ClientId client = 0;
+  RoundIndex round = 0;
+  scheduling::RoundReport report;  // kCompleted: the task's statistics
+};
+
+// Folds `change` into `profile` (observe_selected, observe_completion or
+// observe_missed_deadline). kInvalidArgument (profile unchanged) for a bad completion report.
+Status apply_profile_change(const ProfileChange& change, scheduling::ClientProfile& profile,
+                            const scheduling::ProfileParams& params);
+
+// Why an invited client's update is not (or no longer) wanted; kWanted when it is.
+enum class Admission { kWanted, kNotInvited, kClosed, kPastDeadline, kAlreadyUploaded, kFilled };
+const char* admission_reason(Admission admission);  // "open", "not invited", "round closed", ...
+
+class Round {
+ public:
+  // What a round needs from its job when it opens.
+  struct Spec {
+    RoundIndex index = 0;
+    uint64_t base_version = 0;  // the model version the tasks train from
+    double opened_at = 0;
+    double deadline = 0;   // absolute time
+    size_t target = 0;     // K: the round is filled at K accepted updates
+    size_t available = 0;  // clients available when it opened
+  };
+  Round(Spec spec, std::vector<scheduling::ClientTask> tasks,
+        std::shared_ptr<RoundAggregate> aggregate);
+
+  RoundIndex index() const { return spec_.index; }
+  uint64_t base_version() const { return spec_.base_version; }
+  double opened_at() const { return spec_.opened_at; }
+  double deadline() const { return spec_.deadline; }
+  size_t available() const { return spec_.available; }
+  const std::vector<scheduling::ClientTask>& tasks() const { return tasks_; }
+  std::vector<ClientId> invited() const;
+  // The client's task, or nullptr when it was not invited.
+  const scheduling::ClientTask* task_for(ClientId client) const;
+  size_t accepted() const { return accepted_.size(); }
+  // Invited, not yet accepted, and the round still open: the client is busy with this task.
+  bool holds_task(ClientId client) const;
+  bool filled() const { return accepted_.size() >= spec_.target; }
+  bool closed() const { return closed_; }
+
+  // The invitations as profile changes (kSelected), for the owner of the profiles.
+  std::vector<ProfileChange> selection_changes() const;
+
+  // The client fetched its task at `now`; its task's duration counts from its first fetch.
+  void hand_out(ClientId client, double now);
+  // Whether an upload from `client` at `now` would be admitted.
+  Admission admission(ClientId client, double now) const;
+  // As admission(), as a Status: kPermissionDenied (not invited) or kConflict with a message.
+  Status check_admission(ClientId client, double now) const;
+  // Admits `client`'s upload and holds one of the K places for it; the aggregate to fold into.
+  // Errors as check_admission.
+  Result<std::shared_ptr<RoundAggregate>> reserve(ClientId client, double now);
+  // The reserved update was folded in with `report` at `now`: it counts. Returns the change
+  // of the client's profile. Precondition: `client` holds a reservation.
+  ProfileChange accept(ClientId client, const scheduling::RoundReport& report, double now);
+  // The reserved update could not be folded in: frees its place.
+  void release(ClientId client);
+  // Filled, or past its deadline, or closed, with no upload being folded.
+  bool due(double now) const;
+  // Admits nothing more (the round is being concluded or cancelled).
+  void close() { closed_ = true; }
+
+  // Read by JobRuntime when it concludes the round.
+  struct Accepted {
+    double at = 0;          // when the update was accepted
+    double duration_s = 0;  // first task fetch (or the round's open) to acceptance
+    uint64_t samples = 0;
+    double loss_sum = 0;
+    double utility = 0;  // statistical utility of its report
+  };
+  const std::map<ClientId, Accepted>& accepted_updates() const { return accepted_; }
+  const std::shared_ptr<RoundAggregate>& aggregate() const { return aggregate_; }
+
+ private:
+  Spec spec_;
+  std::vector<scheduling::ClientTask> tasks_;
+  std::map<ClientId, size_t> task_index_;
+  std::map<ClientId, double> handed_out_;
+  std::set<ClientId> reserved_;  // uploads being folded
+  std::map<ClientId, Accepted> accepted_;
+  std::shared_ptr<RoundAggregate> aggregate_;
+  bool closed_ = false;
+};
+
+}  // namespace fedcase::rounds

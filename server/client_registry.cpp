@@ -1,0 +1,160 @@
+#include "server/client_registry.h"
+
+#include <algorithm>
+
+#include "common/crypto.h"
+#include "common/log.h"
+
+namespace fedcase::server {
+namespace {
+
+using nlohmann::json;
+
+// Heartbeats refresh availability in memory; the store is written at most this often per
+// client so a large fleet does not turn heartbeats into fsyncs. Profiles of a round's invited
+// clients are saved when it closes.
+constexpr double kPersistSeenEvery = 30.0;
+
+// Registration facts for the profile; `device` may carry probe measurements.
+scheduling::DeviceReport device_report(const json& info) {
+  scheduling::DeviceReport d;
+  d.dataset_size = info.value("dataset_size", uint64_t(0));
+  d.cache_capacity_bytes = info.value("cache_capacity_bytes", uint64_t(0));
+  auto device = info.find("device");
+  if (device != info.end() && device->is_object()) {
+    auto measured = [&](const char* key) {
+      auto it = device->find(key);
+      return it != device->end() && it->is_number() ? std::max(0.0, it->get<double>()) : 0.0;
+    };
+    d.sample_bytes = measured("sample_bytes");
+    d.compute_ms_per_sample = measured("compute_ms_per_sample");
+    d.storage_read_bytes_per_s = measured("storage_read_bytes_per_s");
+  }
+  return d;
+}
+
+}  // namespace
+
+ClientRegistry::ClientRegistry(storage::Store& store, scheduling::ProfileParams params)
+    : store_(store), params_(params) {}
+
+Status ClientRegistry::load() {
+  auto records = store_.list_clients();
+  if (!records.ok()) return records.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& record : *records) {
+    scheduling::ClientProfile profile;
+    if (record.profile.is_object() && !record.profile.empty()) {
+      auto loaded = scheduling::profile_from_json(record.profile);
+      if (!loaded.ok()) return loaded.status();
+      profile = std::move(loaded).value();
+    }
+    profile.id = record.id;
+    token_hashes_[record.token_hash] = record.id;
+    const double seen = record.last_seen;
+    const ClientId id = record.id;
+    clients_[id] = {std::move(record), std::move(profile), seen};
+  }
+  return ok_status();
+}
+
+std::optional<ClientId> ClientRegistry::identify(const std::string& token_hash) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = token_hashes_.find(token_hash);
+  if (it == token_hashes_.end()) return std::nullopt;
+  return it->second;
+}
+
+Result<ClientRegistry::Registration> ClientRegistry::register_client(const json& info, double now) {
+  scheduling::ClientProfile profile;
+  FEDCASE_RETURN_IF_ERROR(scheduling::observe_registration(profile, device_report(info), params_));
+  scheduling::observe_heartbeat(profile, now, params_);
+  auto token = random_token();
+  if (!token.ok()) return token.status();
+  storage::ClientRecord record{
+      0, sha256_hex(*token), info, scheduling::profile_to_json(profile), now, now};
+  auto id = store_.add_client(record);
+  if (!id.ok()) return id.status();
+  record.id = profile.id = *id;
+  std::lock_guard<std::mutex> lock(mu_);
+  token_hashes_[record.token_hash] = *id;
+  clients_[*id] = {std::move(record), std::move(profile), now};
+  return Registration{*id, *std::move(token)};
+}
+
+Status ClientRegistry::touch(ClientId client, double now) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = clients_.find(client);
+    if (it == clients_.end()) return not_found("client not found");
+    Entry& c = it->second;
+    c.record.last_seen = std::max(c.record.last_seen, now);
+    scheduling::observe_heartbeat(c.profile, now, params_);
+    if (now - c.persisted_seen < kPersistSeenEvery) return ok_status();
+    c.persisted_seen = now;  // claimed here, so concurrent contacts do not all write
+  }
+  save({client}, now);
+  return ok_status();
+}
+
+bool ClientRegistry::online(ClientId client, double now) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = clients_.find(client);
+  return it != clients_.end() && scheduling::is_online(it->second.profile, now, params_);
+}
+
+std::vector<ClientSnapshot> ClientRegistry::snapshot(double now) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ClientSnapshot> out;
+  out.reserve(clients_.size());
+  for (const auto& [id, c] : clients_) {
+    out.push_back({c.record, c.profile, scheduling::is_online(c.profile, now, params_)});
+  }
+  return out;
+}
+
+std::vector<ClientSnapshot> ClientRegistry::profiles(double now) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ClientSnapshot> out(clients_.size());
+  size_t i = 0;
+  for (const auto& [id, c] : clients_) {
+    out[i].profile = c.profile;
+    out[i++].available = scheduling::is_online(c.profile, now, params_);
+  }
+  return out;
+}
+
+void ClientRegistry::apply(const std::vector<rounds::ProfileChange>& changes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& change : changes) {
+    auto it = clients_.find(change.client);
+    if (it == clients_.end()) continue;
+    Status s = rounds::apply_profile_change(change, it->second.profile, params_);
+    if (!s.ok()) log_warn("client " + std::to_string(change.client) + ": " + s.to_string());
+  }
+}
+
+void ClientRegistry::observe_failure(ClientId client) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = clients_.find(client);
+  if (it != clients_.end()) scheduling::observe_failure(it->second.profile);
+}
+
+void ClientRegistry::save(const std::vector<ClientId>& ids, double now) {
+  std::vector<storage::ClientRecord> records;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (ClientId id : ids) {
+      auto it = clients_.find(id);
+      if (it == clients_.end()) continue;
+      storage::ClientRecord record = it->second.record;
+      record.profile = scheduling::profile_to_json(it->second.profile);
+      records.push_back(std::move(record));
+      it->second.persisted_seen = now;
+    }
+  }
+  Status s = store_.update_clients(records);
+  if (!s.ok()) log_warn("cannot save client profiles: " + s.to_string());
+}
+
+}  // namespace fedcase::server

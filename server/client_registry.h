@@ -1,0 +1,88 @@
+#pragma once
+// The coordinator's clients: bearer tokens, registration, contacts (heartbeats), and each
+// client's scheduling profile, kept in memory and written through to the store.
+//
+// Thread safety: every method may be called from any thread. One internal mutex guards the
+// clients; no store call runs while it is held (decide under the lock, write outside it,
+// publish under it), so a registration's fsync never delays a heartbeat.
+
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/status.h"
+#include "rounds/round.h"
+#include "scheduling/profile.h"
+#include "storage/store.h"
+
+namespace fedcase::server {
+
+// A copy of what the registry knows of one client.
+struct ClientSnapshot {
+  storage::ClientRecord record;  // id, info, registered_at, last_seen (snapshot() only)
+  scheduling::ClientProfile profile;
+  bool available = false;  // heard from within the client timeout
+};
+
+class ClientRegistry {
+ public:
+  // `store` must outlive the registry. `params` say how profiles smooth observations and when
+  // a silent client counts as offline.
+  ClientRegistry(storage::Store& store, scheduling::ProfileParams params);
+
+  // Loads every stored client. kInternal / kInvalidArgument for an unreadable store or profile.
+  [[nodiscard]] Status load();
+
+  // The client whose token hashes to `token_hash`, if any.
+  std::optional<ClientId> identify(const std::string& token_hash) const;
+
+  // Registers a client with its validated registration `info` ({"device":{...},
+  // "dataset_size":N, "cache_capacity_bytes":N, "sdk_version":"..."}) at `now`.
+  // Returns its id and bearer token (shown only here). kInvalidArgument for a bad measurement.
+  struct Registration {
+    ClientId id = 0;
+    std::string token;
+  };
+  [[nodiscard]] Result<Registration> register_client(const nlohmann::json& info, double now);
+
+  // A contact from `client` at `now`. kNotFound for an unknown client. Persists the last
+  // contact at most every kPersistSeenEvery seconds per client.
+  [[nodiscard]] Status touch(ClientId client, double now);
+
+  bool online(ClientId client, double now) const;
+  // Copies of every client, ordered by id: with their records for the admin views, or only
+  // their profiles and availability for selection (cheaper).
+  std::vector<ClientSnapshot> snapshot(double now) const;
+  std::vector<ClientSnapshot> profiles(double now) const;
+
+  // Applies round decisions to the profiles; an unknown client is skipped, a bad report is
+  // logged and leaves that profile unchanged.
+  void apply(const std::vector<rounds::ProfileChange>& changes);
+  // The update of `client` was refused as invalid (counts as a failure in its profile).
+  void observe_failure(ClientId client);
+  // Writes the profiles and last contacts of `ids` in one transaction (logged on failure).
+  void save(const std::vector<ClientId>& ids, double now);
+
+  const scheduling::ProfileParams& params() const { return params_; }
+
+ private:
+  struct Entry {
+    storage::ClientRecord record;
+    scheduling::ClientProfile profile;
+    double persisted_seen = 0;
+  };
+
+  storage::Store& store_;
+  const scheduling::ProfileParams params_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, ClientId> token_hashes_;  // guarded by mu_
+  std::map<ClientId, Entry> clients_;                       // guarded by mu_
+};
+
+}  // namespace fedcase::server

@@ -1,0 +1,36 @@
+#include "server/job_table.h"
+
+#include <chrono>
+
+#include "common/log.h"
+
+namespace fedcase::server {
+
+double wall_clock() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+JobEntry* JobTable::find(JobId id) {
+  auto it = jobs.find(id);
+  return it == jobs.end() ? nullptr : it->second.get();
+}
+
+Result<JobState> JobTable::transition(JobEntry& job, const Decide& decide,
+                                      const std::string& refusal) {
+  std::lock_guard<std::mutex> serial(state_mu_);
+  std::optional<JobState> next;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    next = decide(job.state);
+  }
+  if (!next) return conflict(refusal);
+  FEDCASE_RETURN_IF_ERROR(store_.set_job_state(job.id, *next));
+  std::lock_guard<std::mutex> lock(mu);
+  job.state = *next;
+  const bool stopped = *next == JobState::kCancelled || *next == JobState::kFinished;
+  if (stopped && job.round) job.round->close();
+  log_info("job " + std::to_string(job.id) + " is now " + state_name(*next));
+  return *next;
+}
+
+}  // namespace fedcase::server

@@ -1,0 +1,259 @@
+#include "server/round_driver.h"
+
+#include <chrono>
+#include <cstdio>
+#include <set>
+
+#include "common/log.h"
+
+namespace fedcase::server {
+namespace {
+
+using nlohmann::json;
+
+std::string job_prefix(const JobEntry& job) { return "job " + std::to_string(job.id) + ": "; }
+
+// The privacy a DP job has spent, as the admin API shows it.
+json privacy_view(const rounds::JobRuntime& runtime) {
+  if (!runtime.private_rounds()) return json();
+  const rounds::JobConfig& c = runtime.config();
+  auto spent = runtime.privacy().spent(c.dp_delta);
+  return {{"noise_multiplier", c.aggregation.dp_noise_multiplier},
+          {"clip_norm", c.aggregation.clip_norm},
+          {"rounds", runtime.privacy().rounds()},
+          {"delta", c.dp_delta},
+          {"epsilon", spent.ok() ? spent->epsilon : 0.0}};
+}
+
+storage::RoundRecord open_record(JobId job, const rounds::Round& r) {
+  return {job,          r.index(), RoundState::kOpen, r.base_version(), r.invited(), r.opened_at(),
+          r.deadline(), 0,         json::object()};
+}
+
+}  // namespace
+
+struct RoundDriver::Closing {
+  JobEntry* job = nullptr;
+  rounds::Round round;
+  std::string stop_reason;  // non-empty: fail the round for this reason
+};
+
+RoundDriver::RoundDriver(JobTable& jobs, ClientRegistry& clients, storage::Store& store,
+                         ModelEvaluator& evaluator, Clock clock)
+    : jobs_(jobs),
+      clients_(clients),
+      store_(store),
+      evaluator_(evaluator),
+      clock_(std::move(clock)) {}
+
+RoundDriver::~RoundDriver() { stop(); }
+
+void RoundDriver::start() {
+  if (thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    stop_ = false;
+  }
+  thread_ = std::thread([this] {
+    while (true) {
+      {
+        std::unique_lock<std::mutex> lock(wake_mu_);
+        wake_cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stop_ || woken_; });
+        if (stop_) return;
+        woken_ = false;
+      }
+      tick();
+    }
+  });
+}
+
+void RoundDriver::stop() {
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    stop_ = true;
+  }
+  wake_cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void RoundDriver::wake() {
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    woken_ = true;
+  }
+  wake_cv_.notify_one();
+}
+
+void RoundDriver::tick() {
+  std::lock_guard<std::mutex> serial(tick_mu_);
+  const double now = clock_();
+  std::vector<Closing> closing;
+  std::vector<JobEntry*> opening;
+  {
+    std::lock_guard<std::mutex> lock(jobs_.mu);
+    for (auto& [id, entry] : jobs_.jobs) {
+      JobEntry& job = *entry;
+      if (job.concluding) continue;
+      if (!job.round) {
+        if (job.state == JobState::kRunning) opening.push_back(&job);
+        continue;
+      }
+      std::string stop_reason;
+      if (job.state == JobState::kCancelled) stop_reason = "job cancelled";
+      if (job.state == JobState::kFinished) stop_reason = "job reached its target";
+      if (!stop_reason.empty()) job.round->close();
+      if (!job.round->due(now)) continue;
+      // Whether the previous model reached the target decides whether this round may commit.
+      const bool target_unknown = job.config.target_accuracy > 0 && job.evaluations_pending > 0;
+      if (stop_reason.empty() && target_unknown) continue;
+      closing.push_back({&job, std::move(*job.round), stop_reason});
+      job.round.reset();
+      job.concluding = true;
+    }
+  }
+  for (Closing& c : closing) conclude(c, now);
+  for (JobEntry* job : opening) open(*job, now);
+}
+
+void RoundDriver::open(JobEntry& job, double now) {
+  rounds::JobRuntime& runtime = *job.runtime;
+  if (runtime.last_round() >= job.config.rounds) {
+    auto finished = jobs_.transition(
+        job,
+        [](JobState s) {
+          return s == JobState::kRunning ? std::optional(JobState::kFinished) : std::nullopt;
+        },
+        "job is not running");
+    if (!finished.ok() && finished.status().code() != Code::kConflict) {
+      log_error(job_prefix(job) + "cannot finish: " + finished.status().to_string());
+    }
+    return;
+  }
+  // A client holds one task at a time: those invited by another job's open round are busy.
+  std::set<ClientId> busy;
+  {
+    std::lock_guard<std::mutex> lock(jobs_.mu);
+    for (const auto& [id, other] : jobs_.jobs) {
+      if (!other->round) continue;
+      for (const auto& task : other->round->tasks()) {
+        if (other->round->holds_task(task.client)) busy.insert(task.client);
+      }
+    }
+  }
+  const std::vector<ClientSnapshot> clients = clients_.profiles(now);
+  std::vector<rounds::PoolClient> pool;
+  pool.reserve(clients.size());
+  for (const ClientSnapshot& c : clients) {
+    pool.push_back({&c.profile, c.available && !busy.count(c.profile.id)});
+  }
+  auto opened = runtime.open_round(pool, now);
+  if (!opened.ok()) {
+    log_error(job_prefix(job) + "cannot open a round: " + opened.status().to_string());
+    return;
+  }
+  if (!*opened) return;
+  rounds::Round& round = **opened;
+  Status stored = store_.open_round(open_record(job.id, round));
+  if (!stored.ok()) {
+    log_error(job_prefix(job) + "cannot open round " + std::to_string(round.index()) + ": " +
+              stored.to_string());
+    return;
+  }
+  clients_.apply(round.selection_changes());
+  log_info(job_prefix(job) + "round " + std::to_string(round.index()) + " opened with " +
+           std::to_string(round.tasks().size()) + " invited of " +
+           std::to_string(round.available()) + " available, deadline in " +
+           std::to_string(static_cast<int>(round.deadline() - now)) + " s");
+  std::lock_guard<std::mutex> lock(jobs_.mu);
+  job.last_round = round.index();
+  job.round = std::move(round);
+}
+
+void RoundDriver::conclude(Closing& c, double now) {
+  JobEntry& job = *c.job;
+  rounds::JobRuntime& runtime = *job.runtime;
+  rounds::Conclusion k = c.stop_reason.empty() ? runtime.conclude(c.round, now)
+                                               : runtime.fail(c.round, now, c.stop_reason);
+  clients_.apply(k.profile_changes);
+  storage::RoundRecord record = open_record(job.id, c.round);
+  record.state = k.state;
+  record.closed_at = now;
+  record.metrics = k.metrics;
+  if (k.state == RoundState::kCommitted) {
+    const rounds::GlobalModel& m = *k.model;
+    Status s = store_.commit_round(
+        record, {job.id, m.version, m.blob, m.checksum, k.optimizer_state, now}, k.policy_state);
+    if (s.ok()) {
+      runtime.adopt(k);
+    } else {
+      runtime.abandon(k);
+      record.state = RoundState::kFailed;
+      record.metrics["failure"] = "commit failed: " + s.to_string();
+      k.failure = record.metrics["failure"];
+      Status failed = store_.fail_round(record);
+      if (!failed.ok())
+        log_error(job_prefix(job) + "cannot record failed round: " + failed.to_string());
+    }
+  } else {
+    Status failed = store_.fail_round(record);
+    if (!failed.ok())
+      log_error(job_prefix(job) + "cannot record failed round: " + failed.to_string());
+  }
+  clients_.save(k.invited, now);
+
+  const bool committed = record.state == RoundState::kCommitted;
+  {
+    std::lock_guard<std::mutex> lock(jobs_.mu);
+    job.concluding = false;
+    job.policy_state = runtime.policy_state();
+    if (committed) {
+      job.model = runtime.model();
+      job.privacy = privacy_view(runtime);
+      job.evaluations_pending += 1;
+    }
+  }
+  if (committed) {
+    log_info(job_prefix(job) + "round " + std::to_string(record.index) + " committed with " +
+             record.metrics["updates"].dump() + " updates after " +
+             std::to_string(now - record.opened_at) + " s");
+    const uint64_t version = runtime.model()->version;
+    evaluator_.submit(
+        job.config.model, runtime.model()->params,
+        [this, &job, version](const ml::EvalResult& e) { on_evaluated(job, version, e); });
+  } else {
+    log_warn(job_prefix(job) + "round " + std::to_string(record.index) + " failed: " + k.failure);
+  }
+}
+
+void RoundDriver::on_evaluated(JobEntry& job, uint64_t version, const ml::EvalResult& e) {
+  Status s = store_.add_round_metrics(
+      job.id, version,
+      {{"test_accuracy", e.accuracy}, {"test_loss", e.loss}, {"test_samples", e.samples}});
+  if (!s.ok()) log_error(job_prefix(job) + "cannot record evaluation: " + s.to_string());
+  char line[160];
+  std::snprintf(line, sizeof(line), "job %llu: round %llu model accuracy %.4f, loss %.4f",
+                static_cast<unsigned long long>(job.id), static_cast<unsigned long long>(version),
+                e.accuracy, e.loss);
+  log_info(line);
+  const bool reached = job.config.target_accuracy > 0 && e.accuracy >= job.config.target_accuracy;
+  {
+    std::lock_guard<std::mutex> lock(jobs_.mu);
+    job.evaluations_pending -= 1;
+    job.last_accuracy = e.accuracy;
+  }
+  if (reached) {
+    auto finished = jobs_.transition(
+        job,
+        [](JobState state) {
+          const bool active = state == JobState::kRunning || state == JobState::kPaused;
+          return active ? std::optional(JobState::kFinished) : std::nullopt;
+        },
+        "job is not active");
+    if (!finished.ok() && finished.status().code() != Code::kConflict) {
+      log_error(job_prefix(job) + "cannot finish: " + finished.status().to_string());
+    }
+  }
+  wake();
+}
+
+}  // namespace fedcase::server

@@ -1,0 +1,59 @@
+#pragma once
+// The coordinator's round driver: one thread that opens rounds when enough clients are free,
+// concludes them when they are due, commits them durably, and hands committed models to the
+// evaluator. Each step decides under JobTable::mu, runs the engine and writes to the store
+// without any lock, and publishes under JobTable::mu again.
+//
+// A job with a target accuracy does not commit its next round while the evaluation of its
+// previous model is pending: once a model is known to reach the target, the job finishes with
+// it, and a round opened meanwhile is failed ("job reached its target"), never committed.
+//
+// Thread safety: start, stop, wake and tick may be called from any thread; tick runs on the
+// driver thread when started (tests without a thread may call it directly, one at a time).
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "server/client_registry.h"
+#include "server/evaluator.h"
+#include "server/job_table.h"
+#include "storage/store.h"
+
+namespace fedcase::server {
+
+class RoundDriver {
+ public:
+  // Every argument must outlive the driver.
+  RoundDriver(JobTable& jobs, ClientRegistry& clients, storage::Store& store,
+              ModelEvaluator& evaluator, Clock clock);
+  ~RoundDriver();  // stops the thread
+
+  // Starts / stops the thread that calls tick() every 50 ms and at once after wake().
+  void start();
+  void stop();
+  void wake();
+  // Advances every job once: concludes due rounds, opens rounds for running jobs.
+  void tick();
+
+ private:
+  struct Closing;
+  void open(JobEntry& job, double now);
+  void conclude(Closing& closing, double now);
+  void on_evaluated(JobEntry& job, uint64_t version, const ml::EvalResult& result);
+
+  JobTable& jobs_;
+  ClientRegistry& clients_;
+  storage::Store& store_;
+  ModelEvaluator& evaluator_;
+  Clock clock_;
+
+  std::mutex tick_mu_;  // one tick at a time
+  std::mutex wake_mu_;
+  std::condition_variable wake_cv_;
+  bool stop_ = false;   // guarded by wake_mu_
+  bool woken_ = false;  // guarded by wake_mu_
+  std::thread thread_;
+};
+
+}  // namespace fedcase::server

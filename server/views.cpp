@@ -1,0 +1,135 @@
+#include "server/views.h"
+
+namespace fedcase::server {
+
+using nlohmann::json;
+
+std::string model_url(JobId job, uint64_t version) {
+  return "/v1/jobs/" + std::to_string(job) + "/models/" + std::to_string(version);
+}
+
+std::string update_url(JobId job, RoundIndex round) {
+  return "/v1/jobs/" + std::to_string(job) + "/rounds/" + std::to_string(round) + "/update";
+}
+
+std::string status_url(JobId job, RoundIndex round) {
+  return "/v1/jobs/" + std::to_string(job) + "/rounds/" + std::to_string(round) + "/status";
+}
+
+json task_json(const TaskOffer& o) {
+  const scheduling::ClientTask& t = o.task;
+  return {{"job_id", o.job},
+          {"round", o.round},
+          {"model", o.model},
+          {"model_version", o.model_version},
+          {"model_checksum", o.model_checksum},
+          {"model_url", model_url(o.job, o.model_version)},
+          {"upload_url", update_url(o.job, o.round)},
+          {"status_url", status_url(o.job, o.round)},
+          {"deadline", o.deadline},
+          {"train",
+           {{"epochs", o.local_epochs},
+            {"batch_size", t.batch_size},
+            {"lr", t.learning_rate},
+            {"momentum", t.momentum},
+            {"prox_mu", t.prox_mu}}},
+          {"sample_budget", t.samples},
+          {"sampling", t.sampling},
+          {"cache",
+           {{"policy", t.cache.policy},
+            {"budget_bytes", t.cache.budget_bytes},
+            {"repetition_factor", t.cache.repetition_factor}}},
+          {"expected_duration_s", t.expected_duration_s}};
+}
+
+json registration_json(const ClientRegistry::Registration& r) {
+  return {{"client_id", r.id}, {"token", r.token}};
+}
+
+json admission_json(rounds::Admission admission) {
+  return {{"needed", admission == rounds::Admission::kWanted},
+          {"reason", rounds::admission_reason(admission)}};
+}
+
+json update_accepted_json(const UpdateAccepted& a) {
+  return {{"accepted", true}, {"round", a.round}, {"updates", a.updates}};
+}
+
+json job_summary_json(const JobSummary& j) {
+  json out = {{"job_id", j.id},
+              {"name", j.name},
+              {"state", state_name(j.state)},
+              {"model_version", j.model_version},
+              {"model_checksum", j.model_checksum},
+              {"round", j.round},
+              {"round_open", j.round_open}};
+  if (j.test_accuracy) out["test_accuracy"] = *j.test_accuracy;
+  return out;
+}
+
+json jobs_json(const std::vector<JobSummary>& jobs) {
+  json out = json::array();
+  for (const JobSummary& j : jobs) out.push_back(job_summary_json(j));
+  return {{"jobs", out}};
+}
+
+json round_json(const storage::RoundRecord& r) {
+  return {
+      {"round", r.index},         {"state", state_name(r.state)}, {"base_version", r.base_version},
+      {"selected", r.selected},   {"opened_at", r.opened_at},     {"deadline", r.deadline},
+      {"closed_at", r.closed_at}, {"metrics", r.metrics}};
+}
+
+json job_detail_json(const JobDetail& d) {
+  json out = job_summary_json(d.summary);
+  out["config"] = d.config;
+  out["created_at"] = d.created_at;
+  out["parameters"] = d.parameters;
+  out["selection_policy"] = d.selection_policy;
+  out["policy_state"] = d.policy_state;
+  out["aggregation"] = d.aggregation;
+  out["server_optimizer"] = d.server_optimizer;
+  if (!d.privacy.is_null()) out["privacy"] = d.privacy;
+  if (d.current_round) {
+    out["current_round"] = {{"round", d.current_round->index},
+                            {"invited", d.current_round->invited},
+                            {"updates", d.current_round->updates},
+                            {"deadline", d.current_round->deadline}};
+  }
+  out["rounds"] = json::array();
+  const double target = d.config.value("target_accuracy", 0.0);
+  json result;
+  for (const auto& r : d.rounds) {
+    out["rounds"].push_back(round_json(r));
+    auto accuracy = r.metrics.find("test_accuracy");
+    if (result.is_null() && target > 0 && r.state == RoundState::kCommitted &&
+        accuracy != r.metrics.end() && accuracy->is_number() && accuracy->get<double>() >= target) {
+      result = {{"model_version", r.index}, {"round", r.index}, {"test_accuracy", *accuracy}};
+    }
+  }
+  out["result"] = result;
+  return out;
+}
+
+json clients_json(const std::vector<ClientSummary>& clients) {
+  json out = json::array();
+  for (const ClientSummary& c : clients) {
+    json expected = json::object();
+    for (const auto& [job, seconds] : c.expected_duration_s)
+      expected[std::to_string(job)] = seconds;
+    out.push_back({{"client_id", c.record.id},
+                   {"info", c.record.info},
+                   {"profile", scheduling::profile_to_json(c.profile)},
+                   {"expected_duration_s", expected},
+                   {"registered_at", c.record.registered_at},
+                   {"last_seen", c.record.last_seen},
+                   {"available", c.available}});
+  }
+  return {{"clients", out}};
+}
+
+json job_state_json(JobId job, JobState state) {
+  return {{"job_id", job}, {"state", state_name(state)}};
+}
+
+}  // namespace fedcase::server

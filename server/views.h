@@ -1,0 +1,27 @@
+#pragma once
+// The JSON the client and admin APIs answer with, and the URLs they name (docs/protocol.md).
+// Pure functions of the coordinator's plain results; the only place these shapes are written.
+
+#include <nlohmann/json.hpp>
+
+#include "server/coordinator.h"
+
+namespace fedcase::server {
+
+std::string model_url(JobId job, uint64_t version);
+std::string update_url(JobId job, RoundIndex round);
+std::string status_url(JobId job, RoundIndex round);
+
+nlohmann::json task_json(const TaskOffer& offer);
+nlohmann::json registration_json(const ClientRegistry::Registration& registration);
+nlohmann::json admission_json(rounds::Admission admission);
+nlohmann::json update_accepted_json(const UpdateAccepted& accepted);
+nlohmann::json job_summary_json(const JobSummary& job);
+nlohmann::json jobs_json(const std::vector<JobSummary>& jobs);
+nlohmann::json round_json(const storage::RoundRecord& round);
+// The job detail; `result` names the first committed model that reached the target accuracy.
+nlohmann::json job_detail_json(const JobDetail& job);
+nlohmann::json clients_json(const std::vector<ClientSummary>& clients);
+nlohmann::json job_state_json(JobId job, JobState state);
+
+}  // namespace fedcase::server

@@ -1,0 +1,130 @@
+#include "rounds/round.h"
+
+#include <doctest/doctest.h>
+
+namespace fedcase::rounds {
+namespace {
+
+// Round 3 of a job: clients 1, 2 and 3 invited, K = 2, open at t = 100, deadline t = 160.
+Round make_round() {
+  std::vector<scheduling::ClientTask> tasks(3);
+  for (ClientId id = 1; id <= 3; ++id) tasks[id - 1].client = id;
+  auto aggregator = aggregation::make_aggregator(aggregation::AggregatorConfig{}, 2);
+  REQUIRE(aggregator.ok());
+  return Round({3, 2, 100, 160, 2, 7}, tasks,
+               std::make_shared<RoundAggregate>(std::move(aggregator).value()));
+}
+
+scheduling::RoundReport report(uint64_t samples, double loss_sq_sum) {
+  scheduling::RoundReport r;
+  r.samples = samples;
+  r.loss_sum = double(samples);
+  r.loss_sq_sum = loss_sq_sum;
+  return r;
+}
+
+void fold(Round& round, ClientId client, double at, float value, uint64_t samples) {
+  auto aggregate = round.reserve(client, at);
+  REQUIRE(aggregate.ok());
+  const float delta[2] = {value, value};
+  REQUIRE((*aggregate)->add(delta, 2, double(samples)).ok());
+  ProfileChange change = round.accept(client, report(samples, 4.0 * double(samples)), at);
+  CHECK(change.kind == ProfileChange::Kind::kCompleted);
+  CHECK(change.client == client);
+  CHECK(change.report.round == 3);
+}
+
+TEST_CASE("admission refuses, in order: closed, not invited, already uploaded, filled, late") {
+  Round round = make_round();
+  CHECK(round.admission(9, 110) == Admission::kNotInvited);
+  CHECK(round.check_admission(9, 110).code() == Code::kPermissionDenied);
+  CHECK(round.admission(1, 170) == Admission::kPastDeadline);
+  CHECK(round.check_admission(1, 170).code() == Code::kConflict);
+  CHECK(round.admission(1, 110) == Admission::kWanted);
+
+  REQUIRE(round.reserve(1, 110).ok());
+  CHECK(round.admission(1, 111) == Admission::kAlreadyUploaded);  // in flight counts
+  REQUIRE(round.reserve(2, 112).ok());
+  CHECK(round.admission(3, 113) == Admission::kFilled);  // two places held for K = 2
+  CHECK(round.reserve(3, 113).status().code() == Code::kConflict);
+  round.release(2);  // a failed fold frees its place
+  CHECK(round.admission(3, 113) == Admission::kWanted);
+
+  round.close();
+  CHECK(round.admission(3, 114) == Admission::kClosed);
+  CHECK(round.admission(9, 114) == Admission::kClosed);
+  CHECK(std::string(admission_reason(Admission::kFilled)) == "round filled");
+}
+
+TEST_CASE("a round is due when filled or past its deadline, never with a fold in flight") {
+  Round round = make_round();
+  CHECK_FALSE(round.due(150));
+  CHECK(round.due(160));  // deadline
+  fold(round, 1, 120, 1, 10);
+  CHECK_FALSE(round.due(130));
+  auto in_flight = round.reserve(2, 130);
+  REQUIRE(in_flight.ok());
+  CHECK_FALSE(round.due(200));  // past the deadline, but client 2 is being folded
+  const float delta[2] = {3, 3};
+  REQUIRE((*in_flight)->add(delta, 2, 30).ok());
+  round.accept(2, report(30, 120), 131);
+  CHECK(round.filled());
+  CHECK(round.due(131));
+  CHECK(round.accepted() == 2);
+
+  auto mean = round.aggregate()->result();
+  REQUIRE(mean.ok());
+  CHECK((*mean)[0] == doctest::Approx((1 * 10 + 3 * 30) / 40.0));  // weighted by samples
+}
+
+TEST_CASE("durations count from the first task fetch, or from the open") {
+  Round round = make_round();
+  round.hand_out(1, 105);
+  round.hand_out(1, 140);  // a later fetch does not restart the clock
+  round.hand_out(9, 105);  // not invited: ignored
+  fold(round, 1, 125, 1, 10);
+  fold(round, 2, 130, 1, 10);
+  const auto& accepted = round.accepted_updates();
+  CHECK(accepted.at(1).duration_s == doctest::Approx(20));
+  CHECK(accepted.at(2).duration_s == doctest::Approx(30));
+  CHECK(accepted.at(1).utility == doctest::Approx(scheduling::statistical_utility(10, 40)));
+}
+
+TEST_CASE("invitees hold their task until accepted or the round closes") {
+  Round round = make_round();
+  CHECK(round.holds_task(1));
+  CHECK_FALSE(round.holds_task(9));
+  fold(round, 1, 120, 1, 10);
+  CHECK_FALSE(round.holds_task(1));
+  CHECK(round.holds_task(2));
+  round.close();
+  CHECK_FALSE(round.holds_task(2));
+  auto changes = round.selection_changes();
+  REQUIRE(changes.size() == 3);
+  CHECK(changes[0].kind == ProfileChange::Kind::kSelected);
+  CHECK(changes[2].client == 3);
+  CHECK(changes[2].round == 3);
+}
+
+TEST_CASE("profile changes fold into profiles") {
+  scheduling::ClientProfile p;
+  p.id = 1;
+  const scheduling::ProfileParams params;
+  REQUIRE(apply_profile_change({ProfileChange::Kind::kSelected, 1, 4, {}}, p, params).ok());
+  CHECK(p.last_selected_round == 4);
+  CHECK(p.times_selected == 1);
+  scheduling::RoundReport r = report(20, 80);
+  r.round = 4;
+  REQUIRE(apply_profile_change({ProfileChange::Kind::kCompleted, 1, 4, r}, p, params).ok());
+  CHECK(p.completions == 1);
+  CHECK(p.utility == doctest::Approx(scheduling::statistical_utility(20, 80)));
+  REQUIRE(apply_profile_change({ProfileChange::Kind::kMissedDeadline, 1, 5, {}}, p, params).ok());
+  CHECK(p.missed_deadlines == 1);
+  scheduling::RoundReport bad = r;
+  bad.samples = 0;
+  CHECK_FALSE(apply_profile_change({ProfileChange::Kind::kCompleted, 1, 6, bad}, p, params).ok());
+  CHECK(p.completions == 1);
+}
+
+}  // namespace
+}  // namespace fedcase::rounds
