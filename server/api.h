@@ -2,10 +2,9 @@
 // HTTP routing of the client and admin APIs onto the Coordinator (docs/protocol.md). Plain
 // functions over Beast message types: testable without sockets.
 
+#include <boost/beast/http.hpp>
 #include <functional>
 #include <optional>
-
-#include <boost/beast/http.hpp>
 
 #include "server/coordinator.h"
 #include "server/rate_limiter.h"

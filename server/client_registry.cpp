@@ -10,11 +10,6 @@ namespace {
 
 using nlohmann::json;
 
-// Heartbeats refresh availability in memory; the store is written at most this often per
-// client so a large fleet does not turn heartbeats into fsyncs. Profiles of a round's invited
-// clients are saved when it closes.
-constexpr double kPersistSeenEvery = 30.0;
-
 // Registration facts for the profile; `device` may carry probe measurements.
 scheduling::DeviceReport device_report(const json& info) {
   scheduling::DeviceReport d;
@@ -83,18 +78,26 @@ Result<ClientRegistry::Registration> ClientRegistry::register_client(const json&
 }
 
 Status ClientRegistry::touch(ClientId client, double now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = clients_.find(client);
+  if (it == clients_.end()) return not_found("client not found");
+  Entry& c = it->second;
+  c.record.last_seen = std::max(c.record.last_seen, now);
+  scheduling::observe_heartbeat(c.profile, now, params_);
+  unsaved_.insert(client);
+  return ok_status();
+}
+
+void ClientRegistry::flush(double now, double every_s) {
+  std::vector<ClientId> due;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = clients_.find(client);
-    if (it == clients_.end()) return not_found("client not found");
-    Entry& c = it->second;
-    c.record.last_seen = std::max(c.record.last_seen, now);
-    scheduling::observe_heartbeat(c.profile, now, params_);
-    if (now - c.persisted_seen < kPersistSeenEvery) return ok_status();
-    c.persisted_seen = now;  // claimed here, so concurrent contacts do not all write
+    for (ClientId id : unsaved_) {
+      auto it = clients_.find(id);
+      if (it != clients_.end() && now - it->second.persisted_seen >= every_s) due.push_back(id);
+    }
   }
-  save({client}, now);
-  return ok_status();
+  if (!due.empty()) save(due, now);
 }
 
 bool ClientRegistry::online(ClientId client, double now) const {
@@ -151,6 +154,7 @@ void ClientRegistry::save(const std::vector<ClientId>& ids, double now) {
       record.profile = scheduling::profile_to_json(it->second.profile);
       records.push_back(std::move(record));
       it->second.persisted_seen = now;
+      unsaved_.erase(id);
     }
   }
   Status s = store_.update_clients(records);

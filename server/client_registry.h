@@ -4,12 +4,14 @@
 //
 // Thread safety: every method may be called from any thread. One internal mutex guards the
 // clients; no store call runs while it is held (decide under the lock, write outside it,
-// publish under it), so a registration's fsync never delays a heartbeat.
+// publish under it), so a registration's fsync never delays a heartbeat. A contact never
+// writes to the store: flush(), called by the round driver, saves last contacts in batches.
 
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -51,9 +53,11 @@ class ClientRegistry {
   };
   [[nodiscard]] Result<Registration> register_client(const nlohmann::json& info, double now);
 
-  // A contact from `client` at `now`. kNotFound for an unknown client. Persists the last
-  // contact at most every kPersistSeenEvery seconds per client.
+  // A contact from `client` at `now`, in memory only. kNotFound for an unknown client.
   [[nodiscard]] Status touch(ClientId client, double now);
+  // Saves, in one transaction, the clients whose last contact has not been saved for
+  // `every_s` seconds (logged on failure).
+  void flush(double now, double every_s);
 
   bool online(ClientId client, double now) const;
   // Copies of every client, ordered by id: with their records for the admin views, or only
@@ -83,6 +87,7 @@ class ClientRegistry {
   mutable std::mutex mu_;
   std::unordered_map<std::string, ClientId> token_hashes_;  // guarded by mu_
   std::map<ClientId, Entry> clients_;                       // guarded by mu_
+  std::set<ClientId> unsaved_;  // contacts not yet saved; guarded by mu_
 };
 
 }  // namespace fedcase::server

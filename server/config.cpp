@@ -15,8 +15,8 @@ using nlohmann::json;
 // checks do not already give).
 Status check_range(const char* key, double value, double min, double max) {
   if (value >= min && value <= max) return ok_status();
-  return invalid_argument(std::string(key) + " must be in [" + std::to_string(int64_t(min)) +
-                          ", " + std::to_string(int64_t(max)) + "]");
+  return invalid_argument(std::string(key) + " must be in [" + std::to_string(int64_t(min)) + ", " +
+                          std::to_string(int64_t(max)) + "]");
 }
 
 }  // namespace

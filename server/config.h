@@ -3,9 +3,8 @@
 // and fills documented defaults. A job's config is rounds/job_config.h.
 
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/status.h"
 
@@ -13,21 +12,21 @@ namespace fedcase::server {
 
 struct CoordinatorConfig {
   std::string listen_address = "127.0.0.1";
-  uint16_t port = 8080;               // 0 picks a free port
-  std::string port_file;              // when set, the bound port is written here at start
+  uint16_t port = 8080;   // 0 picks a free port
+  std::string port_file;  // when set, the bound port is written here at start
   std::string database = "var/fedcase.db";
-  std::string admin_token;            // env FEDCASE_ADMIN_TOKEN overrides
-  std::string enrollment_token;       // clients register with it; env FEDCASE_ENROLLMENT_TOKEN
+  std::string admin_token;       // env FEDCASE_ADMIN_TOKEN overrides
+  std::string enrollment_token;  // clients register with it; env FEDCASE_ENROLLMENT_TOKEN
   int io_threads = 2;
-  size_t max_connections = 10000;         // open connections; more are answered 503
-  size_t max_json_bytes = 1 << 20;        // body limit of every JSON request
-  size_t max_upload_bytes = 64u << 20;    // body limit of an update upload
-  double read_timeout_s = 30;             // to receive one whole request
-  double long_poll_max_s = 30;            // longest wait a task poll may ask for
-  double client_timeout_s = 30;           // a client silent this long is offline (unavailable)
-  double requests_per_second = 50;        // per caller; beyond it 429 with Retry-After
+  size_t max_connections = 10000;       // open connections; more are answered 503
+  size_t max_json_bytes = 1 << 20;      // body limit of every JSON request
+  size_t max_upload_bytes = 64u << 20;  // body limit of an update upload
+  double read_timeout_s = 30;           // to receive one whole request
+  double long_poll_max_s = 30;          // longest wait a task poll may ask for
+  double client_timeout_s = 30;         // a client silent this long is offline (unavailable)
+  double requests_per_second = 50;      // per caller; beyond it 429 with Retry-After
   std::string eval_data_dir = "/usr/share/datasets/fashion-mnist";
-  size_t eval_samples = 10000;            // test-set samples used to evaluate each model
+  size_t eval_samples = 10000;  // test-set samples used to evaluate each model
   int torch_threads = 1;
 };
 

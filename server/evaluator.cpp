@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "common/log.h"
+#include "common/status.h"
 
 namespace fedcase::server {
 
@@ -40,31 +41,30 @@ void TestSetEvaluator::run() {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
-    // Nothing thrown here may end the thread: a failed evaluation is logged and skipped.
+    // Nothing thrown here may end the thread.
+    Result<ml::EvalResult> result = internal_error("evaluation failed");
     try {
-      evaluate(task);
+      result = evaluate(task);
     } catch (const std::exception& e) {
-      log_error(std::string("evaluation failed: ") + e.what());
+      result = internal_error(std::string("evaluation failed: ") + e.what());
+    }
+    try {
+      task.done(result);
+    } catch (const std::exception& e) {
+      log_error(std::string("recording an evaluation failed: ") + e.what());
     }
   }
 }
 
-void TestSetEvaluator::evaluate(Task& task) {
+Result<ml::EvalResult> TestSetEvaluator::evaluate(const Task& task) {
   auto it = models_.find(task.arch);
   if (it == models_.end()) {
     auto model = ml::Model::create(task.arch, 0);
-    if (!model.ok()) {
-      log_error("cannot evaluate: " + model.status().to_string());
-      return;
-    }
+    if (!model.ok()) return model.status();
     it = models_.emplace(task.arch, std::move(model).value()).first;
   }
-  Status s = it->second.set_parameters(task.params);
-  if (!s.ok()) {
-    log_error("cannot evaluate: " + s.to_string());
-    return;
-  }
-  task.done(it->second.evaluate(data_, samples_));
+  FEDCASE_RETURN_IF_ERROR(it->second.set_parameters(task.params));
+  return it->second.evaluate(data_, samples_);
 }
 
 }  // namespace fedcase::server

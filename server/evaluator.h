@@ -19,12 +19,12 @@ namespace fedcase::server {
 
 class ModelEvaluator {
  public:
-  using Done = std::function<void(const ml::EvalResult&)>;
+  // The evaluation, or why there is none (the model cannot be built or scored here).
+  using Done = std::function<void(const Result<ml::EvalResult>&)>;
   virtual ~ModelEvaluator() = default;
 
-  // Queues the evaluation of `params` of a model of `arch`. `done` runs later, on a thread of
-  // the evaluator's, with the result; it is not called when the model cannot be evaluated
-  // (the evaluator logs why). Thread-safe. Tasks run in submission order.
+  // Queues the evaluation of `params` of a model of `arch`. `done` runs exactly once, later,
+  // on a thread of the evaluator's. Thread-safe. Tasks run in submission order.
   virtual void submit(const std::string& arch, std::vector<float> params, Done done) = 0;
 };
 
@@ -43,7 +43,7 @@ class TestSetEvaluator final : public ModelEvaluator {
     Done done;
   };
   void run();
-  void evaluate(Task& task);
+  Result<ml::EvalResult> evaluate(const Task& task);
 
   ml::Dataset data_;
   size_t samples_;

@@ -1,11 +1,11 @@
 #include "server/http_server.h"
 
+#include <array>
+#include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
-#include <array>
-#include <atomic>
 #include <chrono>
 
 #include "common/log.h"
@@ -30,15 +30,18 @@ class Session : public std::enable_shared_from_this<Session> {
   // `open_connections` counts live sessions; it must outlive them.
   Session(tcp::socket&& socket, Api& api, const CoordinatorConfig& config,
           std::atomic<size_t>& open_connections)
-      : stream_(std::move(socket)), timer_(stream_.get_executor()), api_(api), config_(config),
+      : stream_(std::move(socket)),
+        timer_(stream_.get_executor()),
+        api_(api),
+        config_(config),
         open_connections_(open_connections) {
     ++open_connections_;
   }
   ~Session() { --open_connections_; }
 
   void run() {
-    net::dispatch(stream_.get_executor(), beast::bind_front_handler(&Session::do_read_header,
-                                                                    shared_from_this()));
+    net::dispatch(stream_.get_executor(),
+                  beast::bind_front_handler(&Session::do_read_header, shared_from_this()));
   }
 
   // Answers 503 at once and closes: the server is at its connection limit.
@@ -67,8 +70,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (length && *length > limit) return on_read_error(http::error::body_limit);
     parser_->body_limit(limit);  // bounds chunked bodies as they arrive
     auto expect = parser_->get().find(http::field::expect);
-    if (expect != parser_->get().end() &&
-        beast::iequals(expect->value(), "100-continue")) {
+    if (expect != parser_->get().end() && beast::iequals(expect->value(), "100-continue")) {
       auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
       http::async_write(stream_, *cont,
                         [self = shared_from_this(), cont](beast::error_code ec, size_t) {
@@ -88,10 +90,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void on_read_error(beast::error_code ec) {
     if (ec == http::error::body_limit) {
-      return send(error_response(too_large("request body exceeds the limit of " +
-                                           std::to_string(api_.body_limit(parser_->get())) +
-                                           " bytes"),
-                                 11, false));
+      return send(
+          error_response(too_large("request body exceeds the limit of " +
+                                   std::to_string(api_.body_limit(parser_->get())) + " bytes"),
+                         11, false));
     }
     if (ec == http::error::header_limit) {
       return send(error_response(too_large("request header too large"), 11, false));
@@ -101,8 +103,8 @@ class Session : public std::enable_shared_from_this<Session> {
       return close();
     }
     if (ec.category() == http::make_error_code(http::error::bad_target).category()) {
-      return send(error_response(invalid_argument("malformed HTTP request: " + ec.message()), 11,
-                                 false));
+      return send(
+          error_response(invalid_argument("malformed HTTP request: " + ec.message()), 11, false));
     }
     close();
   }
@@ -197,8 +199,10 @@ struct HttpServer::Impl {
       } else {
         const bool full = open_connections >= config.max_connections;
         auto session = std::make_shared<Session>(std::move(socket), api, config, open_connections);
-        if (full) session->refuse();
-        else session->run();
+        if (full)
+          session->refuse();
+        else
+          session->run();
       }
       do_accept();
     });

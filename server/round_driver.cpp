@@ -11,6 +11,11 @@ namespace {
 
 using nlohmann::json;
 
+// Contacts refresh availability in memory; a client's last contact is saved at most this often,
+// in batches, so a large fleet's heartbeats do not turn into fsyncs. The profiles of a round's
+// invitees are saved when it closes.
+constexpr double kSaveContactsEvery = 30.0;
+
 std::string job_prefix(const JobEntry& job) { return "job " + std::to_string(job.id) + ": "; }
 
 // The privacy a DP job has spent, as the admin API shows it.
@@ -113,6 +118,7 @@ void RoundDriver::tick() {
   }
   for (Closing& c : closing) conclude(c, now);
   for (JobEntry* job : opening) open(*job, now);
+  clients_.flush(now, kSaveContactsEvery);
 }
 
 void RoundDriver::open(JobEntry& job, double now) {
@@ -219,13 +225,22 @@ void RoundDriver::conclude(Closing& c, double now) {
     const uint64_t version = runtime.model()->version;
     evaluator_.submit(
         job.config.model, runtime.model()->params,
-        [this, &job, version](const ml::EvalResult& e) { on_evaluated(job, version, e); });
+        [this, &job, version](const Result<ml::EvalResult>& e) { on_evaluated(job, version, e); });
   } else {
     log_warn(job_prefix(job) + "round " + std::to_string(record.index) + " failed: " + k.failure);
   }
 }
 
-void RoundDriver::on_evaluated(JobEntry& job, uint64_t version, const ml::EvalResult& e) {
+void RoundDriver::on_evaluated(JobEntry& job, uint64_t version,
+                               const Result<ml::EvalResult>& evaluation) {
+  if (!evaluation.ok()) {
+    log_error(job_prefix(job) + "cannot evaluate model " + std::to_string(version) + ": " +
+              evaluation.status().to_string());
+    std::lock_guard<std::mutex> lock(jobs_.mu);
+    job.evaluations_pending -= 1;
+    return;
+  }
+  const ml::EvalResult& e = *evaluation;
   Status s = store_.add_round_metrics(
       job.id, version,
       {{"test_accuracy", e.accuracy}, {"test_loss", e.loss}, {"test_samples", e.samples}});

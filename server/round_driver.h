@@ -40,7 +40,7 @@ class RoundDriver {
   struct Closing;
   void open(JobEntry& job, double now);
   void conclude(Closing& closing, double now);
-  void on_evaluated(JobEntry& job, uint64_t version, const ml::EvalResult& result);
+  void on_evaluated(JobEntry& job, uint64_t version, const Result<ml::EvalResult>& evaluation);
 
   JobTable& jobs_;
   ClientRegistry& clients_;

@@ -12,8 +12,7 @@ Result<UpdateMeta> parse_update_meta(const nlohmann::json& meta) {
     auto v = meta.find(key);
     if (v == meta.end()) return ok_status();
     if (!v->is_number_integer() || v->get<int64_t>() < 0) {
-      return invalid_argument(std::string("update metadata '") + key +
-                              "' must be an integer >= 0");
+      return invalid_argument(std::string("update metadata '") + key + "' must be an integer >= 0");
     }
     out = v->get<uint64_t>();
     return ok_status();

@@ -2,7 +2,6 @@
 // The statistics a client sends with its update (header X-Fedcase-Meta, docs/protocol.md).
 
 #include <cstdint>
-
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"

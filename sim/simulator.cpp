@@ -246,6 +246,7 @@ RoundIndex Simulator::rounds() const { return state_->job->last_round(); }
 const std::vector<SimClient>& Simulator::fleet() const { return state_->fleet; }
 std::string Simulator::policy() const { return state_->job->policy_name(); }
 const std::string& Simulator::model_checksum() const { return state_->job->model()->checksum; }
+const nlohmann::json& Simulator::policy_state() const { return state_->job->policy_state(); }
 void Simulator::set_update_observer(UpdateObserver observer) {
   state_->on_update = std::move(observer);
 }

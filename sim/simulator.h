@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,8 @@ class Simulator {
   std::string policy() const;
   // The checksum of the current global model's blob (as the coordinator would serve it).
   const std::string& model_checksum() const;
+  // What the selection policy has learnt (its saved state).
+  const nlohmann::json& policy_state() const;
   void set_update_observer(UpdateObserver observer);
 
  private:

@@ -1,0 +1,378 @@
+// The coordinator without sockets: a real SQLite store in a temp dir, a real test-set
+// evaluator, a clock the test moves, and the round driver ticked by hand.
+
+#include "server/coordinator.h"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include "common/blob.h"
+#include "ml/dataset.h"
+#include "tests/support/temp_dir.h"
+
+namespace fedcase::server {
+namespace {
+
+using nlohmann::json;
+
+const ml::Dataset& small_test_set() {
+  static const ml::Dataset data = [] {
+    auto test = ml::load_fashion_mnist(FEDCASE_FMNIST_DIR, ml::Split::kTest);
+    REQUIRE(test.ok());
+    return ml::head(*test, 200);
+  }();
+  return data;
+}
+
+CoordinatorConfig config_in(const testing::TempDir& dir) {
+  return parse_coordinator_config({{"database", dir.file("fedcase.db")},
+                                   {"admin_token", "admin-token-0123456789"},
+                                   {"enrollment_token", "enroll-token-0123456789"}});
+}
+
+struct Harness {
+  explicit Harness(const testing::TempDir& dir) : dir(dir) { reopen(); }
+
+  void reopen() {
+    coordinator.reset();
+    auto store = storage::open_sqlite_store(dir.file("fedcase.db"));
+    REQUIRE(store.ok());
+    auto evaluator = std::make_unique<TestSetEvaluator>(small_test_set(), 200, 1);
+    auto opened = Coordinator::open(config_in(dir), std::move(store).value(), std::move(evaluator),
+                                    [this] { return now.load(); });
+    REQUIRE_MESSAGE(opened.ok(), opened.status().to_string());
+    coordinator = std::move(opened).value();
+  }
+
+  // A second connection to the same database, to read what the coordinator stored.
+  std::unique_ptr<storage::Store> reader() const {
+    auto store = storage::open_sqlite_store(dir.file("fedcase.db"));
+    REQUIRE(store.ok());
+    return std::move(store).value();
+  }
+
+  ClientId add_client(uint64_t dataset_size = 100) {
+    auto r = coordinator->register_client({{"dataset_size", dataset_size}});
+    REQUIRE(r.ok());
+    tokens[r->id] = r->token;
+    return r->id;
+  }
+
+  const testing::TempDir& dir;
+  std::atomic<double> now{1000};
+  std::unique_ptr<Coordinator> coordinator;
+  std::map<ClientId, std::string> tokens;
+};
+
+json job_config(json patch = json::object()) {
+  json j = {{"name", "unit"},
+            {"model", "mlp"},
+            {"seed", 3},
+            {"rounds", 5},
+            {"clients_per_round", 2},
+            {"selection", {{"policy", "random"}, {"overcommit", 1.5}}},
+            {"training", {{"deadline", {{"mode", "fixed"}, {"seconds", 60}}}}}};
+  j.merge_patch(patch);
+  return j;
+}
+
+// The invitees of the job's open round, with their tasks.
+std::map<ClientId, TaskOffer> invitees(Coordinator& c, const std::vector<ClientId>& clients) {
+  std::map<ClientId, TaskOffer> out;
+  for (ClientId id : clients) {
+    auto task = c.next_task(id);
+    REQUIRE(task.ok());
+    if (*task) out[id] = **task;
+  }
+  return out;
+}
+
+ModelBlob base_model(Coordinator& c, JobId job, uint64_t version) {
+  auto download = c.model(job, version);
+  REQUIRE(download.ok());
+  auto blob = decode_blob(*download->blob, download->blob->size());
+  REQUIRE(blob.ok());
+  return *blob;
+}
+
+// An update of `value` in every parameter, trained on `version`.
+std::string delta_blob(const ModelBlob& base, float value) {
+  ModelBlob delta{base.model_version, base.layout,
+                  std::vector<float>(base.layout.element_count(), value)};
+  return encode_blob(delta);
+}
+
+json meta(uint64_t samples) {
+  return {{"samples", samples}, {"loss_sum", 0.5 * samples}, {"loss_sq_sum", 0.3 * samples}};
+}
+
+// Everything the store holds about `job` that an update or a round could change.
+json store_view(storage::Store& store, JobId job) {
+  json out;
+  auto rounds = store.list_rounds(job);
+  REQUIRE(rounds.ok());
+  for (const auto& r : *rounds) {
+    auto updates = store.list_updates(job, r.index);
+    REQUIRE(updates.ok());
+    out["rounds"].push_back({{"index", r.index},
+                             {"state", state_name(r.state)},
+                             {"metrics", r.metrics},
+                             {"updates", updates->size()}});
+  }
+  auto model = store.latest_model(job);
+  REQUIRE(model.ok());
+  out["model"] = {{"version", model->version}, {"checksum", model->checksum}};
+  return out;
+}
+
+TEST_CASE("a round from open to commit, with the model the store keeps") {
+  testing::TempDir dir;
+  Harness h(dir);
+  std::vector<ClientId> clients;
+  for (int i = 0; i < 4; ++i) clients.push_back(h.add_client());
+  auto created = h.coordinator->create_job(job_config());
+  REQUIRE(created.ok());
+  const JobId job = created->id;
+  const ModelBlob base = base_model(*h.coordinator, job, 0);
+
+  h.coordinator->tick();
+  auto tasks = invitees(*h.coordinator, clients);
+  REQUIRE(tasks.size() == 3);  // ceil(2 x 1.5)
+  const TaskOffer& offer = tasks.begin()->second;
+  CHECK(offer.round == 1);
+  CHECK(offer.model_version == 0);
+  CHECK(offer.deadline == doctest::Approx(1060));
+
+  auto it = tasks.begin();
+  const ClientId a = (it++)->first, b = (it++)->first, c = it->first;
+  h.now = 1010;
+  REQUIRE(h.coordinator->submit_update(a, job, 1, meta(10), delta_blob(base, 0.1f)).ok());
+  auto second = h.coordinator->submit_update(b, job, 1, meta(30), delta_blob(base, 0.5f));
+  REQUIRE(second.ok());
+  CHECK(second->updates == 2);
+  auto status = h.coordinator->task_status(c, job, 1);
+  REQUIRE(status.ok());
+  CHECK(*status == rounds::Admission::kFilled);
+  CHECK(h.coordinator->submit_update(c, job, 1, meta(5), delta_blob(base, 1)).status().code() ==
+        Code::kConflict);
+
+  h.coordinator->tick();
+  auto detail = h.coordinator->job_detail(job);
+  REQUIRE(detail.ok());
+  REQUIRE(detail->rounds.size() >= 1);
+  const storage::RoundRecord& r1 = detail->rounds[0];
+  CHECK(r1.state == RoundState::kCommitted);
+  CHECK(r1.metrics["updates"] == 2);
+  CHECK(r1.metrics["dropped"][std::to_string(c)] == "not needed");
+  CHECK(detail->summary.model_version == 1);
+
+  auto reader = h.reader();
+  auto stored = reader->get_model(job, 1);
+  REQUIRE(stored.ok());
+  CHECK(stored->checksum == detail->summary.model_checksum);
+  auto next = decode_blob(stored->blob, stored->blob.size());
+  REQUIRE(next.ok());
+  const float mean = (0.1f * 10 + 0.5f * 30) / 40;  // FedAvg by samples, server lr 1
+  for (size_t i = 0; i < next->data.size(); i += 997) {
+    CHECK(next->data[i] == doctest::Approx(base.data[i] + mean).epsilon(1e-5));
+  }
+  auto updates = reader->list_updates(job, 1);
+  REQUIRE(updates.ok());
+  CHECK(updates->size() == 2);
+}
+
+TEST_CASE("restart: open rounds fail, jobs resume from the last commit, tokens still work") {
+  testing::TempDir dir;
+  Harness h(dir);
+  std::vector<ClientId> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(h.add_client());
+  auto created = h.coordinator->create_job(job_config());
+  REQUIRE(created.ok());
+  const JobId job = created->id;
+  const ModelBlob base = base_model(*h.coordinator, job, 0);
+  h.coordinator->tick();
+  size_t accepted = 0;
+  for (const auto& [id, task] : invitees(*h.coordinator, clients)) {
+    accepted += h.coordinator->submit_update(id, job, 1, meta(10), delta_blob(base, 0.2f)).ok();
+  }
+  CHECK(accepted == 2);   // the third is not needed
+  h.coordinator->tick();  // commits round 1
+  h.now = 1100;
+  for (ClientId id : clients) REQUIRE(h.coordinator->heartbeat(id, json::object()).ok());
+  h.coordinator->tick();  // opens round 2
+  auto before = h.coordinator->job_detail(job);
+  REQUIRE(before.ok());
+  REQUIRE(before->current_round);
+  CHECK(before->current_round->index == 2);
+  const std::string checksum = before->summary.model_checksum;
+
+  h.now = 1200;
+  h.reopen();
+  auto after = h.coordinator->job_detail(job);
+  REQUIRE(after.ok());
+  CHECK(after->summary.model_version == 1);
+  CHECK(after->summary.model_checksum == checksum);
+  CHECK_FALSE(after->current_round);
+  REQUIRE(after->rounds.size() == 2);
+  CHECK(after->rounds[1].state == RoundState::kFailed);
+  CHECK(after->rounds[1].metrics["failure"] == "coordinator restarted while the round was open");
+  for (const auto& [id, token] : h.tokens) {
+    Caller caller = h.coordinator->identify(token);
+    CHECK(caller.role == Role::kClient);
+    CHECK(caller.client == id);
+  }
+  // The job goes on from version 1 with round 3.
+  for (ClientId id : clients) REQUIRE(h.coordinator->heartbeat(id, json::object()).ok());
+  h.coordinator->tick();
+  auto tasks = invitees(*h.coordinator, clients);
+  REQUIRE_FALSE(tasks.empty());
+  CHECK(tasks.begin()->second.round == 3);
+  CHECK(tasks.begin()->second.model_version == 1);
+}
+
+TEST_CASE("refused updates leave the store and the round unchanged") {
+  testing::TempDir dir;
+  Harness h(dir);
+  std::vector<ClientId> clients;
+  for (int i = 0; i < 5; ++i) clients.push_back(h.add_client());
+  auto created = h.coordinator->create_job(job_config({{"max_update_norm", 1000}}));
+  REQUIRE(created.ok());
+  const JobId job = created->id;
+  const ModelBlob base = base_model(*h.coordinator, job, 0);
+  h.coordinator->tick();
+  auto tasks = invitees(*h.coordinator, clients);
+  REQUIRE(tasks.size() == 3);
+  const ClientId invited = tasks.begin()->first;
+  ClientId outsider = 0;
+  for (ClientId id : clients) {
+    if (!tasks.count(id)) outsider = id;
+  }
+  auto reader = h.reader();
+  const json before = store_view(*reader, job);
+
+  ModelBlob nan = base;
+  nan.data.assign(base.layout.element_count(), 0);
+  nan.data[3] = std::numeric_limits<float>::quiet_NaN();
+  ModelBlob wrong_version = base;
+  wrong_version.model_version = 7;
+  ModelBlob wrong_shape{0, {{{"w", {3}}}}, {1, 2, 3}};
+  struct Case {
+    const char* what;
+    JobId job;
+    RoundIndex round;
+    ClientId client;
+    json meta;
+    std::string blob;
+    Code code;
+  };
+  const Case cases[] = {
+      {"unknown job", job + 9, 1, invited, meta(1), delta_blob(base, 0), Code::kNotFound},
+      {"closed round", job, 2, invited, meta(1), delta_blob(base, 0), Code::kConflict},
+      {"not invited", job, 1, outsider, meta(1), delta_blob(base, 0), Code::kPermissionDenied},
+      {"bad metadata", job, 1, invited, json{{"samples", 0}}, delta_blob(base, 0),
+       Code::kInvalidArgument},
+      {"not a blob", job, 1, invited, meta(1), "garbage", Code::kInvalidArgument},
+      {"NaN", job, 1, invited, meta(1), encode_blob(nan), Code::kUnprocessable},
+      {"wrong version", job, 1, invited, meta(1), encode_blob(wrong_version), Code::kUnprocessable},
+      {"wrong shape", job, 1, invited, meta(1), encode_blob(wrong_shape), Code::kUnprocessable},
+      {"norm", job, 1, invited, meta(1), delta_blob(base, 100), Code::kUnprocessable},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    auto r = h.coordinator->submit_update(c.client, c.job, c.round, c.meta, c.blob);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == c.code);
+    CHECK(store_view(*reader, job) == before);
+  }
+  auto detail = h.coordinator->job_detail(job);
+  REQUIRE(detail.ok());
+  REQUIRE(detail->current_round);
+  CHECK(detail->current_round->updates == 0);
+  // The invitee whose uploads were refused may still upload a good one.
+  REQUIRE(h.coordinator->submit_update(invited, job, 1, meta(10), delta_blob(base, 0.1f)).ok());
+  CHECK(h.coordinator->submit_update(invited, job, 1, meta(10), delta_blob(base, 0.1f))
+            .status()
+            .code() == Code::kConflict);
+}
+
+TEST_CASE("a job that reaches its target finishes with that model; the round after it fails") {
+  testing::TempDir dir;
+  Harness h(dir);
+  std::vector<ClientId> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(h.add_client());
+  // Any model beats 1% accuracy: the first evaluation reaches the target.
+  auto created = h.coordinator->create_job(
+      job_config({{"target_accuracy", 0.01}, {"selection", {{"overcommit", 1.0}}}}));
+  REQUIRE(created.ok());
+  const JobId job = created->id;
+  const ModelBlob base = base_model(*h.coordinator, job, 0);
+  h.coordinator->tick();
+  for (const auto& [id, task] : invitees(*h.coordinator, clients)) {
+    REQUIRE(h.coordinator->submit_update(id, job, 1, meta(10), delta_blob(base, 0.0f)).ok());
+  }
+  // Commit round 1, and open round 2 before the evaluation of model 1 is known.
+  h.coordinator->tick();
+  h.coordinator->tick();
+  auto open = h.coordinator->job_detail(job);
+  REQUIRE(open.ok());
+  const ModelBlob v1 = base_model(*h.coordinator, job, 1);
+  if (open->current_round) {
+    for (const auto& [id, task] : invitees(*h.coordinator, clients)) {
+      auto r = h.coordinator->submit_update(id, job, 2, meta(10), delta_blob(v1, 0.0f));
+      CHECK((r.ok() || r.status().code() == Code::kConflict));
+    }
+  }
+  // Round 2 is filled (or not open yet), but may not commit until model 1 is evaluated.
+  bool finished = false;
+  for (int i = 0; i < 200 && !finished; ++i) {
+    h.coordinator->tick();
+    auto jobs = h.coordinator->list_jobs();
+    finished = jobs.at(0).state == JobState::kFinished;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(finished);
+  h.coordinator->tick();  // fails the round opened meanwhile
+  auto detail = h.coordinator->job_detail(job);
+  REQUIRE(detail.ok());
+  CHECK(detail->summary.model_version == 1);
+  size_t committed = 0;
+  for (const auto& r : detail->rounds) {
+    if (r.state == RoundState::kCommitted) ++committed;
+    if (r.index >= 2) {
+      CHECK(r.state == RoundState::kFailed);
+      CHECK(r.metrics["failure"] == "job reached its target");
+    }
+  }
+  CHECK(committed == 1);
+  CHECK_FALSE(detail->current_round);
+}
+
+TEST_CASE("cancel, pause and resume follow the job lifecycle") {
+  testing::TempDir dir;
+  Harness h(dir);
+  auto created = h.coordinator->create_job(job_config());
+  REQUIRE(created.ok());
+  const JobId job = created->id;
+  CHECK(h.coordinator->control_job(job, "resume").status().code() == Code::kConflict);
+  CHECK(h.coordinator->control_job(job, "explode").status().code() == Code::kNotFound);
+  CHECK(h.coordinator->control_job(job + 1, "pause").status().code() == Code::kNotFound);
+  auto paused = h.coordinator->control_job(job, "pause");
+  REQUIRE(paused.ok());
+  CHECK(*paused == JobState::kPaused);
+  REQUIRE(h.coordinator->control_job(job, "resume").ok());
+  REQUIRE(h.coordinator->control_job(job, "cancel").ok());
+  CHECK(h.coordinator->control_job(job, "resume").status().message() ==
+        "cannot resume a job that is cancelled");
+  auto reader = h.reader();
+  auto stored = reader->get_job(job);
+  REQUIRE(stored.ok());
+  CHECK(stored->state == JobState::kCancelled);
+}
+
+}  // namespace
+}  // namespace fedcase::server
