@@ -376,3 +376,92 @@ TEST_CASE("cancel, pause and resume follow the job lifecycle") {
 
 }  // namespace
 }  // namespace fedcase::server
+
+namespace fedcase::server {
+namespace {
+
+// Stores a job whose model is one tensor of `parameters` floats, as a job created earlier
+// would be: the coordinator resumes it when it opens the database.
+JobId store_large_job(const testing::TempDir& dir, const std::string& name, size_t parameters) {
+  auto store = storage::open_sqlite_store(dir.file("fedcase.db"));
+  REQUIRE(store.ok());
+  ModelBlob model{0, {{{"w", {parameters}}}}, std::vector<float>(parameters, 0.5f)};
+  const std::string blob = encode_blob(model);
+  const json config = job_config({{"name", name},
+                                  {"clients_per_round", 1},
+                                  {"min_clients", 1},
+                                  {"selection", {{"overcommit", 1.0}}},
+                                  {"training", {{"deadline", {{"seconds", 600}}}}}});
+  auto id = (*store)->create_job({0, name, config, JobState::kRunning, json::object(), 1},
+                                 {0, 0, blob, blob_checksum(blob), "", 1});
+  REQUIRE(id.ok());
+  return *id;
+}
+
+TEST_CASE(
+    "heartbeats and polls are answered within 50 ms while a round commits and a 40 MB "
+    "update folds") {
+  testing::TempDir dir;
+  constexpr size_t kParameters = 10'000'000;  // 40 MB of float32
+  const JobId job_a = store_large_job(dir, "a", kParameters);
+  const JobId job_b = store_large_job(dir, "b", kParameters);
+  Harness h(dir);
+  std::vector<ClientId> clients;
+  for (int i = 0; i < 6; ++i) clients.push_back(h.add_client());
+  h.coordinator->tick();  // opens a round of each job, one invitee each
+  std::map<JobId, ClientId> invitee;
+  for (const auto& [client, offer] : invitees(*h.coordinator, clients)) invitee[offer.job] = client;
+  REQUIRE(invitee.size() == 2);
+  std::vector<ClientId> others;
+  for (ClientId id : clients) {
+    if (id != invitee[job_a] && id != invitee[job_b]) others.push_back(id);
+  }
+  ModelBlob base{0, {{{"w", {kParameters}}}}, {}};
+  const std::string update_a = delta_blob(base, 0.01f), update_b = delta_blob(base, 0.02f);
+  // Round b fills: the next tick concludes it (optimizer step, a 40 MB blob, a SQLite commit).
+  REQUIRE(h.coordinator->submit_update(invitee[job_b], job_b, 1, meta(10), update_b).ok());
+
+  std::atomic<int> busy{2};
+  double commit_s = 0, fold_s = 0;
+  auto timed = [&](double& seconds, auto work) {
+    return std::thread([&, work] {
+      const auto start = std::chrono::steady_clock::now();
+      work();
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      --busy;
+    });
+  };
+  std::thread committer = timed(commit_s, [&] { h.coordinator->tick(); });
+  std::thread folder = timed(fold_s, [&] {
+    CHECK(h.coordinator->submit_update(invitee[job_a], job_a, 1, meta(10), update_a).ok());
+  });
+  double slowest = 0;
+  size_t calls = 0, failed = 0;
+  while (busy > 0) {
+    for (ClientId id : others) {
+      const auto start = std::chrono::steady_clock::now();
+      failed += !h.coordinator->heartbeat(id, json::object()).ok();
+      failed += !h.coordinator->next_task(id).ok();
+      slowest = std::max(
+          slowest, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      ++calls;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  committer.join();
+  folder.join();
+  MESSAGE("commit " << commit_s * 1e3 << " ms, fold " << fold_s * 1e3 << " ms, " << calls
+                    << " heartbeat+poll pairs, slowest " << slowest * 1e3 << " ms");
+  CHECK(failed == 0);
+  CHECK(calls > 10);
+  CHECK(slowest < 0.050);
+  auto detail = h.coordinator->job_detail(job_b);
+  REQUIRE(detail.ok());
+  CHECK(detail->summary.model_version == 1);
+  auto a = h.coordinator->job_detail(job_a);
+  REQUIRE(a.ok());
+  CHECK(a->current_round->updates == 1);
+}
+
+}  // namespace
+}  // namespace fedcase::server
