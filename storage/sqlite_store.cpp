@@ -395,7 +395,9 @@ class SqliteStore : public Store {
     FEDCASE_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE"));
     Status s = body();
     if (s.ok()) s = exec("COMMIT");
-    if (!s.ok()) exec("ROLLBACK");
+    if (s.ok()) return s;
+    Status rolled_back = exec("ROLLBACK");
+    if (!rolled_back.ok()) return internal_error(s.message() + "; " + rolled_back.message());
     return s;
   }
 
