@@ -24,6 +24,7 @@ Result<JobConfig> parse_job_config(const json& j) {
   json training = json::object(), aggregation = json::object();
   ObjectReader r(j, "job");
   r.text("name", c.name)
+      .text("description", c.description)
       .text("model", c.model)
       .integer("seed", c.seed)
       .integer("rounds", c.rounds)
@@ -44,6 +45,7 @@ Result<JobConfig> parse_job_config(const json& j) {
   FEDCASE_RETURN_IF_ERROR(check_range("clients_per_round", c.clients_per_round, 1, 1000000));
   FEDCASE_RETURN_IF_ERROR(check_range("min_updates", c.min_updates, 1, c.clients_per_round));
   if (c.name.empty()) return invalid_argument("job.name is required");
+  if (c.description.size() > 4096) return invalid_argument("job.description is over 4096 bytes");
   if (c.model != "cnn" && c.model != "mlp") {
     return invalid_argument("job.model must be \"cnn\" or \"mlp\"");
   }

@@ -17,6 +17,7 @@ namespace fedcase::rounds {
 
 struct JobConfig {
   std::string name;
+  std::string description;        // free text for operators (at most 4,096 bytes)
   std::string model = "cnn";      // a built-in architecture: "cnn" or "mlp"
   uint64_t seed = 1;              // model init, selection, DP noise
   size_t rounds = 100;            // round cap

@@ -1,5 +1,6 @@
 #include "rounds/job_runtime.h"
 
+#include <algorithm>
 #include <cmath>
 #include <unordered_map>
 
@@ -113,10 +114,20 @@ Conclusion JobRuntime::close(Round& round, double now, const std::string& failur
 
   uint64_t samples = 0;
   double loss_sum = 0;
+  // Where the round's time went: the mean over accepted updates of each phase of a task, the
+  // folds' total, and the open to the last accepted update.
+  double dispatch = 0, download = 0, train = 0, upload = 0, fold = 0, last = 0;
   for (const auto& [id, a] : accepted) {
     samples += a.samples;
     loss_sum += a.loss_sum;
+    dispatch += a.dispatch_s;
+    download += a.download_s;
+    train += a.train_s;
+    upload += a.upload_s;
+    fold += a.fold_s;
+    last = std::max(last, a.at - round.opened_at());
   }
+  const double n = std::max<double>(1, double(accepted.size()));
   scheduling::RoundOutcome outcome;
   outcome.round = round.index();
   outcome.duration_s = now - round.opened_at();
@@ -157,7 +168,14 @@ Conclusion JobRuntime::close(Round& round, double now, const std::string& failur
                {"aggregation", round.aggregate()->rule()},
                {"finished", finished},
                {"dropped", dropped},
-               {"round_seconds", now - round.opened_at()}};
+               {"round_seconds", now - round.opened_at()},
+               {"timing",
+                {{"dispatch_s", dispatch / n},
+                 {"download_s", download / n},
+                 {"train_s", train / n},
+                 {"upload_s", upload / n},
+                 {"fold_s", fold},
+                 {"last_update_s", last}}}};
   if (!failure.empty()) c.metrics["failure"] = failure;
   return c;
 }

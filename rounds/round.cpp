@@ -121,12 +121,22 @@ Result<std::shared_ptr<RoundAggregate>> Round::reserve(ClientId client, double n
   return aggregate_;
 }
 
-ProfileChange Round::accept(ClientId client, const scheduling::RoundReport& report, double now) {
+ProfileChange Round::accept(ClientId client, const scheduling::RoundReport& report, double now,
+                            double fold_s) {
   reserved_.erase(client);
   auto handed = handed_out_.find(client);
   const double start = handed != handed_out_.end() ? handed->second : spec_.opened_at;
-  accepted_[client] = {now, now - start, report.samples, report.loss_sum,
-                       scheduling::statistical_utility(report.samples, report.loss_sq_sum)};
+  Accepted& a = accepted_[client];
+  a.at = now;
+  a.duration_s = now - start;
+  a.dispatch_s = start - spec_.opened_at;
+  a.samples = report.samples;
+  a.loss_sum = report.loss_sum;
+  a.utility = scheduling::statistical_utility(report.samples, report.loss_sq_sum);
+  a.download_s = report.download_s;
+  a.train_s = report.compute_s + report.io_s;
+  a.upload_s = report.upload_s;
+  a.fold_s = fold_s;
   ProfileChange change{ProfileChange::Kind::kCompleted, client, spec_.index, report};
   change.report.round = spec_.index;
   return change;

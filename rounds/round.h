@@ -106,9 +106,11 @@ class Round {
   // Admits `client`'s upload and holds one of the K places for it; the aggregate to fold into.
   // Errors as check_admission.
   Result<std::shared_ptr<RoundAggregate>> reserve(ClientId client, double now);
-  // The reserved update was folded in with `report` at `now`: it counts. Returns the change
-  // of the client's profile. Precondition: `client` holds a reservation.
-  ProfileChange accept(ClientId client, const scheduling::RoundReport& report, double now);
+  // The reserved update was folded in with `report` at `now`, its fold having taken `fold_s`
+  // seconds: it counts. Returns the change of the client's profile. Precondition: `client`
+  // holds a reservation.
+  ProfileChange accept(ClientId client, const scheduling::RoundReport& report, double now,
+                       double fold_s = 0);
   // The reserved update could not be folded in: frees its place.
   void release(ClientId client);
   // Filled, or past its deadline, or closed, with no upload being folded.
@@ -120,9 +122,12 @@ class Round {
   struct Accepted {
     double at = 0;          // when the update was accepted
     double duration_s = 0;  // first task fetch (or the round's open) to acceptance
+    double dispatch_s = 0;  // the round's open to the first task fetch
     uint64_t samples = 0;
     double loss_sum = 0;
-    double utility = 0;  // statistical utility of its report
+    double utility = 0;                                // statistical utility of its report
+    double download_s = 0, train_s = 0, upload_s = 0;  // reported or measured; 0 = unknown
+    double fold_s = 0;
   };
   const std::map<ClientId, Accepted>& accepted_updates() const { return accepted_; }
   const std::shared_ptr<RoundAggregate>& aggregate() const { return aggregate_; }

@@ -1,6 +1,7 @@
 #include "server/coordinator.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "aggregation/validation.h"
 #include "common/blob.h"
@@ -343,7 +344,10 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
   }
   const double now = s.clock();
   Status written = s.store->record_update({job_id, round_index, client, meta_json, now});
+  const auto fold_start = std::chrono::steady_clock::now();
   if (written.ok()) written = aggregate->add(blob->data.data(), blob->data.size(), meta->samples);
+  const double fold_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - fold_start).count();
   if (!written.ok()) {
     release();
     return written;
@@ -355,8 +359,9 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
   {
     std::lock_guard<std::mutex> lock(s.jobs.mu);
     rounds::Round& r = *job->round;  // a round with a reservation in flight stays open
-    completed = r.accept(
-        client, completion_report(*meta, base->blob.size(), bytes.size(), upload_seconds), now);
+    completed =
+        r.accept(client, completion_report(*meta, base->blob.size(), bytes.size(), upload_seconds),
+                 now, fold_s);
     accepted.updates = r.accepted();
     filled = r.filled();
   }

@@ -176,6 +176,7 @@ void RoundDriver::open(JobEntry& job, double now) {
 }
 
 void RoundDriver::conclude(Closing& c, double now) {
+  const auto start = std::chrono::steady_clock::now();
   JobEntry& job = *c.job;
   rounds::JobRuntime& runtime = *job.runtime;
   rounds::Conclusion k = c.stop_reason.empty() ? runtime.conclude(c.round, now)
@@ -223,16 +224,23 @@ void RoundDriver::conclude(Closing& c, double now) {
              record.metrics["updates"].dump() + " updates after " +
              std::to_string(now - record.opened_at) + " s");
     const uint64_t version = runtime.model()->version;
+    // The commit's duration (conclusion and store write) is recorded with the evaluation.
+    const auto submitted = std::chrono::steady_clock::now();
+    const double commit_s = std::chrono::duration<double>(submitted - start).count();
     evaluator_.submit(
         job.config.model, runtime.model()->params,
-        [this, &job, version](const Result<ml::EvalResult>& e) { on_evaluated(job, version, e); });
+        [this, &job, version, commit_s, submitted](const Result<ml::EvalResult>& e) {
+          const double eval_s =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - submitted).count();
+          on_evaluated(job, version, e, {{"commit_s", commit_s}, {"eval_s", eval_s}});
+        });
   } else {
     log_warn(job_prefix(job) + "round " + std::to_string(record.index) + " failed: " + k.failure);
   }
 }
 
 void RoundDriver::on_evaluated(JobEntry& job, uint64_t version,
-                               const Result<ml::EvalResult>& evaluation) {
+                               const Result<ml::EvalResult>& evaluation, json timing) {
   if (!evaluation.ok()) {
     log_error(job_prefix(job) + "cannot evaluate model " + std::to_string(version) + ": " +
               evaluation.status().to_string());
@@ -241,9 +249,10 @@ void RoundDriver::on_evaluated(JobEntry& job, uint64_t version,
     return;
   }
   const ml::EvalResult& e = *evaluation;
-  Status s = store_.add_round_metrics(
-      job.id, version,
-      {{"test_accuracy", e.accuracy}, {"test_loss", e.loss}, {"test_samples", e.samples}});
+  json metrics = {
+      {"test_accuracy", e.accuracy}, {"test_loss", e.loss}, {"test_samples", e.samples}};
+  metrics.update(timing);
+  Status s = store_.add_round_metrics(job.id, version, metrics);
   if (!s.ok()) log_error(job_prefix(job) + "cannot record evaluation: " + s.to_string());
   char line[160];
   std::snprintf(line, sizeof(line), "job %llu: round %llu model accuracy %.4f, loss %.4f",

@@ -40,7 +40,9 @@ class RoundDriver {
   struct Closing;
   void open(JobEntry& job, double now);
   void conclude(Closing& closing, double now);
-  void on_evaluated(JobEntry& job, uint64_t version, const Result<ml::EvalResult>& evaluation);
+  // Records the evaluation of model `version` with `timing` (commit and evaluation seconds).
+  void on_evaluated(JobEntry& job, uint64_t version, const Result<ml::EvalResult>& evaluation,
+                    nlohmann::json timing);
 
   JobTable& jobs_;
   ClientRegistry& clients_;
