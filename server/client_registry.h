@@ -19,6 +19,7 @@
 
 #include "common/ids.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "rounds/round.h"
 #include "scheduling/profile.h"
 #include "storage/store.h"
@@ -85,9 +86,9 @@ class ClientRegistry {
   storage::Store& store_;
   const scheduling::ProfileParams params_;
   mutable std::mutex mu_;
-  std::unordered_map<std::string, ClientId> token_hashes_;  // guarded by mu_
-  std::map<ClientId, Entry> clients_;                       // guarded by mu_
-  std::set<ClientId> unsaved_;  // contacts not yet saved; guarded by mu_
+  std::unordered_map<std::string, ClientId> token_hashes_ FEDCASE_GUARDED_BY(mu_);
+  std::map<ClientId, Entry> clients_ FEDCASE_GUARDED_BY(mu_);
+  std::set<ClientId> unsaved_ FEDCASE_GUARDED_BY(mu_);  // contacts not yet saved
 };
 
 }  // namespace fedcase::server

@@ -117,20 +117,19 @@ struct Coordinator::State {
   RoundDriver driver;
 
   // Installs a job (at creation or recovery) with its runtime and latest model.
-  Status install(storage::JobRecord record, std::shared_ptr<const rounds::GlobalModel> model,
+  Status install(storage::JobRecord record, rounds::JobConfig config,
+                 std::shared_ptr<const rounds::GlobalModel> model,
                  const std::string& optimizer_state, RoundIndex last_round,
                  const std::vector<storage::RoundRecord>& history);
   Status recover();
 };
 
-Status Coordinator::State::install(storage::JobRecord record,
+Status Coordinator::State::install(storage::JobRecord record, rounds::JobConfig config,
                                    std::shared_ptr<const rounds::GlobalModel> model,
                                    const std::string& optimizer_state, RoundIndex last_round,
                                    const std::vector<storage::RoundRecord>& history) {
-  auto config = rounds::parse_job_config(record.config);
-  if (!config.ok()) return config.status();
   auto runtime =
-      rounds::JobRuntime::create(*config, model, record.policy_state, optimizer_state, last_round);
+      rounds::JobRuntime::create(config, model, record.policy_state, optimizer_state, last_round);
   if (!runtime.ok()) return runtime.status();
   auto job = std::make_unique<JobEntry>();
   for (const auto& r : history) {
@@ -145,7 +144,7 @@ Status Coordinator::State::install(storage::JobRecord record,
   job->id = record.id;
   job->name = record.name;
   job->config_json = record.config;
-  job->config = std::move(config).value();
+  job->config = std::move(config);
   job->created_at = record.created_at;
   job->state = record.state;
   job->model = std::move(model);
@@ -184,8 +183,10 @@ Status Coordinator::State::recover() {
                " was open at restart and is marked failed");
     }
     const std::string name = record.name;
-    FEDCASE_RETURN_IF_ERROR(
-        install(std::move(record), model, latest->optimizer_state, last_round, *rounds));
+    auto config = rounds::parse_job_config(record.config);
+    if (!config.ok()) return config.status();
+    FEDCASE_RETURN_IF_ERROR(install(std::move(record), std::move(config).value(), model,
+                                    latest->optimizer_state, last_round, *rounds));
     log_info("job " + std::to_string(id) + " (" + name + ") resumes at model version " +
              std::to_string(model->version) + ", checksum " + model->checksum.substr(0, 12));
   }
@@ -384,9 +385,12 @@ Result<JobSummary> Coordinator::create_job(const json& request) {
   auto id = s.store->create_job(record, {0, 0, model->blob, model->checksum, std::string(), now});
   if (!id.ok()) return id.status();
   record.id = *id;
-  FEDCASE_RETURN_IF_ERROR(s.install(record, model, std::string(), 0, {}));
-  log_info("job " + std::to_string(*id) + " (" + config->name + ") created: " + config->model +
-           ", " + std::to_string(model->params.size()) + " parameters");
+  const std::string created = "job " + std::to_string(*id) + " (" + config->name +
+                              ") created: " + config->model + ", " +
+                              std::to_string(model->params.size()) + " parameters";
+  FEDCASE_RETURN_IF_ERROR(
+      s.install(record, std::move(config).value(), model, std::string(), 0, {}));
+  log_info(created);
   s.driver.wake();
   std::lock_guard<std::mutex> lock(s.jobs.mu);
   return summary_of(*s.jobs.find(*id));
@@ -466,19 +470,13 @@ Result<JobState> Coordinator::control_job(JobId id, const std::string& action) {
     job = s.jobs.find(id);
   }
   if (!job) return not_found("job " + std::to_string(id) + " not found");
-  std::string refusal;
-  auto next = s.jobs.transition(
-      *job,
-      [&](JobState state) -> std::optional<JobState> {
-        const bool active = state == JobState::kRunning || state == JobState::kPaused;
-        refusal = "cannot " + action + " a job that is " + state_name(state);
-        if (action == "pause" && state == JobState::kRunning) return JobState::kPaused;
-        if (action == "resume" && state == JobState::kPaused) return JobState::kRunning;
-        if (action == "cancel" && active) return JobState::kCancelled;
-        return std::nullopt;
-      },
-      "");
-  if (!next.ok() && next.status().code() == Code::kConflict) return conflict(refusal);
+  auto next = s.jobs.transition(*job, [&](JobState state) -> Result<JobState> {
+    const bool active = state == JobState::kRunning || state == JobState::kPaused;
+    if (action == "pause" && state == JobState::kRunning) return JobState::kPaused;
+    if (action == "resume" && state == JobState::kPaused) return JobState::kRunning;
+    if (action == "cancel" && active) return JobState::kCancelled;
+    return conflict("cannot " + action + " a job that is " + state_name(state));
+  });
   if (next.ok()) s.driver.wake();  // a paused job finishes its round; a cancelled one stops it
   return next;
 }

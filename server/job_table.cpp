@@ -15,15 +15,13 @@ JobEntry* JobTable::find(JobId id) {
   return it == jobs.end() ? nullptr : it->second.get();
 }
 
-Result<JobState> JobTable::transition(JobEntry& job, const Decide& decide,
-                                      const std::string& refusal) {
+Result<JobState> JobTable::transition(JobEntry& job, const Decide& decide) {
   std::lock_guard<std::mutex> serial(state_mu_);
-  std::optional<JobState> next;
-  {
+  const Result<JobState> next = [&] {
     std::lock_guard<std::mutex> lock(mu);
-    next = decide(job.state);
-  }
-  if (!next) return conflict(refusal);
+    return decide(job.state);
+  }();
+  if (!next.ok()) return next.status();
   FEDCASE_RETURN_IF_ERROR(store_.set_job_state(job.id, *next));
   std::lock_guard<std::mutex> lock(mu);
   job.state = *next;

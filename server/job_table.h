@@ -64,13 +64,12 @@ class JobTable {
   // valid for the table's lifetime.
   JobEntry* find(JobId id) FEDCASE_REQUIRES(mu);
 
-  // Moves `job` from its state to decide(state), if that returns one: decided under mu,
-  // written to the store without it, published under it. Stopping a job (cancelled,
-  // finished) closes its open round, which the driver then fails. kConflict (from decide's
-  // refusal, as nullopt) or the store's error; the state is unchanged then.
-  using Decide = std::function<std::optional<JobState>(JobState current)>;
-  [[nodiscard]] Result<JobState> transition(JobEntry& job, const Decide& decide,
-                                            const std::string& refusal);
+  // Moves `job` from its state to decide(state): decided under mu, written to the store
+  // without it, published under it. Stopping a job (cancelled, finished) closes its open
+  // round, which the driver then fails. decide's refusal (e.g. kConflict) or the store's
+  // error leave the state unchanged.
+  using Decide = std::function<Result<JobState>(JobState current)>;
+  [[nodiscard]] Result<JobState> transition(JobEntry& job, const Decide& decide);
 
  private:
   storage::Store& store_;

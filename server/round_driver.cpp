@@ -124,15 +124,7 @@ void RoundDriver::tick() {
 void RoundDriver::open(JobEntry& job, double now) {
   rounds::JobRuntime& runtime = *job.runtime;
   if (runtime.last_round() >= job.config.rounds) {
-    auto finished = jobs_.transition(
-        job,
-        [](JobState s) {
-          return s == JobState::kRunning ? std::optional(JobState::kFinished) : std::nullopt;
-        },
-        "job is not running");
-    if (!finished.ok() && finished.status().code() != Code::kConflict) {
-      log_error(job_prefix(job) + "cannot finish: " + finished.status().to_string());
-    }
+    finish(job);
     return;
   }
   // A client holds one task at a time: those invited by another job's open round are busy.
@@ -265,19 +257,18 @@ void RoundDriver::on_evaluated(JobEntry& job, uint64_t version,
     job.evaluations_pending -= 1;
     job.last_accuracy = e.accuracy;
   }
-  if (reached) {
-    auto finished = jobs_.transition(
-        job,
-        [](JobState state) {
-          const bool active = state == JobState::kRunning || state == JobState::kPaused;
-          return active ? std::optional(JobState::kFinished) : std::nullopt;
-        },
-        "job is not active");
-    if (!finished.ok() && finished.status().code() != Code::kConflict) {
-      log_error(job_prefix(job) + "cannot finish: " + finished.status().to_string());
-    }
-  }
+  if (reached) finish(job);
   wake();
+}
+
+void RoundDriver::finish(JobEntry& job) {
+  auto finished = jobs_.transition(job, [](JobState state) -> Result<JobState> {
+    if (state == JobState::kRunning || state == JobState::kPaused) return JobState::kFinished;
+    return conflict("job is not active");  // cancelled or finished meanwhile: nothing to do
+  });
+  if (!finished.ok() && finished.status().code() != Code::kConflict) {
+    log_error(job_prefix(job) + "cannot finish: " + finished.status().to_string());
+  }
 }
 
 }  // namespace fedcase::server

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/thread_annotations.h"
 #include "server/client_registry.h"
 #include "server/evaluator.h"
 #include "server/job_table.h"
@@ -40,6 +41,8 @@ class RoundDriver {
   struct Closing;
   void open(JobEntry& job, double now);
   void conclude(Closing& closing, double now);
+  // Running or paused -> finished (round cap or target reached).
+  void finish(JobEntry& job);
   // Records the evaluation of model `version` with `timing` (commit and evaluation seconds).
   void on_evaluated(JobEntry& job, uint64_t version, const Result<ml::EvalResult>& evaluation,
                     nlohmann::json timing);
@@ -53,8 +56,8 @@ class RoundDriver {
   std::mutex tick_mu_;  // one tick at a time
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
-  bool stop_ = false;   // guarded by wake_mu_
-  bool woken_ = false;  // guarded by wake_mu_
+  bool stop_ FEDCASE_GUARDED_BY(wake_mu_) = false;
+  bool woken_ FEDCASE_GUARDED_BY(wake_mu_) = false;
   std::thread thread_;
 };
 
