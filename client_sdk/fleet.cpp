@@ -9,10 +9,13 @@ namespace fedcase::client {
 Result<std::unique_ptr<Fleet>> Fleet::start(const FleetConfig& config) {
   if (!config.data) return invalid_argument("fleet needs a dataset");
   FEDCASE_RETURN_IF_ERROR(validate(config.storage));
-  auto parts = ml::dirichlet_partition(config.data->labels, config.clients, config.alpha,
-                                       config.seed);
+  auto parts =
+      ml::dirichlet_partition(config.data->labels, config.clients, config.alpha, config.seed);
   if (!parts.ok()) return parts.status();
   std::unique_ptr<Fleet> fleet(new Fleet());
+  auto slots = config.concurrent_training
+                   ? std::make_shared<ComputeSlots>(config.concurrent_training)
+                   : nullptr;
   for (size_t i = 0; i < config.clients; ++i) {
     SessionConfig s;
     s.host = config.host;
@@ -24,6 +27,7 @@ Result<std::unique_ptr<Fleet>> Fleet::start(const FleetConfig& config) {
     s.device = {{"kind", "simulated"}, {"fleet_index", i}};
     s.seed = config.seed * 1000003 + i;
     s.poll_wait_s = config.poll_wait_s;
+    s.compute_slots = slots;
     if (!config.state_dir.empty()) {
       s.state_dir = (std::filesystem::path(config.state_dir) / s.name).string();
     }

@@ -17,7 +17,7 @@ struct FleetConfig {
   uint16_t port = 8080;
   std::string enrollment_token;
   size_t clients = 10;
-  double alpha = 0.5;    // Dirichlet label concentration of the partition
+  double alpha = 0.5;  // Dirichlet label concentration of the partition
   uint64_t seed = 1;
   double poll_wait_s = 10;
   const ml::Dataset* data = nullptr;  // must outlive the fleet
@@ -25,6 +25,9 @@ struct FleetConfig {
   std::string state_dir;
   StorageEmulation storage;           // every client's emulated device
   uint64_t cache_capacity_bytes = 0;  // every client's cache capacity; 0 = none reported
+  // How many clients may train at once (compute_slots.h); 0 = no bound. A slot is held for
+  // the whole local round, emulated storage reads included.
+  size_t concurrent_training = 0;
 };
 
 class Fleet {

@@ -2,10 +2,13 @@
 //   fedcase-client --port 8080 --clients 100 --alpha 0.5 [--host 127.0.0.1] [--seed 1]
 //                  [--data-dir /usr/share/datasets/fashion-mnist] [--enrollment-token T]
 //                  [--state-dir DIR [--sample-bytes N] [--read-mbps M] [--read-latency-ms L]]
-//                  [--cache-capacity-bytes N]
+//                  [--cache-capacity-bytes N] [--concurrent-training N]
 // With --state-dir, each client keeps its partition in a sample store and its sampler state
 // under DIR/client-<i>, reading samples through an emulated device of M megabytes (10^6
 // bytes) per second and L ms per read, with N bytes per stored sample.
+// With --concurrent-training N at most N clients train at once (default: no bound), so that
+// on one machine each emulated device trains at full speed on a core of its own; a client
+// holds its slot for the whole local round, emulated storage reads included.
 // The enrollment token may also come from FEDCASE_ENROLLMENT_TOKEN. Stops on SIGINT/SIGTERM.
 
 #include <csignal>
@@ -23,7 +26,8 @@ void usage() {
   std::cout << "usage: fedcase-client [--host H] [--port P] [--clients N] [--alpha A] [--seed S]\n"
                "                      [--data-dir DIR] [--enrollment-token T] [--poll-wait S]\n"
                "                      [--state-dir DIR] [--sample-bytes N] [--read-mbps M]\n"
-               "                      [--read-latency-ms L] [--cache-capacity-bytes N]\n";
+               "                      [--read-latency-ms L] [--cache-capacity-bytes N]\n"
+               "                      [--concurrent-training N]\n";
 }
 
 }  // namespace
@@ -40,21 +44,38 @@ int main(int argc, char** argv) {
         if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
         return argv[++i];
       };
-      if (arg == "--host") config.host = value();
-      else if (arg == "--port") config.port = static_cast<uint16_t>(std::stoul(value()));
-      else if (arg == "--clients") config.clients = std::stoul(value());
-      else if (arg == "--alpha") config.alpha = std::stod(value());
-      else if (arg == "--seed") config.seed = std::stoull(value());
-      else if (arg == "--data-dir") data_dir = value();
-      else if (arg == "--enrollment-token") config.enrollment_token = value();
-      else if (arg == "--poll-wait") config.poll_wait_s = std::stod(value());
-      else if (arg == "--state-dir") config.state_dir = value();
-      else if (arg == "--sample-bytes") config.storage.sample_bytes = std::stoull(value());
-      else if (arg == "--read-mbps") config.storage.read_bytes_per_s = std::stod(value()) * 1e6;
-      else if (arg == "--read-latency-ms") config.storage.read_latency_s = std::stod(value()) / 1e3;
-      else if (arg == "--cache-capacity-bytes") config.cache_capacity_bytes = std::stoull(value());
-      else if (arg == "--help" || arg == "-h") return usage(), 0;
-      else throw std::invalid_argument("unknown argument '" + arg + "'");
+      if (arg == "--host")
+        config.host = value();
+      else if (arg == "--port")
+        config.port = static_cast<uint16_t>(std::stoul(value()));
+      else if (arg == "--clients")
+        config.clients = std::stoul(value());
+      else if (arg == "--alpha")
+        config.alpha = std::stod(value());
+      else if (arg == "--seed")
+        config.seed = std::stoull(value());
+      else if (arg == "--data-dir")
+        data_dir = value();
+      else if (arg == "--enrollment-token")
+        config.enrollment_token = value();
+      else if (arg == "--poll-wait")
+        config.poll_wait_s = std::stod(value());
+      else if (arg == "--state-dir")
+        config.state_dir = value();
+      else if (arg == "--sample-bytes")
+        config.storage.sample_bytes = std::stoull(value());
+      else if (arg == "--read-mbps")
+        config.storage.read_bytes_per_s = std::stod(value()) * 1e6;
+      else if (arg == "--read-latency-ms")
+        config.storage.read_latency_s = std::stod(value()) / 1e3;
+      else if (arg == "--cache-capacity-bytes")
+        config.cache_capacity_bytes = std::stoull(value());
+      else if (arg == "--concurrent-training")
+        config.concurrent_training = std::stoul(value());
+      else if (arg == "--help" || arg == "-h")
+        return usage(), 0;
+      else
+        throw std::invalid_argument("unknown argument '" + arg + "'");
     }
   } catch (const std::exception& e) {
     std::cerr << "fedcase-client: " << e.what() << " (try --help)\n";

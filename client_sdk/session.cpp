@@ -55,7 +55,8 @@ struct Session::Impl {
   void back_off(const std::atomic<bool>& stop) {
     std::uniform_real_distribution<double> jitter(0.5, 1.0);
     auto until = Clock::now() + std::chrono::duration<double>(backoff_s * jitter(rng));
-    while (!stop && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    while (!stop && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     backoff_s = std::min(config.max_backoff_s, backoff_s * 2);
   }
 
@@ -106,8 +107,8 @@ struct Session::Impl {
     if (cached && cached->version == version && cached->checksum == checksum) return ok_status();
     std::map<std::string, std::string> headers;
     if (cached && cached->checksum == checksum) headers["If-None-Match"] = "\"" + checksum + "\"";
-    auto r = call("GET", task["model_url"].get<std::string>(), "", headers,
-                  config.request_timeout_s);
+    auto r =
+        call("GET", task["model_url"].get<std::string>(), "", headers, config.request_timeout_s);
     if (!r.ok()) return r.status();
     if (r->status != 200) return unavailable("model download refused: " + error_text(*r));
     auto blob = decode_blob(r->body, r->body.size());
@@ -147,7 +148,10 @@ struct Session::Impl {
     options.lr = t.value("lr", 0.05);
     options.momentum = t.value("momentum", 0.0);
     options.prox_mu = t.value("prox_mu", 0.0);
+    std::optional<ComputeSlots::Hold> slot;
+    if (config.compute_slots) slot.emplace(*config.compute_slots);
     auto round = local->train_round(*model, options, *directives);
+    slot.reset();
     if (!round.ok()) return round.status();
     std::vector<float> delta = model->parameters();
     for (size_t i = 0; i < delta.size(); ++i) delta[i] -= cached->blob.data[i];
@@ -174,8 +178,8 @@ struct Session::Impl {
     auto& [body, meta] = *trained;
     meta["download_s"] = download_s;
     if (task.contains("status_url")) {  // is the update still needed? (a straggler's may not be)
-      auto status = call("GET", task["status_url"].get<std::string>(), "", {},
-                         config.request_timeout_s);
+      auto status =
+          call("GET", task["status_url"].get<std::string>(), "", {}, config.request_timeout_s);
       if (!status.ok()) return status.status();
       json answer = json::parse(status->body, nullptr, false);
       if (status->status == 200 && answer.is_object() && answer.value("needed", true) == false) {

@@ -8,11 +8,11 @@
 
 #include <atomic>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "client_sdk/compute_slots.h"
 #include "client_sdk/sample_store.h"
 #include "common/ids.h"
 #include "common/status.h"
@@ -24,17 +24,20 @@ struct SessionConfig {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;
   std::string enrollment_token;
-  std::string name;                // for logs: "client-7"
+  std::string name;                   // for logs: "client-7"
   const ml::Dataset* data = nullptr;  // shared, read-only; must outlive the session
-  std::vector<size_t> indices;     // this client's partition of `data`
+  std::vector<size_t> indices;        // this client's partition of `data`
   nlohmann::json device = nlohmann::json::object();
-  uint64_t seed = 1;               // local shuffling and sampling
+  uint64_t seed = 1;  // local shuffling and sampling
   // Where the client keeps its sample store and state (sampler weights) across restarts.
   // Empty: samples are read from memory, no I/O is emulated and nothing is persisted.
   std::string state_dir;
   StorageEmulation storage;           // the emulated device behind the store (with state_dir)
   uint64_t cache_capacity_bytes = 0;  // reported at registration, caps task cache budgets; 0 = none
-  double poll_wait_s = 10;         // long-poll wait per task request
+  // Shared by the clients of one process that stand in for separate devices: a training runs
+  // only while it holds a slot (compute_slots.h). Null: no bound.
+  std::shared_ptr<ComputeSlots> compute_slots;
+  double poll_wait_s = 10;  // long-poll wait per task request
   double request_timeout_s = 60;
   double max_backoff_s = 5;
 };

@@ -107,8 +107,8 @@ std::string encode_blob(const ModelBlob& blob) {
 
 Result<ModelBlob> decode_blob(std::string_view bytes, size_t max_bytes) {
   if (bytes.size() > max_bytes) {
-    return too_large("model blob of " + std::to_string(bytes.size()) + " bytes exceeds the limit of " +
-                     std::to_string(max_bytes));
+    return too_large("model blob of " + std::to_string(bytes.size()) +
+                     " bytes exceeds the limit of " + std::to_string(max_bytes));
   }
   if (bytes.size() < sizeof(kMagic) + sizeof(uint32_t)) return truncated();
   if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
@@ -130,7 +130,9 @@ Result<ModelBlob> decode_blob(std::string_view bytes, size_t max_bytes) {
   if (tensor_count == 0 || tensor_count > kMaxTensors) {
     return invalid_argument("tensor count " + std::to_string(tensor_count) + " out of range");
   }
-  const uint64_t max_elements = max_bytes / sizeof(float);
+  // Shapes that need more data than the blob holds make it malformed (400), like a truncated
+  // one; checked before anything is allocated.
+  const uint64_t max_elements = bytes.size() / sizeof(float);
   uint64_t expected_elements = 0;
   blob.layout.tensors.resize(tensor_count);
   for (auto& t : blob.layout.tensors) {
@@ -148,11 +150,15 @@ Result<ModelBlob> decode_blob(std::string_view bytes, size_t max_bytes) {
     uint64_t count = 1;
     for (auto& d : t.shape) {
       if (!in.get(d)) return truncated();
-      if (d != 0 && count > max_elements / d) return too_large("tensor " + t.name + " is too large");
+      if (d != 0 && count > max_elements / d) {
+        return invalid_argument("tensor " + t.name + " declares more elements than the blob holds");
+      }
       count *= d;
     }
     expected_elements += count;
-    if (expected_elements > max_elements) return too_large("model blob has too many elements");
+    if (expected_elements > max_elements) {
+      return invalid_argument("model blob declares more elements than it holds");
+    }
   }
   uint64_t element_count = 0;
   if (!in.get(element_count)) return truncated();

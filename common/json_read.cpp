@@ -13,7 +13,43 @@ std::string format_bound(double x) {
   return out.str();
 }
 
+// The deepest nesting of objects and arrays in `text`, or max_depth + 1 as soon as it goes
+// deeper. Brackets inside strings do not count.
+size_t nesting_depth(std::string_view text, size_t max_depth) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > max_depth) return deepest;
+    } else if ((c == '}' || c == ']') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 }  // namespace
+
+Result<nlohmann::json> parse_untrusted_json(std::string_view text, size_t max_depth) {
+  if (nesting_depth(text, max_depth) > max_depth) {
+    return invalid_argument("JSON nested deeper than " + std::to_string(max_depth) + " levels");
+  }
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded()) return invalid_argument("not valid JSON");
+  return j;
+}
 
 ObjectReader::ObjectReader(const nlohmann::json& value, std::string where)
     : value_(value), where_(std::move(where)) {

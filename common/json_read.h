@@ -1,18 +1,29 @@
 #pragma once
 // Typed, range-checked reads of JSON object members, shared by the parsers of configs
-// (coordinator, job sections, simulated fleets), stored profiles and saved policy state. A reader keeps the first error it meets and the
-// names of the members it was asked for, so a parser is a list of reads and one status check.
+// (coordinator, job sections, simulated fleets), stored profiles and saved policy state. A reader
+// keeps the first error it meets and the names of the members it was asked for, so a parser is a
+// list of reads and one status check.
 
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
 
 namespace fedcase {
+
+// The nesting depth that untrusted JSON may reach: {"a":[1]} has depth 2.
+inline constexpr size_t kMaxJsonDepth = 64;
+
+// Parses untrusted JSON text without exceptions and without deep recursion: kInvalidArgument
+// for text that is not JSON or nests objects and arrays deeper than `max_depth` (checked
+// before the parser builds anything).
+Result<nlohmann::json> parse_untrusted_json(std::string_view text,
+                                            size_t max_depth = kMaxJsonDepth);
 
 class ObjectReader {
  public:

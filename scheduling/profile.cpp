@@ -145,8 +145,6 @@ Status observe_completion(ClientProfile& profile, const RoundReport& r,
   return ok_status();
 }
 
-void observe_failure(ClientProfile& profile) { ++profile.failures; }
-
 void observe_missed_deadline(ClientProfile& profile) { ++profile.missed_deadlines; }
 
 nlohmann::json profile_to_json(const ClientProfile& p) {
@@ -171,7 +169,6 @@ nlohmann::json profile_to_json(const ClientProfile& p) {
       {"last_selected_round", p.last_selected_round},
       {"times_selected", p.times_selected},
       {"completions", p.completions},
-      {"failures", p.failures},
       {"missed_deadlines", p.missed_deadlines},
   };
 }
@@ -195,7 +192,6 @@ Result<ClientProfile> profile_from_json(const nlohmann::json& json) {
       .integer("last_selected_round", p.last_selected_round)
       .integer("times_selected", p.times_selected)
       .integer("completions", p.completions)
-      .integer("failures", p.failures)
       .integer("missed_deadlines", p.missed_deadlines);
   FEDCASE_RETURN_IF_ERROR(r.status());
   if (p.cache_hit_ratio.mean > 1) {

@@ -65,7 +65,6 @@ struct ClientProfile {
   RoundIndex last_selected_round = 0;  // 0 = never selected
   uint64_t times_selected = 0;
   uint64_t completions = 0;
-  uint64_t failures = 0;          // the client reported an error or its update was rejected
   uint64_t missed_deadlines = 0;  // invited but no accepted update by the round's deadline
 };
 
@@ -129,7 +128,6 @@ void observe_selected(ClientProfile& profile, RoundIndex round);
 Status observe_completion(ClientProfile& profile, const RoundReport& report,
                           const ProfileParams& params = {});
 
-void observe_failure(ClientProfile& profile);
 void observe_missed_deadline(ClientProfile& profile);
 
 // The stored form: a JSON object with every field above (see docs/scheduling.md).

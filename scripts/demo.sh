@@ -32,6 +32,7 @@ trap cleanup EXIT
 
 # One run of the job; writes $dir/summary.json and $dir/detail.json.
 run_once() {
+  trap cleanup EXIT  # also when the run is a subshell, which does not inherit the trap
   rm -rf "$dir"
   mkdir -p "$dir"
   local admin_token enrollment_token
@@ -55,9 +56,10 @@ run_once() {
   echo "demo: coordinator $base, logs in $dir/"
 
   # The fleet stands in for remote devices: on this one machine it runs at a lower priority so
-  # the coordinator (polls, aggregation, evaluation) stays as responsive as it would be alone.
+  # the coordinator (polls, aggregation, evaluation) stays as responsive as it would be alone,
+  # and at most one client per core trains at a time, so each trains at a device's full speed.
   nice -n 10 "$build/client_sdk/fedcase-client" --port "$(cat "$dir/port")" --clients "$clients" --alpha "$alpha" \
-    > "$dir/fleet.log" 2>&1 &
+    --concurrent-training "$(nproc)" > "$dir/fleet.log" 2>&1 &
   pids+=($!)
 
   printf '%6s %9s %8s %10s %8s %9s\n' round accuracy loss seconds updates samples
@@ -86,7 +88,8 @@ run_once() {
       admin -X POST "$base/v1/admin/jobs/$job/cancel" > /dev/null
       break
     fi
-    kill -0 "${pids[0]}" 2>/dev/null || { echo "coordinator exited; see $dir/coordinator.log" >&2; exit 1; }
+    kill -0 "${pids[0]}" 2>/dev/null || { echo "coordinator exited; see $dir/coordinator.log" >&2; cat "$dir/coordinator.log" >&2; exit 1; }
+    kill -0 "${pids[1]}" 2>/dev/null || { echo "the fleet exited; see $dir/fleet.log" >&2; cat "$dir/fleet.log" >&2; exit 1; }
     sleep 0.5
   done
   detail=$(admin "$base/v1/admin/jobs/$job")
@@ -127,7 +130,9 @@ fi
 summaries=()
 for i in $(seq "$runs"); do
   echo "== demo run $i of $runs"
-  run_once > "$dir.run.log" 2>&1 || { cat "$dir.run.log"; exit 1; }
+  # In a subshell, so that `set -e` holds inside the run and any failure stops the benchmark.
+  ( run_once ) > "$dir.run.log" 2>&1 || { cat "$dir.run.log"; echo "demo run $i failed" >&2; exit 1; }
+  [ -s "$dir/summary.json" ] || { cat "$dir.run.log"; echo "demo run $i left no summary" >&2; exit 1; }
   summaries+=("$(cat "$dir/summary.json")")
   echo "run $i: $(cat "$dir/summary.json")"
 done

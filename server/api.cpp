@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/json_read.h"
 #include "common/log.h"
 #include "server/views.h"
 
@@ -51,11 +52,17 @@ std::optional<uint64_t> parse_id(const std::string& s) {
   return std::stoull(s);
 }
 
+// Text that came from the caller (a URL segment, a tensor name) may hold invalid UTF-8: it is
+// replaced, never a reason to fail the answer.
+std::string dump_answer(const json& body) {
+  return body.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 Response json_response(http::status status, const json& body, const Request& req) {
   Response res{status, req.version()};
   res.set(http::field::content_type, "application/json");
   res.keep_alive(req.keep_alive());
-  res.body() = body.dump();
+  res.body() = dump_answer(body);
   res.prepare_payload();
   return res;
 }
@@ -78,8 +85,8 @@ Reply json_reply(const json& body, const Request& req) {
 
 Result<json> parse_json_body(const Request& req) {
   if (req.body().empty()) return json::object();
-  json j = json::parse(req.body(), nullptr, false);
-  if (j.is_discarded()) return invalid_argument("request body is not valid JSON");
+  auto j = parse_untrusted_json(req.body());
+  if (!j.ok()) return invalid_argument("request body: " + j.status().message());
   return j;
 }
 
@@ -99,8 +106,8 @@ Response error_response(const Status& status, unsigned http_version, bool keep_a
   res.set(http::field::content_type, "application/json");
   if (status.code() == Code::kUnauthenticated) res.set(http::field::www_authenticate, "Bearer");
   res.keep_alive(keep_alive);
-  res.body() =
-      json{{"error", {{"code", code_name(status.code())}, {"message", status.message()}}}}.dump();
+  res.body() = dump_answer(
+      json{{"error", {{"code", code_name(status.code())}, {"message", status.message()}}}});
   res.prepare_payload();
   return res;
 }
@@ -281,16 +288,15 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
     if (parts.size() == 6 && parts[3] == "rounds" && parts[5] == "update") {
       if (method != http::verb::post) return method_not_allowed();
       if (!client) return forbidden();
+      // Parsed here, judged by the coordinator after its state checks.
+      Result<json> meta = invalid_argument(std::string("missing ") + kMetaHeader + " header");
       auto meta_header = req.find(kMetaHeader);
-      if (meta_header == req.end()) {
-        return error_reply(invalid_argument(std::string("missing ") + kMetaHeader + " header"),
-                           req);
-      }
-      json meta =
-          json::parse(std::string_view(meta_header->value().data(), meta_header->value().size()),
-                      nullptr, false);
-      if (meta.is_discarded()) {
-        return error_reply(invalid_argument(std::string(kMetaHeader) + " is not valid JSON"), req);
+      if (meta_header != req.end()) {
+        meta = parse_untrusted_json(
+            std::string_view(meta_header->value().data(), meta_header->value().size()));
+        if (!meta.ok()) {
+          meta = invalid_argument(std::string(kMetaHeader) + ": " + meta.status().message());
+        }
       }
       return result_reply(coordinator_.submit_update(caller.client, *job, *number, meta, req.body(),
                                                      receive_seconds),

@@ -137,12 +137,6 @@ void ClientRegistry::apply(const std::vector<rounds::ProfileChange>& changes) {
   }
 }
 
-void ClientRegistry::observe_failure(ClientId client) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = clients_.find(client);
-  if (it != clients_.end()) scheduling::observe_failure(it->second.profile);
-}
-
 void ClientRegistry::save(const std::vector<ClientId>& ids, double now) {
   std::vector<storage::ClientRecord> records;
   {

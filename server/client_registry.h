@@ -69,8 +69,6 @@ class ClientRegistry {
   // Applies round decisions to the profiles; an unknown client is skipped, a bad report is
   // logged and leaves that profile unchanged.
   void apply(const std::vector<rounds::ProfileChange>& changes);
-  // The update of `client` was refused as invalid (counts as a failure in its profile).
-  void observe_failure(ClientId client);
   // Writes the profiles and last contacts of `ids` in one transaction (logged on failure).
   void save(const std::vector<ClientId>& ids, double now);
 

@@ -122,6 +122,8 @@ struct Coordinator::State {
                  const std::string& optimizer_state, RoundIndex last_round,
                  const std::vector<storage::RoundRecord>& history);
   Status recover();
+  // Queues the evaluation of committed models that have none (a crash came first).
+  Status evaluate_unscored(JobId id, const std::vector<storage::RoundRecord>& rounds);
 };
 
 Status Coordinator::State::install(storage::JobRecord record, rounds::JobConfig config,
@@ -189,6 +191,28 @@ Status Coordinator::State::recover() {
                                     latest->optimizer_state, last_round, *rounds));
     log_info("job " + std::to_string(id) + " (" + name + ") resumes at model version " +
              std::to_string(model->version) + ", checksum " + model->checksum.substr(0, 12));
+    FEDCASE_RETURN_IF_ERROR(evaluate_unscored(id, *rounds));
+  }
+  return ok_status();
+}
+
+Status Coordinator::State::evaluate_unscored(JobId id,
+                                             const std::vector<storage::RoundRecord>& rounds) {
+  JobEntry* job = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(jobs.mu);
+    job = jobs.find(id);
+  }
+  for (const auto& r : rounds) {
+    if (r.state != RoundState::kCommitted || r.metrics.contains("test_accuracy")) continue;
+    auto stored = store->get_model(id, r.index);
+    if (!stored.ok()) return stored.status();
+    Status decoded;
+    auto model = stored_model(*stored, decoded);
+    FEDCASE_RETURN_IF_ERROR(decoded);
+    log_info("job " + std::to_string(id) + ": evaluating model " + std::to_string(r.index) +
+             ", committed before the restart");
+    driver.evaluate(*job, model, json::object());
   }
   return ok_status();
 }
@@ -295,7 +319,8 @@ Result<rounds::Admission> Coordinator::task_status(ClientId client, JobId job_id
 }
 
 Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
-                                                  RoundIndex round_index, const json& meta_json,
+                                                  RoundIndex round_index,
+                                                  const Result<json>& meta_json,
                                                   std::string_view bytes, double upload_seconds) {
   State& s = *state_;
   // Decide: the state checks come first and hold one of the round's places for this upload.
@@ -322,7 +347,8 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
     if (job->round && job->round->index() == round_index) job->round->release(client);
   };
   // Write, without any lock: parse, validate, record the update, fold it in.
-  auto meta = parse_update_meta(meta_json);
+  auto meta =
+      meta_json.ok() ? parse_update_meta(*meta_json) : Result<UpdateMeta>(meta_json.status());
   if (!meta.ok()) {
     release();
     return meta.status();
@@ -340,11 +366,10 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
                                      std::to_string(base->version));
   if (!valid.ok()) {
     release();
-    s.clients.observe_failure(client);
     return valid;
   }
   const double now = s.clock();
-  Status written = s.store->record_update({job_id, round_index, client, meta_json, now});
+  Status written = s.store->record_update({job_id, round_index, client, *meta_json, now});
   const auto fold_start = std::chrono::steady_clock::now();
   if (written.ok()) written = aggregate->add(blob->data.data(), blob->data.size(), meta->samples);
   const double fold_s =

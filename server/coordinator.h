@@ -136,13 +136,13 @@ class Coordinator {
   // it. kNotFound for an unknown job.
   Result<rounds::Admission> task_status(ClientId client, JobId job, RoundIndex round);
   // Validates and folds an update (encoded blob of the delta local - global) into the round.
+  // `meta` is the update's statistics as parsed from the request, or why they could not be.
   // The state checks come first: 404 unknown job; 409 round not open, full or already
-  // uploaded; 403 client not invited; then 400 bad metadata or blob; 422 wrong layout,
-  // version, non-finite values or norm. A refused update changes no stored or aggregated
-  // state (a 422 counts as a failure in the client's profile). `upload_seconds` is how long
-  // the body took to arrive (0: unknown).
+  // uploaded; 403 client not invited; then 400 missing or bad metadata or blob; 422 wrong
+  // layout, version, non-finite values or norm. A refused update changes nothing, stored or
+  // in memory. `upload_seconds` is how long the body took to arrive (0: unknown).
   Result<UpdateAccepted> submit_update(ClientId client, JobId job, RoundIndex round,
-                                       const nlohmann::json& meta, std::string_view blob,
+                                       const Result<nlohmann::json>& meta, std::string_view blob,
                                        double upload_seconds = 0);
 
   // ---- admin API ----

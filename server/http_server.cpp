@@ -65,6 +65,16 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void on_header(beast::error_code ec, size_t) {
     if (ec) return on_read_error(ec);
+    // RFC 9112 6.1: a request whose transfer coding is not (only) chunked cannot be framed.
+    const auto& header = parser_->get();
+    const auto encodings = header.equal_range(http::field::transfer_encoding);
+    for (auto it = encodings.first; it != encodings.second; ++it) {
+      if (!beast::iequals(it->value(), "chunked") ||
+          header.count(http::field::transfer_encoding) > 1) {
+        return send(error_response(
+            invalid_argument("Transfer-Encoding other than chunked is not supported"), 11, false));
+      }
+    }
     const uint64_t limit = api_.body_limit(parser_->get());
     auto length = parser_->content_length();
     if (length && *length > limit) return on_read_error(http::error::body_limit);

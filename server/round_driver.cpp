@@ -208,27 +208,37 @@ void RoundDriver::conclude(Closing& c, double now) {
     if (committed) {
       job.model = runtime.model();
       job.privacy = privacy_view(runtime);
-      job.evaluations_pending += 1;
     }
   }
   if (committed) {
     log_info(job_prefix(job) + "round " + std::to_string(record.index) + " committed with " +
              record.metrics["updates"].dump() + " updates after " +
              std::to_string(now - record.opened_at) + " s");
-    const uint64_t version = runtime.model()->version;
     // The commit's duration (conclusion and store write) is recorded with the evaluation.
-    const auto submitted = std::chrono::steady_clock::now();
-    const double commit_s = std::chrono::duration<double>(submitted - start).count();
-    evaluator_.submit(
-        job.config.model, runtime.model()->params,
-        [this, &job, version, commit_s, submitted](const Result<ml::EvalResult>& e) {
-          const double eval_s =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - submitted).count();
-          on_evaluated(job, version, e, {{"commit_s", commit_s}, {"eval_s", eval_s}});
-        });
+    const double commit_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    evaluate(job, runtime.model(), {{"commit_s", commit_s}});
   } else {
     log_warn(job_prefix(job) + "round " + std::to_string(record.index) + " failed: " + k.failure);
   }
+}
+
+void RoundDriver::evaluate(JobEntry& job, std::shared_ptr<const rounds::GlobalModel> model,
+                           json timing) {
+  {
+    std::lock_guard<std::mutex> lock(jobs_.mu);
+    job.evaluations_pending += 1;
+  }
+  const uint64_t version = model->version;
+  const auto submitted = std::chrono::steady_clock::now();
+  evaluator_.submit(
+      job.config.model, model->params,
+      [this, &job, version, timing, submitted](const Result<ml::EvalResult>& e) {
+        json with_eval = timing;
+        with_eval["eval_s"] =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - submitted).count();
+        on_evaluated(job, version, e, std::move(with_eval));
+      });
 }
 
 void RoundDriver::on_evaluated(JobEntry& job, uint64_t version,

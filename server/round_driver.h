@@ -36,6 +36,11 @@ class RoundDriver {
   void wake();
   // Advances every job once: concludes due rounds, opens rounds for running jobs.
   void tick();
+  // Queues the evaluation of `job`'s committed `model`; `timing` (seconds) is recorded in the
+  // round's metrics with the result and the evaluation's own eval_s. Used after each commit,
+  // and at start for committed models that a crash left unevaluated.
+  void evaluate(JobEntry& job, std::shared_ptr<const rounds::GlobalModel> model,
+                nlohmann::json timing);
 
  private:
   struct Closing;

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <sqlite3.h>
 
+#include <boost/asio.hpp>
 #include <cmath>
 #include <limits>
 
@@ -49,6 +50,9 @@ struct TestClient {
   std::unique_ptr<Caller> caller;
   json task;
 };
+
+// `depth` nested JSON arrays: [[[...]]].
+std::string nested_json(size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); }
 
 std::string error_code(const Reply& r) {
   return r.body.is_object() && r.body.contains("error") ? r.body["error"]["code"].get<std::string>()
@@ -137,6 +141,8 @@ TEST_CASE("bad input is refused with the right status and changes nothing") {
   ModelLayout wrong_layout = global.layout;
   wrong_layout.tensors.back().shape = {5, 2};
   std::vector<float> wrong_values(global.data.size(), 0.0f);
+  ModelLayout bad_name_layout = global.layout;
+  bad_name_layout.tensors.front().name = "\xff\xfe" "conv";
   const std::vector<Case> cases = {
       {"no token", [&] { return anonymous.get("/v1/task"); }, 401, "unauthenticated"},
       {"unknown token",
@@ -149,14 +155,18 @@ TEST_CASE("bad input is refused with the right status and changes nothing") {
        "permission_denied"},
       {"enrollment key polls tasks", [&] { return enroll.get("/v1/task"); }, 403,
        "permission_denied"},
-      {"admin uploads", [&] { return admin.call("POST", upload_url, good, {{"X-Fedcase-Meta", good_meta}}); },
+      {"admin uploads",
+       [&] {
+         return admin.call("POST", upload_url, good, {{"X-Fedcase-Meta", good_meta}});
+       },
        403, "permission_denied"},
       {"job body over the limit",
-       [&] { return admin.post("/v1/admin/jobs", {{"name", std::string(5000, 'x')}}); }, 413,
-       "too_large"},
+       [&] {
+         return admin.post("/v1/admin/jobs", {{"name", std::string(5000, 'x')}});
+       },
+       413, "too_large"},
       {"upload over the limit",
-       [&] { return upload(*invited[0], std::string(3 << 20, 'x'), good_meta); }, 413,
-       "too_large"},
+       [&] { return upload(*invited[0], std::string(3 << 20, 'x'), good_meta); }, 413, "too_large"},
       {"malformed job JSON",
        [&] { return admin.call("POST", "/v1/admin/jobs", "{\"name\": ", {}); }, 400,
        "invalid_argument"},
@@ -164,20 +174,25 @@ TEST_CASE("bad input is refused with the right status and changes nothing") {
        [&] { return enroll.call("POST", "/v1/clients/register", "[1,2", {}); }, 400,
        "invalid_argument"},
       {"invalid job config",
-       [&] { return admin.post("/v1/admin/jobs", {{"name", "x"}, {"clients_per_round", -1}}); },
+       [&] {
+         return admin.post("/v1/admin/jobs", {{"name", "x"}, {"clients_per_round", -1}});
+       },
        400, "invalid_argument"},
       {"malformed metadata", [&] { return upload(*invited[0], good, "{samples"); }, 400,
        "invalid_argument"},
       {"metadata without samples", [&] { return upload(*invited[0], good, "{}"); }, 400,
        "invalid_argument"},
-      {"corrupt blob", [&] { return upload(*invited[0], good.substr(0, good.size() - 9), good_meta); },
-       400, "invalid_argument"},
+      {"corrupt blob",
+       [&] { return upload(*invited[0], good.substr(0, good.size() - 9), good_meta); }, 400,
+       "invalid_argument"},
       {"wrong shape",
        [&] { return upload(*invited[0], update_body(wrong_values, 0, wrong_layout), good_meta); },
        422, "unprocessable"},
-      {"NaN", [&] { return upload(*invited[0], update_body(nan_values, 0, global.layout), good_meta); },
+      {"NaN",
+       [&] { return upload(*invited[0], update_body(nan_values, 0, global.layout), good_meta); },
        422, "unprocessable"},
-      {"Inf", [&] { return upload(*invited[0], update_body(inf_values, 0, global.layout), good_meta); },
+      {"Inf",
+       [&] { return upload(*invited[0], update_body(inf_values, 0, global.layout), good_meta); },
        422, "unprocessable"},
       {"norm over the bound",
        [&] { return upload(*invited[0], update_body(huge_values, 0, global.layout), good_meta); },
@@ -193,6 +208,36 @@ TEST_CASE("bad input is refused with the right status and changes nothing") {
                                          {{"X-Fedcase-Meta", good_meta}});
        },
        409, "conflict"},
+      {"job JSON nested too deep",
+       [&] {
+         return admin.call("POST", "/v1/admin/jobs",
+                           "{\"name\":\"x\",\"selection\":" + nested_json(200) + "}", {});
+       },
+       400, "invalid_argument"},
+      {"metadata nested too deep", [&] { return upload(*invited[0], good, nested_json(200)); }, 400,
+       "invalid_argument"},
+      {"no metadata, not invited",
+       [&] {
+         return outsider->caller->call("POST", upload_url, good,
+                                       {{"Content-Type", "application/octet-stream"}});
+       },
+       403, "permission_denied"},
+      {"no metadata, round not open",
+       [&] { return invited[0]->caller->call("POST", "/v1/jobs/1/rounds/7/update", good, {}); },
+       409, "conflict"},
+      {"no metadata", [&] { return invited[0]->caller->call("POST", upload_url, good, {}); }, 400,
+       "invalid_argument"},
+      {"tensor name with invalid UTF-8",
+       [&] { return upload(*invited[0], update_body(zeros, 0, bad_name_layout), good_meta); }, 422,
+       "unprocessable"},
+      {"shapes larger than the blob",
+       [&] {
+         return upload(*invited[0], update_body({}, 0, ModelLayout{{{"w", {1u << 30, 1u << 30}}}}),
+                       good_meta);
+       },
+       400, "invalid_argument"},
+      {"URL with invalid UTF-8",
+       [&] { return admin.post("/v1/admin/jobs/1/\xff\xfe", json::object()); }, 404, "not_found"},
       {"unknown job", [&] { return admin.get("/v1/admin/jobs/42"); }, 404, "not_found"},
       {"bad job action", [&] { return admin.post("/v1/admin/jobs/1/explode", json::object()); },
        404, "not_found"},
@@ -291,4 +336,66 @@ TEST_CASE("job control follows the job's state machine") {
   CHECK(list.body["jobs"][0]["state"] == "cancelled");
   CHECK(admin.call("DELETE", "/v1/admin/jobs").status == 405);
   CHECK(admin.get("/v1/nothing-here").status == 404);
+}
+
+TEST_CASE("deeply nested JSON is refused with 400, never fatal") {
+  TempDir dir;
+  auto service = start_coordinator(dir);
+  const uint16_t port = service->port();
+  Caller admin(port, kAdminToken);
+  Caller enroll(port, kEnrollmentToken);
+  Reply registered = enroll.post("/v1/clients/register", {{"dataset_size", 10}});
+  REQUIRE(registered.status == 201);
+  Caller client(port, registered.body["token"].get<std::string>());
+  const std::string deep = nested_json(60000);  // about 120 KB, under the 1 MiB body limit
+  const std::string before = store_snapshot(dir.file("fedcase.db"));
+  struct Case {
+    const char* what;
+    Caller* caller;
+    const char* path;
+    std::string body;
+  };
+  const Case cases[] = {
+      {"register", &enroll, "/v1/clients/register", deep},
+      {"register device", &enroll, "/v1/clients/register", "{\"device\":" + deep + "}"},
+      {"heartbeat", &client, "/v1/clients/heartbeat", "{\"a\":" + deep + "}"},
+      {"job selection", &admin, "/v1/admin/jobs", "{\"name\":\"j\",\"selection\":" + deep + "}"},
+      {"job training", &admin, "/v1/admin/jobs", "{\"name\":\"j\",\"training\":" + deep + "}"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    Reply r = c.caller->call("POST", c.path, c.body, {{"Content-Type", "application/json"}});
+    CHECK(r.status == 400);
+    CHECK(error_code(r) == "invalid_argument");
+    CHECK(store_snapshot(dir.file("fedcase.db")) == before);
+  }
+  // 64 levels are fine.
+  Reply shallow = client.call("POST", "/v1/clients/heartbeat", "{\"a\":" + nested_json(63) + "}",
+                              {{"Content-Type", "application/json"}});
+  CHECK(shallow.status == 200);
+}
+
+TEST_CASE("a transfer coding other than chunked gets 400 and the connection closes") {
+  TempDir dir;
+  auto service = start_coordinator(dir);
+  for (const char* coding : {"gzip", "gzip, chunked", "chunked, gzip"}) {
+    CAPTURE(coding);
+    boost::asio::io_context io;
+    boost::asio::ip::tcp::socket socket(io);
+    socket.connect({boost::asio::ip::make_address("127.0.0.1"), service->port()});
+    const std::string request = std::string("POST /v1/clients/register HTTP/1.1\r\n") +
+                                "Host: 127.0.0.1\r\nAuthorization: Bearer " + kEnrollmentToken +
+                                "\r\nTransfer-Encoding: " + coding + "\r\n\r\n2\r\n{}\r\n0\r\n\r\n";
+    boost::asio::write(socket, boost::asio::buffer(request));
+    std::string answer;
+    boost::system::error_code ec;
+    char buffer[4096];
+    while (!ec) {
+      size_t n = socket.read_some(boost::asio::buffer(buffer), ec);
+      answer.append(buffer, n);
+    }
+    CHECK(answer.rfind("HTTP/1.1 400", 0) == 0);
+    CHECK(answer.find("Transfer-Encoding other than chunked") != std::string::npos);
+    CHECK(ec == boost::asio::error::eof);  // the coordinator closed the connection
+  }
 }

@@ -144,11 +144,9 @@ TEST_CASE("participation counters") {
   ClientProfile p;
   observe_selected(p, 4);
   observe_selected(p, 9);
-  observe_failure(p);
   observe_missed_deadline(p);
   CHECK(p.last_selected_round == 9);
   CHECK(p.times_selected == 2);
-  CHECK(p.failures == 1);
   CHECK(p.missed_deadlines == 1);
 }
 
@@ -161,7 +159,7 @@ TEST_CASE("profiles round-trip through JSON text") {
   observe_heartbeat(p, 1.7e9);
   observe_heartbeat(p, 1.7e9 + 1000.25);
   observe_selected(p, 3);
-  observe_failure(p);
+  observe_missed_deadline(p);
   const nlohmann::json stored = nlohmann::json::parse(profile_to_json(p).dump());
   Result<ClientProfile> back = profile_from_json(stored);
   REQUIRE(back.ok());

@@ -13,6 +13,7 @@
 
 #include "common/blob.h"
 #include "ml/dataset.h"
+#include "ml/model.h"
 #include "tests/support/temp_dir.h"
 
 namespace fedcase::server {
@@ -461,6 +462,75 @@ TEST_CASE(
   auto a = h.coordinator->job_detail(job_a);
   REQUIRE(a.ok());
   CHECK(a->current_round->updates == 1);
+}
+
+}  // namespace
+}  // namespace fedcase::server
+
+namespace fedcase::server {
+namespace {
+
+TEST_CASE("finite updates whose sum overflows fail the round; no model holds Inf") {
+  testing::TempDir dir;
+  Harness h(dir);
+  std::vector<ClientId> clients;
+  for (int i = 0; i < 2; ++i) clients.push_back(h.add_client());
+  // No max_update_norm: only the finite-values check guards the updates.
+  auto created = h.coordinator->create_job(job_config({{"selection", {{"overcommit", 1.0}}}}));
+  REQUIRE(created.ok());
+  const JobId job = created->id;
+  const ModelBlob base = base_model(*h.coordinator, job, 0);
+  h.coordinator->tick();
+  for (const auto& [id, task] : invitees(*h.coordinator, clients)) {
+    REQUIRE(h.coordinator->submit_update(id, job, 1, meta(10), delta_blob(base, 3e38f)).ok());
+  }
+  h.coordinator->tick();
+  auto detail = h.coordinator->job_detail(job);
+  REQUIRE(detail.ok());
+  REQUIRE(!detail->rounds.empty());
+  CHECK(detail->rounds[0].state == RoundState::kFailed);
+  CHECK(detail->rounds[0].metrics["failure"].get<std::string>().find("non-finite") !=
+        std::string::npos);
+  CHECK(detail->summary.model_version == 0);
+  auto reader = h.reader();
+  auto latest = reader->latest_model(job);
+  REQUIRE(latest.ok());
+  CHECK(latest->version == 0);
+}
+
+TEST_CASE("a model committed just before a crash is evaluated after the restart") {
+  testing::TempDir dir;
+  JobId job = 0;
+  {
+    // A committed round 1 whose evaluation never ran, as a crash right after the commit
+    // leaves it.
+    auto store = storage::open_sqlite_store(dir.file("fedcase.db"));
+    REQUIRE(store.ok());
+    auto built = ml::Model::create("mlp", 3);
+    REQUIRE(built.ok());
+    const std::string blob = encode_blob({0, built->layout(), built->parameters()});
+    const std::string next = encode_blob({1, built->layout(), built->parameters()});
+    auto id = (*store)->create_job({0, "crashed", job_config(), JobState::kRunning, {}, 1},
+                                   {0, 0, blob, blob_checksum(blob), "", 1});
+    REQUIRE(id.ok());
+    job = *id;
+    storage::RoundRecord r{job, 1, RoundState::kOpen, 0, {}, 10, 70, 0, json::object()};
+    REQUIRE((*store)->open_round(r).ok());
+    r.closed_at = 20;
+    r.metrics = {{"updates", 2}};
+    REQUIRE((*store)
+                ->commit_round(r, {job, 1, next, blob_checksum(next), "", 20}, json::object())
+                .ok());
+  }
+  Harness h(dir);
+  bool evaluated = false;
+  for (int i = 0; i < 200 && !evaluated; ++i) {
+    auto detail = h.coordinator->job_detail(job);
+    REQUIRE(detail.ok());
+    evaluated = detail->rounds.at(0).metrics.contains("test_accuracy");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(evaluated);
 }
 
 }  // namespace
