@@ -58,6 +58,13 @@ std::string dump_answer(const json& body) {
   return body.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+// A reply that is sent as it is (not a long poll).
+Reply answer(Response response) {
+  Reply reply;
+  reply.response = std::move(response);
+  return reply;
+}
+
 Response json_response(http::status status, const json& body, const Request& req) {
   Response res{status, req.version()};
   res.set(http::field::content_type, "application/json");
@@ -68,7 +75,7 @@ Response json_response(http::status status, const json& body, const Request& req
 }
 
 Reply error_reply(const Status& status, const Request& req) {
-  return {error_response(status, req.version(), req.keep_alive()), {}, 0};
+  return answer(error_response(status, req.version(), req.keep_alive()));
 }
 
 // The JSON `view` of a successful `result`, or its error.
@@ -76,11 +83,11 @@ template <class T, class View>
 Reply result_reply(const Result<T>& result, View view, const Request& req,
                    http::status ok = http::status::ok) {
   if (!result.ok()) return error_reply(result.status(), req);
-  return {json_response(ok, view(*result), req), {}, 0};
+  return answer(json_response(ok, view(*result), req));
 }
 
 Reply json_reply(const json& body, const Request& req) {
-  return {json_response(http::status::ok, body, req), {}, 0};
+  return answer(json_response(http::status::ok, body, req));
 }
 
 Result<json> parse_json_body(const Request& req) {
@@ -160,7 +167,7 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
     Response res = json_response(
         http::status::method_not_allowed,
         {{"error", {{"code", "method_not_allowed"}, {"message", "method not allowed here"}}}}, req);
-    return Reply{std::move(res), {}, 0};
+    return answer(std::move(res));
   };
 
   if (parts.size() < 2 || parts[0] != "v1") {
@@ -233,7 +240,7 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
     Request head;  // only version and keep-alive are needed to answer later
     head.version(req.version());
     head.keep_alive(req.keep_alive());
-    // Runs on an I/O thread's timer: nothing may escape it.
+    // Runs on an I/O thread, at the start of the wait and at each wake-up: nothing may escape.
     auto poll = [&coordinator, id, head]() -> std::optional<Response> {
       try {
         auto task = coordinator.next_task(id);
@@ -248,9 +255,18 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
     Response empty{http::status::no_content, req.version()};
     empty.keep_alive(req.keep_alive());
     empty.prepare_payload();
-    if (auto first = poll()) return {std::move(*first), {}, 0};
-    if (wait <= 0) return {std::move(empty), {}, 0};
-    return {std::move(empty), poll, wait};
+    if (auto first = poll()) return answer(std::move(*first));
+    if (wait <= 0) return answer(std::move(empty));
+    Reply waiting = answer(std::move(empty));
+    waiting.poll = poll;
+    waiting.wait_s = wait;
+    waiting.watch = [&coordinator, id](std::function<void()> wake) {
+      return coordinator.watch_tasks(id, std::move(wake));
+    };
+    waiting.unwatch = [&coordinator, id](uint64_t handle) {
+      coordinator.unwatch_tasks(id, handle);
+    };
+    return waiting;
   }
   if (parts.size() >= 5 && parts[1] == "jobs") {
     auto job = parse_id(parts[2]);
@@ -268,7 +284,7 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
         res.set(http::field::etag, etag);
         res.keep_alive(req.keep_alive());
         res.prepare_payload();
-        return {std::move(res), {}, 0};
+        return answer(std::move(res));
       }
       Response res{http::status::ok, req.version()};
       res.set(http::field::content_type, "application/octet-stream");
@@ -277,7 +293,7 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
       res.keep_alive(req.keep_alive());
       res.body() = *model->blob;
       res.prepare_payload();
-      return {std::move(res), {}, 0};
+      return answer(std::move(res));
     }
     if (parts.size() == 6 && parts[3] == "rounds" && parts[5] == "status") {
       if (method != http::verb::get) return method_not_allowed();

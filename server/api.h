@@ -15,13 +15,18 @@ namespace http = boost::beast::http;
 using Request = http::request<http::string_body>;
 using Response = http::response<http::string_body>;
 
-// What the router answers. When `poll` is set the request is a long poll: the session calls
-// poll() periodically for up to `wait_s` seconds and sends its first response, or `response`
-// (204 No Content) when the wait ends empty.
+// What the router answers. When `poll` is set the request is a long poll: for up to `wait_s`
+// seconds the session calls poll() once at the start and again whenever `watch` wakes it (no
+// periodic re-check), and sends its first response, or `response` (204 No Content) when the
+// wait ends empty.
 struct Reply {
   Response response;
   std::function<std::optional<Response>()> poll;
   double wait_s = 0;
+  // watch(wake) arranges one call of `wake` when poll() may have an answer (from another
+  // thread) and returns a handle for unwatch(); set with `poll`.
+  std::function<uint64_t(std::function<void()>)> watch;
+  std::function<void(uint64_t)> unwatch;
 };
 
 // A JSON error response: {"error":{"code":"...","message":"..."}} with the status's HTTP code.

@@ -13,6 +13,7 @@
 #include "scheduling/round_plan.h"
 #include "server/client_registry.h"
 #include "server/round_driver.h"
+#include "server/task_notifier.h"
 #include "server/update_meta.h"
 
 namespace fedcase::server {
@@ -100,7 +101,7 @@ struct Coordinator::State {
         clients(*store, profile_params(c)),
         jobs(*store),
         evaluator(std::move(e)),
-        driver(jobs, clients, *store, *evaluator, clock) {}
+        driver(jobs, clients, *store, *evaluator, tasks_ready, clock) {}
 
   static scheduling::ProfileParams profile_params(const CoordinatorConfig& c) {
     scheduling::ProfileParams p;
@@ -114,6 +115,7 @@ struct Coordinator::State {
   ClientRegistry clients;
   JobTable jobs;
   std::unique_ptr<ModelEvaluator> evaluator;
+  TaskNotifier tasks_ready;
   RoundDriver driver;
 
   // Installs a job (at creation or recovery) with its runtime and latest model.
@@ -288,6 +290,14 @@ Result<std::optional<TaskOffer>> Coordinator::next_task(ClientId client) {
                                               job->config.training.local_epochs, *task});
   }
   return std::optional<TaskOffer>();
+}
+
+uint64_t Coordinator::watch_tasks(ClientId client, std::function<void()> wake) {
+  return state_->tasks_ready.watch(client, std::move(wake));
+}
+
+void Coordinator::unwatch_tasks(ClientId client, uint64_t handle) {
+  state_->tasks_ready.cancel(client, handle);
 }
 
 Result<ModelDownload> Coordinator::model(JobId job_id, uint64_t version) {

@@ -14,6 +14,7 @@
 // failed and each job resumes from its latest committed model.
 // Errors: Status values; no method throws.
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -130,6 +131,11 @@ class Coordinator {
   Status heartbeat(ClientId client, const nlohmann::json& request);
   // The client's pending task, or nullopt when it has none now. Counts as a contact.
   Result<std::optional<TaskOffer>> next_task(ClientId client);
+  // Calls `wake` once, from the round driver's thread, when a round that invites `client`
+  // opens (then next_task may have a task for it); `wake` must only hand the work elsewhere.
+  // Returns a handle for unwatch_tasks. Long polls wait on this instead of re-checking.
+  uint64_t watch_tasks(ClientId client, std::function<void()> wake);
+  void unwatch_tasks(ClientId client, uint64_t handle);
   Result<ModelDownload> model(JobId job, uint64_t version);
   // Whether the round still wants `client`'s update (kWanted), and if not why. A client asks
   // before uploading, so a straggler learns that its work is no longer needed without sending

@@ -18,7 +18,6 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
 constexpr size_t kHeaderLimit = 16 * 1024;
-constexpr auto kPollInterval = std::chrono::milliseconds(200);
 constexpr auto kLingerTime = std::chrono::seconds(2);
 
 std::chrono::milliseconds to_ms(double seconds) {
@@ -126,23 +125,36 @@ class Session : public std::enable_shared_from_this<Session> {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - body_started_).count();
     Reply reply = api_.handle(parser_->get(), receive_seconds);
     if (!reply.poll) return send(std::move(reply.response));
+    // A long poll: answered when the coordinator wakes it with a task, or empty at the end of
+    // its wait. Nothing runs in between.
     pending_ = std::move(reply);
-    poll_deadline_ = std::chrono::steady_clock::now() + to_ms(pending_->wait_s);
-    wait_and_poll();
+    timer_.expires_after(to_ms(pending_->wait_s));
+    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec == net::error::operation_aborted || !self->pending_) return;  // answered already
+      self->finish_poll(std::move(self->pending_->response));
+    });
+    watch_and_poll();
   }
 
-  void wait_and_poll() {
-    timer_.expires_after(kPollInterval);
-    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
-      if (ec) return self->close();
-      Reply& pending = *self->pending_;
-      std::optional<Response> ready = pending.poll();
-      if (ready) return self->send(std::move(*ready));
-      if (std::chrono::steady_clock::now() >= self->poll_deadline_) {
-        return self->send(std::move(pending.response));
-      }
-      self->wait_and_poll();
+  // Arranges a wake-up for when a task may appear, then polls once, so that a task that
+  // appeared before the watch is not missed. A wake-up comes from another thread and is
+  // posted onto this session's strand; a watch fires once, so each wake-up re-arms it.
+  void watch_and_poll() {
+    std::weak_ptr<Session> weak = shared_from_this();
+    auto executor = stream_.get_executor();
+    watch_ = pending_->watch([weak, executor] {
+      net::post(executor, [weak] {
+        auto self = weak.lock();
+        if (self && self->pending_) self->watch_and_poll();
+      });
     });
+    if (std::optional<Response> ready = pending_->poll()) finish_poll(std::move(*ready));
+  }
+
+  void finish_poll(Response response) {
+    pending_->unwatch(watch_);
+    timer_.cancel();
+    send(std::move(response));
   }
 
   void send(Response response) {
@@ -187,7 +199,7 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<Reply> pending_;
-  std::chrono::steady_clock::time_point poll_deadline_;
+  uint64_t watch_ = 0;  // the long poll's wake-up, while pending_
   std::chrono::steady_clock::time_point body_started_;
   std::array<char, 16384> discard_buffer_;
   Api& api_;

@@ -44,11 +44,12 @@ struct RoundDriver::Closing {
 };
 
 RoundDriver::RoundDriver(JobTable& jobs, ClientRegistry& clients, storage::Store& store,
-                         ModelEvaluator& evaluator, Clock clock)
+                         ModelEvaluator& evaluator, TaskNotifier& tasks_ready, Clock clock)
     : jobs_(jobs),
       clients_(clients),
       store_(store),
       evaluator_(evaluator),
+      tasks_ready_(tasks_ready),
       clock_(std::move(clock)) {}
 
 RoundDriver::~RoundDriver() { stop(); }
@@ -162,9 +163,13 @@ void RoundDriver::open(JobEntry& job, double now) {
            std::to_string(round.tasks().size()) + " invited of " +
            std::to_string(round.available()) + " available, deadline in " +
            std::to_string(static_cast<int>(round.deadline() - now)) + " s");
-  std::lock_guard<std::mutex> lock(jobs_.mu);
-  job.last_round = round.index();
-  job.round = std::move(round);
+  const std::vector<ClientId> invited = round.invited();
+  {
+    std::lock_guard<std::mutex> lock(jobs_.mu);
+    job.last_round = round.index();
+    job.round = std::move(round);
+  }
+  tasks_ready_.notify(invited);
 }
 
 void RoundDriver::conclude(Closing& c, double now) {

@@ -19,6 +19,7 @@
 #include "server/client_registry.h"
 #include "server/evaluator.h"
 #include "server/job_table.h"
+#include "server/task_notifier.h"
 #include "storage/store.h"
 
 namespace fedcase::server {
@@ -27,7 +28,7 @@ class RoundDriver {
  public:
   // Every argument must outlive the driver.
   RoundDriver(JobTable& jobs, ClientRegistry& clients, storage::Store& store,
-              ModelEvaluator& evaluator, Clock clock);
+              ModelEvaluator& evaluator, TaskNotifier& tasks_ready, Clock clock);
   ~RoundDriver();  // stops the thread
 
   // Starts / stops the thread that calls tick() every 50 ms and at once after wake().
@@ -56,6 +57,7 @@ class RoundDriver {
   ClientRegistry& clients_;
   storage::Store& store_;
   ModelEvaluator& evaluator_;
+  TaskNotifier& tasks_ready_;  // told who was invited once a round is published
   Clock clock_;
 
   std::mutex tick_mu_;  // one tick at a time
