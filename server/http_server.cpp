@@ -1,5 +1,7 @@
 #include "server/http_server.h"
 
+#include <sys/resource.h>
+
 #include <array>
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
@@ -19,6 +21,30 @@ using tcp = net::ip::tcp;
 
 constexpr size_t kHeaderLimit = 16 * 1024;
 constexpr auto kLingerTime = std::chrono::seconds(2);
+constexpr auto kAcceptBackoffMin = std::chrono::milliseconds(10);
+constexpr auto kAcceptBackoffMax = std::chrono::milliseconds(1000);
+// File descriptors kept beyond the connections for the store, logs and the evaluator.
+constexpr rlim_t kSpareDescriptors = 64;
+
+// Raises the soft limit on open files to the hard limit, and warns once when even that is too
+// low for `max_connections`.
+void raise_descriptor_limit(size_t max_connections) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  if (limit.rlim_cur != RLIM_INFINITY && max_connections + kSpareDescriptors > limit.rlim_cur) {
+    log_warn("max_connections is " + std::to_string(max_connections) +
+             " but this process may open only " + std::to_string(limit.rlim_cur) +
+             " files: beyond about " +
+             std::to_string(limit.rlim_cur > kSpareDescriptors ? limit.rlim_cur - kSpareDescriptors
+                                                               : 0) +
+             " connections, new ones wait in the kernel's queue");
+  }
+}
 
 std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
@@ -216,16 +242,35 @@ struct HttpServer::Impl {
   void do_accept() {
     acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
       if (ec == net::error::operation_aborted) return;
-      if (ec) {
-        log_warn("accept failed: " + ec.message());
-      } else {
-        const bool full = open_connections >= config.max_connections;
-        auto session = std::make_shared<Session>(std::move(socket), api, config, open_connections);
-        if (full)
-          session->refuse();
-        else
-          session->run();
+      if (ec) return on_accept_error(ec);
+      if (accept_backoff != kAcceptBackoffMin) {
+        log_info("accepting connections again after " + std::to_string(failed_accepts) +
+                 " failed accepts");
       }
+      accept_backoff = kAcceptBackoffMin;
+      failed_accepts = 0;
+      const bool full = open_connections >= config.max_connections;
+      auto session = std::make_shared<Session>(std::move(socket), api, config, open_connections);
+      if (full)
+        session->refuse();
+      else
+        session->run();
+      do_accept();
+    });
+  }
+
+  // Out of file descriptors (or another accept failure): the pending connections stay queued
+  // in the kernel, the open ones keep being served, and accepting resumes after a pause that
+  // doubles up to kAcceptBackoffMax, logged once per episode instead of once per attempt.
+  void on_accept_error(beast::error_code ec) {
+    if (failed_accepts++ == 0) {
+      log_warn("accept failed: " + ec.message() + "; retrying with backoff (open connections: " +
+               std::to_string(open_connections.load()) + ")");
+    }
+    accept_timer.expires_after(accept_backoff);
+    accept_backoff = std::min(accept_backoff * 2, kAcceptBackoffMax);
+    accept_timer.async_wait([this](beast::error_code timer_ec) {
+      if (timer_ec == net::error::operation_aborted) return;
       do_accept();
     });
   }
@@ -234,6 +279,9 @@ struct HttpServer::Impl {
   const CoordinatorConfig& config;
   net::io_context ioc;
   tcp::acceptor acceptor;
+  net::steady_timer accept_timer{acceptor.get_executor()};  // on the acceptor's strand
+  std::chrono::milliseconds accept_backoff = kAcceptBackoffMin;
+  uint64_t failed_accepts = 0;
   std::vector<std::thread> threads;
   std::atomic<size_t> open_connections{0};
   uint16_t port = 0;
@@ -259,6 +307,7 @@ Status HttpServer::start() {
                        std::to_string(s.config.port) + ": " + ec.message());
   }
   s.port = s.acceptor.local_endpoint().port();
+  raise_descriptor_limit(s.config.max_connections);
   s.do_accept();
   for (int i = 0; i < s.config.io_threads; ++i) s.threads.emplace_back([&s] { s.ioc.run(); });
   return ok_status();

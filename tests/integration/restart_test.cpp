@@ -2,60 +2,18 @@
 // database: the job continues from the same model and the clients reconnect by themselves.
 
 #include <doctest/doctest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <fstream>
 
 #include "client_sdk/fleet.h"
 #include "tests/support/coordinator_harness.h"
+#include "tests/support/coordinator_process.h"
 
 using namespace fedcase;
 using namespace fedcase::testing;
 using nlohmann::json;
 
 namespace {
-
-// The coordinator binary as a child process.
-class CoordinatorProcess {
- public:
-  CoordinatorProcess(const std::string& config_path, const std::string& log_path) {
-    pid_ = fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      FILE* log = std::fopen(log_path.c_str(), "a");
-      if (log) {
-        dup2(fileno(log), STDOUT_FILENO);
-        dup2(fileno(log), STDERR_FILENO);
-      }
-      execl(FEDCASE_COORDINATOR_BIN, FEDCASE_COORDINATOR_BIN, "--config", config_path.c_str(),
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-  }
-  ~CoordinatorProcess() { kill_now(); }
-  void kill_now() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-};
-
-uint16_t wait_for_port(const std::string& port_file) {
-  uint16_t port = 0;
-  wait_until(
-      [&] {
-        std::ifstream in(port_file);
-        return static_cast<bool>(in >> port);
-      },
-      30);
-  return port;
-}
 
 void write_config(const std::string& path, const TempDir& dir, uint16_t port) {
   json config = {{"port", port},
@@ -82,12 +40,13 @@ TEST_CASE("a SIGKILLed coordinator resumes the job from its last committed model
   REQUIRE(port != 0);
 
   Caller admin(port, kAdminToken);
-  json job_config = {{"name", "restart"},
-                     {"model", "mlp"},
-                     {"rounds", 6},
-                     {"clients_per_round", 3},
-                     {"selection", {{"overcommit", 1.0}}},
-                     {"training", {{"lr", 0.05}, {"deadline", {{"mode", "fixed"}, {"seconds", 60}}}}}};
+  json job_config = {
+      {"name", "restart"},
+      {"model", "mlp"},
+      {"rounds", 6},
+      {"clients_per_round", 3},
+      {"selection", {{"overcommit", 1.0}}},
+      {"training", {{"lr", 0.05}, {"deadline", {{"mode", "fixed"}, {"seconds", 60}}}}}};
   Reply created = admin.post("/v1/admin/jobs", job_config);
   REQUIRE(created.status == 201);
 
@@ -121,7 +80,8 @@ TEST_CASE("a SIGKILLed coordinator resumes the job from its last committed model
   REQUIRE_MESSAGE(wait_until(
                       [&] {
                         after = admin2.get("/v1/admin/jobs/1").body;
-                        return committed_rounds(after).size() >= committed_rounds(before).size() + 2;
+                        return committed_rounds(after).size() >=
+                               committed_rounds(before).size() + 2;
                       },
                       180),
                   after.dump());

@@ -1,0 +1,67 @@
+#pragma once
+// The coordinator binary (FEDCASE_COORDINATOR_BIN) as a child process, for tests that kill it
+// or limit its resources.
+
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "tests/support/coordinator_harness.h"
+
+namespace fedcase::testing {
+
+class CoordinatorProcess {
+ public:
+  // Starts the binary with `config_path`, its output appended to `log_path`. With
+  // `max_open_files` > 0 the process may open at most that many files (soft and hard limit).
+  CoordinatorProcess(const std::string& config_path, const std::string& log_path,
+                     rlim_t max_open_files = 0) {
+    pid_ = fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      FILE* log = std::fopen(log_path.c_str(), "a");
+      if (log) {
+        dup2(fileno(log), STDOUT_FILENO);
+        dup2(fileno(log), STDERR_FILENO);
+      }
+      if (max_open_files > 0) {
+        const rlimit limit{max_open_files, max_open_files};
+        setrlimit(RLIMIT_NOFILE, &limit);
+      }
+      execl(FEDCASE_COORDINATOR_BIN, FEDCASE_COORDINATOR_BIN, "--config", config_path.c_str(),
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ~CoordinatorProcess() { kill_now(); }
+  void kill_now() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// The port the coordinator wrote to `port_file`, once it has (0 after 30 s without).
+inline uint16_t wait_for_port(const std::string& port_file) {
+  uint16_t port = 0;
+  wait_until(
+      [&] {
+        std::ifstream in(port_file);
+        return static_cast<bool>(in >> port);
+      },
+      30);
+  return port;
+}
+
+}  // namespace fedcase::testing
