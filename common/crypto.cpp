@@ -29,6 +29,14 @@ Result<std::string> random_token(size_t bytes) {
   return to_hex(buf.data(), buf.size());
 }
 
+Result<uint64_t> random_u64() {
+  uint64_t value = 0;
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(&value), sizeof(value)) != 1) {
+    return internal_error("the random number generator failed");
+  }
+  return value;
+}
+
 std::string sha256_hex(std::string_view data) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);

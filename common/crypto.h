@@ -12,6 +12,9 @@ namespace fedcase {
 // RNG fails.
 Result<std::string> random_token(size_t bytes = 32);
 
+// A uniformly random 64-bit value from the OS CSPRNG. kInternal when the RNG fails.
+Result<uint64_t> random_u64();
+
 // Lower-case hex SHA-256 of `data`.
 std::string sha256_hex(std::string_view data);
 

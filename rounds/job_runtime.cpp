@@ -36,7 +36,7 @@ Result<std::unique_ptr<JobRuntime>> JobRuntime::create(JobConfig config,
                                                        std::shared_ptr<const GlobalModel> model,
                                                        const json& policy_state,
                                                        const std::string& optimizer_state,
-                                                       RoundIndex last_round) {
+                                                       RoundIndex last_round, uint64_t dp_secret) {
   if (!model) return invalid_argument("a job needs an initial model");
   std::unique_ptr<JobRuntime> job(new JobRuntime(std::move(config), std::move(model)));
   auto policy = scheduling::make_selection_policy(job->config_.selection, job->config_.seed);
@@ -51,10 +51,19 @@ Result<std::unique_ptr<JobRuntime>> JobRuntime::create(JobConfig config,
   job->optimizer_ = std::move(optimizer).value();
   FEDCASE_RETURN_IF_ERROR(job->optimizer_->load_state(optimizer_state));
   job->last_round_ = std::max<RoundIndex>(last_round, job->model_->version);
+  job->dp_secret_ = dp_secret;
   return job;
 }
 
-uint64_t JobRuntime::dp_seed(RoundIndex index) const { return config_.seed * 1000003 + index; }
+uint64_t JobRuntime::dp_seed(RoundIndex index) const {
+  const uint64_t seed = config_.seed * 1000003 + index;
+  if (dp_secret_ == 0) return seed;
+  // splitmix64 of the secret and the round's seed.
+  uint64_t z = dp_secret_ ^ (seed + 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
 
 Status JobRuntime::replay_privacy(const json& metrics) {
   auto it = metrics.find("privacy");

@@ -72,12 +72,15 @@ class JobRuntime {
  public:
   // A job resumed at `model` (its latest committed model) with the policy and optimizer state
   // saved with it (empty: fresh). `last_round` is the highest round index used so far.
-  // kInvalidArgument for a state the policy or optimizer did not save.
+  // `dp_secret` keeps DP noise unpredictable from the job config (see dp_seed); 0, for
+  // simulations and tests, makes it reproducible. kInvalidArgument for a state the policy or
+  // optimizer did not save.
   static Result<std::unique_ptr<JobRuntime>> create(JobConfig config,
                                                     std::shared_ptr<const GlobalModel> model,
                                                     const nlohmann::json& policy_state,
                                                     const std::string& optimizer_state,
-                                                    RoundIndex last_round = 0);
+                                                    RoundIndex last_round = 0,
+                                                    uint64_t dp_secret = 0);
 
   const JobConfig& config() const { return config_; }
   const std::shared_ptr<const GlobalModel>& model() const { return model_; }
@@ -87,7 +90,9 @@ class JobRuntime {
   const nlohmann::json& policy_state() const { return policy_state_; }
   bool private_rounds() const { return config_.aggregation.dp_noise_multiplier > 0; }
   const aggregation::RdpAccountant& privacy() const { return privacy_; }
-  // The DP noise seed of round `index`: a fresh, reproducible seed every round.
+  // The DP noise seed of round `index`, a fresh one every round: seed * 1000003 + index
+  // without a secret (reproducible), else that value mixed with the secret, so nobody who
+  // knows the job config can regenerate the noise and subtract it from a released model.
   uint64_t dp_seed(RoundIndex index) const;
   // Composes the privacy a committed round spent, as its metrics recorded it (recovery).
   Status replay_privacy(const nlohmann::json& round_metrics);
@@ -122,6 +127,7 @@ class JobRuntime {
   aggregation::RdpAccountant privacy_;
   nlohmann::json policy_state_ = nlohmann::json::object();
   RoundIndex last_round_ = 0;
+  uint64_t dp_secret_ = 0;
 };
 
 }  // namespace fedcase::rounds

@@ -123,6 +123,13 @@ struct Coordinator::State {
                  std::shared_ptr<const rounds::GlobalModel> model,
                  const std::string& optimizer_state, RoundIndex last_round,
                  const std::vector<storage::RoundRecord>& history);
+  // The driver's thread stops, then the evaluator finishes its queue (its callbacks use the
+  // driver, the jobs and the store), before any of them is destroyed.
+  ~State() {
+    driver.stop();
+    evaluator.reset();
+  }
+
   Status recover();
   // Queues the evaluation of committed models that have none (a crash came first).
   Status evaluate_unscored(JobId id, const std::vector<storage::RoundRecord>& rounds);
@@ -132,8 +139,11 @@ Status Coordinator::State::install(storage::JobRecord record, rounds::JobConfig 
                                    std::shared_ptr<const rounds::GlobalModel> model,
                                    const std::string& optimizer_state, RoundIndex last_round,
                                    const std::vector<storage::RoundRecord>& history) {
-  auto runtime =
-      rounds::JobRuntime::create(config, model, record.policy_state, optimizer_state, last_round);
+  // A secret per job and process: DP noise cannot be regenerated from the job config.
+  auto dp_secret = random_u64();
+  if (!dp_secret.ok()) return dp_secret.status();
+  auto runtime = rounds::JobRuntime::create(config, model, record.policy_state, optimizer_state,
+                                            last_round, *dp_secret | 1);
   if (!runtime.ok()) return runtime.status();
   auto job = std::make_unique<JobEntry>();
   for (const auto& r : history) {
@@ -156,6 +166,7 @@ Status Coordinator::State::install(storage::JobRecord record, rounds::JobConfig 
   job->policy_name = (*runtime)->policy_name();
   job->optimizer_name = (*runtime)->optimizer_name();
   job->policy_state = (*runtime)->policy_state();
+  job->privacy = privacy_view(**runtime);
   job->runtime = std::move(runtime).value();
   std::lock_guard<std::mutex> lock(jobs.mu);
   jobs.jobs[job->id] = std::move(job);
@@ -221,10 +232,7 @@ Status Coordinator::State::evaluate_unscored(JobId id,
 
 Coordinator::Coordinator(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
-Coordinator::~Coordinator() {
-  state_->driver.stop();
-  state_->evaluator.reset();  // finishes queued evaluations while everything they touch exists
-}
+Coordinator::~Coordinator() = default;
 
 Result<std::unique_ptr<Coordinator>> Coordinator::open(const CoordinatorConfig& config,
                                                        std::unique_ptr<storage::Store> store,

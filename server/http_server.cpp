@@ -31,9 +31,11 @@ constexpr rlim_t kSpareDescriptors = 64;
 void raise_descriptor_limit(size_t max_connections) {
   rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
-  if (limit.rlim_cur < limit.rlim_max) {
+  // An unlimited hard limit still has the kernel's cap (fs.nr_open, 2^20 by default).
+  const rlim_t wanted = limit.rlim_max == RLIM_INFINITY ? rlim_t(1) << 20 : limit.rlim_max;
+  if (limit.rlim_cur < wanted) {
     rlimit raised = limit;
-    raised.rlim_cur = limit.rlim_max;
+    raised.rlim_cur = wanted;
     if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
   }
   if (limit.rlim_cur != RLIM_INFINITY && max_connections + kSpareDescriptors > limit.rlim_cur) {
@@ -62,7 +64,10 @@ class Session : public std::enable_shared_from_this<Session> {
         open_connections_(open_connections) {
     ++open_connections_;
   }
-  ~Session() { --open_connections_; }
+  ~Session() {
+    if (pending_ && pending_->unwatch) pending_->unwatch(watch_);
+    --open_connections_;
+  }
 
   void run() {
     net::dispatch(stream_.get_executor(),
@@ -154,6 +159,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // A long poll: answered when the coordinator wakes it with a task, or empty at the end of
     // its wait. Nothing runs in between.
     pending_ = std::move(reply);
+    ++polls_;
     timer_.expires_after(to_ms(pending_->wait_s));
     timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
       if (ec == net::error::operation_aborted || !self->pending_) return;  // answered already
@@ -165,13 +171,17 @@ class Session : public std::enable_shared_from_this<Session> {
   // Arranges a wake-up for when a task may appear, then polls once, so that a task that
   // appeared before the watch is not missed. A wake-up comes from another thread and is
   // posted onto this session's strand; a watch fires once, so each wake-up re-arms it.
+  // The wake-up keeps only a weak reference (the notifier outlives the I/O threads), and
+  // carries its poll's number, so a late wake-up of an earlier poll does nothing.
   void watch_and_poll() {
     std::weak_ptr<Session> weak = shared_from_this();
-    auto executor = stream_.get_executor();
-    watch_ = pending_->watch([weak, executor] {
-      net::post(executor, [weak] {
+    const uint64_t poll = polls_;
+    watch_ = pending_->watch([weak, poll] {
+      auto session = weak.lock();
+      if (!session) return;
+      net::post(session->executor_, [weak, poll] {
         auto self = weak.lock();
-        if (self && self->pending_) self->watch_and_poll();
+        if (self && self->pending_ && self->polls_ == poll) self->watch_and_poll();
       });
     });
     if (std::optional<Response> ready = pending_->poll()) finish_poll(std::move(*ready));
@@ -226,6 +236,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<Reply> pending_;
   uint64_t watch_ = 0;  // the long poll's wake-up, while pending_
+  uint64_t polls_ = 0;  // long polls started on this connection
+  const net::any_io_executor executor_ = stream_.get_executor();  // the connection's strand
   std::chrono::steady_clock::time_point body_started_;
   std::array<char, 16384> discard_buffer_;
   Api& api_;

@@ -10,6 +10,17 @@ double wall_clock() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+nlohmann::json privacy_view(const rounds::JobRuntime& runtime) {
+  if (!runtime.private_rounds()) return nullptr;
+  const rounds::JobConfig& c = runtime.config();
+  auto spent = runtime.privacy().spent(c.dp_delta);
+  return {{"noise_multiplier", c.aggregation.dp_noise_multiplier},
+          {"clip_norm", c.aggregation.clip_norm},
+          {"rounds", runtime.privacy().rounds()},
+          {"delta", c.dp_delta},
+          {"epsilon", spent.ok() ? spent->epsilon : 0.0}};
+}
+
 JobEntry* JobTable::find(JobId id) {
   auto it = jobs.find(id);
   return it == jobs.end() ? nullptr : it->second.get();

@@ -53,6 +53,9 @@ struct JobEntry {
   nlohmann::json privacy;  // for DP jobs: the privacy spent so far (null otherwise)
 };
 
+// The privacy a DP job has spent, as the admin API shows it (null for a job without DP noise).
+nlohmann::json privacy_view(const rounds::JobRuntime& runtime);
+
 class JobTable {
  public:
   explicit JobTable(storage::Store& store) : store_(store) {}

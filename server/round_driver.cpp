@@ -18,18 +18,6 @@ constexpr double kSaveContactsEvery = 30.0;
 
 std::string job_prefix(const JobEntry& job) { return "job " + std::to_string(job.id) + ": "; }
 
-// The privacy a DP job has spent, as the admin API shows it.
-json privacy_view(const rounds::JobRuntime& runtime) {
-  if (!runtime.private_rounds()) return json();
-  const rounds::JobConfig& c = runtime.config();
-  auto spent = runtime.privacy().spent(c.dp_delta);
-  return {{"noise_multiplier", c.aggregation.dp_noise_multiplier},
-          {"clip_norm", c.aggregation.clip_norm},
-          {"rounds", runtime.privacy().rounds()},
-          {"delta", c.dp_delta},
-          {"epsilon", spent.ok() ? spent->epsilon : 0.0}};
-}
-
 storage::RoundRecord open_record(JobId job, const rounds::Round& r) {
   return {job,          r.index(), RoundState::kOpen, r.base_version(), r.invited(), r.opened_at(),
           r.deadline(), 0,         json::object()};
@@ -267,12 +255,14 @@ void RoundDriver::on_evaluated(JobEntry& job, uint64_t version,
                 e.accuracy, e.loss);
   log_info(line);
   const bool reached = job.config.target_accuracy > 0 && e.accuracy >= job.config.target_accuracy;
+  // Finished before the pending count drops: a round held back by this evaluation must see
+  // the job finished, never a job with nothing pending that may commit it.
+  if (reached) finish(job);
   {
     std::lock_guard<std::mutex> lock(jobs_.mu);
     job.evaluations_pending -= 1;
     job.last_accuracy = e.accuracy;
   }
-  if (reached) finish(job);
   wake();
 }
 

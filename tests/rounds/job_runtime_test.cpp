@@ -234,6 +234,14 @@ TEST_CASE("DP rounds get a reproducible seed per round and account their privacy
   auto b = make_job(config);
   CHECK(a->dp_seed(3) == config.seed * 1000003 + 3);
   CHECK(a->dp_seed(3) != a->dp_seed(4));
+  // With a secret, the seeds are no function of the job config alone.
+  auto secret = JobRuntime::create(config, initial_model(), json::object(), "", 0, 0x5eed);
+  auto other = JobRuntime::create(config, initial_model(), json::object(), "", 0, 0x5eee);
+  REQUIRE(secret.ok());
+  REQUIRE(other.ok());
+  CHECK((*secret)->dp_seed(3) != a->dp_seed(3));
+  CHECK((*secret)->dp_seed(3) != (*other)->dp_seed(3));
+  CHECK((*secret)->dp_seed(3) != (*secret)->dp_seed(4));
   Fleet fleet = fleet_of(4);
   std::vector<float> models[2];
   int i = 0;
