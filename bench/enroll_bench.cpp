@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/http_bench_util.h"
 #include "client_sdk/http_client.h"
 #include "server/config.h"
 #include "server/service.h"
@@ -29,19 +30,11 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kAdmin = "bench-admin-token-0123456789";
-constexpr const char* kEnroll = "bench-enroll-token-0123456789";
+constexpr const char* kAdmin = fedcase::bench::kAdminToken;
+constexpr const char* kEnroll = fedcase::bench::kEnrollmentToken;
+using fedcase::bench::percentile;
 
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, size_t(q * double(v.size() - 1) + 0.5))];
-}
-
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "enroll_bench: %s\n", what.c_str());
-  std::exit(1);
-}
+[[noreturn]] void die(const std::string& what) { fedcase::bench::die("enroll_bench", what); }
 
 }  // namespace
 

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/http_bench_util.h"
 #include "client_sdk/http_client.h"
 #include "common/blob.h"
 #include "server/config.h"
@@ -36,23 +37,15 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using fedcase::client::HttpClient;
 
-constexpr const char* kAdmin = "bench-admin-token-0123456789";
-constexpr const char* kEnroll = "bench-enroll-token-0123456789";
+constexpr const char* kAdmin = fedcase::bench::kAdminToken;
+constexpr const char* kEnroll = fedcase::bench::kEnrollmentToken;
+using fedcase::bench::percentile;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, size_t(q * double(v.size() - 1) + 0.5))];
-}
-
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "heartbeat_bench: %s\n", what.c_str());
-  std::exit(1);
-}
+[[noreturn]] void die(const std::string& what) { fedcase::bench::die("heartbeat_bench", what); }
 
 template <class T>
 T or_die(fedcase::Result<T> r, const char* what) {

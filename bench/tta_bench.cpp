@@ -22,13 +22,12 @@
 #include <iostream>
 #include <limits>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "ml/model.h"
 #include "sim/config.h"
@@ -84,12 +83,18 @@ Args parse_args(int argc, char** argv) {
     }
     if (i + 1 >= argc) throw std::runtime_error("missing value after " + flag);
     const std::string value = argv[++i];
-    if (flag == "--config") a.config = value;
-    else if (flag == "--out") a.out = value;
-    else if (flag == "--root") a.root = value;
-    else if (flag == "--seeds") a.seeds = std::stoull(value);
-    else if (flag == "--threads") a.threads = std::max(1u, unsigned(std::stoul(value)));
-    else throw std::runtime_error("unknown flag " + flag);
+    if (flag == "--config")
+      a.config = value;
+    else if (flag == "--out")
+      a.out = value;
+    else if (flag == "--root")
+      a.root = value;
+    else if (flag == "--seeds")
+      a.seeds = std::stoull(value);
+    else if (flag == "--threads")
+      a.threads = std::max(1u, unsigned(std::stoul(value)));
+    else
+      throw std::runtime_error("unknown flag " + flag);
   }
   return a;
 }
@@ -143,8 +148,9 @@ std::string svg_plot(const std::vector<Run>& runs, double target) {
   }
   for (int k = 0; k <= 5; ++k) {  // time axis
     const double x = x_max * k / 5;
-    std::snprintf(buf, sizeof(buf), "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n",
-                  px(x), h - bottom + 18, x);
+    std::snprintf(buf, sizeof(buf),
+                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", px(x),
+                  h - bottom + 18, x);
     s += buf;
   }
   std::snprintf(buf, sizeof(buf),
@@ -188,7 +194,8 @@ int run(const Args& args) {
   const auto start = std::chrono::steady_clock::now();
   nlohmann::json base =
       nlohmann::json::parse(or_die(read_text_file(args.root + "/" + args.config)));
-  if (args.full) base.merge_patch({{"fleet", {{"clients", 5000}}}, {"job", {{"clients_per_round", 50}}}});
+  if (args.full)
+    base.merge_patch({{"fleet", {{"clients", 5000}}}, {"job", {{"clients_per_round", 50}}}});
   // The fleet is the same for every run: drawn once from the base config.
   SimConfig fleet_config = or_die(parse_sim_config(base));
   resolve_paths(fleet_config, args.root);
@@ -217,9 +224,10 @@ int run(const Args& args) {
     for (size_t i; (i = next++) < runs.size();) {
       Run& r = runs[i];
       auto sim = Simulator::create(r.config, inputs.train, inputs.test, fleet);
-      auto summary = sim.ok() ? run_simulation(**sim, r.config,
-                                               [&](const RoundRecord& rec) { r.curve.push_back(rec); })
-                              : fedcase::Result<RunSummary>(sim.status());
+      auto summary = sim.ok()
+                         ? run_simulation(**sim, r.config,
+                                          [&](const RoundRecord& rec) { r.curve.push_back(rec); })
+                         : fedcase::Result<RunSummary>(sim.status());
       std::lock_guard<std::mutex> lock(mu);
       if (!summary.ok()) {
         failure = summary.status().to_string();

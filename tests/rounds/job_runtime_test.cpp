@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "tests/rounds/uploads.h"
+
 namespace fedcase::rounds {
 namespace {
 
@@ -58,16 +60,9 @@ Fleet fleet_of(size_t n) {
   return f;
 }
 
+// An update of `samples` samples with mean loss 0.5 and mean squared loss 0.25.
 void upload(Round& round, ClientId client, double at, float value, uint64_t samples) {
-  auto aggregate = round.reserve(client, at);
-  REQUIRE(aggregate.ok());
-  const float delta[2] = {value, value};
-  REQUIRE((*aggregate)->add(delta, 2, double(samples)).ok());
-  scheduling::RoundReport r;
-  r.samples = samples;
-  r.loss_sum = 0.5 * double(samples);
-  r.loss_sq_sum = 0.25 * double(samples);
-  round.accept(client, r, at);
+  testing::upload(round, client, at, value, testing::report_of(samples, 0.5, 0.25));
 }
 
 TEST_CASE("a round opens only with min_clients available, and invites K x overcommit") {

@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/rounds/uploads.h"
+
 namespace fedcase::rounds {
 namespace {
 
@@ -15,20 +17,10 @@ Round make_round() {
                std::make_shared<RoundAggregate>(std::move(aggregator).value()));
 }
 
-scheduling::RoundReport report(uint64_t samples, double loss_sq_sum) {
-  scheduling::RoundReport r;
-  r.samples = samples;
-  r.loss_sum = double(samples);
-  r.loss_sq_sum = loss_sq_sum;
-  return r;
-}
-
+// An update of `samples` samples with mean loss 1 and mean squared loss 4.
 void fold(Round& round, ClientId client, double at, float value, uint64_t samples) {
-  auto aggregate = round.reserve(client, at);
-  REQUIRE(aggregate.ok());
-  const float delta[2] = {value, value};
-  REQUIRE((*aggregate)->add(delta, 2, double(samples)).ok());
-  ProfileChange change = round.accept(client, report(samples, 4.0 * double(samples)), at);
+  ProfileChange change =
+      testing::upload(round, client, at, value, testing::report_of(samples, 1, 4));
   CHECK(change.kind == ProfileChange::Kind::kCompleted);
   CHECK(change.client == client);
   CHECK(change.report.round == 3);
@@ -67,7 +59,7 @@ TEST_CASE("a round is due when filled or past its deadline, never with a fold in
   CHECK_FALSE(round.due(200));  // past the deadline, but client 2 is being folded
   const float delta[2] = {3, 3};
   REQUIRE((*in_flight)->add(delta, 2, 30).ok());
-  round.accept(2, report(30, 120), 131);
+  round.accept(2, testing::report_of(30, 1, 4), 131);
   CHECK(round.filled());
   CHECK(round.due(131));
   CHECK(round.accepted() == 2);
@@ -113,7 +105,7 @@ TEST_CASE("profile changes fold into profiles") {
   REQUIRE(apply_profile_change({ProfileChange::Kind::kSelected, 1, 4, {}}, p, params).ok());
   CHECK(p.last_selected_round == 4);
   CHECK(p.times_selected == 1);
-  scheduling::RoundReport r = report(20, 80);
+  scheduling::RoundReport r = testing::report_of(20, 1, 4);
   r.round = 4;
   REQUIRE(apply_profile_change({ProfileChange::Kind::kCompleted, 1, 4, r}, p, params).ok());
   CHECK(p.completions == 1);
