@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <random>
@@ -18,6 +19,13 @@ namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+
+// Uploads tried per task while the round answers 503 (places held by uploads being checked).
+constexpr int kUploadAttempts = 10;
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -188,10 +196,20 @@ struct Session::Impl {
         return ok_status();
       }
     }
-    auto r = call("POST", task["upload_url"].get<std::string>(), body,
-                  {{"Content-Type", "application/octet-stream"}, {"X-Fedcase-Meta", meta.dump()}},
-                  config.request_timeout_s);
-    if (!r.ok()) return r.status();
+    // 503: the round's last places are held by uploads being checked, one of which may be
+    // refused; retry after the coordinator's Retry-After while the task's deadline allows.
+    const double deadline = task.value("deadline", 0.0);
+    Result<HttpResponse> r = unavailable("no upload attempted");
+    for (int attempt = 0; attempt < kUploadAttempts; ++attempt) {
+      r = call("POST", task["upload_url"].get<std::string>(), body,
+               {{"Content-Type", "application/octet-stream"}, {"X-Fedcase-Meta", meta.dump()}},
+               config.request_timeout_s);
+      if (!r.ok()) return r.status();
+      if (r->status != 503) break;
+      const double wait_s = std::clamp(std::atof(r->header("retry-after").c_str()), 0.1, 5.0);
+      if (unix_now() + wait_s >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::duration<double>(wait_s));
+    }
     if (r->status == 200) {
       stats.updates_accepted++;
     } else {

@@ -49,6 +49,8 @@ const char* admission_reason(Admission admission) {
       return "already uploaded";
     case Admission::kFilled:
       return "round filled";
+    case Admission::kHeld:
+      return "places held";
   }
   return "unknown";
 }
@@ -91,7 +93,8 @@ Admission Round::admission(ClientId client, double now) const {
   if (closed_) return Admission::kClosed;
   if (!task_index_.count(client)) return Admission::kNotInvited;
   if (accepted_.count(client) || reserved_.count(client)) return Admission::kAlreadyUploaded;
-  if (accepted_.size() + reserved_.size() >= spec_.target) return Admission::kFilled;
+  if (accepted_.size() >= spec_.target) return Admission::kFilled;
+  if (accepted_.size() + reserved_.size() >= spec_.target) return Admission::kHeld;
   if (now > spec_.deadline) return Admission::kPastDeadline;
   return Admission::kWanted;
 }
@@ -108,6 +111,8 @@ Status Round::check_admission(ClientId client, double now) const {
       return conflict("client " + std::to_string(client) + " already uploaded to " + round);
     case Admission::kFilled:
       return conflict(round + " already has its " + std::to_string(spec_.target) + " updates");
+    case Admission::kHeld:
+      return unavailable(round + "'s remaining places are held by uploads being checked; retry");
     case Admission::kClosed:
     case Admission::kPastDeadline:
       return conflict(round + " is not open for updates (" + admission_reason(a) + ")");

@@ -61,8 +61,18 @@ struct ProfileChange {
 Status apply_profile_change(const ProfileChange& change, scheduling::ClientProfile& profile,
                             const scheduling::ProfileParams& params);
 
-// Why an invited client's update is not (or no longer) wanted; kWanted when it is.
-enum class Admission { kWanted, kNotInvited, kClosed, kPastDeadline, kAlreadyUploaded, kFilled };
+// Why an invited client's update is not (or no longer) wanted; kWanted when it is. kHeld: the
+// remaining places are held by uploads still being checked, one of which may yet be refused,
+// so the update may be wanted shortly.
+enum class Admission {
+  kWanted,
+  kNotInvited,
+  kClosed,
+  kPastDeadline,
+  kAlreadyUploaded,
+  kFilled,
+  kHeld
+};
 const char* admission_reason(Admission admission);  // "open", "not invited", "round closed", ...
 
 class Round {
@@ -101,7 +111,8 @@ class Round {
   void hand_out(ClientId client, double now);
   // Whether an upload from `client` at `now` would be admitted.
   Admission admission(ClientId client, double now) const;
-  // As admission(), as a Status: kPermissionDenied (not invited) or kConflict with a message.
+  // As admission(), as a Status: kPermissionDenied (not invited), kUnavailable (held: retry
+  // shortly) or kConflict with a message.
   Status check_admission(ClientId client, double now) const;
   // Admits `client`'s upload and holds one of the K places for it; the aggregate to fold into.
   // Errors as check_admission.

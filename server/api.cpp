@@ -112,6 +112,7 @@ Response error_response(const Status& status, unsigned http_version, bool keep_a
   Response res{static_cast<http::status>(http_status(status.code())), http_version};
   res.set(http::field::content_type, "application/json");
   if (status.code() == Code::kUnauthenticated) res.set(http::field::www_authenticate, "Bearer");
+  if (status.code() == Code::kUnavailable) res.set(http::field::retry_after, "1");
   res.keep_alive(keep_alive);
   res.body() = dump_answer(
       json{{"error", {{"code", code_name(status.code())}, {"message", status.message()}}}});

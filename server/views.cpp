@@ -47,8 +47,10 @@ json registration_json(const ClientRegistry::Registration& r) {
 }
 
 json admission_json(rounds::Admission admission) {
-  return {{"needed", admission == rounds::Admission::kWanted},
-          {"reason", rounds::admission_reason(admission)}};
+  // A held place may be freed by a refused upload: the update may still be wanted.
+  const bool needed =
+      admission == rounds::Admission::kWanted || admission == rounds::Admission::kHeld;
+  return {{"needed", needed}, {"reason", rounds::admission_reason(admission)}};
 }
 
 json update_accepted_json(const UpdateAccepted& a) {

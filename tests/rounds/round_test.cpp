@@ -37,8 +37,8 @@ TEST_CASE("admission refuses, in order: closed, not invited, already uploaded, f
   REQUIRE(round.reserve(1, 110).ok());
   CHECK(round.admission(1, 111) == Admission::kAlreadyUploaded);  // in flight counts
   REQUIRE(round.reserve(2, 112).ok());
-  CHECK(round.admission(3, 113) == Admission::kFilled);  // two places held for K = 2
-  CHECK(round.reserve(3, 113).status().code() == Code::kConflict);
+  CHECK(round.admission(3, 113) == Admission::kHeld);                  // two places held for K = 2
+  CHECK(round.reserve(3, 113).status().code() == Code::kUnavailable);  // retry shortly
   round.release(2);  // a failed fold frees its place
   CHECK(round.admission(3, 113) == Admission::kWanted);
 
@@ -46,6 +46,7 @@ TEST_CASE("admission refuses, in order: closed, not invited, already uploaded, f
   CHECK(round.admission(3, 114) == Admission::kClosed);
   CHECK(round.admission(9, 114) == Admission::kClosed);
   CHECK(std::string(admission_reason(Admission::kFilled)) == "round filled");
+  CHECK(std::string(admission_reason(Admission::kHeld)) == "places held");
 }
 
 TEST_CASE("a round is due when filled or past its deadline, never with a fold in flight") {
@@ -61,6 +62,8 @@ TEST_CASE("a round is due when filled or past its deadline, never with a fold in
   REQUIRE((*in_flight)->add(delta, 2, 30).ok());
   round.accept(2, testing::report_of(30, 1, 4), 131);
   CHECK(round.filled());
+  CHECK(round.admission(3, 131) == Admission::kFilled);  // accepted: final
+  CHECK(round.check_admission(3, 131).code() == Code::kConflict);
   CHECK(round.due(131));
   CHECK(round.accepted() == 2);
 
