@@ -113,7 +113,8 @@ Result<std::optional<Round>> JobRuntime::open_round(const std::vector<PoolClient
             std::make_shared<RoundAggregate>(std::move(aggregator).value())));
 }
 
-Conclusion JobRuntime::close(Round& round, double now, const std::string& failure) {
+Conclusion JobRuntime::close(Round& round, double now, const std::string& failure,
+                             bool stopped_early) {
   round.close();
   const auto& accepted = round.accepted_updates();
   Conclusion c;
@@ -144,7 +145,7 @@ Conclusion JobRuntime::close(Round& round, double now, const std::string& failur
 
   // An invitee without an update was not needed once the round filled; otherwise it missed
   // the deadline, unless the round was stopped early for another reason.
-  const bool stopped = !failure.empty() && now < round.deadline() && !round.filled();
+  const bool stopped = stopped_early && now < round.deadline() && !round.filled();
   json dropped = json::object();
   json finished = json::array();
   for (const auto& task : round.tasks()) {
@@ -208,16 +209,17 @@ Result<json> JobRuntime::privacy_after(const Round& round,
 }
 
 Conclusion JobRuntime::fail(Round& round, double now, const std::string& why) {
-  return close(round, now, why);
+  return close(round, now, why, /*stopped_early=*/true);
 }
 
 Conclusion JobRuntime::conclude(Round& round, double now) {
   if (round.accepted() < config_.min_updates) {
     return close(round, now,
                  "deadline passed with " + std::to_string(round.accepted()) + " updates, " +
-                     std::to_string(config_.min_updates) + " needed");
+                     std::to_string(config_.min_updates) + " needed",
+                 /*stopped_early=*/false);
   }
-  Conclusion c = close(round, now, "");
+  Conclusion c = close(round, now, "", /*stopped_early=*/false);
   auto failed = [&](const std::string& why) {
     c.state = RoundState::kFailed;
     c.failure = why;

@@ -115,8 +115,10 @@ class JobRuntime {
 
  private:
   JobRuntime(JobConfig config, std::shared_ptr<const GlobalModel> model);
-  // The record of a round that ends without a model; the policy learns from it.
-  Conclusion close(Round& round, double now, const std::string& failure);
+  // The record of a round that ends without a model; the policy learns from it. With
+  // `stopped_early` (a cancel, a reached target) invitees still inside the deadline are
+  // "round stopped", not blamed for missing it.
+  Conclusion close(Round& round, double now, const std::string& failure, bool stopped_early);
   Result<nlohmann::json> privacy_after(const Round& round,
                                        aggregation::RdpAccountant& privacy) const;
 

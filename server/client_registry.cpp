@@ -100,12 +100,6 @@ void ClientRegistry::flush(double now, double every_s) {
   if (!due.empty()) save(due, now);
 }
 
-bool ClientRegistry::online(ClientId client, double now) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = clients_.find(client);
-  return it != clients_.end() && scheduling::is_online(it->second.profile, now, params_);
-}
-
 std::vector<ClientSnapshot> ClientRegistry::snapshot(double now) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<ClientSnapshot> out;

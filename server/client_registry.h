@@ -60,7 +60,6 @@ class ClientRegistry {
   // `every_s` seconds (logged on failure).
   void flush(double now, double every_s);
 
-  bool online(ClientId client, double now) const;
   // Copies of every client, ordered by id: with their records for the admin views, or only
   // their profiles and availability for selection (cheaper).
   std::vector<ClientSnapshot> snapshot(double now) const;
@@ -71,8 +70,6 @@ class ClientRegistry {
   void apply(const std::vector<rounds::ProfileChange>& changes);
   // Writes the profiles and last contacts of `ids` in one transaction (logged on failure).
   void save(const std::vector<ClientId>& ids, double now);
-
-  const scheduling::ProfileParams& params() const { return params_; }
 
  private:
   struct Entry {

@@ -15,6 +15,8 @@ using nlohmann::json;
 // in batches, so a large fleet's heartbeats do not turn into fsyncs. The profiles of a round's
 // invitees are saved when it closes.
 constexpr double kSaveContactsEvery = 30.0;
+// How often a tick looks for contacts to save (ticks come every 50 ms).
+constexpr double kFlushContactsEvery = 1.0;
 
 std::string job_prefix(const JobEntry& job) { return "job " + std::to_string(job.id) + ": "; }
 
@@ -107,7 +109,10 @@ void RoundDriver::tick() {
   }
   for (Closing& c : closing) conclude(c, now);
   for (JobEntry* job : opening) open(*job, now);
-  clients_.flush(now, kSaveContactsEvery);
+  if (now - last_flush_ >= kFlushContactsEvery) {
+    clients_.flush(now, kSaveContactsEvery);
+    last_flush_ = now;
+  }
 }
 
 void RoundDriver::open(JobEntry& job, double now) {

@@ -60,7 +60,8 @@ class RoundDriver {
   TaskNotifier& tasks_ready_;  // told who was invited once a round is published
   Clock clock_;
 
-  std::mutex tick_mu_;  // one tick at a time
+  std::mutex tick_mu_;     // one tick at a time
+  double last_flush_ = 0;  // when contacts were last saved; guarded by tick_mu_
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
   bool stop_ FEDCASE_GUARDED_BY(wake_mu_) = false;

@@ -21,6 +21,9 @@ TEST_CASE("job config sections are parsed by the libraries that own them") {
   CHECK(job->training.momentum == 0.5);
   CHECK(job->aggregation.rule == "trimmed_mean");
   CHECK(job->aggregation.trim_beta == 0.25);
+  auto described = parse_job_config({{"name", "j"}, {"description", "why this job"}});
+  REQUIRE(described.ok());
+  CHECK(described->description == "why this job");
 }
 
 TEST_CASE("job config errors name what is wrong") {
@@ -32,6 +35,8 @@ TEST_CASE("job config errors name what is wrong") {
   };
   CHECK(message(json::array()).find("must be an object") != std::string::npos);
   CHECK(message({{"model", "cnn"}}).find("name") != std::string::npos);
+  CHECK(message({{"name", "j"}, {"description", std::string(4097, 'd')}}).find("description") !=
+        std::string::npos);
   CHECK(message({{"name", "j"}, {"model", "resnet"}}).find("model") != std::string::npos);
   CHECK(message({{"name", "j"}, {"rounds", 0}}).find("rounds") != std::string::npos);
   CHECK(

@@ -535,3 +535,60 @@ TEST_CASE("a model committed just before a crash is evaluated after the restart"
 
 }  // namespace
 }  // namespace fedcase::server
+
+namespace fedcase::server {
+namespace {
+
+TEST_CASE("contacts reach the store in batches from the driver, never on a heartbeat") {
+  testing::TempDir dir;
+  Harness h(dir);
+  const ClientId id = h.add_client();
+  auto reader = h.reader();
+  auto last_seen = [&] {
+    auto c = reader->get_client(id);
+    REQUIRE(c.ok());
+    return c->last_seen;
+  };
+  const double registered = last_seen();
+  h.now = 1010;
+  REQUIRE(h.coordinator->heartbeat(id, json::object()).ok());
+  CHECK(last_seen() == registered);  // in memory only
+  h.coordinator->tick();             // not yet due: saved at most every 30 s
+  CHECK(last_seen() == registered);
+  h.now = 1040;
+  REQUIRE(h.coordinator->heartbeat(id, json::object()).ok());
+  CHECK(last_seen() == registered);
+  h.coordinator->tick();
+  CHECK(last_seen() == 1040);
+}
+
+TEST_CASE("a DP job's privacy spent survives a restart") {
+  testing::TempDir dir;
+  Harness h(dir);
+  std::vector<ClientId> clients;
+  for (int i = 0; i < 2; ++i) clients.push_back(h.add_client());
+  auto created = h.coordinator->create_job(
+      job_config({{"selection", {{"overcommit", 1.0}}},
+                  {"aggregation", {{"clip_norm", 1.0}, {"dp_noise_multiplier", 1.0}}}}));
+  REQUIRE(created.ok());
+  const JobId job = created->id;
+  const ModelBlob base = base_model(*h.coordinator, job, 0);
+  h.coordinator->tick();
+  for (const auto& [id, task] : invitees(*h.coordinator, clients)) {
+    REQUIRE(h.coordinator->submit_update(id, job, 1, meta(10), delta_blob(base, 0.001f)).ok());
+  }
+  h.coordinator->tick();
+  auto before = h.coordinator->job_detail(job);
+  REQUIRE(before.ok());
+  REQUIRE(before->privacy.is_object());
+  CHECK(before->privacy["rounds"] == 1);
+  h.reopen();
+  auto after = h.coordinator->job_detail(job);
+  REQUIRE(after.ok());
+  REQUIRE(after->privacy.is_object());
+  CHECK(after->privacy["rounds"] == 1);
+  CHECK(after->privacy["epsilon"] == before->privacy["epsilon"]);
+}
+
+}  // namespace
+}  // namespace fedcase::server
