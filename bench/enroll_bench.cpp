@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   std::atomic<size_t> next{0};
   Clock::time_point last_registered{};  // guarded by mu
   auto enrol = [&] {
-    fedcase::client::HttpClient http("127.0.0.1", port);
+    fedcase::client::HttpClient http(fedcase::client::plain_connection("127.0.0.1", port));
     std::string token;
     std::vector<double> mine;
     while (next++ < clients) {

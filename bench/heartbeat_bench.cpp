@@ -54,7 +54,8 @@ T or_die(fedcase::Result<T> r, const char* what) {
 }
 
 struct Client {
-  Client(uint16_t port, const std::string& token) : http("127.0.0.1", port), token(token) {}
+  Client(uint16_t port, const std::string& token)
+      : http(fedcase::client::plain_connection("127.0.0.1", port)), token(token) {}
   fedcase::client::HttpResponse call(const std::string& method, const std::string& target,
                                      const std::string& body = "",
                                      std::map<std::string, std::string> headers = {}) {

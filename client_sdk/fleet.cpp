@@ -18,8 +18,7 @@ Result<std::unique_ptr<Fleet>> Fleet::start(const FleetConfig& config) {
                    : nullptr;
   for (size_t i = 0; i < config.clients; ++i) {
     SessionConfig s;
-    s.host = config.host;
-    s.port = config.port;
+    s.coordinator = config.coordinator;
     s.enrollment_token = config.enrollment_token;
     s.name = "client-" + std::to_string(i);
     s.data = config.data;

@@ -13,8 +13,7 @@
 namespace fedcase::client {
 
 struct FleetConfig {
-  std::string host = "127.0.0.1";
-  uint16_t port = 8080;
+  ConnectionOptions coordinator;  // host, port and TLS
   std::string enrollment_token;
   size_t clients = 10;
   double alpha = 0.5;  // Dirichlet label concentration of the partition

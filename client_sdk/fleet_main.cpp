@@ -3,6 +3,9 @@
 //                  [--data-dir /usr/share/datasets/fashion-mnist] [--enrollment-token T]
 //                  [--state-dir DIR [--sample-bytes N] [--read-mbps M] [--read-latency-ms L]]
 //                  [--cache-capacity-bytes N] [--concurrent-training N]
+//                  [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]
+// With --tls-ca the clients speak TLS and verify the coordinator against that CA and the host
+// name; --tls-cert and --tls-key give each client a certificate for mutual TLS.
 // With --state-dir, each client keeps its partition in a sample store and its sampler state
 // under DIR/client-<i>, reading samples through an emulated device of M megabytes (10^6
 // bytes) per second and L ms per read, with N bytes per stored sample.
@@ -27,7 +30,8 @@ void usage() {
                "                      [--data-dir DIR] [--enrollment-token T] [--poll-wait S]\n"
                "                      [--state-dir DIR] [--sample-bytes N] [--read-mbps M]\n"
                "                      [--read-latency-ms L] [--cache-capacity-bytes N]\n"
-               "                      [--concurrent-training N]\n";
+               "                      [--concurrent-training N]\n"
+               "                      [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]\n";
 }
 
 }  // namespace
@@ -45,9 +49,15 @@ int main(int argc, char** argv) {
         return argv[++i];
       };
       if (arg == "--host")
-        config.host = value();
+        config.coordinator.host = value();
       else if (arg == "--port")
-        config.port = static_cast<uint16_t>(std::stoul(value()));
+        config.coordinator.port = static_cast<uint16_t>(std::stoul(value()));
+      else if (arg == "--tls-ca")
+        config.coordinator.ca_file = value();
+      else if (arg == "--tls-cert")
+        config.coordinator.cert_file = value();
+      else if (arg == "--tls-key")
+        config.coordinator.key_file = value();
       else if (arg == "--clients")
         config.clients = std::stoul(value());
       else if (arg == "--alpha")
@@ -88,6 +98,12 @@ int main(int argc, char** argv) {
                  "--state-dir\n";
     return 2;
   }
+  const client::ConnectionOptions& coordinator = config.coordinator;
+  if (coordinator.cert_file.empty() != coordinator.key_file.empty() ||
+      (!coordinator.cert_file.empty() && !coordinator.tls())) {
+    std::cerr << "fedcase-client: --tls-cert and --tls-key go together, and need --tls-ca\n";
+    return 2;
+  }
   if (config.enrollment_token.empty()) {
     std::cerr << "fedcase-client: an enrollment token is required (--enrollment-token or "
                  "FEDCASE_ENROLLMENT_TOKEN)\n";
@@ -111,7 +127,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   log_info("fleet of " + std::to_string(config.clients) + " clients started against " +
-           config.host + ":" + std::to_string(config.port));
+           (coordinator.tls() ? "https://" : "http://") + coordinator.host + ":" +
+           std::to_string(coordinator.port));
   int received = 0;
   sigwait(&signals, &received);
   (*fleet)->stop();

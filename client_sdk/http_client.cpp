@@ -1,85 +1,180 @@
 #include "client_sdk/http_client.h"
 
+#include <openssl/ssl.h>
+
 #include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <cctype>
 #include <chrono>
 #include <optional>
+#include <variant>
+
+#include "common/crypto.h"
 
 namespace fedcase::client {
 
 namespace beast = boost::beast;
 namespace http = beast::http;
 namespace net = boost::asio;
+namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 std::string HttpResponse::header(const std::string& name) const {
   auto it = headers.find(name);
   return it == headers.end() ? std::string() : it->second;
 }
 
+namespace {
+
+// The client side of the coordinator's TLS policy: TLS 1.2+, the server verified against the
+// CA file; a client certificate when given. An error names the file and OpenSSL's reason.
+Result<std::unique_ptr<ssl::context>> make_client_tls_context(const ConnectionOptions& o) {
+  auto context = std::make_unique<ssl::context>(ssl::context::tls_client);
+  SSL_CTX_set_min_proto_version(context->native_handle(), TLS1_2_VERSION);
+  context->set_verify_mode(ssl::verify_peer);
+  beast::error_code ec;
+  auto failed = [&](const char* what, const std::string& file) {
+    return invalid_argument(std::string(what) + " '" + file +
+                            "': " + take_openssl_error(ec.message()));
+  };
+  context->load_verify_file(o.ca_file, ec);
+  if (ec) return failed("CA file", o.ca_file);
+  if (!o.cert_file.empty()) {
+    context->use_certificate_chain_file(o.cert_file, ec);
+    if (ec) return failed("client certificate", o.cert_file);
+    context->use_private_key_file(o.key_file, ssl::context::pem, ec);
+    if (ec) return failed("client key", o.key_file);
+  }
+  return context;
+}
+
+// What a failed TLS connection most likely means, for the caller's error message. (With TLS
+// 1.3 a refused client certificate shows at the first read, not in the handshake.)
+std::string tls_hint(const beast::error_code& ec) {
+  const std::string text = ec.message();
+  if (text.find("certificate required") != std::string::npos) {
+    return " (the coordinator requires a client certificate: set cert_file and key_file)";
+  }
+  if (text.find("wrong version number") != std::string::npos ||
+      text.find("packet length too long") != std::string::npos) {
+    return " (is the coordinator serving plain HTTP on this port?)";
+  }
+  if (text.find("certificate verify failed") != std::string::npos) {
+    return " (the coordinator's certificate is not signed by the CA file, or does not name the "
+           "host)";
+  }
+  return "";
+}
+
+}  // namespace
+
 struct HttpClient::Impl {
-  std::string host;
-  uint16_t port;
+  ConnectionOptions options;
   net::io_context ioc;
-  std::optional<beast::tcp_stream> stream;
+  Result<std::unique_ptr<ssl::context>> tls = std::unique_ptr<ssl::context>();
+  // No connection, or a plain or TLS one.
+  std::variant<std::monostate, beast::tcp_stream, TlsStream> stream;
   beast::flat_buffer buffer;
+
+  bool connected() const { return !std::holds_alternative<std::monostate>(stream); }
+  void disconnect() { stream.emplace<std::monostate>(); }
+  beast::tcp_stream& tcp() {
+    if (auto* plain = std::get_if<beast::tcp_stream>(&stream)) return *plain;
+    return beast::get_lowest_layer(std::get<TlsStream>(stream));
+  }
 
   // Runs the io_context until `done` or the timeout; a timeout cancels the stream.
   beast::error_code run(bool& done, beast::error_code& ec, double timeout_s) {
     ioc.restart();
     ioc.run_for(std::chrono::milliseconds(int64_t(timeout_s * 1000)));
     if (!done) {
-      stream->cancel();
+      tcp().cancel();
       ioc.restart();
       ioc.run();  // let the cancelled handler finish
-      stream.reset();
+      disconnect();
       return net::error::timed_out;
     }
     return ec;
   }
 
-  beast::error_code connect(double timeout_s) {
-    stream.emplace(ioc);
+  // Connects (and over TLS, shakes hands); on failure the message says which step failed.
+  Status connect(double timeout_s) {
+    const std::string where = options.host + ":" + std::to_string(options.port);
     buffer.clear();
     tcp::resolver resolver(ioc);
     beast::error_code ec;
-    auto endpoints = resolver.resolve(host, std::to_string(port), ec);
-    if (ec) return ec;
+    auto endpoints = resolver.resolve(options.host, std::to_string(options.port), ec);
+    if (ec) return unavailable("cannot resolve " + options.host + ": " + ec.message());
+    stream.emplace<beast::tcp_stream>(ioc);
     bool done = false;
-    stream->async_connect(endpoints, [&](beast::error_code e, const tcp::endpoint&) {
+    tcp().async_connect(endpoints, [&](beast::error_code e, const tcp::endpoint&) {
       ec = e;
       done = true;
     });
-    return run(done, ec, timeout_s);
+    if ((ec = run(done, ec, timeout_s))) {
+      disconnect();
+      return unavailable("cannot connect to " + where + ": " + ec.message());
+    }
+    if (!options.tls()) return ok_status();
+    beast::tcp_stream connected = std::move(std::get<beast::tcp_stream>(stream));
+    TlsStream& s = stream.emplace<TlsStream>(std::move(connected), **tls);
+    // SNI, and the name the certificate must carry (a DNS name or an IP address).
+    boost::system::error_code address_ec;
+    net::ip::make_address(options.host, address_ec);
+    if (address_ec) SSL_set_tlsext_host_name(s.native_handle(), options.host.c_str());
+    X509_VERIFY_PARAM* param = SSL_get0_param(s.native_handle());
+    if (address_ec) {
+      X509_VERIFY_PARAM_set1_host(param, options.host.c_str(), 0);
+    } else {
+      X509_VERIFY_PARAM_set1_ip_asc(param, options.host.c_str());
+    }
+    done = false;
+    s.async_handshake(ssl::stream_base::client, [&](beast::error_code e) {
+      ec = e;
+      done = true;
+    });
+    if ((ec = run(done, ec, timeout_s))) {
+      disconnect();
+      return unavailable("TLS handshake with " + where + " failed: " + ec.message() + tls_hint(ec));
+    }
+    return ok_status();
   }
 
   beast::error_code exchange(http::request<http::string_body>& req,
                              http::response_parser<http::string_body>& parser, double timeout_s) {
     beast::error_code ec;
     bool done = false;
-    http::async_write(*stream, req, [&](beast::error_code e, size_t) {
-      if (e) {
-        ec = e;
-        done = true;
-        return;
-      }
-      http::async_read(*stream, buffer, parser, [&](beast::error_code e2, size_t) {
-        ec = e2;
-        done = true;
-      });
-    });
+    std::visit(
+        [&](auto& s) {
+          if constexpr (!std::is_same_v<std::decay_t<decltype(s)>, std::monostate>) {
+            http::async_write(s, req, [&](beast::error_code e, size_t) {
+              if (e) {
+                ec = e;
+                done = true;
+                return;
+              }
+              http::async_read(s, buffer, parser, [&](beast::error_code e2, size_t) {
+                ec = e2;
+                done = true;
+              });
+            });
+          }
+        },
+        stream);
     return run(done, ec, timeout_s);
   }
 };
 
-HttpClient::HttpClient(std::string host, uint16_t port) : impl_(std::make_unique<Impl>()) {
-  impl_->host = std::move(host);
-  impl_->port = port;
+HttpClient::HttpClient(ConnectionOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  if (impl_->options.tls()) impl_->tls = make_client_tls_context(impl_->options);
 }
 
 HttpClient::~HttpClient() = default;
@@ -89,8 +184,9 @@ Result<HttpResponse> HttpClient::request(const std::string& method, const std::s
                                          const std::map<std::string, std::string>& headers,
                                          double timeout_s) {
   Impl& s = *impl_;
+  if (!s.tls.ok()) return s.tls.status();
   http::request<http::string_body> req{http::string_to_verb(method), target, 11};
-  req.set(http::field::host, s.host);
+  req.set(http::field::host, s.options.host);
   req.set(http::field::user_agent, "fedcase-client");
   for (const auto& [k, v] : headers) req.set(k, v);
   req.body() = body;
@@ -98,21 +194,16 @@ Result<HttpResponse> HttpClient::request(const std::string& method, const std::s
 
   // A kept-alive connection may have been closed by the server: retry once on a fresh one.
   for (int attempt = 0; attempt < 2; ++attempt) {
-    bool reused = s.stream.has_value();
-    if (!reused) {
-      if (auto ec = s.connect(timeout_s)) {
-        s.stream.reset();
-        return unavailable("cannot connect to " + s.host + ":" + std::to_string(s.port) + ": " +
-                           ec.message());
-      }
-    }
+    bool reused = s.connected();
+    if (!reused) FEDCASE_RETURN_IF_ERROR(s.connect(timeout_s));
     http::response_parser<http::string_body> parser;
     parser.body_limit(1ull << 32);
     auto ec = s.exchange(req, parser, timeout_s);
     if (ec) {
-      s.stream.reset();
+      s.disconnect();
       if (reused && ec != net::error::timed_out) continue;
-      return unavailable("request " + method + " " + target + " failed: " + ec.message());
+      return unavailable("request " + method + " " + target + " failed: " + ec.message() +
+                         (s.options.tls() ? tls_hint(ec) : ""));
     }
     auto& res = parser.get();
     HttpResponse out;
@@ -124,7 +215,7 @@ Result<HttpResponse> HttpClient::request(const std::string& method, const std::s
                      [](unsigned char c) { return std::tolower(c); });
       out.headers[name] = std::string(field.value());
     }
-    if (!res.keep_alive()) s.stream.reset();
+    if (!res.keep_alive()) s.disconnect();
     return out;
   }
   return unavailable("request " + method + " " + target + " failed");

@@ -53,7 +53,7 @@ struct Session::Impl {
   double backoff_s = 0.1;
 
   explicit Impl(SessionConfig c)
-      : config(std::move(c)), http(config.host, config.port), rng(config.seed) {}
+      : config(std::move(c)), http(config.coordinator), rng(config.seed) {}
 
   void log(LogLevel level, const std::string& message) {
     log_message(level, config.name + ": " + message);

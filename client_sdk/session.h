@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "client_sdk/compute_slots.h"
+#include "client_sdk/http_client.h"
 #include "client_sdk/sample_store.h"
 #include "common/ids.h"
 #include "common/status.h"
@@ -21,8 +22,7 @@
 namespace fedcase::client {
 
 struct SessionConfig {
-  std::string host = "127.0.0.1";
-  uint16_t port = 8080;
+  ConnectionOptions coordinator;  // host, port and TLS
   std::string enrollment_token;
   std::string name;                   // for logs: "client-7"
   const ml::Dataset* data = nullptr;  // shared, read-only; must outlive the session

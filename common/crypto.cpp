@@ -1,6 +1,7 @@
 #include "common/crypto.h"
 
 #include <openssl/crypto.h>
+#include <openssl/err.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
@@ -41,6 +42,15 @@ std::string sha256_hex(std::string_view data) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
   return to_hex(digest, sizeof(digest));
+}
+
+std::string take_openssl_error(const std::string& fallback) {
+  const unsigned long error = ERR_get_error();
+  ERR_clear_error();
+  if (error == 0) return fallback;
+  char text[256];
+  ERR_error_string_n(error, text, sizeof(text));
+  return text;
 }
 
 bool constant_time_equal(std::string_view a, std::string_view b) {

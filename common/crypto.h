@@ -18,6 +18,10 @@ Result<uint64_t> random_u64();
 // Lower-case hex SHA-256 of `data`.
 std::string sha256_hex(std::string_view data);
 
+// The reason of the oldest error in this thread's OpenSSL error queue (which it then clears),
+// or `fallback` when the queue is empty: for messages about certificates and keys.
+std::string take_openssl_error(const std::string& fallback);
+
 // Compares two strings in time independent of where they differ.
 bool constant_time_equal(std::string_view a, std::string_view b);
 

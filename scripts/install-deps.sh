@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   libboost-dev libboost-system-dev nlohmann-json3-dev libsqlite3-dev libssl-dev zlib1g-dev
   libtorch-dev doctest-dev dataset-fashion-mnist
-  curl jq sqlite3
+  curl jq sqlite3 openssl
 )
 
 missing=()

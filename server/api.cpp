@@ -123,29 +123,40 @@ Response error_response(const Status& status, unsigned http_version, bool keep_a
 Api::Api(Coordinator& coordinator)
     : coordinator_(coordinator),
       limiter_(coordinator.config().requests_per_second,
-               std::max(1.0, 2 * coordinator.config().requests_per_second)) {}
-
-uint64_t Api::body_limit(const http::request_header<>& header) const {
-  std::string_view target(header.target().data(), header.target().size());
-  bool upload = header.method() == http::verb::post && target.size() > 7 &&
-                target.substr(target.size() - 7) == "/update";
-  return upload ? coordinator_.config().max_upload_bytes : coordinator_.config().max_json_bytes;
+               std::max(1.0, 2 * coordinator.config().requests_per_second)),
+      unauthenticated_limiter_(coordinator.config().unauthenticated_per_second,
+                               std::max(1.0, 2 * coordinator.config().unauthenticated_per_second)) {
 }
 
-Reply Api::handle(const Request& req, double receive_seconds) {
+bool Api::is_upload(const http::request_header<>& header) {
+  std::string_view target(header.target().data(), header.target().size());
+  return header.method() == http::verb::post && target.size() > 7 &&
+         target.substr(target.size() - 7) == "/update";
+}
+
+uint64_t Api::body_limit(const http::request_header<>& header) const {
+  return is_upload(header) ? coordinator_.config().max_upload_bytes
+                           : coordinator_.config().max_json_bytes;
+}
+
+Reply Api::handle(const Request& req, const RequestContext& context) {
   try {
-    Caller caller = coordinator_.identify(bearer_token(req));
-    if (caller.role == Role::kNone) {
-      return error_reply(unauthenticated("missing or unknown bearer token"), req);
-    }
-    double retry_after = 0;
-    std::string key = std::string(bearer_token(req).substr(0, 16));
-    if (!limiter_.allow(key, RateLimiter::Clock::now(), retry_after)) {
+    auto too_many = [&](double retry_after) {
       Reply r = error_reply(resource_exhausted("too many requests"), req);
       r.response.set(http::field::retry_after, std::to_string(int(std::ceil(retry_after))));
       return r;
+    };
+    double retry_after = 0;
+    Caller caller = coordinator_.identify(bearer_token(req));
+    if (caller.role == Role::kNone) {
+      if (!unauthenticated_limiter_.allow(context.peer, RateLimiter::Clock::now(), retry_after)) {
+        return too_many(retry_after);
+      }
+      return error_reply(unauthenticated("missing or unknown bearer token"), req);
     }
-    return route(req, caller, receive_seconds);
+    std::string key = std::string(bearer_token(req).substr(0, 16));
+    if (!limiter_.allow(key, RateLimiter::Clock::now(), retry_after)) return too_many(retry_after);
+    return route(req, caller, context.receive_seconds);
   } catch (const std::exception& e) {
     // A bug: the details go to the log, never to the caller.
     log_error(std::string("request failed: ") + e.what());

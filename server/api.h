@@ -29,6 +29,12 @@ struct Reply {
   std::function<void(uint64_t)> unwatch;
 };
 
+// What the front end knows about a request beyond its bytes.
+struct RequestContext {
+  double receive_seconds = 0;  // how long the body took to arrive (a client's upload speed)
+  std::string peer;            // the client's address; empty when unknown
+};
+
 // A JSON error response: {"error":{"code":"...","message":"..."}} with the status's HTTP code.
 Response error_response(const Status& status, unsigned http_version, bool keep_alive);
 
@@ -36,19 +42,22 @@ class Api {
  public:
   explicit Api(Coordinator& coordinator);
 
+  // Whether the request is an update upload (a large binary body).
+  static bool is_upload(const http::request_header<>& header);
   // The body limit for a request whose header has arrived: uploads may be large, everything
   // else is JSON bounded by the config.
   uint64_t body_limit(const http::request_header<>& header) const;
 
-  // Authenticates, rate-limits, validates and dispatches one request. `receive_seconds` is
-  // how long its body took to arrive (the coordinator's measure of a client's upload speed).
-  // Never throws.
-  Reply handle(const Request& request, double receive_seconds = 0);
+  // Authenticates, rate-limits, validates and dispatches one request. Requests without a
+  // known token are limited per peer address (429 beyond the limit, else 401). Never throws.
+  // Thread-safe: handlers run on several threads at once.
+  Reply handle(const Request& request, const RequestContext& context = {});
 
  private:
   Reply route(const Request& request, const Caller& caller, double receive_seconds);
   Coordinator& coordinator_;
-  RateLimiter limiter_;
+  RateLimiter limiter_;                  // per token
+  RateLimiter unauthenticated_limiter_;  // per peer address, for requests without a known token
 };
 
 }  // namespace fedcase::server

@@ -19,11 +19,26 @@ Status check_range(const char* key, double value, double min, double max) {
                           std::to_string(int64_t(max)) + "]");
 }
 
+Status parse_tls(const json& j, TlsConfig& tls) {
+  ObjectReader r(j, "tls");
+  r.text("cert_file", tls.cert_file).text("key_file", tls.key_file);
+  r.text("client_ca_file", tls.client_ca_file);
+  Status s = r.strict_status();
+  if (s.ok() && tls.cert_file.empty() != tls.key_file.empty()) {
+    s = invalid_argument("tls.cert_file and tls.key_file must be given together");
+  }
+  if (s.ok() && !tls.client_ca_file.empty() && !tls.enabled()) {
+    s = invalid_argument("tls.client_ca_file needs tls.cert_file and tls.key_file");
+  }
+  return s;
+}
+
 }  // namespace
 
 CoordinatorConfig parse_coordinator_config(const json& j) {
   CoordinatorConfig c;
   ObjectReader r(j, "config");
+  if (const json* tls = r.member("tls")) r.merge(parse_tls(*tls, c.tls));
   r.text("listen_address", c.listen_address)
       .integer("port", c.port)
       .text("port_file", c.port_file)
@@ -31,19 +46,28 @@ CoordinatorConfig parse_coordinator_config(const json& j) {
       .text("admin_token", c.admin_token)
       .text("enrollment_token", c.enrollment_token)
       .integer("io_threads", c.io_threads)
+      .integer("handler_threads", c.handler_threads)
       .integer("max_connections", c.max_connections)
+      .integer("max_connections_per_ip", c.max_connections_per_ip)
+      .integer("max_upload_bodies", c.max_upload_bodies)
       .integer("max_json_bytes", c.max_json_bytes)
       .integer("max_upload_bytes", c.max_upload_bytes)
       .number("read_timeout_s", c.read_timeout_s, 0.1, 3600)
+      .number("idle_timeout_s", c.idle_timeout_s, 0.1, 86400)
+      .number("drain_timeout_s", c.drain_timeout_s, 0, 3600)
       .number("long_poll_max_s", c.long_poll_max_s, 0, 600)
       .number("client_timeout_s", c.client_timeout_s, 1, 86400)
       .number("requests_per_second", c.requests_per_second, 0.1, 1e6)
+      .number("unauthenticated_per_second", c.unauthenticated_per_second, 0.1, 1e6)
       .text("eval_data_dir", c.eval_data_dir)
       .integer("eval_samples", c.eval_samples)
       .integer("torch_threads", c.torch_threads);
   Status s = r.strict_status();
   if (s.ok()) s = check_range("io_threads", c.io_threads, 1, 64);
+  if (s.ok()) s = check_range("handler_threads", c.handler_threads, 1, 256);
   if (s.ok()) s = check_range("max_connections", c.max_connections, 1, 1e7);
+  if (s.ok()) s = check_range("max_connections_per_ip", c.max_connections_per_ip, 1, 1e7);
+  if (s.ok()) s = check_range("max_upload_bodies", c.max_upload_bodies, 1, 4096);
   if (s.ok()) s = check_range("max_json_bytes", c.max_json_bytes, 1024, 64 << 20);
   if (s.ok()) s = check_range("max_upload_bytes", c.max_upload_bytes, 1024, 4.0 * (1ull << 30));
   if (s.ok()) s = check_range("eval_samples", c.eval_samples, 1, 1e7);

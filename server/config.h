@@ -10,6 +10,14 @@
 
 namespace fedcase::server {
 
+// TLS for the client and admin APIs (docs/deployment.md). Off when cert_file is empty.
+struct TlsConfig {
+  std::string cert_file;       // PEM certificate chain of the coordinator
+  std::string key_file;        // PEM private key of cert_file
+  std::string client_ca_file;  // set: mutual TLS, clients must present a certificate it signed
+  bool enabled() const { return !cert_file.empty(); }
+};
+
 struct CoordinatorConfig {
   std::string listen_address = "127.0.0.1";
   uint16_t port = 8080;   // 0 picks a free port
@@ -17,14 +25,24 @@ struct CoordinatorConfig {
   std::string database = "var/fedcase.db";
   std::string admin_token;       // env FEDCASE_ADMIN_TOKEN overrides
   std::string enrollment_token;  // clients register with it; env FEDCASE_ENROLLMENT_TOKEN
-  int io_threads = 2;
-  size_t max_connections = 10000;       // open connections; more are answered 503
+  TlsConfig tls;
+  int io_threads = 2;              // read and write connections; never run a request's handler
+  int handler_threads = 2;         // decode, validate, fold and store requests
+  size_t max_connections = 10000;  // open connections; more are answered 503
+  size_t max_connections_per_ip = 1000;  // open connections from one address; more get 503
+  // Update bodies held in memory at once; further uploads wait (up to read_timeout_s) before
+  // their body is read, so peak memory is about this times max_upload_bytes.
+  size_t max_upload_bodies = 8;
   size_t max_json_bytes = 1 << 20;      // body limit of every JSON request
   size_t max_upload_bytes = 64u << 20;  // body limit of an update upload
-  double read_timeout_s = 30;           // to receive one whole request
+  double read_timeout_s = 30;           // to receive one whole request once it has begun
+  double idle_timeout_s = 60;           // a keep-alive connection without a request is closed
+  double drain_timeout_s = 30;          // on stop: longest wait for requests in flight
   double long_poll_max_s = 30;          // longest wait a task poll may ask for
   double client_timeout_s = 30;         // a client silent this long is offline (unavailable)
   double requests_per_second = 50;      // per caller; beyond it 429 with Retry-After
+  // Requests without a known token, per address; beyond it 429 (guesses at tokens).
+  double unauthenticated_per_second = 10;
   std::string eval_data_dir = "/usr/share/datasets/fashion-mnist";
   size_t eval_samples = 10000;  // test-set samples used to evaluate each model
   int torch_threads = 1;

@@ -260,6 +260,10 @@ const CoordinatorConfig& Coordinator::config() const { return state_->config; }
 void Coordinator::start_driver() { state_->driver.start(); }
 void Coordinator::stop_driver() { state_->driver.stop(); }
 void Coordinator::tick() { state_->driver.tick(); }
+void Coordinator::conclude_rounds() {
+  state_->driver.stop();
+  state_->driver.conclude_all();
+}
 
 Caller Coordinator::identify(std::string_view token) const {
   const State& s = *state_;

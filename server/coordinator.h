@@ -121,6 +121,9 @@ class Coordinator {
   void start_driver();
   void stop_driver();
   void tick();
+  // Stops the driver and concludes every open round now (RoundDriver::conclude_all): the
+  // second half of a graceful stop, once no request is in flight.
+  void conclude_rounds();
 
   // Who presents `bearer_token`: the admin, the enrollment key, a registered client, or nobody.
   Caller identify(std::string_view bearer_token) const;

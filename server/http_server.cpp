@@ -5,19 +5,31 @@
 #include <array>
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/beast/core.hpp>
+#include <boost/beast/core/detect_ssl.hpp>
+#include <boost/beast/ssl.hpp>
 #include <chrono>
+#include <list>
+#include <thread>
+#include <type_traits>
 
 #include "common/log.h"
+#include "server/connection_limits.h"
+#include "server/tls.h"
 
 namespace fedcase::server {
 namespace {
 
 namespace beast = boost::beast;
 namespace net = boost::asio;
+namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 constexpr size_t kHeaderLimit = 16 * 1024;
 constexpr auto kLingerTime = std::chrono::seconds(2);
@@ -52,49 +64,175 @@ std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
-class Session : public std::enable_shared_from_this<Session> {
+// Logs at most one line a second, counting what it held back: a peer must not be able to fill
+// the log with failed handshakes.
+class ThrottledLog {
  public:
-  // `open_connections` counts live sessions; it must outlive them.
-  Session(tcp::socket&& socket, Api& api, const CoordinatorConfig& config,
-          std::atomic<size_t>& open_connections)
-      : stream_(std::move(socket)),
-        timer_(stream_.get_executor()),
-        api_(api),
-        config_(config),
-        open_connections_(open_connections) {
-    ++open_connections_;
+  void warn(const std::string& line) {
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (now - last_ < std::chrono::seconds(1)) {
+      ++held_back_;
+      return;
+    }
+    last_ = now;
+    log_warn(held_back_ ? line + " (and " + std::to_string(held_back_) + " more since)" : line);
+    held_back_ = 0;
   }
-  ~Session() {
+
+ private:
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point last_{};
+  uint64_t held_back_ = 0;
+};
+
+// A session as the server sees it when it stops.
+class Drainable {
+ public:
+  virtual ~Drainable() = default;
+  // Posted onto the session's strand: close when idle, answer a waiting poll, and close after
+  // the answer to a request in flight.
+  virtual void drain() = 0;
+};
+
+// What every session shares; owned by HttpServer::Impl and outlives every session.
+struct Frontend {
+  Frontend(Api& api, const CoordinatorConfig& config)
+      : api(api),
+        config(config),
+        upload_bodies(config.max_upload_bodies),
+        per_address(config.max_connections_per_ip) {}
+
+  // Registers a live session for drain(); returns its place for forget().
+  std::list<std::weak_ptr<Drainable>>::iterator remember(std::weak_ptr<Drainable> session) {
+    std::lock_guard<std::mutex> lock(sessions_mu);
+    return sessions.insert(sessions.end(), std::move(session));
+  }
+  void forget(std::list<std::weak_ptr<Drainable>>::iterator place) {
+    std::lock_guard<std::mutex> lock(sessions_mu);
+    sessions.erase(place);
+  }
+
+  Api& api;
+  const CoordinatorConfig& config;
+  BodySlots upload_bodies;
+  AddressConnections per_address;
+  std::atomic<size_t> open_connections{0};
+  std::atomic<bool> draining{false};
+  ThrottledLog handshake_log;
+  std::mutex sessions_mu;
+  std::list<std::weak_ptr<Drainable>> sessions;
+  net::thread_pool* handlers = nullptr;  // request handlers run here, never on I/O threads
+};
+
+// One connection, plain (beast::tcp_stream) or TLS (TlsStream): reads a request (idle and
+// read timeouts, route body limits, upload admission), hands it to a handler thread, resumes
+// on its strand with the answer (or waits for a long poll's wake-up), and writes it back.
+template <class Stream>
+class Session : public Drainable, public std::enable_shared_from_this<Session<Stream>> {
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+
+ public:
+  // `lease` counts this connection against its address; null refuses the connection with 503.
+  // `plain_on_tls_port`: a plain-HTTP request arrived on a TLS port; answer 400 and close.
+  Session(Stream&& stream, beast::flat_buffer&& buffer, Frontend& frontend,
+          std::unique_ptr<AddressConnections::Lease> lease, std::string peer,
+          bool plain_on_tls_port = false)
+      : stream_(std::move(stream)),
+        buffer_(std::move(buffer)),
+        frontend_(frontend),
+        lease_(std::move(lease)),
+        peer_(std::move(peer)),
+        plain_on_tls_port_(plain_on_tls_port) {
+    ++frontend_.open_connections;
+  }
+  ~Session() override {
     if (pending_ && pending_->unwatch) pending_->unwatch(watch_);
-    --open_connections_;
+    release_body_slot();
+    if (registered_) frontend_.forget(place_);
+    --frontend_.open_connections;
   }
 
-  void run() {
-    net::dispatch(stream_.get_executor(),
-                  beast::bind_front_handler(&Session::do_read_header, shared_from_this()));
+  // Starts serving (or refusing) on the connection's strand.
+  void run(const char* refusal) {
+    net::dispatch(executor_, [self = this->shared_from_this(), refusal] {
+      if (refusal) return self->send(error_response(unavailable(refusal), 11, false));
+      self->place_ = self->frontend_.remember(self);
+      self->registered_ = true;
+      if (self->frontend_.draining) return self->close();
+      if constexpr (kTls) {
+        self->start_handshake();
+      } else {
+        self->do_read_request();
+      }
+    });
   }
 
-  // Answers 503 at once and closes: the server is at its connection limit.
-  void refuse() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
-      self->send(error_response(unavailable("too many open connections; retry later"), 11, false));
+  void drain() override {
+    net::post(executor_, [self = this->shared_from_this()] {
+      self->draining_ = true;
+      if (self->idle_) return self->close();
+      if (self->pending_) self->finish_poll(std::move(self->pending_->response));
     });
   }
 
  private:
+  beast::tcp_stream& tcp() { return beast::get_lowest_layer(stream_); }
+
+  void start_handshake() {
+    tcp().expires_after(to_ms(frontend_.config.read_timeout_s));
+    stream_.async_handshake(ssl::stream_base::server, buffer_.data(),
+                            [self = this->shared_from_this()](beast::error_code ec, size_t used) {
+                              if (ec) {
+                                self->frontend_.handshake_log.warn("TLS handshake with " +
+                                                                   self->peer_ +
+                                                                   " failed: " + ec.message());
+                                return self->close();
+                              }
+                              self->buffer_.consume(used);
+                              self->do_read_request();
+                            });
+  }
+
+  // Waits up to idle_timeout_s for the first byte of the next request (unless it has arrived
+  // already), then gives the whole request read_timeout_s.
+  void do_read_request() {
+    if (draining_) return close();
+    if (buffer_.size() > 0) return do_read_header();
+    idle_ = true;
+    tcp().expires_after(to_ms(frontend_.config.idle_timeout_s));
+    stream_.async_read_some(buffer_.prepare(4096),
+                            [self = this->shared_from_this()](beast::error_code ec, size_t n) {
+                              self->idle_ = false;
+                              if (ec) return self->close();
+                              self->buffer_.commit(n);
+                              self->do_read_header();
+                            });
+  }
+
   void do_read_header() {
     parser_.emplace();
     parser_->header_limit(kHeaderLimit);
     // Beast checks Content-Length against the body limit as soon as the header is parsed, so
     // the route's own limit is applied in on_header; until then allow the largest one.
-    parser_->body_limit(std::max(config_.max_upload_bytes, config_.max_json_bytes));
-    stream_.expires_after(to_ms(config_.read_timeout_s));
-    http::async_read_header(stream_, buffer_, *parser_,
-                            beast::bind_front_handler(&Session::on_header, shared_from_this()));
+    parser_->body_limit(
+        std::max(frontend_.config.max_upload_bytes, frontend_.config.max_json_bytes));
+    tcp().expires_after(to_ms(frontend_.config.read_timeout_s));
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        beast::bind_front_handler(&Session::on_header, this->shared_from_this()));
   }
 
   void on_header(beast::error_code ec, size_t) {
     if (ec) return on_read_error(ec);
+    if (plain_on_tls_port_) {
+      return send(error_response(
+          invalid_argument("this port speaks TLS: connect with https:// (TLS 1.2 or later)"), 11,
+          false));
+    }
+    if (draining_) {
+      return send(error_response(unavailable("the coordinator is shutting down"), 11, false));
+    }
     // RFC 9112 6.1: a request whose transfer coding is not (only) chunked cannot be framed.
     const auto& header = parser_->get();
     const auto encodings = header.equal_range(http::field::transfer_encoding);
@@ -105,15 +243,60 @@ class Session : public std::enable_shared_from_this<Session> {
             invalid_argument("Transfer-Encoding other than chunked is not supported"), 11, false));
       }
     }
-    const uint64_t limit = api_.body_limit(parser_->get());
+    const uint64_t limit = frontend_.api.body_limit(header);
     auto length = parser_->content_length();
     if (length && *length > limit) return on_read_error(http::error::body_limit);
     parser_->body_limit(limit);  // bounds chunked bodies as they arrive
+    if (Api::is_upload(header) && !take_body_slot()) return wait_for_body_slot();
+    continue_to_body();
+  }
+
+  // At most max_upload_bodies update bodies are in memory at once: an upload beyond them waits
+  // for a slot before its body is read (the peer's TCP window holds the rest).
+  bool take_body_slot() {
+    std::weak_ptr<Session> weak = this->shared_from_this();
+    holds_body_slot_ = frontend_.upload_bodies.acquire([weak] {
+      auto self = weak.lock();
+      if (!self) return false;
+      net::post(self->executor_, [self] { self->on_body_slot(); });
+      return true;
+    });
+    return holds_body_slot_;
+  }
+
+  void wait_for_body_slot() {
+    waiting_for_slot_ = true;
+    tcp().expires_never();
+    timer_.expires_after(to_ms(frontend_.config.read_timeout_s));
+    timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
+      if (ec == net::error::operation_aborted || !self->waiting_for_slot_) return;
+      self->waiting_for_slot_ = false;
+      self->send(error_response(unavailable("too many uploads are being received; retry later"), 11,
+                                false));
+    });
+  }
+
+  void on_body_slot() {
+    holds_body_slot_ = true;
+    if (!waiting_for_slot_) return release_body_slot();  // gave up meanwhile
+    waiting_for_slot_ = false;
+    timer_.cancel();
+    tcp().expires_after(to_ms(frontend_.config.read_timeout_s));
+    continue_to_body();
+  }
+
+  void release_body_slot() {
+    if (!holds_body_slot_) return;
+    holds_body_slot_ = false;
+    frontend_.upload_bodies.release();
+  }
+
+  void continue_to_body() {
     auto expect = parser_->get().find(http::field::expect);
     if (expect != parser_->get().end() && beast::iequals(expect->value(), "100-continue")) {
       auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
       http::async_write(stream_, *cont,
-                        [self = shared_from_this(), cont](beast::error_code ec, size_t) {
+                        [self = this->shared_from_this(), cont](beast::error_code ec, size_t) {
                           if (ec) return self->close();
                           self->do_read_body();
                         });
@@ -125,15 +308,15 @@ class Session : public std::enable_shared_from_this<Session> {
   void do_read_body() {
     body_started_ = std::chrono::steady_clock::now();
     http::async_read(stream_, buffer_, *parser_,
-                     beast::bind_front_handler(&Session::on_read, shared_from_this()));
+                     beast::bind_front_handler(&Session::on_read, this->shared_from_this()));
   }
 
   void on_read_error(beast::error_code ec) {
     if (ec == http::error::body_limit) {
-      return send(
-          error_response(too_large("request body exceeds the limit of " +
-                                   std::to_string(api_.body_limit(parser_->get())) + " bytes"),
-                         11, false));
+      return send(error_response(
+          too_large("request body exceeds the limit of " +
+                    std::to_string(frontend_.api.body_limit(parser_->get())) + " bytes"),
+          11, false));
     }
     if (ec == http::error::header_limit) {
       return send(error_response(too_large("request header too large"), 11, false));
@@ -149,19 +332,33 @@ class Session : public std::enable_shared_from_this<Session> {
     close();
   }
 
+  // The request is whole: its handler runs on a handler thread, and the session resumes on
+  // its strand with the reply. Nothing else touches parser_ in between.
   void on_read(beast::error_code ec, size_t) {
     if (ec) return on_read_error(ec);
-    stream_.expires_never();
-    const double receive_seconds =
+    tcp().expires_never();
+    RequestContext context;
+    context.receive_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - body_started_).count();
-    Reply reply = api_.handle(parser_->get(), receive_seconds);
+    context.peer = peer_;
+    net::post(*frontend_.handlers, [self = this->shared_from_this(), context] {
+      Reply reply = self->frontend_.api.handle(self->parser_->get(), context);
+      net::post(self->executor_,
+                [self, reply = std::move(reply)]() mutable { self->on_reply(std::move(reply)); });
+    });
+  }
+
+  void on_reply(Reply reply) {
+    parser_.reset();  // the body is no longer needed
+    release_body_slot();
     if (!reply.poll) return send(std::move(reply.response));
     // A long poll: answered when the coordinator wakes it with a task, or empty at the end of
-    // its wait. Nothing runs in between.
+    // its wait (or at once when the server drains). Nothing runs in between.
     pending_ = std::move(reply);
+    if (draining_) return finish_poll(std::move(pending_->response));
     ++polls_;
     timer_.expires_after(to_ms(pending_->wait_s));
-    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
       if (ec == net::error::operation_aborted || !self->pending_) return;  // answered already
       self->finish_poll(std::move(self->pending_->response));
     });
@@ -174,7 +371,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // The wake-up keeps only a weak reference (the notifier outlives the I/O threads), and
   // carries its poll's number, so a late wake-up of an earlier poll does nothing.
   void watch_and_poll() {
-    std::weak_ptr<Session> weak = shared_from_this();
+    std::weak_ptr<Session> weak = this->shared_from_this();
     const uint64_t poll = polls_;
     watch_ = pending_->watch([weak, poll] {
       auto session = weak.lock();
@@ -195,61 +392,123 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void send(Response response) {
     pending_.reset();
+    if (draining_) response.keep_alive(false);
     auto res = std::make_shared<Response>(std::move(response));
-    stream_.expires_after(to_ms(config_.read_timeout_s));
+    tcp().expires_after(to_ms(frontend_.config.read_timeout_s));
     http::async_write(stream_, *res,
-                      [self = shared_from_this(), res](beast::error_code ec, size_t) {
+                      [self = this->shared_from_this(), res](beast::error_code ec, size_t) {
                         if (ec) return self->close();
                         if (!res->keep_alive()) return self->linger_close();
-                        self->do_read_header();
+                        self->do_read_request();
                       });
   }
 
   // Ends a connection after a final answer (413, 503, Connection: close) without losing it:
   // closing a socket with unread request bytes makes the kernel reset the connection, which
-  // can destroy the answer in flight. So stop sending, discard what the peer still sends until
-  // it closes or kLingerTime passes, then close.
+  // can destroy the answer in flight. So stop sending (over TLS: send close_notify), discard
+  // what the peer still sends until it closes or kLingerTime passes, then close.
   void linger_close() {
-    beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.expires_after(kLingerTime);
-    discard();
+    tcp().expires_after(kLingerTime);
+    if constexpr (kTls) {
+      stream_.async_shutdown(
+          [self = this->shared_from_this()](beast::error_code) { self->close(); });
+    } else {
+      beast::error_code ignored;
+      tcp().socket().shutdown(tcp::socket::shutdown_send, ignored);
+      discard();
+    }
   }
 
   void discard() {
-    stream_.async_read_some(net::buffer(discard_buffer_),
-                            [self = shared_from_this()](beast::error_code ec, size_t) {
-                              if (ec) return self->close();
-                              self->discard();
-                            });
+    tcp().async_read_some(net::buffer(discard_buffer_),
+                          [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                            if (ec) return self->close();
+                            self->discard();
+                          });
   }
 
   void close() {
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.socket().close(ignored);
+    tcp().socket().shutdown(tcp::socket::shutdown_send, ignored);
+    tcp().socket().close(ignored);
   }
 
-  beast::tcp_stream stream_;
-  net::steady_timer timer_;
+  Stream stream_;
+  const net::any_io_executor executor_ = tcp().get_executor();  // the connection's strand
+  net::steady_timer timer_{executor_};  // a long poll's wait, or an upload's wait for a slot
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<Reply> pending_;
   uint64_t watch_ = 0;  // the long poll's wake-up, while pending_
   uint64_t polls_ = 0;  // long polls started on this connection
-  const net::any_io_executor executor_ = stream_.get_executor();  // the connection's strand
+  bool idle_ = false;   // waiting for the next request's first byte
+  bool draining_ = false;
+  bool waiting_for_slot_ = false;
+  bool holds_body_slot_ = false;
+  bool registered_ = false;
+  std::list<std::weak_ptr<Drainable>>::iterator place_;  // in frontend_.sessions
   std::chrono::steady_clock::time_point body_started_;
   std::array<char, 16384> discard_buffer_;
-  Api& api_;
-  const CoordinatorConfig& config_;
-  std::atomic<size_t>& open_connections_;
+  Frontend& frontend_;
+  std::unique_ptr<AddressConnections::Lease> lease_;
+  const std::string peer_;
+  const bool plain_on_tls_port_;
+};
+
+// On a TLS port, the first bytes tell a TLS client hello from a plain-HTTP request, which gets
+// a readable 400 instead of a failed handshake.
+class TlsDetector : public std::enable_shared_from_this<TlsDetector> {
+ public:
+  TlsDetector(tcp::socket&& socket, Frontend& frontend, ssl::context& context,
+              std::unique_ptr<AddressConnections::Lease> lease, std::string peer)
+      : stream_(std::move(socket)),
+        frontend_(frontend),
+        context_(context),
+        lease_(std::move(lease)),
+        peer_(std::move(peer)) {}
+
+  void run() {
+    stream_.expires_after(to_ms(frontend_.config.idle_timeout_s));
+    beast::async_detect_ssl(stream_, buffer_,
+                            [self = shared_from_this()](beast::error_code ec, bool tls) {
+                              if (ec) return;  // closed or timed out before saying anything
+                              self->start(tls);
+                            });
+  }
+
+ private:
+  void start(bool tls) {
+    if (tls) {
+      std::make_shared<Session<TlsStream>>(TlsStream(std::move(stream_), context_),
+                                           std::move(buffer_), frontend_, std::move(lease_),
+                                           std::move(peer_))
+          ->run(nullptr);
+    } else {
+      std::make_shared<Session<beast::tcp_stream>>(std::move(stream_), std::move(buffer_),
+                                                   frontend_, std::move(lease_), std::move(peer_),
+                                                   /*plain_on_tls_port=*/true)
+          ->run(nullptr);
+    }
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  Frontend& frontend_;
+  ssl::context& context_;
+  std::unique_ptr<AddressConnections::Lease> lease_;
+  std::string peer_;
 };
 
 }  // namespace
 
 struct HttpServer::Impl {
   Impl(Api& api, const CoordinatorConfig& config)
-      : api(api), config(config), ioc(config.io_threads), acceptor(net::make_strand(ioc)) {}
+      : frontend(api, config),
+        ioc(config.io_threads),
+        handlers(config.handler_threads),
+        acceptor(net::make_strand(ioc)) {
+    frontend.handlers = &handlers;
+  }
 
   void do_accept() {
     acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
@@ -261,14 +520,35 @@ struct HttpServer::Impl {
       }
       accept_backoff = kAcceptBackoffMin;
       failed_accepts = 0;
-      const bool full = open_connections >= config.max_connections;
-      auto session = std::make_shared<Session>(std::move(socket), api, config, open_connections);
-      if (full)
-        session->refuse();
-      else
-        session->run();
+      serve(std::move(socket));
       do_accept();
     });
+  }
+
+  // Starts a session for `socket`, or one that answers 503 at once when the server or the
+  // peer's address is at its connection limit.
+  void serve(tcp::socket socket) {
+    beast::error_code ec;
+    const std::string peer = socket.remote_endpoint(ec).address().to_string();
+    if (ec) return;  // the peer is gone already
+    const char* refusal = nullptr;
+    std::unique_ptr<AddressConnections::Lease> lease;
+    if (frontend.open_connections >= frontend.config.max_connections) {
+      refusal = "too many open connections; retry later";
+    } else if (!(lease = frontend.per_address.open(peer))) {
+      refusal = "too many open connections from this address; retry later";
+    }
+    // A refusal is written in plain HTTP even on a TLS port: the handshake costs more than
+    // the connection is worth, and a TLS client reports a clear protocol error.
+    if (tls && !refusal) {
+      std::make_shared<TlsDetector>(std::move(socket), frontend, *tls, std::move(lease), peer)
+          ->run();
+      return;
+    }
+    std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket)),
+                                                 beast::flat_buffer(), frontend, std::move(lease),
+                                                 peer)
+        ->run(refusal);
   }
 
   // Out of file descriptors (or another accept failure): the pending connections stay queued
@@ -277,7 +557,7 @@ struct HttpServer::Impl {
   void on_accept_error(beast::error_code ec) {
     if (failed_accepts++ == 0) {
       log_warn("accept failed: " + ec.message() + "; retrying with backoff (open connections: " +
-               std::to_string(open_connections.load()) + ")");
+               std::to_string(frontend.open_connections.load()) + ")");
     }
     accept_timer.expires_after(accept_backoff);
     accept_backoff = std::min(accept_backoff * 2, kAcceptBackoffMax);
@@ -287,15 +567,25 @@ struct HttpServer::Impl {
     });
   }
 
-  Api& api;
-  const CoordinatorConfig& config;
+  void close_acceptor() {
+    net::post(acceptor.get_executor(), [this] {
+      beast::error_code ignored;
+      acceptor.close(ignored);
+      accept_timer.cancel();
+    });
+  }
+
+  // Member order matters: sessions (destroyed with the io_context's and the handler pool's
+  // pending work) refer to the frontend, so it is declared first and destroyed last.
+  Frontend frontend;
+  std::shared_ptr<ssl::context> tls;  // null: plain HTTP
   net::io_context ioc;
+  net::thread_pool handlers;
   tcp::acceptor acceptor;
   net::steady_timer accept_timer{acceptor.get_executor()};  // on the acceptor's strand
   std::chrono::milliseconds accept_backoff = kAcceptBackoffMin;
   uint64_t failed_accepts = 0;
   std::vector<std::thread> threads;
-  std::atomic<size_t> open_connections{0};
   uint16_t port = 0;
 };
 
@@ -306,37 +596,67 @@ HttpServer::~HttpServer() { stop(); }
 
 Status HttpServer::start() {
   Impl& s = *impl_;
+  const CoordinatorConfig& config = s.frontend.config;
+  if (config.tls.enabled()) {
+    auto context = make_server_tls_context(config.tls);
+    if (!context.ok()) return context.status();
+    s.tls = std::move(context).value();
+  }
   beast::error_code ec;
-  auto address = net::ip::make_address(s.config.listen_address, ec);
-  if (ec) return invalid_argument("bad listen_address '" + s.config.listen_address + "'");
-  tcp::endpoint endpoint(address, s.config.port);
+  auto address = net::ip::make_address(config.listen_address, ec);
+  if (ec) return invalid_argument("bad listen_address '" + config.listen_address + "'");
+  tcp::endpoint endpoint(address, config.port);
   s.acceptor.open(endpoint.protocol(), ec);
   if (!ec) s.acceptor.set_option(net::socket_base::reuse_address(true), ec);
   if (!ec) s.acceptor.bind(endpoint, ec);
   if (!ec) s.acceptor.listen(net::socket_base::max_listen_connections, ec);
   if (ec) {
-    return unavailable("cannot listen on " + s.config.listen_address + ":" +
-                       std::to_string(s.config.port) + ": " + ec.message());
+    return unavailable("cannot listen on " + config.listen_address + ":" +
+                       std::to_string(config.port) + ": " + ec.message());
   }
   s.port = s.acceptor.local_endpoint().port();
-  raise_descriptor_limit(s.config.max_connections);
+  raise_descriptor_limit(config.max_connections);
   s.do_accept();
-  for (int i = 0; i < s.config.io_threads; ++i) s.threads.emplace_back([&s] { s.ioc.run(); });
+  for (int i = 0; i < config.io_threads; ++i) s.threads.emplace_back([&s] { s.ioc.run(); });
   return ok_status();
 }
 
 uint16_t HttpServer::port() const { return impl_->port; }
 
+bool HttpServer::tls() const { return impl_->tls != nullptr; }
+
+size_t HttpServer::open_connections() const { return impl_->frontend.open_connections; }
+
+bool HttpServer::drain(double timeout_s) {
+  Impl& s = *impl_;
+  if (s.threads.empty()) return true;
+  s.frontend.draining = true;
+  s.close_acceptor();
+  std::vector<std::shared_ptr<Drainable>> live;
+  {
+    std::lock_guard<std::mutex> lock(s.frontend.sessions_mu);
+    for (const auto& weak : s.frontend.sessions) {
+      if (auto session = weak.lock()) live.push_back(std::move(session));
+    }
+  }
+  for (const auto& session : live) session->drain();
+  live.clear();
+  const auto until = std::chrono::steady_clock::now() + to_ms(timeout_s);
+  while (s.frontend.open_connections > 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return s.frontend.open_connections == 0;
+}
+
 void HttpServer::stop() {
   Impl& s = *impl_;
   if (s.threads.empty()) return;
-  net::post(s.acceptor.get_executor(), [&s] {
-    beast::error_code ignored;
-    s.acceptor.close(ignored);
-  });
+  s.close_acceptor();
   s.ioc.stop();
   for (auto& t : s.threads) t.join();
   s.threads.clear();
+  s.handlers.stop();
+  s.handlers.join();
 }
 
 }  // namespace fedcase::server

@@ -1,7 +1,10 @@
 #pragma once
-// The coordinator's HTTP/1.1 front end (Boost.Beast): a listener accepts connections, each
-// session reads a request header, applies the route's body limit and the read timeout, asks the
-// Api for a reply (long polls wait on a timer, never on a thread), and writes it back.
+// The coordinator's HTTP/1.1 front end (Boost.Beast), plain or TLS (config.tls): a listener
+// accepts connections (within max_connections and max_connections_per_ip), each session reads
+// a request within the idle and read timeouts and the route's body limit (update bodies also
+// wait for one of max_upload_bodies slots), hands it to a handler thread, and writes the reply
+// back on its own strand, so no handler ever delays another connection's reads and writes.
+// Long polls wait on a timer and a wake-up, never on a thread.
 
 #include <memory>
 #include <thread>
@@ -21,7 +24,13 @@ class HttpServer {
   // kUnavailable with the system's message when the address cannot be bound.
   Status start();
   uint16_t port() const;
-  // Stops accepting, closes connections and joins the I/O threads. Idempotent.
+  bool tls() const;
+  size_t open_connections() const;
+  // Graceful stop, first half: stops accepting, closes idle connections, answers waiting long
+  // polls, lets requests in flight (uploads included) finish and closes their connections
+  // after the answer. Returns once no connection is open (true) or `timeout_s` has passed.
+  bool drain(double timeout_s);
+  // Stops accepting, closes connections and joins the I/O and handler threads. Idempotent.
   void stop();
 
  private:

@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
   }
   int received = 0;
   sigwait(&signals, &received);
-  log_info(std::string("received ") + strsignal(received) + ", stopping");
+  log_info(std::string("received ") + strsignal(received) +
+           ", draining: finishing requests in flight, then concluding open rounds");
   (*service)->stop();
   return 0;
 }

@@ -115,6 +115,27 @@ void RoundDriver::tick() {
   }
 }
 
+void RoundDriver::conclude_all() {
+  std::lock_guard<std::mutex> serial(tick_mu_);
+  const double now = clock_();
+  std::vector<Closing> closing;
+  {
+    std::lock_guard<std::mutex> lock(jobs_.mu);
+    for (auto& [id, entry] : jobs_.jobs) {
+      JobEntry& job = *entry;
+      if (job.concluding || !job.round) continue;
+      job.round->close();
+      if (!job.round->due(now)) continue;
+      const bool target_unknown = job.config.target_accuracy > 0 && job.evaluations_pending > 0;
+      const bool may_commit = !target_unknown && job.round->accepted() >= job.config.min_updates;
+      closing.push_back({&job, std::move(*job.round), may_commit ? "" : "coordinator stopped"});
+      job.round.reset();
+      job.concluding = true;
+    }
+  }
+  for (Closing& c : closing) conclude(c, now);
+}
+
 void RoundDriver::open(JobEntry& job, double now) {
   rounds::JobRuntime& runtime = *job.runtime;
   if (runtime.last_round() >= job.config.rounds) {

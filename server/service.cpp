@@ -12,6 +12,7 @@ struct CoordinatorService::Impl {
   std::unique_ptr<Coordinator> coordinator;
   std::unique_ptr<Api> api;
   std::unique_ptr<HttpServer> http;
+  bool stopped = false;
 };
 
 CoordinatorService::CoordinatorService(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -36,8 +37,8 @@ Result<std::unique_ptr<CoordinatorService>> CoordinatorService::start(
     }
   }
   impl->coordinator->start_driver();
-  log_info("coordinator listening on " + config.listen_address + ":" +
-           std::to_string(impl->http->port()));
+  log_info(std::string("coordinator listening on ") + (impl->http->tls() ? "https://" : "http://") +
+           config.listen_address + ":" + std::to_string(impl->http->port()));
   return std::unique_ptr<CoordinatorService>(new CoordinatorService(std::move(impl)));
 }
 
@@ -46,8 +47,14 @@ uint16_t CoordinatorService::port() const { return impl_->http->port(); }
 Coordinator& CoordinatorService::coordinator() { return *impl_->coordinator; }
 
 void CoordinatorService::stop() {
-  if (!impl_) return;
-  impl_->coordinator->stop_driver();
+  if (!impl_ || impl_->stopped) return;
+  impl_->stopped = true;
+  const double timeout_s = impl_->coordinator->config().drain_timeout_s;
+  if (!impl_->http->drain(timeout_s)) {
+    log_warn("stopping with " + std::to_string(impl_->http->open_connections()) +
+             " connections still busy after " + std::to_string(int(timeout_s)) + " s");
+  }
+  impl_->coordinator->conclude_rounds();
   impl_->http->stop();
 }
 

@@ -17,7 +17,9 @@ class CoordinatorService {
 
   uint16_t port() const;
   Coordinator& coordinator();
-  // Stops the driver, then the HTTP server. Idempotent.
+  // Graceful stop: stops accepting, lets requests in flight finish (up to
+  // config.drain_timeout_s), concludes the open rounds (commit or fail, never left open), then
+  // stops the HTTP server. Idempotent.
   void stop();
 
  private:

@@ -5,10 +5,9 @@
 
 #include <chrono>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "client_sdk/fleet.h"
 #include "client_sdk/http_client.h"
@@ -50,7 +49,7 @@ inline std::unique_ptr<server::CoordinatorService> start_coordinator(
 inline client::FleetConfig test_fleet(uint16_t port, size_t clients, const ml::Dataset& data,
                                       double alpha = 1.0) {
   client::FleetConfig config;
-  config.port = port;
+  config.coordinator.port = port;
   config.enrollment_token = kEnrollmentToken;
   config.clients = clients;
   config.alpha = alpha;
@@ -76,7 +75,10 @@ struct Reply {
 // One caller with one bearer token and one keep-alive connection.
 class Caller {
  public:
-  Caller(uint16_t port, std::string token) : http_("127.0.0.1", port), token_(std::move(token)) {}
+  Caller(uint16_t port, std::string token)
+      : Caller(client::plain_connection("127.0.0.1", port), std::move(token)) {}
+  Caller(client::ConnectionOptions connection, std::string token)
+      : http_(std::move(connection)), token_(std::move(token)) {}
   void set_token(std::string token) { token_ = std::move(token); }
 
   Reply call(const std::string& method, const std::string& path, const std::string& body = "",
@@ -84,7 +86,10 @@ class Caller {
     if (!token_.empty()) headers["Authorization"] = "Bearer " + token_;
     auto r = http_.request(method, path, body, headers, 30);
     Reply out;
-    if (!r.ok()) return out;  // status 0: transport failure
+    if (!r.ok()) {  // status 0: transport failure, its message in `raw`
+      out.raw = r.status().message();
+      return out;
+    }
     out.status = r->status;
     out.raw = r->body;
     out.body = nlohmann::json::parse(r->body, nullptr, false);

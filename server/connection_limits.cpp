@@ -1,0 +1,60 @@
+#include "server/connection_limits.h"
+
+namespace fedcase::server {
+
+AddressConnections::Lease::~Lease() { owner_.close(address_); }
+
+std::unique_ptr<AddressConnections::Lease> AddressConnections::open(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t& count = open_[address];
+  if (count >= max_) return nullptr;
+  ++count;
+  return std::unique_ptr<Lease>(new Lease(*this, address));
+}
+
+size_t AddressConnections::open_from(const std::string& address) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = open_.find(address);
+  return it == open_.end() ? 0 : it->second;
+}
+
+void AddressConnections::close(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = open_.find(address);
+  if (it == open_.end()) return;
+  if (--it->second == 0) open_.erase(it);
+}
+
+bool BodySlots::acquire(std::function<bool()> granted) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (free_ > 0) {
+    --free_;
+    return true;
+  }
+  waiters_.push_back(std::move(granted));
+  return false;
+}
+
+void BodySlots::release() {
+  while (true) {
+    std::function<bool()> next;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (waiters_.empty()) {
+        ++free_;
+        return;
+      }
+      next = std::move(waiters_.front());
+      waiters_.pop_front();
+    }
+    // Called without the lock: a waiter may release at once (it gave up meanwhile).
+    if (next()) return;
+  }
+}
+
+size_t BodySlots::waiting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiters_.size();
+}
+
+}  // namespace fedcase::server

@@ -1,0 +1,71 @@
+#pragma once
+// Limits the HTTP front end applies before a request reaches the API, as pure logic:
+// open connections per client address, and update bodies held in memory at once.
+// Thread-safe: the front end calls both from every I/O thread.
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "common/thread_annotations.h"
+
+namespace fedcase::server {
+
+// Open connections per address. A lease counts one connection until it is destroyed.
+class AddressConnections {
+ public:
+  explicit AddressConnections(size_t max_per_address) : max_(max_per_address) {}
+
+  class Lease {
+   public:
+    ~Lease();
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+
+   private:
+    friend class AddressConnections;
+    Lease(AddressConnections& owner, std::string address)
+        : owner_(owner), address_(std::move(address)) {}
+    AddressConnections& owner_;
+    std::string address_;
+  };
+
+  // A lease for one more connection from `address`, or null when it already has the most
+  // allowed. Every lease must be destroyed before this object.
+  std::unique_ptr<Lease> open(const std::string& address);
+  size_t open_from(const std::string& address) const;
+
+ private:
+  void close(const std::string& address);
+
+  const size_t max_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, size_t> open_ FEDCASE_GUARDED_BY(mu_);
+};
+
+// A counting semaphore whose waiters are callbacks, not threads: at most `capacity` holders
+// at once, the others queued in arrival order.
+class BodySlots {
+ public:
+  explicit BodySlots(size_t capacity) : free_(capacity) {}
+
+  // Takes a slot and returns true when one is free. Otherwise queues `granted` and returns
+  // false: `granted` is called later, with a slot already taken for it, on the thread that
+  // releases one; it must only hand the work elsewhere, and return false when nobody wants
+  // the slot any more (then it passes to the next waiter).
+  bool acquire(std::function<bool()> granted);
+  // Gives a slot back: to the oldest waiter that still wants one, else to the free count.
+  void release();
+  size_t waiting() const;
+
+ private:
+  mutable std::mutex mu_;
+  size_t free_ FEDCASE_GUARDED_BY(mu_);
+  std::deque<std::function<bool()>> waiters_ FEDCASE_GUARDED_BY(mu_);
+};
+
+}  // namespace fedcase::server
