@@ -10,8 +10,9 @@
 #   --build-dir DIR  where fedcase-coordinator and fedcase-client were built (default build)
 #
 # A coordinator on 127.0.0.1 with a fresh SQLite database in a temp dir runs a small MLP job
-# (3 clients a round, short rounds, no round cap in reach) against one fedcase-client fleet
-# that is never restarted. N times: wait 0.2-3 s (seeded), SIGKILL the coordinator, check a
+# (3 updates a round, 4 invited so that a client still in its reconnect backoff does not hold
+# the round up; short rounds; no round cap in reach) against one fedcase-client fleet that is
+# never restarted. N times: wait 0.2-3 s (seeded), SIGKILL the coordinator, check a
 # copy of the database as the crash left it (PRAGMA integrity_check; every round the admin
 # API showed as committed and every round committed before an earlier kill is there with the
 # same model checksum, and its model row agrees), restart the coordinator on the same
@@ -115,7 +116,7 @@ job_detail() { admin "$base/v1/admin/jobs/$job" > "$1.part" && mv "$1.part" "$1"
 
 job=$(admin -X POST -H 'Content-Type: application/json' --data '{
   "name": "crash-campaign", "model": "mlp", "seed": 1, "rounds": 1000000, "clients_per_round": 3,
-  "selection": {"policy": "random", "overcommit": 1.0},
+  "selection": {"policy": "random", "overcommit": 1.3},
   "training": {"sample_budget": 300, "batch_size": 32, "lr": 0.05,
                "deadline": {"mode": "fixed", "seconds": 10}},
   "aggregation": {"rule": "fedavg"}, "server_optimizer": {"name": "fedavg", "lr": 1.0}}' \
