@@ -1,12 +1,15 @@
 # fedcase: `make demo` runs the main job, `make test` runs every test.
 # Both install missing Debian packages first, then configure (Ninja + ccache) and build in build/.
+# `make fuzz` builds the libFuzzer harnesses with clang in build-fuzz/ and runs each for
+# FUZZ_SECONDS (fuzz/README.md).
 
 BUILD_DIR ?= build
 BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
+FUZZ_SECONDS ?= 60
 export CCACHE_DIR ?= $(CURDIR)/.cache/ccache
 
-.PHONY: all deps configure build test demo bench clean
+.PHONY: all deps configure build test demo bench fuzz clean
 
 all: build
 
@@ -29,6 +32,9 @@ demo: build
 
 bench: build
 	bash scripts/bench.sh $(BUILD_DIR)
+
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) bash scripts/fuzz.sh
 
 clean:
 	rm -rf $(BUILD_DIR)

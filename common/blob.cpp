@@ -172,7 +172,8 @@ Result<ModelBlob> decode_blob(std::string_view bytes, size_t max_bytes) {
   if (in.remaining() != 0) return invalid_argument("model blob has trailing bytes");
   if (crc32_of(body) != stored_crc) return invalid_argument("model blob checksum mismatch");
   blob.data.resize(element_count);
-  std::memcpy(blob.data.data(), data.data(), data.size());
+  // An empty vector's data() may be null, which memcpy must never get (even for 0 bytes).
+  if (!data.empty()) std::memcpy(blob.data.data(), data.data(), data.size());
   return blob;
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs every Debian package fedcase needs to build, test and run its demo.
-# Idempotent and quick when everything is already present.
+# Installs every Debian package fedcase needs to build, test and run its demo; with --fuzz,
+# also clang with libFuzzer and the sanitizer runtimes, and llvm-symbolizer for their reports
+# (`make fuzz`). Idempotent and quick when everything is already present.
 set -euo pipefail
 
 packages=(
@@ -9,6 +10,9 @@ packages=(
   libtorch-dev doctest-dev dataset-fashion-mnist
   curl jq sqlite3 openssl
 )
+if [ "${1:-}" = "--fuzz" ]; then
+  packages+=(clang libclang-rt-14-dev llvm-14)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
