@@ -28,7 +28,6 @@
 #include "common/blob.h"
 #include "server/config.h"
 #include "server/service.h"
-#include "storage/store.h"
 #include "tests/support/temp_dir.h"
 
 namespace {
@@ -84,21 +83,16 @@ int main(int argc, char** argv) {
 
   fedcase::testing::TempDir dir;
   const std::string database = dir.file("bench.db");
-  {
-    auto store = or_die(fedcase::storage::open_sqlite_store(database), "store");
-    fedcase::ModelBlob model{0, {{{"w", {parameters}}}}, std::vector<float>(parameters, 0.5f)};
-    const std::string blob = fedcase::encode_blob(model);
-    const json config = {{"name", "large"},
-                         {"model", "mlp"},
-                         {"rounds", rounds + 1},
-                         {"clients_per_round", 1},
-                         {"min_clients", 1},
-                         {"selection", {{"policy", "random"}, {"overcommit", 1.0}}},
-                         {"training", {{"deadline", {{"mode", "fixed"}, {"seconds", 600}}}}}};
-    or_die(store->create_job({0, "large", config, fedcase::JobState::kRunning, json::object(), 1},
-                             {0, 0, blob, fedcase::blob_checksum(blob), "", 1}),
-           "job");
-  }
+  fedcase::bench::store_large_job(
+      "heartbeat_bench", database,
+      {{"name", "large"},
+       {"model", "mlp"},
+       {"rounds", rounds + 1},
+       {"clients_per_round", 1},
+       {"min_clients", 1},
+       {"selection", {{"policy", "random"}, {"overcommit", 1.0}}},
+       {"training", {{"deadline", {{"mode", "fixed"}, {"seconds", 600}}}}}},
+      parameters);
   auto config = fedcase::server::parse_coordinator_config({{"port", 0},
                                                            {"database", database},
                                                            {"admin_token", kAdmin},

@@ -1,12 +1,16 @@
 #pragma once
 // What the benchmarks that drive a real coordinator over HTTP share: their tokens, latency
-// percentiles and fatal errors.
+// percentiles, fatal errors, and jobs whose model is one large tensor.
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "common/blob.h"
+#include "storage/store.h"
 
 namespace fedcase::bench {
 
@@ -24,6 +28,21 @@ inline double percentile(std::vector<double> values, double q) {
 [[noreturn]] inline void die(const char* bench, const std::string& what) {
   std::fprintf(stderr, "%s: %s\n", bench, what.c_str());
   std::exit(1);
+}
+
+// Stores a running job with `config` whose initial model is one tensor "w" of `parameters`
+// floats, in the SQLite database at `database`, before a coordinator opens it (the admin API
+// creates only built-in architectures). Dies on failure.
+inline void store_large_job(const char* bench, const std::string& database,
+                            const nlohmann::json& config, size_t parameters) {
+  auto store = storage::open_sqlite_store(database);
+  if (!store.ok()) die(bench, "store: " + store.status().to_string());
+  const std::string blob =
+      encode_blob({0, {{{"w", {parameters}}}}, std::vector<float>(parameters, 0.5f)});
+  auto id = (*store)->create_job(
+      {0, config.value("name", "large"), config, JobState::kRunning, nlohmann::json::object(), 1},
+      {0, 0, blob, blob_checksum(blob), "", 1});
+  if (!id.ok()) die(bench, "job: " + id.status().to_string());
 }
 
 }  // namespace fedcase::bench

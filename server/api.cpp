@@ -303,9 +303,9 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
       res.set(http::field::etag, etag);
       res.set(http::field::cache_control, "public, max-age=31536000, immutable");
       res.keep_alive(req.keep_alive());
-      res.body() = *model->blob;
-      res.prepare_payload();
-      return answer(std::move(res));
+      Reply reply = answer(std::move(res));
+      reply.shared_body = model->blob;
+      return reply;
     }
     if (parts.size() == 6 && parts[3] == "rounds" && parts[5] == "status") {
       if (method != http::verb::get) return method_not_allowed();

@@ -21,6 +21,9 @@ using Response = http::response<http::string_body>;
 // wait ends empty.
 struct Reply {
   Response response;
+  // When set, the body sent with `response`'s header instead of its own: an immutable blob
+  // (a model) that every download shares, so a thousand downloads hold one copy.
+  std::shared_ptr<const std::string> shared_body;
   std::function<std::optional<Response>()> poll;
   double wait_s = 0;
   // watch(wake) arranges one call of `wake` when poll() may have an answer (from another

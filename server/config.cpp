@@ -47,6 +47,7 @@ CoordinatorConfig parse_coordinator_config(const json& j) {
       .text("enrollment_token", c.enrollment_token)
       .integer("io_threads", c.io_threads)
       .integer("handler_threads", c.handler_threads)
+      .integer("upload_threads", c.upload_threads)
       .integer("max_connections", c.max_connections)
       .integer("max_connections_per_ip", c.max_connections_per_ip)
       .integer("max_upload_bodies", c.max_upload_bodies)
@@ -65,6 +66,7 @@ CoordinatorConfig parse_coordinator_config(const json& j) {
   Status s = r.strict_status();
   if (s.ok()) s = check_range("io_threads", c.io_threads, 1, 64);
   if (s.ok()) s = check_range("handler_threads", c.handler_threads, 1, 256);
+  if (s.ok()) s = check_range("upload_threads", c.upload_threads, 1, 256);
   if (s.ok()) s = check_range("max_connections", c.max_connections, 1, 1e7);
   if (s.ok()) s = check_range("max_connections_per_ip", c.max_connections_per_ip, 1, 1e7);
   if (s.ok()) s = check_range("max_upload_bodies", c.max_upload_bodies, 1, 4096);

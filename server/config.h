@@ -27,7 +27,8 @@ struct CoordinatorConfig {
   std::string enrollment_token;  // clients register with it; env FEDCASE_ENROLLMENT_TOKEN
   TlsConfig tls;
   int io_threads = 2;              // read and write connections; never run a request's handler
-  int handler_threads = 2;         // decode, validate, fold and store requests
+  int handler_threads = 2;         // run requests other than uploads (auth, JSON, store writes)
+  int upload_threads = 2;          // decode, validate and fold uploads, apart from other requests
   size_t max_connections = 10000;  // open connections; more are answered 503
   size_t max_connections_per_ip = 1000;  // open connections from one address; more get 503
   // Update bodies held in memory at once; further uploads wait (up to read_timeout_s) before

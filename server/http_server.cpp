@@ -122,7 +122,10 @@ struct Frontend {
   ThrottledLog handshake_log;
   std::mutex sessions_mu;
   std::list<std::weak_ptr<Drainable>> sessions;
-  net::thread_pool* handlers = nullptr;  // request handlers run here, never on I/O threads
+  // Handlers run here, never on I/O threads: uploads apart, so that a queue of folds never
+  // delays a heartbeat's answer.
+  net::thread_pool* handlers = nullptr;
+  net::thread_pool* upload_handlers = nullptr;
 };
 
 // One connection, plain (beast::tcp_stream) or TLS (TlsStream): reads a request (idle and
@@ -341,7 +344,8 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
     context.receive_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - body_started_).count();
     context.peer = peer_;
-    net::post(*frontend_.handlers, [self = this->shared_from_this(), context] {
+    net::thread_pool& pool = holds_body_slot_ ? *frontend_.upload_handlers : *frontend_.handlers;
+    net::post(pool, [self = this->shared_from_this(), context] {
       Reply reply = self->frontend_.api.handle(self->parser_->get(), context);
       net::post(self->executor_,
                 [self, reply = std::move(reply)]() mutable { self->on_reply(std::move(reply)); });
@@ -351,6 +355,7 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
   void on_reply(Reply reply) {
     parser_.reset();  // the body is no longer needed
     release_body_slot();
+    if (reply.shared_body) return send_shared(std::move(reply.response), reply.shared_body);
     if (!reply.poll) return send(std::move(reply.response));
     // A long poll: answered when the coordinator wakes it with a task, or empty at the end of
     // its wait (or at once when the server drains). Nothing runs in between.
@@ -391,12 +396,28 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
   }
 
   void send(Response response) {
-    pending_.reset();
     if (draining_) response.keep_alive(false);
-    auto res = std::make_shared<Response>(std::move(response));
+    write(std::make_shared<Response>(std::move(response)), nullptr);
+  }
+
+  // `header`'s response with `body` as its body, written from the shared blob without a copy.
+  void send_shared(Response header, std::shared_ptr<const std::string> body) {
+    using SpanResponse = http::response<http::span_body<const char>>;
+    if (draining_) header.keep_alive(false);
+    auto res = std::make_shared<SpanResponse>(std::move(header.base()),
+                                              beast::span<const char>(body->data(), body->size()));
+    res->prepare_payload();
+    write(std::move(res), std::move(body));
+  }
+
+  // Writes `res` (`keep` owns what its body points into), then reads the next request or
+  // closes as the response says.
+  template <class Message>
+  void write(std::shared_ptr<Message> res, std::shared_ptr<const std::string> keep) {
+    pending_.reset();
     tcp().expires_after(to_ms(frontend_.config.read_timeout_s));
     http::async_write(stream_, *res,
-                      [self = this->shared_from_this(), res](beast::error_code ec, size_t) {
+                      [self = this->shared_from_this(), res, keep](beast::error_code ec, size_t) {
                         if (ec) return self->close();
                         if (!res->keep_alive()) return self->linger_close();
                         self->do_read_request();
@@ -506,8 +527,10 @@ struct HttpServer::Impl {
       : frontend(api, config),
         ioc(config.io_threads),
         handlers(config.handler_threads),
+        upload_handlers(config.upload_threads),
         acceptor(net::make_strand(ioc)) {
     frontend.handlers = &handlers;
+    frontend.upload_handlers = &upload_handlers;
   }
 
   void do_accept() {
@@ -581,6 +604,7 @@ struct HttpServer::Impl {
   std::shared_ptr<ssl::context> tls;  // null: plain HTTP
   net::io_context ioc;
   net::thread_pool handlers;
+  net::thread_pool upload_handlers;
   tcp::acceptor acceptor;
   net::steady_timer accept_timer{acceptor.get_executor()};  // on the acceptor's strand
   std::chrono::milliseconds accept_backoff = kAcceptBackoffMin;
@@ -655,8 +679,10 @@ void HttpServer::stop() {
   s.ioc.stop();
   for (auto& t : s.threads) t.join();
   s.threads.clear();
-  s.handlers.stop();
-  s.handlers.join();
+  for (net::thread_pool* pool : {&s.handlers, &s.upload_handlers}) {
+    pool->stop();
+    pool->join();
+  }
 }
 
 }  // namespace fedcase::server

@@ -1,0 +1,501 @@
+// The coordinator's serving path under load, over real sockets on 127.0.0.1, against the raw
+// loopback TCP throughput measured in the same run.
+//
+//   serve_bench [--clients C] [--parameters P] [--rounds R] [--idle N] [--tls]
+//               [--io-threads T] [--upload-threads U]
+//
+// A coordinator (SQLite in a temporary directory) serves one job whose model is one tensor of
+// P floats (default 1,000,000: 4 MB), all C clients (default 50) invited every round. The
+// clients run in a forked process, one thread and keep-alive connection each: each registers,
+// long-polls for its task, downloads the model, waits until every client has it, then uploads
+// a delta, so that the uploads of a round arrive together. Reported:
+//   (a) ingest: bytes of accepted updates (received, decoded, validated, folded) per second,
+//       from a round's first upload to its last answer, against one TCP stream's loopback
+//       throughput (target >= 0.5x; with --tls >= 0.3x the plain loopback figure);
+//   (b) dispatch: from a round's opening to each invited client whose poll was waiting
+//       holding its task, p50 / p99 (target p99 < 50 ms; --clients 1000 for a fleet-sized
+//       figure);
+//   (c) heartbeat p99 while uploads are in flight, sent on a connection of its own
+//       (target < 20 ms);
+//   (d) the coordinator process's peak RSS, and with --idle N (default 1,000; 10,000 for the
+//   target):
+//       N idle keep-alive connections opened before the rounds, the RSS they add, and the
+//       p99 of an admin call while they are open (target: 10,000 under 1 GiB, < 100 ms).
+// The request-rate and per-address limits are lifted (every client is 127.0.0.1). Prints a
+// summary and, as its last line, one JSON object.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/http_bench_util.h"
+#include "client_sdk/http_client.h"
+#include "common/blob.h"
+#include "server/config.h"
+#include "server/service.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/test_certificates.h"
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using fedcase::bench::percentile;
+constexpr const char* kBench = "serve_bench";
+constexpr const char* kAdmin = fedcase::bench::kAdminToken;
+constexpr const char* kEnroll = fedcase::bench::kEnrollmentToken;
+
+[[noreturn]] void die(const std::string& what) { fedcase::bench::die(kBench, what); }
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// A /proc/self/status field in MiB ("VmRSS", "VmHWM").
+double status_mib(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024;
+  }
+  return 0;
+}
+
+// One TCP stream over 127.0.0.1: `bytes` sent in 1 MiB writes, received in 1 MiB reads.
+double loopback_bytes_per_s(size_t bytes) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  if (bind(listener, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+      listen(listener, 1) != 0 ||
+      getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    die("loopback socket");
+  }
+  std::thread sender([&] {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) die("connect");
+    std::vector<char> chunk(1 << 20, 'x');
+    for (size_t sent = 0; sent < bytes;) {
+      const ssize_t n = send(fd, chunk.data(), std::min(chunk.size(), bytes - sent), 0);
+      if (n <= 0) die("loopback send");
+      sent += size_t(n);
+    }
+    close(fd);
+  });
+  const int fd = accept(listener, nullptr, nullptr);
+  std::vector<char> chunk(1 << 20);
+  const auto start = Clock::now();
+  size_t received = 0;
+  for (ssize_t n; (n = recv(fd, chunk.data(), chunk.size(), 0)) > 0;) received += size_t(n);
+  const double seconds = seconds_since(start);
+  sender.join();
+  close(fd);
+  close(listener);
+  if (received != bytes) die("loopback: short read");
+  return double(bytes) / seconds;
+}
+
+struct Client {
+  Client(fedcase::client::ConnectionOptions connection, std::string token)
+      : http(std::move(connection)), token(std::move(token)) {}
+  fedcase::client::HttpResponse call(const std::string& method, const std::string& target,
+                                     const std::string& body = "",
+                                     std::map<std::string, std::string> headers = {}) {
+    headers["Authorization"] = "Bearer " + token;
+    auto r = http.request(method, target, body, headers, 600);
+    if (!r.ok()) die(target + ": " + r.status().to_string());
+    return std::move(r).value();
+  }
+  fedcase::client::HttpClient http;
+  std::string token;
+};
+
+// Waits until `parties` threads have arrived; the last one runs `last` first. Reusable.
+class Barrier {
+ public:
+  explicit Barrier(size_t parties) : parties_(parties) {}
+  template <class Last>
+  void arrive_and_wait(Last last) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t generation = generation_;
+    if (++arrived_ == parties_) {
+      last();
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return generation_ != generation; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const size_t parties_;
+  size_t arrived_ = 0;
+  uint64_t generation_ = 0;
+};
+
+// Opens `n` keep-alive connections that each make one request and then stay idle.
+std::vector<int> open_idle_connections(uint16_t port, size_t n) {
+  const std::string request =
+      std::string("GET /v1/admin/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ") +
+      kAdmin + "\r\n\r\n";
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::vector<int> fds;
+  char answer[4096];
+  for (size_t i = 0; i < n; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+        send(fd, request.data(), request.size(), 0) != ssize_t(request.size()) ||
+        recv(fd, answer, sizeof(answer), 0) <= 0 || std::strncmp(answer, "HTTP/1.1 200", 12)) {
+      die("idle connection " + std::to_string(i) + ": " + std::strerror(errno));
+    }
+    fds.push_back(fd);
+  }
+  return fds;
+}
+
+// Lines between the coordinator's process and the clients' process.
+class Channel {
+ public:
+  Channel() {
+    if (pipe(to_clients_) != 0 || pipe(to_coordinator_) != 0) die("pipe");
+  }
+  // After fork(): each side keeps its ends.
+  void become_clients() {
+    close(to_clients_[1]);
+    close(to_coordinator_[0]);
+    in_ = to_clients_[0];
+    out_ = to_coordinator_[1];
+  }
+  void become_coordinator() {
+    close(to_clients_[0]);
+    close(to_coordinator_[1]);
+    in_ = to_coordinator_[0];
+    out_ = to_clients_[1];
+  }
+  void send(const std::string& line) {
+    const std::string text = line + "\n";
+    if (write(out_, text.data(), text.size()) != ssize_t(text.size())) die("pipe write");
+  }
+  // The next line; dies when the other side has gone.
+  std::string receive() {
+    std::string line;
+    char c;
+    while (true) {
+      if (read(in_, &c, 1) != 1) die("the other process ended early");
+      if (c == '\n') return line;
+      line += c;
+    }
+  }
+
+ private:
+  int to_clients_[2], to_coordinator_[2];
+  int in_ = -1, out_ = -1;
+};
+
+struct Plan {
+  size_t clients = 50, parameters = 1'000'000, idle = 1000;
+  int rounds = 3;
+  bool tls = false;
+};
+constexpr double kDeadline = 3600;  // the job's round deadline: a round opened at deadline - this
+
+// The clients' process: idle connections (the coordinator measures its memory meanwhile),
+// then registration and the rounds. Returns its figures.
+json run_clients(fedcase::client::ConnectionOptions connection, const Plan& plan,
+                 Channel& coordinator) {
+  connection.port = static_cast<uint16_t>(std::stoul(coordinator.receive()));
+  json figures = json::object();
+  if (plan.idle > 0 && !plan.tls) {
+    std::vector<int> fds = open_idle_connections(connection.port, plan.idle);
+    coordinator.send("idle");
+    coordinator.receive();  // measured
+    Client c(connection, kAdmin);
+    std::vector<double> latencies;
+    for (int i = 0; i < 200; ++i) {
+      const auto start = Clock::now();
+      c.call("GET", "/v1/admin/jobs");
+      latencies.push_back(seconds_since(start));
+    }
+    figures["idle_answer_p99_ms"] = percentile(latencies, 0.99) * 1e3;
+    for (int fd : fds) close(fd);
+  }
+
+  std::vector<std::unique_ptr<Client>> fleet;
+  {
+    Client enroll(connection, kEnroll);
+    for (size_t i = 0; i < plan.clients; ++i) {
+      auto r = enroll.call("POST", "/v1/clients/register", json{{"dataset_size", 100}}.dump(),
+                           {{"Content-Type", "application/json"}});
+      if (r.status != 201) die("register: " + r.body);
+      fleet.push_back(std::make_unique<Client>(connection, json::parse(r.body)["token"]));
+    }
+  }
+  std::fprintf(stderr, "%zu clients registered; %d rounds of %zu-float updates\n", plan.clients,
+               plan.rounds, plan.parameters);
+  // Per round: the delta every client uploads (the same bytes: they name the round's base).
+  std::vector<std::string> deltas;
+  for (int r = 0; r < plan.rounds; ++r) {
+    deltas.push_back(fedcase::encode_blob(
+        {uint64_t(r), {{{"w", {plan.parameters}}}}, std::vector<float>(plan.parameters, 0.001f)}));
+  }
+  std::mutex mu;
+  std::vector<double> dispatch_s;
+  std::vector<Clock::time_point> first_upload(plan.rounds, Clock::time_point::max());
+  std::vector<Clock::time_point> last_answer(plan.rounds, Clock::time_point::min());
+  std::atomic<int> uploads_in_flight{0};
+  std::atomic<bool> rounds_done{false};
+  Barrier downloaded(plan.clients);
+
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < plan.clients; ++i) {
+    threads.emplace_back([&, i] {
+      Client& c = *fleet[i];
+      for (int r = 0; r < plan.rounds; ++r) {
+        json task;
+        double poll_started = 0;
+        while (true) {
+          poll_started = unix_now();
+          auto polled = c.call("GET", "/v1/task?wait=600");
+          if (polled.status == 200) {
+            task = json::parse(polled.body);
+            break;
+          }
+        }
+        // Dispatch counts for polls that were waiting when the round opened.
+        const double opened = task["deadline"].get<double>() - kDeadline;
+        const double waited = poll_started < opened ? unix_now() - opened : -1;
+        if (task["model_version"] != uint64_t(r)) die("unexpected model version");
+        auto model = c.call("GET", task["model_url"]);
+        if (model.status != 200) die("download: " + std::to_string(model.status));
+        downloaded.arrive_and_wait([] {});
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (waited >= 0) dispatch_s.push_back(waited);
+          first_upload[r] = std::min(first_upload[r], Clock::now());
+        }
+        ++uploads_in_flight;
+        auto up = c.call("POST", task["upload_url"], deltas[r],
+                         {{"Content-Type", "application/octet-stream"},
+                          {"X-Fedcase-Meta", json{{"samples", 10}}.dump()}});
+        --uploads_in_flight;
+        if (up.status != 200) die("upload: " + std::to_string(up.status) + " " + up.body);
+        std::lock_guard<std::mutex> lock(mu);
+        last_answer[r] = std::max(last_answer[r], Clock::now());
+      }
+    });
+  }
+  // Heartbeats while uploads are in flight, from the first client on a second connection (a
+  // client of its own would join the pool and could take an invitation it never answers).
+  std::vector<double> busy_heartbeats;
+  std::thread beater([&] {
+    Client c(connection, fleet[0]->token);
+    while (!rounds_done) {
+      if (uploads_in_flight == 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        continue;
+      }
+      const auto start = Clock::now();
+      c.call("POST", "/v1/clients/heartbeat", "{}", {{"Content-Type", "application/json"}});
+      busy_heartbeats.push_back(seconds_since(start));
+    }
+  });
+  const auto run_start = Clock::now();
+  for (auto& t : threads) t.join();
+  rounds_done = true;
+  beater.join();
+  const double run_s = seconds_since(run_start);
+
+  // Ingest per round and overall.
+  double ingest_bytes = 0, ingest_s = 0;
+  for (int r = 0; r < plan.rounds; ++r) {
+    const double s = std::chrono::duration<double>(last_answer[r] - first_upload[r]).count();
+    const double bytes = double(plan.clients) * double(deltas[r].size());
+    std::fprintf(stderr, "round %d: %.2f GB of updates in %.3f s: %.2f GB/s\n", r + 1, bytes / 1e9,
+                 s, bytes / s / 1e9);
+    ingest_bytes += bytes;
+    ingest_s += s;
+  }
+  figures["ingest_bytes_per_s"] = ingest_bytes / ingest_s;
+  figures["update_bytes"] = deltas[0].size();
+  figures["run_s"] = run_s;
+  figures["dispatch_p50_ms"] = percentile(dispatch_s, 0.5) * 1e3;
+  figures["dispatch_p99_ms"] = percentile(dispatch_s, 0.99) * 1e3;
+  figures["dispatch_polls"] = dispatch_s.size();
+  figures["heartbeat_during_ingest_p50_ms"] = percentile(busy_heartbeats, 0.5) * 1e3;
+  figures["heartbeat_during_ingest_p99_ms"] = percentile(busy_heartbeats, 0.99) * 1e3;
+  figures["heartbeats_during_ingest"] = busy_heartbeats.size();
+  return figures;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Plan plan;
+  int io_threads = 2, upload_threads = 2;
+  const char* usage =
+      "usage: serve_bench [--clients C] [--parameters P] [--rounds R] [--idle N] [--tls] "
+      "[--io-threads T] [--upload-threads U]";
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--tls") {
+      plan.tls = true;
+      continue;
+    }
+    if (i + 1 >= argc) die(usage);
+    const std::string value = argv[++i];
+    if (flag == "--clients")
+      plan.clients = std::stoull(value);
+    else if (flag == "--parameters")
+      plan.parameters = std::stoull(value);
+    else if (flag == "--rounds")
+      plan.rounds = std::stoi(value);
+    else if (flag == "--idle")
+      plan.idle = std::stoull(value);
+    else if (flag == "--io-threads")
+      io_threads = std::stoi(value);
+    else if (flag == "--upload-threads")
+      upload_threads = std::stoi(value);
+    else
+      die(usage);
+  }
+  rlimit files{};
+  getrlimit(RLIMIT_NOFILE, &files);
+  files.rlim_cur = files.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &files);
+
+  const double loopback = loopback_bytes_per_s(size_t(2) << 30);
+  std::fprintf(stderr, "loopback TCP, one stream: %.2f GB/s\n", loopback / 1e9);
+
+  fedcase::testing::TempDir dir;
+  const std::string database = dir.file("bench.db");
+  fedcase::bench::store_large_job(
+      kBench, database,
+      {{"name", "serve"},
+       {"model", "mlp"},
+       {"rounds", plan.rounds + 1},
+       {"clients_per_round", plan.clients},
+       {"min_clients", plan.clients},
+       {"selection", {{"policy", "random"}, {"overcommit", 1.0}}},
+       {"training", {{"deadline", {{"mode", "fixed"}, {"seconds", kDeadline}}}}}},
+      plan.parameters);
+  json config_json = {{"port", 0},
+                      {"database", database},
+                      {"admin_token", kAdmin},
+                      {"enrollment_token", kEnroll},
+                      {"requests_per_second", 1e6},
+                      {"unauthenticated_per_second", 1e6},
+                      {"max_connections", 1'000'000},
+                      {"max_connections_per_ip", 1'000'000},
+                      {"max_upload_bytes", plan.parameters * 4 + (1 << 20)},
+                      {"io_threads", io_threads},
+                      {"upload_threads", upload_threads},
+                      {"read_timeout_s", 600},
+                      {"idle_timeout_s", 3600},
+                      {"long_poll_max_s", 600},
+                      {"client_timeout_s", 3600}};
+  fedcase::client::ConnectionOptions connection;
+  std::unique_ptr<fedcase::testing::TestCertificates> certs;
+  if (plan.tls) {
+    certs = std::make_unique<fedcase::testing::TestCertificates>(dir);
+    config_json["tls"] = {{"cert_file", certs->server_cert}, {"key_file", certs->server_key}};
+    connection.ca_file = certs->ca;
+  }
+
+  // The clients run in a process of their own (forked while this one has no other thread), so
+  // that this process's memory and descriptors are the coordinator's.
+  Channel channel;
+  const pid_t clients = fork();
+  if (clients < 0) die("fork");
+  if (clients == 0) {
+    channel.become_clients();
+    channel.send(run_clients(connection, plan, channel).dump());
+    std::exit(0);
+  }
+  channel.become_coordinator();
+  auto config = fedcase::server::parse_coordinator_config(config_json);
+  auto started = fedcase::server::CoordinatorService::start(config);
+  if (!started.ok()) die("coordinator: " + started.status().to_string());
+  auto service = std::move(started).value();
+  const double rss_started = status_mib("VmRSS");
+  channel.send(std::to_string(service->port()));
+  double idle_rss_mib = 0;
+  if (plan.idle > 0 && !plan.tls) {
+    channel.receive();  // the idle connections are open
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    idle_rss_mib = status_mib("VmRSS") - rss_started;
+    channel.send("measured");
+  }
+  const json figures = json::parse(channel.receive());
+  const double peak_rss = status_mib("VmHWM");
+  waitpid(clients, nullptr, 0);
+  service.reset();
+
+  const double ingest = figures["ingest_bytes_per_s"];
+  const double ratio = ingest / loopback;
+  const double target = plan.tls ? 0.3 : 0.5;
+  std::printf("serve_bench: %zu clients, %zu-float updates (%.1f MB), %d rounds, %s, %.1f s\n",
+              plan.clients, plan.parameters, figures["update_bytes"].get<double>() / 1e6,
+              plan.rounds, plan.tls ? "TLS" : "plain HTTP", figures["run_s"].get<double>());
+  std::printf("(a) ingest %.2f GB/s vs loopback %.2f GB/s: %.2fx (target >= %.1fx)\n", ingest / 1e9,
+              loopback / 1e9, ratio, target);
+  std::printf("(b) dispatch p50 %.2f ms, p99 %.2f ms over %zu waiting polls (target p99 < 50 ms)\n",
+              figures["dispatch_p50_ms"].get<double>(), figures["dispatch_p99_ms"].get<double>(),
+              figures["dispatch_polls"].get<size_t>());
+  std::printf("(c) heartbeat during ingest p50 %.2f ms, p99 %.2f ms (%zu; target < 20 ms)\n",
+              figures["heartbeat_during_ingest_p50_ms"].get<double>(),
+              figures["heartbeat_during_ingest_p99_ms"].get<double>(),
+              figures["heartbeats_during_ingest"].get<size_t>());
+  std::printf("(d) coordinator peak RSS %.0f MiB (%.0f MiB once started)", peak_rss, rss_started);
+  if (figures.contains("idle_answer_p99_ms")) {
+    std::printf("; %zu idle connections +%.1f MiB (%.1f KiB each), answering p99 %.2f ms",
+                plan.idle, idle_rss_mib, idle_rss_mib * 1024 / plan.idle,
+                figures["idle_answer_p99_ms"].get<double>());
+  }
+  std::printf("\n");
+  json out = figures;
+  out.erase("ingest_bytes_per_s");
+  out.update({{"bench", "serve"},
+              {"clients", plan.clients},
+              {"parameters", plan.parameters},
+              {"rounds", plan.rounds},
+              {"tls", plan.tls},
+              {"io_threads", io_threads},
+              {"upload_threads", upload_threads},
+              {"loopback_gbps", loopback / 1e9},
+              {"ingest_gbps", ingest / 1e9},
+              {"ingest_vs_loopback", ratio},
+              {"ingest_target", target},
+              {"peak_rss_mib", peak_rss},
+              {"started_rss_mib", rss_started},
+              {"idle_connections", figures.contains("idle_answer_p99_ms") ? plan.idle : 0},
+              {"idle_rss_mib", idle_rss_mib}});
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
