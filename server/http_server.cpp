@@ -4,6 +4,7 @@
 
 #include <array>
 #include <atomic>
+#include <boost/asio/execution.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl.hpp>
@@ -345,9 +346,13 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
         std::chrono::duration<double>(std::chrono::steady_clock::now() - body_started_).count();
     context.peer = peer_;
     net::thread_pool& pool = holds_body_slot_ ? *frontend_.upload_handlers : *frontend_.handlers;
-    net::post(pool, [self = this->shared_from_this(), context] {
+    // The reply comes back through an executor that counts as outstanding work: with no other
+    // operation pending (a drain closes everything else), the I/O threads would otherwise
+    // return from run() while the handler works, and nobody would write its reply.
+    auto back = net::prefer(executor_, net::execution::outstanding_work.tracked);
+    net::post(pool, [self = this->shared_from_this(), context, back] {
       Reply reply = self->frontend_.api.handle(self->parser_->get(), context);
-      net::post(self->executor_,
+      net::post(back,
                 [self, reply = std::move(reply)]() mutable { self->on_reply(std::move(reply)); });
     });
   }
