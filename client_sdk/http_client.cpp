@@ -130,10 +130,12 @@ struct HttpClient::Impl {
     net::ip::make_address(options.host, address_ec);
     if (address_ec) SSL_set_tlsext_host_name(s.native_handle(), options.host.c_str());
     X509_VERIFY_PARAM* param = SSL_get0_param(s.native_handle());
-    if (address_ec) {
-      X509_VERIFY_PARAM_set1_host(param, options.host.c_str(), 0);
-    } else {
-      X509_VERIFY_PARAM_set1_ip_asc(param, options.host.c_str());
+    const int named = address_ec ? X509_VERIFY_PARAM_set1_host(param, options.host.c_str(), 0)
+                                 : X509_VERIFY_PARAM_set1_ip_asc(param, options.host.c_str());
+    if (named != 1) {  // never connect without checking the name
+      disconnect();
+      return invalid_argument("cannot check the coordinator's certificate for host '" +
+                              options.host + "'");
     }
     done = false;
     s.async_handshake(ssl::stream_base::client, [&](beast::error_code e) {

@@ -15,6 +15,7 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kMetaHeader = "X-Fedcase-Meta";
+constexpr const char* kInternalMessage = "internal error";
 
 std::vector<std::string> split_path(std::string_view path) {
   std::vector<std::string> parts;
@@ -97,7 +98,7 @@ Result<json> parse_json_body(const Request& req) {
   return j;
 }
 
-std::string_view bearer_token(const Request& req) {
+std::string_view bearer_token(const http::request_header<>& req) {
   auto it = req.find(http::field::authorization);
   if (it == req.end()) return {};
   std::string_view value(it->value().data(), it->value().size());
@@ -106,9 +107,17 @@ std::string_view bearer_token(const Request& req) {
   return value.substr(kPrefix.size());
 }
 
+// 429 with the seconds until the next request is allowed.
+Response too_many_requests(double retry_after, const Request& header);
+
 }  // namespace
 
 Response error_response(const Status& status, unsigned http_version, bool keep_alive) {
+  if (status.code() == Code::kInternal && status.message() != kInternalMessage) {
+    // A fault on the coordinator's side: the details go to the log, never to the caller.
+    log_error("request failed: " + status.message());
+    return error_response(internal_error(kInternalMessage), http_version, keep_alive);
+  }
   Response res{static_cast<http::status>(http_status(status.code())), http_version};
   res.set(http::field::content_type, "application/json");
   if (status.code() == Code::kUnauthenticated) res.set(http::field::www_authenticate, "Bearer");
@@ -119,6 +128,17 @@ Response error_response(const Status& status, unsigned http_version, bool keep_a
   res.prepare_payload();
   return res;
 }
+
+namespace {
+
+Response too_many_requests(double retry_after, const Request& header) {
+  Response r = error_response(resource_exhausted("too many requests"), header.version(),
+                              header.keep_alive());
+  r.set(http::field::retry_after, std::to_string(int(std::ceil(retry_after))));
+  return r;
+}
+
+}  // namespace
 
 Api::Api(Coordinator& coordinator)
     : coordinator_(coordinator),
@@ -139,28 +159,41 @@ uint64_t Api::body_limit(const http::request_header<>& header) const {
                            : coordinator_.config().max_json_bytes;
 }
 
+std::optional<Response> Api::refuse_unknown(const Request& header, const std::string& peer,
+                                            Caller& caller) {
+  caller = coordinator_.identify(bearer_token(header));
+  if (caller.role != Role::kNone) return std::nullopt;
+  double retry_after = 0;
+  if (!unauthenticated_limiter_.allow(peer, RateLimiter::Clock::now(), retry_after)) {
+    return too_many_requests(retry_after, header);
+  }
+  return error_response(unauthenticated("missing or unknown bearer token"), header.version(),
+                        header.keep_alive());
+}
+
+std::optional<Response> Api::refuse_upload(const Request& header, const std::string& peer) {
+  Caller caller;
+  if (auto refusal = refuse_unknown(header, peer, caller)) return refusal;
+  if (caller.role == Role::kClient) return std::nullopt;
+  return error_response(permission_denied("only a registered client may upload an update"),
+                        header.version(), header.keep_alive());
+}
+
 Reply Api::handle(const Request& req, const RequestContext& context) {
   try {
-    auto too_many = [&](double retry_after) {
-      Reply r = error_reply(resource_exhausted("too many requests"), req);
-      r.response.set(http::field::retry_after, std::to_string(int(std::ceil(retry_after))));
-      return r;
-    };
+    Caller caller;
+    if (auto refusal = refuse_unknown(req, context.peer, caller))
+      return answer(std::move(*refusal));
     double retry_after = 0;
-    Caller caller = coordinator_.identify(bearer_token(req));
-    if (caller.role == Role::kNone) {
-      if (!unauthenticated_limiter_.allow(context.peer, RateLimiter::Clock::now(), retry_after)) {
-        return too_many(retry_after);
-      }
-      return error_reply(unauthenticated("missing or unknown bearer token"), req);
-    }
     std::string key = std::string(bearer_token(req).substr(0, 16));
-    if (!limiter_.allow(key, RateLimiter::Clock::now(), retry_after)) return too_many(retry_after);
+    if (!limiter_.allow(key, RateLimiter::Clock::now(), retry_after)) {
+      return answer(too_many_requests(retry_after, req));
+    }
     return route(req, caller, context.receive_seconds);
   } catch (const std::exception& e) {
     // A bug: the details go to the log, never to the caller.
     log_error(std::string("request failed: ") + e.what());
-    return error_reply(internal_error("internal error"), req);
+    return error_reply(internal_error(kInternalMessage), req);
   }
 }
 

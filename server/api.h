@@ -51,12 +51,20 @@ class Api {
   // else is JSON bounded by the config.
   uint64_t body_limit(const http::request_header<>& header) const;
 
+  // Checked as soon as an upload's header arrives, before its body takes a slot: the error
+  // response unless the bearer token is a registered client's (401, 429 per address as in
+  // handle(), 403 for another role). Thread-safe.
+  std::optional<Response> refuse_upload(const Request& header, const std::string& peer);
   // Authenticates, rate-limits, validates and dispatches one request. Requests without a
   // known token are limited per peer address (429 beyond the limit, else 401). Never throws.
   // Thread-safe: handlers run on several threads at once.
   Reply handle(const Request& request, const RequestContext& context = {});
 
  private:
+  // Identifies the bearer token into `caller`; for an unknown one, the refusal (429 when its
+  // address is over unauthenticated_per_second, else 401).
+  std::optional<Response> refuse_unknown(const Request& header, const std::string& peer,
+                                         Caller& caller);
   Reply route(const Request& request, const Caller& caller, double receive_seconds);
   Coordinator& coordinator_;
   RateLimiter limiter_;                  // per token

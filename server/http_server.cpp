@@ -251,7 +251,14 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
     auto length = parser_->content_length();
     if (length && *length > limit) return on_read_error(http::error::body_limit);
     parser_->body_limit(limit);  // bounds chunked bodies as they arrive
-    if (Api::is_upload(header) && !take_body_slot()) return wait_for_body_slot();
+    if (Api::is_upload(header)) {
+      // Only a registered client may hold one of the few body slots.
+      if (std::optional<Response> refusal = frontend_.api.refuse_upload(header, peer_)) {
+        refusal->keep_alive(false);  // its body is not read
+        return send(std::move(*refusal));
+      }
+      if (!take_body_slot()) return wait_for_body_slot();
+    }
     continue_to_body();
   }
 
@@ -491,7 +498,10 @@ class TlsDetector : public std::enable_shared_from_this<TlsDetector> {
         frontend_(frontend),
         context_(context),
         lease_(std::move(lease)),
-        peer_(std::move(peer)) {}
+        peer_(std::move(peer)) {
+    ++frontend_.open_connections;  // until its session takes over (and counts it too)
+  }
+  ~TlsDetector() { --frontend_.open_connections; }
 
   void run() {
     stream_.expires_after(to_ms(frontend_.config.idle_timeout_s));
@@ -539,8 +549,9 @@ struct HttpServer::Impl {
   }
 
   void do_accept() {
+    if (!acceptor.is_open()) return;  // closed by a drain or a stop
     acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
-      if (ec == net::error::operation_aborted) return;
+      if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
       if (ec) return on_accept_error(ec);
       if (accept_backoff != kAcceptBackoffMin) {
         log_info("accepting connections again after " + std::to_string(failed_accepts) +

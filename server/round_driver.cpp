@@ -126,9 +126,13 @@ void RoundDriver::conclude_all() {
       if (job.concluding || !job.round) continue;
       job.round->close();
       if (!job.round->due(now)) continue;
+      std::string stop_reason = "coordinator stopped";
+      if (job.state == JobState::kCancelled) stop_reason = "job cancelled";
+      if (job.state == JobState::kFinished) stop_reason = "job reached its target";
       const bool target_unknown = job.config.target_accuracy > 0 && job.evaluations_pending > 0;
-      const bool may_commit = !target_unknown && job.round->accepted() >= job.config.min_updates;
-      closing.push_back({&job, std::move(*job.round), may_commit ? "" : "coordinator stopped"});
+      const bool may_commit = job.state == JobState::kRunning && !target_unknown &&
+                              job.round->accepted() >= job.config.min_updates;
+      closing.push_back({&job, std::move(*job.round), may_commit ? "" : stop_reason});
       job.round.reset();
       job.concluding = true;
     }

@@ -37,11 +37,11 @@ class RoundDriver {
   void wake();
   // Advances every job once: concludes due rounds, opens rounds for running jobs.
   void tick();
-  // Concludes every open round at once, as the coordinator stops: a round with min_updates
-  // accepted updates commits (unless its job waits for an evaluation to learn whether it
-  // reached its target), any other fails as "coordinator stopped" without blaming its
-  // invitees. A round with an upload still being folded is left to the restart's recovery.
-  // Call with the thread stopped and the HTTP front end drained.
+  // Concludes every open round at once, as the coordinator stops: a running job's round with
+  // min_updates accepted updates commits (unless the job waits for an evaluation to learn
+  // whether it reached its target); any other fails ("coordinator stopped", or as tick()
+  // would for a cancelled or finished job) without blaming its invitees. Call with the thread
+  // stopped and no upload being folded (the HTTP front end stopped).
   void conclude_all();
   // Queues the evaluation of `job`'s committed `model`; `timing` (seconds) is recorded in the
   // round's metrics with the result and the evaluation's own eval_s. Used after each commit,

@@ -54,8 +54,10 @@ void CoordinatorService::stop() {
     log_warn("stopping with " + std::to_string(impl_->http->open_connections()) +
              " connections still busy after " + std::to_string(int(timeout_s)) + " s");
   }
-  impl_->coordinator->conclude_rounds();
+  // Stopping the front end joins its handler threads, so no upload is still being folded
+  // when the rounds are concluded (a drain that timed out may have left some running).
   impl_->http->stop();
+  impl_->coordinator->conclude_rounds();
 }
 
 }  // namespace fedcase::server

@@ -18,8 +18,8 @@ class CoordinatorService {
   uint16_t port() const;
   Coordinator& coordinator();
   // Graceful stop: stops accepting, lets requests in flight finish (up to
-  // config.drain_timeout_s), concludes the open rounds (commit or fail, never left open), then
-  // stops the HTTP server. Idempotent.
+  // config.drain_timeout_s), stops the HTTP server (joining its handlers), then concludes the
+  // open rounds (commit or fail, never left open). Idempotent.
   void stop();
 
  private:

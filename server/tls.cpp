@@ -40,6 +40,12 @@ Result<std::shared_ptr<ssl::context>> make_server_tls_context(const TlsConfig& t
   FEDCASE_RETURN_IF_ERROR(load("key_file", tls.key_file, [&](auto& e) {
     context->use_private_key_file(tls.key_file, ssl::context::pem, e);
   }));
+  // Loading checks the key against a certificate of its own type only (an EC key with an RSA
+  // certificate loads, then fails every handshake).
+  if (SSL_CTX_check_private_key(native) != 1) {
+    return invalid_argument("tls.key_file '" + tls.key_file + "': " +
+                            take_openssl_error("does not match the certificate in tls.cert_file"));
+  }
   if (!tls.client_ca_file.empty()) {
     FEDCASE_RETURN_IF_ERROR(load("client_ca_file", tls.client_ca_file, [&](auto& e) {
       context->load_verify_file(tls.client_ca_file, e);

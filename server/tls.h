@@ -12,7 +12,7 @@
 namespace fedcase::server {
 
 // kInvalidArgument naming the file and OpenSSL's reason when a certificate, key or CA file
-// cannot be loaded, or the key does not belong to the certificate ("key values mismatch").
+// cannot be loaded, or the key does not belong to the certificate.
 // Precondition: tls.enabled().
 Result<std::shared_ptr<boost::asio::ssl::context>> make_server_tls_context(const TlsConfig& tls);
 

@@ -200,22 +200,36 @@ TEST_CASE("uploads beyond max_upload_bodies wait for a slot before their body is
     c.read_timeout_s = 10;
   });
   const uint16_t port = service->port();
+  Caller enroller(port, kEnrollmentToken);
+  std::vector<std::string> tokens;
+  for (int i = 0; i < 2; ++i) {
+    Reply r = enroller.post("/v1/clients/register", json::object());
+    REQUIRE(r.status == 201);
+    tokens.push_back(r.body["token"]);
+  }
+  // Only a registered client may hold a slot: others are refused before their body is read.
+  for (const char* token : {"not-a-token-0123456789", kAdminToken}) {
+    RawConnection refused(port);
+    REQUIRE(refused.send(upload_header(1000, token)));
+    const char* expected = std::string(token) == kAdminToken ? "HTTP/1.1 403" : "HTTP/1.1 401";
+    CHECK(refused.read(12).rfind(expected, 0) == 0);
+  }
   // A holds the only slot: its header and part of its body have arrived.
   RawConnection a(port);
-  REQUIRE(a.send(upload_header(1000, kEnrollmentToken) + std::string(10, 'x')));
+  REQUIRE(a.send(upload_header(1000, tokens[0]) + std::string(10, 'x')));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   // B is complete, but waits; other requests do not.
   RawConnection b(port);
-  REQUIRE(b.send(upload_header(100, kEnrollmentToken) + std::string(100, 'y')));
+  REQUIRE(b.send(upload_header(100, tokens[1]) + std::string(100, 'y')));
   b.set_receive_timeout(1);
   CHECK(b.read(1).empty());
   Caller admin(port, kAdminToken);
   CHECK(admin.get("/v1/admin/jobs").status == 200);
   // A finishes: it is answered, and then B is read and answered.
   REQUIRE(a.send(std::string(990, 'x')));
-  CHECK(a.read(12).rfind("HTTP/1.1 403", 0) == 0);  // the enrollment key may not upload
+  CHECK(a.read(12).rfind("HTTP/1.1 404", 0) == 0);  // there is no job 1
   b.set_receive_timeout(5);
-  CHECK(b.read(12).rfind("HTTP/1.1 403", 0) == 0);
+  CHECK(b.read(12).rfind("HTTP/1.1 404", 0) == 0);
 }
 
 TEST_CASE("a graceful stop answers waiting polls, finishes uploads in flight, then closes") {
