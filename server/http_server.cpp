@@ -7,6 +7,7 @@
 #include <boost/asio/execution.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
@@ -318,8 +319,25 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
 
   void do_read_body() {
     body_started_ = std::chrono::steady_clock::now();
+    if (auto length = parser_->content_length(); holds_body_slot_ && length) {
+      return read_upload_body(*length);
+    }
     http::async_read(stream_, buffer_, *parser_,
                      beast::bind_front_handler(&Session::on_read, this->shared_from_this()));
+  }
+
+  // An update body of known length (already checked against its limit) is read straight into
+  // the request's body with large reads, instead of through the parser's 64 KB reads and a
+  // copy out of the read buffer.
+  void read_upload_body(uint64_t length) {
+    request_.emplace(parser_->release());
+    std::string& body = request_->body();
+    body.resize(length);
+    const size_t buffered = std::min<size_t>(buffer_.size(), length);
+    net::buffer_copy(net::buffer(body.data(), buffered), buffer_.data());
+    buffer_.consume(buffered);
+    net::async_read(stream_, net::buffer(body.data() + buffered, length - buffered),
+                    beast::bind_front_handler(&Session::on_read, this->shared_from_this()));
   }
 
   void on_read_error(beast::error_code ec) {
@@ -344,10 +362,11 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
   }
 
   // The request is whole: its handler runs on a handler thread, and the session resumes on
-  // its strand with the reply. Nothing else touches parser_ in between.
+  // its strand with the reply. Nothing else touches request_ in between.
   void on_read(beast::error_code ec, size_t) {
     if (ec) return on_read_error(ec);
     tcp().expires_never();
+    if (!request_) request_.emplace(parser_->release());
     RequestContext context;
     context.receive_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - body_started_).count();
@@ -358,14 +377,15 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
     // return from run() while the handler works, and nobody would write its reply.
     auto back = net::prefer(executor_, net::execution::outstanding_work.tracked);
     net::post(pool, [self = this->shared_from_this(), context, back] {
-      Reply reply = self->frontend_.api.handle(self->parser_->get(), context);
+      Reply reply = self->frontend_.api.handle(*self->request_, context);
       net::post(back,
                 [self, reply = std::move(reply)]() mutable { self->on_reply(std::move(reply)); });
     });
   }
 
   void on_reply(Reply reply) {
-    parser_.reset();  // the body is no longer needed
+    request_.reset();  // the body is no longer needed
+    parser_.reset();
     release_body_slot();
     if (reply.shared_body) return send_shared(std::move(reply.response), reply.shared_body);
     if (!reply.poll) return send(std::move(reply.response));
@@ -471,6 +491,7 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
   net::steady_timer timer_{executor_};  // a long poll's wait, or an upload's wait for a slot
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<Request> request_;  // the whole request, while its handler runs
   std::optional<Reply> pending_;
   uint64_t watch_ = 0;  // the long poll's wake-up, while pending_
   uint64_t polls_ = 0;  // long polls started on this connection
