@@ -34,7 +34,6 @@ namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-using fedcase::client::HttpClient;
 
 constexpr const char* kAdmin = fedcase::bench::kAdminToken;
 constexpr const char* kEnroll = fedcase::bench::kEnrollmentToken;
@@ -52,17 +51,10 @@ T or_die(fedcase::Result<T> r, const char* what) {
   return std::move(r).value();
 }
 
-struct Client {
+// A caller of the coordinator on 127.0.0.1:`port`.
+struct Client : fedcase::bench::Caller {
   Client(uint16_t port, const std::string& token)
-      : http(fedcase::client::plain_connection("127.0.0.1", port)), token(token) {}
-  fedcase::client::HttpResponse call(const std::string& method, const std::string& target,
-                                     const std::string& body = "",
-                                     std::map<std::string, std::string> headers = {}) {
-    headers["Authorization"] = "Bearer " + token;
-    return or_die(http.request(method, target, body, headers, 120), target.c_str());
-  }
-  HttpClient http;
-  std::string token;
+      : Caller("heartbeat_bench", fedcase::client::plain_connection("127.0.0.1", port), token) {}
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #pragma once
 // What the benchmarks that drive a real coordinator over HTTP share: their tokens, latency
-// percentiles, fatal errors, and jobs whose model is one large tensor.
+// percentiles, fatal errors, a caller with a bearer token, and jobs whose model is one large
+// tensor.
 
 #include <algorithm>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "client_sdk/http_client.h"
 #include "common/blob.h"
 #include "storage/store.h"
 
@@ -29,6 +31,28 @@ inline double percentile(std::vector<double> values, double q) {
   std::fprintf(stderr, "%s: %s\n", bench, what.c_str());
   std::exit(1);
 }
+
+// One caller with a bearer token and a keep-alive connection; a transport failure ends the
+// benchmark (its figures would be wrong).
+class Caller {
+ public:
+  Caller(const char* bench, client::ConnectionOptions connection, std::string token)
+      : bench_(bench), http_(std::move(connection)), token_(std::move(token)) {}
+  client::HttpResponse call(const std::string& method, const std::string& target,
+                            const std::string& body = "",
+                            std::map<std::string, std::string> headers = {}) {
+    headers["Authorization"] = "Bearer " + token_;
+    auto r = http_.request(method, target, body, headers, 600);
+    if (!r.ok()) die(bench_, target + ": " + r.status().to_string());
+    return std::move(r).value();
+  }
+  const std::string& token() const { return token_; }
+
+ private:
+  const char* bench_;
+  client::HttpClient http_;
+  std::string token_;
+};
 
 // Stores a running job with `config` whose initial model is one tensor "w" of `parameters`
 // floats, in the SQLite database at `database`, before a coordinator opens it (the admin API

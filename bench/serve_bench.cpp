@@ -116,31 +116,20 @@ double loopback_bytes_per_s(size_t bytes) {
   return double(bytes) / seconds;
 }
 
-struct Client {
+// A caller of the coordinator (plain or TLS).
+struct Client : fedcase::bench::Caller {
   Client(fedcase::client::ConnectionOptions connection, std::string token)
-      : http(std::move(connection)), token(std::move(token)) {}
-  fedcase::client::HttpResponse call(const std::string& method, const std::string& target,
-                                     const std::string& body = "",
-                                     std::map<std::string, std::string> headers = {}) {
-    headers["Authorization"] = "Bearer " + token;
-    auto r = http.request(method, target, body, headers, 600);
-    if (!r.ok()) die(target + ": " + r.status().to_string());
-    return std::move(r).value();
-  }
-  fedcase::client::HttpClient http;
-  std::string token;
+      : Caller(kBench, std::move(connection), std::move(token)) {}
 };
 
-// Waits until `parties` threads have arrived; the last one runs `last` first. Reusable.
+// Waits until `parties` threads have arrived. Reusable.
 class Barrier {
  public:
   explicit Barrier(size_t parties) : parties_(parties) {}
-  template <class Last>
-  void arrive_and_wait(Last last) {
+  void arrive_and_wait() {
     std::unique_lock<std::mutex> lock(mu_);
     const uint64_t generation = generation_;
     if (++arrived_ == parties_) {
-      last();
       arrived_ = 0;
       ++generation_;
       cv_.notify_all();
@@ -294,7 +283,7 @@ json run_clients(fedcase::client::ConnectionOptions connection, const Plan& plan
         if (task["model_version"] != uint64_t(r)) die("unexpected model version");
         auto model = c.call("GET", task["model_url"]);
         if (model.status != 200) die("download: " + std::to_string(model.status));
-        downloaded.arrive_and_wait([] {});
+        downloaded.arrive_and_wait();
         {
           std::lock_guard<std::mutex> lock(mu);
           if (waited >= 0) dispatch_s.push_back(waited);
@@ -315,7 +304,7 @@ json run_clients(fedcase::client::ConnectionOptions connection, const Plan& plan
   // client of its own would join the pool and could take an invitation it never answers).
   std::vector<double> busy_heartbeats;
   std::thread beater([&] {
-    Client c(connection, fleet[0]->token);
+    Client c(connection, fleet[0]->token());
     while (!rounds_done) {
       if (uploads_in_flight == 0) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));

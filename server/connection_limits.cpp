@@ -12,12 +12,6 @@ std::unique_ptr<AddressConnections::Lease> AddressConnections::open(const std::s
   return std::unique_ptr<Lease>(new Lease(*this, address));
 }
 
-size_t AddressConnections::open_from(const std::string& address) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = open_.find(address);
-  return it == open_.end() ? 0 : it->second;
-}
-
 void AddressConnections::close(const std::string& address) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = open_.find(address);
@@ -50,11 +44,6 @@ void BodySlots::release() {
     // Called without the lock: a waiter may release at once (it gave up meanwhile).
     if (next()) return;
   }
-}
-
-size_t BodySlots::waiting() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return waiters_.size();
 }
 
 }  // namespace fedcase::server

@@ -37,13 +37,12 @@ class AddressConnections {
   // A lease for one more connection from `address`, or null when it already has the most
   // allowed. Every lease must be destroyed before this object.
   std::unique_ptr<Lease> open(const std::string& address);
-  size_t open_from(const std::string& address) const;
 
  private:
   void close(const std::string& address);
 
   const size_t max_;
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::unordered_map<std::string, size_t> open_ FEDCASE_GUARDED_BY(mu_);
 };
 
@@ -60,10 +59,9 @@ class BodySlots {
   bool acquire(std::function<bool()> granted);
   // Gives a slot back: to the oldest waiter that still wants one, else to the free count.
   void release();
-  size_t waiting() const;
 
  private:
-  mutable std::mutex mu_;
+  std::mutex mu_;
   size_t free_ FEDCASE_GUARDED_BY(mu_);
   std::deque<std::function<bool()>> waiters_ FEDCASE_GUARDED_BY(mu_);
 };

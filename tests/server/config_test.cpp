@@ -1,9 +1,9 @@
+#include "server/config.h"
+
 #include <doctest/doctest.h>
 
 #include <cstdlib>
 #include <stdexcept>
-
-#include "server/config.h"
 
 using namespace fedcase;
 using namespace fedcase::server;
@@ -36,10 +36,11 @@ TEST_CASE("coordinator config fills defaults and names the bad key") {
                        std::runtime_error);
   CHECK_THROWS_WITH_AS(parse_coordinator_config(json::object()),
                        doctest::Contains("at least 16 characters"), std::runtime_error);
-  json same = {{"admin_token", "same-token-0123456789"}, {"enrollment_token", "same-token-0123456789"}};
+  json same = {{"admin_token", "same-token-0123456789"},
+               {"enrollment_token", "same-token-0123456789"}};
   CHECK_THROWS_AS(parse_coordinator_config(same), std::runtime_error);
-  CHECK_THROWS_WITH_AS(load_coordinator_config("/nonexistent.json"), doctest::Contains("cannot read"),
-                       std::runtime_error);
+  CHECK_THROWS_WITH_AS(load_coordinator_config("/nonexistent.json"),
+                       doctest::Contains("cannot read"), std::runtime_error);
 }
 
 TEST_CASE("environment tokens override the config file") {
@@ -49,4 +50,3 @@ TEST_CASE("environment tokens override the config file") {
   CHECK(c.admin_token == "from-environment-0123456789");
   CHECK(c.enrollment_token == "enroll-token-0123456789");
 }
-

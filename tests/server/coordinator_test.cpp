@@ -236,17 +236,22 @@ TEST_CASE("restart: open rounds fail, jobs resume from the last commit, tokens s
   CHECK(tasks.begin()->second.model_version == 1);
 }
 
-TEST_CASE("a graceful stop commits a round with enough updates and fails one without") {
+TEST_CASE(
+    "a graceful stop commits a round with enough updates, fails one without or of a cancelled "
+    "job") {
   testing::TempDir dir;
   Harness h(dir);
   std::vector<ClientId> clients;
-  for (int i = 0; i < 4; ++i) clients.push_back(h.add_client());
+  for (int i = 0; i < 6; ++i) clients.push_back(h.add_client());
   // Job 1 commits with one update (min_updates 1); job 2 needs two and gets one.
   auto enough = h.coordinator->create_job(job_config({{"clients_per_round", 1}}));
   auto short_of = h.coordinator->create_job(job_config(
       {{"clients_per_round", 2}, {"min_updates", 2}, {"selection", {{"overcommit", 1}}}}));
+  // Job 3 would commit, but is cancelled before the stop.
+  auto cancelled = h.coordinator->create_job(job_config({{"clients_per_round", 1}}));
   REQUIRE(enough.ok());
   REQUIRE(short_of.ok());
+  REQUIRE(cancelled.ok());
   h.coordinator->tick();
   std::map<JobId, ClientId> first_invitee;
   for (ClientId id : clients) {
@@ -254,12 +259,13 @@ TEST_CASE("a graceful stop commits a round with enough updates and fails one wit
     REQUIRE(task.ok());
     if (*task && !first_invitee.count((*task)->job)) first_invitee[(*task)->job] = id;
   }
-  REQUIRE(first_invitee.size() == 2);
+  REQUIRE(first_invitee.size() == 3);
   for (const auto& [job, client] : first_invitee) {
     const ModelBlob base = base_model(*h.coordinator, job, 0);
     REQUIRE(h.coordinator->submit_update(client, job, 1, meta(10), delta_blob(base, 0.1f)).ok());
   }
 
+  REQUIRE(h.coordinator->control_job(cancelled->id, "cancel").ok());
   h.coordinator->conclude_rounds();
   auto committed = h.coordinator->job_detail(enough->id);
   auto failed = h.coordinator->job_detail(short_of->id);
@@ -271,6 +277,11 @@ TEST_CASE("a graceful stop commits a round with enough updates and fails one wit
   CHECK(committed->summary.model_version == 1);
   CHECK(failed->rounds[0].state == RoundState::kFailed);
   CHECK(failed->rounds[0].metrics["failure"] == "coordinator stopped");
+  auto stopped = h.coordinator->job_detail(cancelled->id);
+  REQUIRE(stopped.ok());
+  CHECK(stopped->rounds[0].state == RoundState::kFailed);
+  CHECK(stopped->rounds[0].metrics["failure"] == "job cancelled");
+  CHECK(stopped->summary.model_version == 0);
   // Nobody is blamed for a deadline the stop cut short.
   for (const auto& [client, why] : failed->rounds[0].metrics["dropped"].items()) {
     CHECK(why != "missed deadline");

@@ -1,6 +1,6 @@
-#include <doctest/doctest.h>
-
 #include "server/rate_limiter.h"
+
+#include <doctest/doctest.h>
 
 using fedcase::server::RateLimiter;
 
@@ -15,6 +15,7 @@ TEST_CASE("token bucket allows the burst, then the rate, per key") {
   CHECK(limiter.allow("b", t0, retry));  // another caller has its own bucket
   // Half a second refills five requests.
   allowed = 0;
-  for (int i = 0; i < 10; ++i) allowed += limiter.allow("a", t0 + std::chrono::milliseconds(500), retry);
+  for (int i = 0; i < 10; ++i)
+    allowed += limiter.allow("a", t0 + std::chrono::milliseconds(500), retry);
   CHECK(allowed == 5);
 }

@@ -1,6 +1,6 @@
-#include <doctest/doctest.h>
-
 #include "server/update_meta.h"
+
+#include <doctest/doctest.h>
 
 using namespace fedcase;
 using namespace fedcase::server;

@@ -1,0 +1,45 @@
+// The front end's admission limits as pure logic: connections per address and body slots.
+
+#include "server/connection_limits.h"
+
+#include <doctest/doctest.h>
+
+#include <vector>
+
+namespace fedcase::server {
+namespace {
+
+TEST_CASE("an address gets at most its limit of leases, and a closed one frees a place") {
+  AddressConnections connections(2);
+  auto a = connections.open("10.0.0.1");
+  auto b = connections.open("10.0.0.1");
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK_FALSE(connections.open("10.0.0.1"));
+  CHECK(connections.open("10.0.0.2"));  // another address is counted apart
+  b.reset();
+  CHECK(connections.open("10.0.0.1"));
+}
+
+TEST_CASE("body slots go to waiters in arrival order, skipping those that gave up") {
+  BodySlots slots(1);
+  std::vector<int> granted;
+  CHECK(slots.acquire([] { return true; }));  // free: taken at once
+  bool second_gave_up = true;
+  CHECK_FALSE(slots.acquire([&] {
+    granted.push_back(2);
+    return !second_gave_up;
+  }));
+  CHECK_FALSE(slots.acquire([&] {
+    granted.push_back(3);
+    return true;
+  }));
+  slots.release();  // the second declines, so the third gets it
+  CHECK(granted == std::vector<int>{2, 3});
+  slots.release();  // nobody waits: the slot is free again
+  CHECK(slots.acquire([] { return true; }));
+  CHECK_FALSE(slots.acquire([] { return true; }));
+}
+
+}  // namespace
+}  // namespace fedcase::server
