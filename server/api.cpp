@@ -7,6 +7,8 @@
 
 #include "common/json_read.h"
 #include "common/log.h"
+#include "server/client_query.h"
+#include "server/dashboard.h"
 #include "server/views.h"
 
 namespace fedcase::server {
@@ -29,20 +31,46 @@ std::vector<std::string> split_path(std::string_view path) {
   return parts;
 }
 
-// Value of `key` in the query string `query` ("a=1&b=2"), if present.
-std::optional<std::string> query_param(std::string_view query, std::string_view key) {
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// A query string's component with %XX and '+' decoded; a malformed escape is kept as it is.
+std::string percent_decoded(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const int hi = text[i] == '%' && i + 2 < text.size() ? hex_value(text[i + 1]) : -1;
+    const int lo = hi >= 0 ? hex_value(text[i + 2]) : -1;
+    if (lo >= 0) {
+      out += char(hi * 16 + lo);
+      i += 2;
+    } else {
+      out += text[i] == '+' ? ' ' : text[i];
+    }
+  }
+  return out;
+}
+
+// Every parameter of the query string `query`, decoded; a repeated key keeps its last value.
+std::map<std::string, std::string> query_params(std::string_view query) {
+  std::map<std::string, std::string> params;
   size_t start = 0;
   while (start < query.size()) {
     size_t end = query.find('&', start);
     if (end == std::string_view::npos) end = query.size();
     std::string_view item = query.substr(start, end - start);
-    size_t eq = item.find('=');
-    if (item.substr(0, eq) == key) {
-      return std::string(eq == std::string_view::npos ? "" : item.substr(eq + 1));
+    const size_t eq = item.find('=');
+    if (!item.empty()) {
+      params[percent_decoded(item.substr(0, eq))] =
+          eq == std::string_view::npos ? std::string() : percent_decoded(item.substr(eq + 1));
     }
     start = end + 1;
   }
-  return std::nullopt;
+  return params;
 }
 
 // Parses a decimal id; nullopt unless the whole string is digits and fits.
@@ -154,6 +182,70 @@ bool Api::is_upload(const http::request_header<>& header) {
          target.substr(target.size() - 7) == "/update";
 }
 
+std::string_view Api::route_template(const http::request_header<>& header) {
+  std::string_view target(header.target().data(), header.target().size());
+  const auto parts = split_path(target.substr(0, target.find('?')));
+  const size_t n = parts.size();
+  if (n == 1 && parts[0] == "metrics") return "/metrics";
+  if (n >= 1 && parts[0] == "dashboard") return "/dashboard";
+  if (n < 2 || parts[0] != "v1") return "other";
+  if (parts[1] == "admin") {
+    if (n == 3 && parts[2] == "jobs") return "/v1/admin/jobs";
+    if (n == 3 && parts[2] == "clients") return "/v1/admin/clients";
+    if (n == 4 && parts[2] == "jobs") return "/v1/admin/jobs/{job}";
+    if (n == 5 && parts[2] == "jobs") {
+      if (parts[4] == "pause") return "/v1/admin/jobs/{job}/pause";
+      if (parts[4] == "resume") return "/v1/admin/jobs/{job}/resume";
+      if (parts[4] == "cancel") return "/v1/admin/jobs/{job}/cancel";
+    }
+    return "other";
+  }
+  if (n == 3 && parts[1] == "clients" && parts[2] == "register") return "/v1/clients/register";
+  if (n == 3 && parts[1] == "clients" && parts[2] == "heartbeat") return "/v1/clients/heartbeat";
+  if (n == 2 && parts[1] == "task") return "/v1/task";
+  if (n == 5 && parts[1] == "jobs" && parts[3] == "models")
+    return "/v1/jobs/{job}/models/{version}";
+  if (n == 6 && parts[1] == "jobs" && parts[3] == "rounds") {
+    if (parts[5] == "status") return "/v1/jobs/{job}/rounds/{round}/status";
+    if (parts[5] == "update") return "/v1/jobs/{job}/rounds/{round}/update";
+  }
+  return "other";
+}
+
+std::optional<Reply> Api::dashboard(const Request& req) {
+  std::string_view target(req.target().data(), req.target().size());
+  const std::string_view path = target.substr(0, target.find('?'));
+  if (path != "/" && path != "/dashboard" && path.substr(0, 11) != "/dashboard/") {
+    return std::nullopt;
+  }
+  if (req.method() != http::verb::get) {
+    return error_reply(invalid_argument("the dashboard's files are read with GET"), req);
+  }
+  if (path == "/" || path == "/dashboard") {
+    Response res{http::status::found, req.version()};
+    res.set(http::field::location, "/dashboard/");
+    res.keep_alive(req.keep_alive());
+    res.prepare_payload();
+    return answer(std::move(res));
+  }
+  for (const DashboardAsset& asset : dashboard_assets()) {
+    if (asset.url != path) continue;
+    Response res{http::status::ok, req.version()};
+    res.set(http::field::content_type, std::string(asset.content_type));
+    // The page loads only its own files and talks only to this coordinator.
+    res.set("Content-Security-Policy",
+            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+            "img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'");
+    res.set("X-Content-Type-Options", "nosniff");
+    res.set(http::field::cache_control, "no-cache");
+    res.keep_alive(req.keep_alive());
+    res.body() = std::string(asset.body);
+    res.prepare_payload();
+    return answer(std::move(res));
+  }
+  return error_reply(not_found("no such dashboard file"), req);
+}
+
 uint64_t Api::body_limit(const http::request_header<>& header) const {
   return is_upload(header) ? coordinator_.config().max_upload_bytes
                            : coordinator_.config().max_json_bytes;
@@ -181,6 +273,7 @@ std::optional<Response> Api::refuse_upload(const Request& header, const std::str
 
 Reply Api::handle(const Request& req, const RequestContext& context) {
   try {
+    if (std::optional<Reply> page = dashboard(req)) return std::move(*page);
     Caller caller;
     if (auto refusal = refuse_unknown(req, context.peer, caller))
       return answer(std::move(*refusal));
@@ -215,6 +308,16 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
     return answer(std::move(res));
   };
 
+  if (parts.size() == 1 && parts[0] == "metrics") {
+    if (method != http::verb::get) return method_not_allowed();
+    if (!admin && caller.role != Role::kMetrics) return forbidden();
+    Response res{http::status::ok, req.version()};
+    res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+    res.keep_alive(req.keep_alive());
+    res.body() = coordinator_.metrics().render();
+    res.prepare_payload();
+    return answer(std::move(res));
+  }
   if (parts.size() < 2 || parts[0] != "v1") {
     return error_reply(not_found("no such endpoint"), req);
   }
@@ -232,7 +335,10 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
     }
     if (parts.size() == 3 && parts[2] == "clients") {
       if (method != http::verb::get) return method_not_allowed();
-      return json_reply(clients_json(coordinator_.list_clients()), req);
+      auto listing = parse_client_query(query_params(query));
+      if (!listing.ok()) return error_reply(listing.status(), req);
+      const std::vector<ClientSummary> clients = coordinator_.list_clients();
+      return json_reply(clients_json(select_clients(clients, *listing)), req);
     }
     if (parts.size() >= 4 && parts.size() <= 5 && parts[2] == "jobs") {
       auto id = parse_id(parts[3]);
@@ -272,10 +378,11 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
     if (method != http::verb::get) return method_not_allowed();
     if (!client) return forbidden();
     double wait = 0;
-    if (auto w = query_param(query, "wait")) {
+    const auto params = query_params(query);
+    if (auto w = params.find("wait"); w != params.end()) {
       char* end = nullptr;
-      wait = std::strtod(w->c_str(), &end);
-      if (w->empty() || *end != '\0' || !std::isfinite(wait) || wait < 0) {
+      wait = std::strtod(w->second.c_str(), &end);
+      if (w->second.empty() || *end != '\0' || !std::isfinite(wait) || wait < 0) {
         return error_reply(invalid_argument("wait must be a number of seconds >= 0"), req);
       }
       wait = std::min(wait, coordinator_.config().long_poll_max_s);
@@ -359,9 +466,15 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
           meta = invalid_argument(std::string(kMetaHeader) + ": " + meta.status().message());
         }
       }
-      return result_reply(coordinator_.submit_update(caller.client, *job, *number, meta, req.body(),
-                                                     receive_seconds),
-                          update_accepted_json, req);
+      auto accepted = coordinator_.submit_update(caller.client, *job, *number, meta, req.body(),
+                                                 receive_seconds);
+      if (accepted.ok()) {
+        coordinator_.metrics().add(metric::kUpdatesAccepted, {});
+      } else {
+        coordinator_.metrics().add(metric::kUpdatesRefused,
+                                   {{"reason", code_name(accepted.status().code())}});
+      }
+      return result_reply(accepted, update_accepted_json, req);
     }
   }
   return error_reply(not_found("no such endpoint"), req);

@@ -47,6 +47,9 @@ class Api {
 
   // Whether the request is an update upload (a large binary body).
   static bool is_upload(const http::request_header<>& header);
+  // The route a request targets, as a template with its ids elided
+  // ("/v1/jobs/{job}/rounds/{round}/update"), or "other": a bounded label for metrics.
+  static std::string_view route_template(const http::request_header<>& header);
   // The body limit for a request whose header has arrived: uploads may be large, everything
   // else is JSON bounded by the config.
   uint64_t body_limit(const http::request_header<>& header) const;
@@ -56,7 +59,8 @@ class Api {
   // handle(), 403 for another role). Thread-safe.
   std::optional<Response> refuse_upload(const Request& header, const std::string& peer);
   // Authenticates, rate-limits, validates and dispatches one request. Requests without a
-  // known token are limited per peer address (429 beyond the limit, else 401). Never throws.
+  // known token are limited per peer address (429 beyond the limit, else 401); the
+  // dashboard's static files need no token (they hold no data). Never throws.
   // Thread-safe: handlers run on several threads at once.
   Reply handle(const Request& request, const RequestContext& context = {});
 
@@ -66,6 +70,9 @@ class Api {
   std::optional<Response> refuse_unknown(const Request& header, const std::string& peer,
                                          Caller& caller);
   Reply route(const Request& request, const Caller& caller, double receive_seconds);
+  // A dashboard file, "/" and "/dashboard" redirected to the page, or nullopt for any other
+  // target.
+  std::optional<Reply> dashboard(const Request& request);
   Coordinator& coordinator_;
   RateLimiter limiter_;                  // per token
   RateLimiter unauthenticated_limiter_;  // per peer address, for requests without a known token

@@ -121,6 +121,15 @@ std::vector<ClientSnapshot> ClientRegistry::profiles(double now) const {
   return out;
 }
 
+ClientRegistry::Census ClientRegistry::census(double now) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Census census;
+  census.registered = clients_.size();
+  for (const auto& [id, c] : clients_)
+    census.available += scheduling::is_online(c.profile, now, params_);
+  return census;
+}
+
 void ClientRegistry::apply(const std::vector<rounds::ProfileChange>& changes) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& change : changes) {

@@ -65,6 +65,13 @@ class ClientRegistry {
   std::vector<ClientSnapshot> snapshot(double now) const;
   std::vector<ClientSnapshot> profiles(double now) const;
 
+  // How many clients are registered, and how many of them are available at `now`.
+  struct Census {
+    size_t registered = 0;
+    size_t available = 0;
+  };
+  Census census(double now) const;
+
   // Applies round decisions to the profiles; an unknown client is skipped, a bad report is
   // logged and leaves that profile unchanged.
   void apply(const std::vector<rounds::ProfileChange>& changes);

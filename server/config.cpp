@@ -45,6 +45,7 @@ CoordinatorConfig parse_coordinator_config(const json& j) {
       .text("database", c.database)
       .text("admin_token", c.admin_token)
       .text("enrollment_token", c.enrollment_token)
+      .text("metrics_token", c.metrics_token)
       .integer("io_threads", c.io_threads)
       .integer("handler_threads", c.handler_threads)
       .integer("upload_threads", c.upload_threads)
@@ -77,6 +78,7 @@ CoordinatorConfig parse_coordinator_config(const json& j) {
   if (!s.ok()) throw std::runtime_error(s.message());
   if (const char* env = std::getenv("FEDCASE_ADMIN_TOKEN")) c.admin_token = env;
   if (const char* env = std::getenv("FEDCASE_ENROLLMENT_TOKEN")) c.enrollment_token = env;
+  if (const char* env = std::getenv("FEDCASE_METRICS_TOKEN")) c.metrics_token = env;
   if (c.admin_token.size() < 16 || c.enrollment_token.size() < 16) {
     throw std::runtime_error(
         "admin_token and enrollment_token must be set (config or FEDCASE_ADMIN_TOKEN / "
@@ -84,6 +86,12 @@ CoordinatorConfig parse_coordinator_config(const json& j) {
   }
   if (c.admin_token == c.enrollment_token) {
     throw std::runtime_error("admin_token and enrollment_token must differ");
+  }
+  if (!c.metrics_token.empty() &&
+      (c.metrics_token.size() < 16 || c.metrics_token == c.admin_token ||
+       c.metrics_token == c.enrollment_token)) {
+    throw std::runtime_error(
+        "metrics_token must be at least 16 characters long and differ from the other tokens");
   }
   return c;
 }

@@ -25,6 +25,9 @@ struct CoordinatorConfig {
   std::string database = "var/fedcase.db";
   std::string admin_token;       // env FEDCASE_ADMIN_TOKEN overrides
   std::string enrollment_token;  // clients register with it; env FEDCASE_ENROLLMENT_TOKEN
+  // Optional: a token that may read GET /metrics and nothing else (for a Prometheus scraper);
+  // the admin token may read it too. env FEDCASE_METRICS_TOKEN.
+  std::string metrics_token;
   TlsConfig tls;
   int io_threads = 2;              // read and write connections; never run a request's handler
   int handler_threads = 2;         // run requests other than uploads (auth, JSON, store writes)

@@ -14,6 +14,7 @@
 #include "server/client_registry.h"
 #include "server/round_driver.h"
 #include "server/task_notifier.h"
+#include "server/timed_store.h"
 #include "server/update_meta.h"
 
 namespace fedcase::server {
@@ -66,6 +67,8 @@ scheduling::RoundReport completion_report(const UpdateMeta& meta, uint64_t model
 JobSummary summary_of(const JobEntry& job) {
   return {job.id,
           job.name,
+          job.config.model,
+          job.policy_name,
           job.state,
           job.model->version,
           job.model->checksum,
@@ -96,12 +99,13 @@ struct Coordinator::State {
   State(const CoordinatorConfig& c, std::unique_ptr<storage::Store> s,
         std::unique_ptr<ModelEvaluator> e, Clock k)
       : config(c),
-        store(std::move(s)),
+        store(timed_store(std::move(s), metrics)),
         clock(std::move(k)),
         clients(*store, profile_params(c)),
         jobs(*store),
         evaluator(std::move(e)),
-        driver(jobs, clients, *store, *evaluator, tasks_ready, clock) {}
+        driver(jobs, clients, *store, *evaluator, tasks_ready, metrics, clock),
+        collector(metrics.add_collector([this](Metrics& m) { collect(m); })) {}
 
   static scheduling::ProfileParams profile_params(const CoordinatorConfig& c) {
     scheduling::ProfileParams p;
@@ -109,6 +113,7 @@ struct Coordinator::State {
     return p;
   }
 
+  Metrics metrics;  // first: the store and the driver record into it
   const CoordinatorConfig config;
   const std::unique_ptr<storage::Store> store;
   const Clock clock;
@@ -117,6 +122,10 @@ struct Coordinator::State {
   std::unique_ptr<ModelEvaluator> evaluator;
   TaskNotifier tasks_ready;
   RoundDriver driver;
+  const std::unique_ptr<Metrics::Registration> collector;  // last: it reads all of the above
+
+  // Sets the gauges of clients and jobs (at each scrape).
+  void collect(Metrics& m);
 
   // Installs a job (at creation or recovery) with its runtime and latest model.
   Status install(storage::JobRecord record, rounds::JobConfig config,
@@ -189,6 +198,9 @@ Status Coordinator::State::recover() {
     RoundIndex last_round = 0;
     for (auto& r : *rounds) {
       last_round = std::max(last_round, r.index);
+      metrics.add(metric::kRounds,
+                  {{"job", std::to_string(id)},
+                   {"outcome", r.state == RoundState::kCommitted ? "committed" : "failed"}});
       if (r.state != RoundState::kOpen) continue;
       r.state = RoundState::kFailed;
       r.closed_at = clock();
@@ -207,6 +219,33 @@ Status Coordinator::State::recover() {
     FEDCASE_RETURN_IF_ERROR(evaluate_unscored(id, *rounds));
   }
   return ok_status();
+}
+
+void Coordinator::State::collect(Metrics& m) {
+  const ClientRegistry::Census census = clients.census(clock());
+  m.set(metric::kClientsRegistered, {}, double(census.registered));
+  m.set(metric::kClientsConnected, {}, double(census.available));
+  std::map<std::string, double> by_state;
+  for (JobState state :
+       {JobState::kRunning, JobState::kPaused, JobState::kCancelled, JobState::kFinished}) {
+    by_state[state_name(state)] = 0;
+  }
+  std::vector<std::pair<std::string, double>> accuracy, epsilon;
+  {
+    std::lock_guard<std::mutex> lock(jobs.mu);
+    for (const auto& [id, job] : jobs.jobs) {
+      by_state[state_name(job->state)] += 1;
+      if (job->last_accuracy) accuracy.emplace_back(std::to_string(id), *job->last_accuracy);
+      if (job->privacy.is_object() && job->privacy.value("epsilon", json()).is_number()) {
+        epsilon.emplace_back(std::to_string(id), job->privacy["epsilon"].get<double>());
+      }
+    }
+  }
+  for (const auto& [state, count] : by_state) m.set(metric::kJobs, {{"state", state}}, count);
+  m.clear(metric::kJobTestAccuracy);
+  for (const auto& [job, value] : accuracy) m.set(metric::kJobTestAccuracy, {{"job", job}}, value);
+  m.clear(metric::kJobPrivacyEpsilon);
+  for (const auto& [job, value] : epsilon) m.set(metric::kJobPrivacyEpsilon, {{"job", job}}, value);
 }
 
 Status Coordinator::State::evaluate_unscored(JobId id,
@@ -257,6 +296,8 @@ Result<std::unique_ptr<Coordinator>> Coordinator::open(const CoordinatorConfig& 
 
 const CoordinatorConfig& Coordinator::config() const { return state_->config; }
 
+Metrics& Coordinator::metrics() { return state_->metrics; }
+
 void Coordinator::start_driver() { state_->driver.start(); }
 void Coordinator::stop_driver() { state_->driver.stop(); }
 void Coordinator::tick() { state_->driver.tick(); }
@@ -270,6 +311,9 @@ Caller Coordinator::identify(std::string_view token) const {
   if (token.empty()) return {};
   if (constant_time_equal(token, s.config.admin_token)) return {Role::kAdmin, 0};
   if (constant_time_equal(token, s.config.enrollment_token)) return {Role::kEnrollment, 0};
+  if (!s.config.metrics_token.empty() && constant_time_equal(token, s.config.metrics_token)) {
+    return {Role::kMetrics, 0};
+  }
   auto client = s.clients.identify(sha256_hex(token));
   if (!client) return {};
   return {Role::kClient, *client};
@@ -396,6 +440,7 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
   if (written.ok()) written = aggregate->add(blob->data.data(), blob->data.size(), meta->samples);
   const double fold_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - fold_start).count();
+  s.metrics.observe(metric::kFoldSeconds, {}, fold_s);
   if (!written.ok()) {
     release();
     return written;

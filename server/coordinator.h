@@ -32,6 +32,7 @@
 #include "server/config.h"
 #include "server/evaluator.h"
 #include "server/job_table.h"
+#include "server/metrics.h"
 #include "storage/store.h"
 
 namespace fedcase::server {
@@ -42,7 +43,7 @@ struct ModelDownload {
   std::shared_ptr<const std::string> blob;  // encoded model blob
 };
 
-enum class Role { kNone, kAdmin, kEnrollment, kClient };
+enum class Role { kNone, kAdmin, kEnrollment, kClient, kMetrics };
 struct Caller {
   Role role = Role::kNone;
   ClientId client = 0;  // for kClient
@@ -68,6 +69,8 @@ struct UpdateAccepted {
 struct JobSummary {
   JobId id = 0;
   std::string name;
+  std::string model;             // the job's architecture
+  std::string selection_policy;  // the policy's name
   JobState state = JobState::kRunning;
   uint64_t model_version = 0;
   std::string model_checksum;
@@ -125,8 +128,13 @@ class Coordinator {
   // second half of a graceful stop, once no request is in flight.
   void conclude_rounds();
 
-  // Who presents `bearer_token`: the admin, the enrollment key, a registered client, or nobody.
+  // Who presents `bearer_token`: the admin, the enrollment key, a registered client, the
+  // metrics scraper, or nobody.
   Caller identify(std::string_view bearer_token) const;
+
+  // The coordinator's operational metrics; every component records into this one. Its
+  // collector for clients and jobs is registered for the coordinator's lifetime.
+  Metrics& metrics();
 
   // ---- client API (callers already authenticated) ----
   // `request`: {"device":{...}, "dataset_size":N, "cache_capacity_bytes":N, "sdk_version":"..."}.

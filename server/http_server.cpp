@@ -22,6 +22,7 @@
 
 #include "common/log.h"
 #include "server/connection_limits.h"
+#include "server/metrics.h"
 #include "server/tls.h"
 
 namespace fedcase::server {
@@ -99,9 +100,10 @@ class Drainable {
 
 // What every session shares; owned by HttpServer::Impl and outlives every session.
 struct Frontend {
-  Frontend(Api& api, const CoordinatorConfig& config)
+  Frontend(Api& api, const CoordinatorConfig& config, Metrics& metrics)
       : api(api),
         config(config),
+        metrics(metrics),
         upload_bodies(config.max_upload_bodies),
         per_address(config.max_connections_per_ip) {}
 
@@ -117,9 +119,11 @@ struct Frontend {
 
   Api& api;
   const CoordinatorConfig& config;
+  Metrics& metrics;
   BodySlots upload_bodies;
   AddressConnections per_address;
   std::atomic<size_t> open_connections{0};
+  std::atomic<size_t> waiting_polls{0};
   std::atomic<bool> draining{false};
   ThrottledLog handshake_log;
   std::mutex sessions_mu;
@@ -153,6 +157,7 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
   }
   ~Session() override {
     if (pending_ && pending_->unwatch) pending_->unwatch(watch_);
+    stop_waiting();
     release_body_slot();
     if (registered_) frontend_.forget(place_);
     --frontend_.open_connections;
@@ -216,6 +221,7 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
   }
 
   void do_read_header() {
+    route_ = "other";
     parser_.emplace();
     parser_->header_limit(kHeaderLimit);
     // Beast checks Content-Length against the body limit as soon as the header is parsed, so
@@ -228,8 +234,10 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
         beast::bind_front_handler(&Session::on_header, this->shared_from_this()));
   }
 
-  void on_header(beast::error_code ec, size_t) {
+  void on_header(beast::error_code ec, size_t n) {
+    frontend_.metrics.add(metric::kHttpReceivedBytes, {}, double(n));
     if (ec) return on_read_error(ec);
+    route_ = Api::route_template(parser_->get());
     if (plain_on_tls_port_) {
       return send(error_response(
           invalid_argument("this port speaks TLS: connect with https:// (TLS 1.2 or later)"), 11,
@@ -336,6 +344,7 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
     const size_t buffered = std::min<size_t>(buffer_.size(), length);
     net::buffer_copy(net::buffer(body.data(), buffered), buffer_.data());
     buffer_.consume(buffered);
+    frontend_.metrics.add(metric::kHttpReceivedBytes, {}, double(buffered));
     net::async_read(stream_, net::buffer(body.data() + buffered, length - buffered),
                     beast::bind_front_handler(&Session::on_read, this->shared_from_this()));
   }
@@ -363,7 +372,8 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
 
   // The request is whole: its handler runs on a handler thread, and the session resumes on
   // its strand with the reply. Nothing else touches request_ in between.
-  void on_read(beast::error_code ec, size_t) {
+  void on_read(beast::error_code ec, size_t n) {
+    frontend_.metrics.add(metric::kHttpReceivedBytes, {}, double(n));
     if (ec) return on_read_error(ec);
     tcp().expires_never();
     if (!request_) request_.emplace(parser_->release());
@@ -394,6 +404,8 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
     pending_ = std::move(reply);
     if (draining_) return finish_poll(std::move(pending_->response));
     ++polls_;
+    poll_waiting_ = true;
+    ++frontend_.waiting_polls;
     timer_.expires_after(to_ms(pending_->wait_s));
     timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
       if (ec == net::error::operation_aborted || !self->pending_) return;  // answered already
@@ -422,9 +434,16 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
   }
 
   void finish_poll(Response response) {
+    stop_waiting();
     pending_->unwatch(watch_);
     timer_.cancel();
     send(std::move(response));
+  }
+
+  void stop_waiting() {
+    if (!poll_waiting_) return;
+    poll_waiting_ = false;
+    --frontend_.waiting_polls;
   }
 
   void send(Response response) {
@@ -447,9 +466,12 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
   template <class Message>
   void write(std::shared_ptr<Message> res, std::shared_ptr<const std::string> keep) {
     pending_.reset();
+    frontend_.metrics.add(metric::kHttpRequests, {{"route", std::string(route_)},
+                                                  {"code", std::to_string(res->result_int())}});
     tcp().expires_after(to_ms(frontend_.config.read_timeout_s));
     http::async_write(stream_, *res,
-                      [self = this->shared_from_this(), res, keep](beast::error_code ec, size_t) {
+                      [self = this->shared_from_this(), res, keep](beast::error_code ec, size_t n) {
+                        self->frontend_.metrics.add(metric::kHttpSentBytes, {}, double(n));
                         if (ec) return self->close();
                         if (!res->keep_alive()) return self->linger_close();
                         self->do_read_request();
@@ -493,9 +515,11 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<Request> request_;  // the whole request, while its handler runs
   std::optional<Reply> pending_;
-  uint64_t watch_ = 0;  // the long poll's wake-up, while pending_
-  uint64_t polls_ = 0;  // long polls started on this connection
-  bool idle_ = false;   // waiting for the next request's first byte
+  uint64_t watch_ = 0;                // the long poll's wake-up, while pending_
+  uint64_t polls_ = 0;                // long polls started on this connection
+  bool idle_ = false;                 // waiting for the next request's first byte
+  bool poll_waiting_ = false;         // counted in frontend_.waiting_polls
+  std::string_view route_ = "other";  // the current request's route template, for metrics
   bool draining_ = false;
   bool waiting_for_slot_ = false;
   bool holds_body_slot_ = false;
@@ -559,14 +583,18 @@ class TlsDetector : public std::enable_shared_from_this<TlsDetector> {
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(Api& api, const CoordinatorConfig& config)
-      : frontend(api, config),
+  Impl(Api& api, const CoordinatorConfig& config, Metrics& metrics)
+      : frontend(api, config, metrics),
         ioc(config.io_threads),
         handlers(config.handler_threads),
         upload_handlers(config.upload_threads),
         acceptor(net::make_strand(ioc)) {
     frontend.handlers = &handlers;
     frontend.upload_handlers = &upload_handlers;
+    gauges = metrics.add_collector([this](Metrics& m) {
+      m.set(metric::kHttpOpenConnections, {}, double(frontend.open_connections.load()));
+      m.set(metric::kLongPollsWaiting, {}, double(frontend.waiting_polls.load()));
+    });
   }
 
   void do_accept() {
@@ -638,7 +666,8 @@ struct HttpServer::Impl {
   // Member order matters: sessions (destroyed with the io_context's and the handler pool's
   // pending work) refer to the frontend, so it is declared first and destroyed last.
   Frontend frontend;
-  std::shared_ptr<ssl::context> tls;  // null: plain HTTP
+  std::unique_ptr<Metrics::Registration> gauges;  // reads frontend
+  std::shared_ptr<ssl::context> tls;              // null: plain HTTP
   net::io_context ioc;
   net::thread_pool handlers;
   net::thread_pool upload_handlers;
@@ -650,8 +679,8 @@ struct HttpServer::Impl {
   uint16_t port = 0;
 };
 
-HttpServer::HttpServer(Api& api, const CoordinatorConfig& config)
-    : impl_(std::make_unique<Impl>(api, config)) {}
+HttpServer::HttpServer(Api& api, const CoordinatorConfig& config, Metrics& metrics)
+    : impl_(std::make_unique<Impl>(api, config, metrics)) {}
 
 HttpServer::~HttpServer() { stop(); }
 

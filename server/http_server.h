@@ -12,12 +12,15 @@
 
 #include "common/status.h"
 #include "server/api.h"
+#include "server/metrics.h"
 
 namespace fedcase::server {
 
 class HttpServer {
  public:
-  HttpServer(Api& api, const CoordinatorConfig& config);
+  // `api`, `config` and `metrics` (requests, bytes, open connections, waiting polls) must
+  // outlive the server.
+  HttpServer(Api& api, const CoordinatorConfig& config, Metrics& metrics);
   ~HttpServer();
 
   // Binds config.listen_address:config.port (0 picks a free port) and starts the I/O threads.

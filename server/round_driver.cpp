@@ -34,12 +34,14 @@ struct RoundDriver::Closing {
 };
 
 RoundDriver::RoundDriver(JobTable& jobs, ClientRegistry& clients, storage::Store& store,
-                         ModelEvaluator& evaluator, TaskNotifier& tasks_ready, Clock clock)
+                         ModelEvaluator& evaluator, TaskNotifier& tasks_ready, Metrics& metrics,
+                         Clock clock)
     : jobs_(jobs),
       clients_(clients),
       store_(store),
       evaluator_(evaluator),
       tasks_ready_(tasks_ready),
+      metrics_(metrics),
       clock_(std::move(clock)) {}
 
 RoundDriver::~RoundDriver() { stop(); }
@@ -163,12 +165,16 @@ void RoundDriver::open(JobEntry& job, double now) {
   for (const ClientSnapshot& c : clients) {
     pool.push_back({&c.profile, c.available && !busy.count(c.profile.id)});
   }
+  const auto selection_start = std::chrono::steady_clock::now();
   auto opened = runtime.open_round(pool, now);
+  const double selection_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - selection_start).count();
   if (!opened.ok()) {
     log_error(job_prefix(job) + "cannot open a round: " + opened.status().to_string());
     return;
   }
-  if (!*opened) return;
+  if (!*opened) return;  // too few clients free: not counted as a selection
+  metrics_.observe(metric::kSelectionSeconds, {}, selection_s);
   rounds::Round& round = **opened;
   Status stored = store_.open_round(open_record(job.id, round));
   if (!stored.ok()) {
@@ -224,6 +230,9 @@ void RoundDriver::conclude(Closing& c, double now) {
   clients_.save(k.invited, now);
 
   const bool committed = record.state == RoundState::kCommitted;
+  const char* outcome = committed ? "committed" : "failed";
+  metrics_.add(metric::kRounds, {{"job", std::to_string(job.id)}, {"outcome", outcome}});
+  metrics_.observe(metric::kRoundSeconds, {{"outcome", outcome}}, now - record.opened_at);
   {
     std::lock_guard<std::mutex> lock(jobs_.mu);
     job.concluding = false;

@@ -19,6 +19,7 @@
 #include "server/client_registry.h"
 #include "server/evaluator.h"
 #include "server/job_table.h"
+#include "server/metrics.h"
 #include "server/task_notifier.h"
 #include "storage/store.h"
 
@@ -28,7 +29,7 @@ class RoundDriver {
  public:
   // Every argument must outlive the driver.
   RoundDriver(JobTable& jobs, ClientRegistry& clients, storage::Store& store,
-              ModelEvaluator& evaluator, TaskNotifier& tasks_ready, Clock clock);
+              ModelEvaluator& evaluator, TaskNotifier& tasks_ready, Metrics& metrics, Clock clock);
   ~RoundDriver();  // stops the thread
 
   // Starts / stops the thread that calls tick() every 50 ms and at once after wake().
@@ -64,6 +65,7 @@ class RoundDriver {
   storage::Store& store_;
   ModelEvaluator& evaluator_;
   TaskNotifier& tasks_ready_;  // told who was invited once a round is published
+  Metrics& metrics_;           // selection time, rounds concluded and their durations
   Clock clock_;
 
   std::mutex tick_mu_;     // one tick at a time

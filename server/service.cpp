@@ -26,7 +26,8 @@ Result<std::unique_ptr<CoordinatorService>> CoordinatorService::start(
   if (!coordinator.ok()) return coordinator.status();
   impl->coordinator = std::move(coordinator).value();
   impl->api = std::make_unique<Api>(*impl->coordinator);
-  impl->http = std::make_unique<HttpServer>(*impl->api, impl->coordinator->config());
+  impl->http = std::make_unique<HttpServer>(*impl->api, impl->coordinator->config(),
+                                            impl->coordinator->metrics());
   FEDCASE_RETURN_IF_ERROR(impl->http->start());
   if (!config.port_file.empty()) {
     std::ofstream out(config.port_file + ".tmp");

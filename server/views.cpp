@@ -60,6 +60,8 @@ json update_accepted_json(const UpdateAccepted& a) {
 json job_summary_json(const JobSummary& j) {
   json out = {{"job_id", j.id},
               {"name", j.name},
+              {"model", j.model},
+              {"selection_policy", j.selection_policy},
               {"state", state_name(j.state)},
               {"model_version", j.model_version},
               {"model_checksum", j.model_checksum},
@@ -113,9 +115,10 @@ json job_detail_json(const JobDetail& d) {
   return out;
 }
 
-json clients_json(const std::vector<ClientSummary>& clients) {
+json clients_json(const ClientPage& page) {
   json out = json::array();
-  for (const ClientSummary& c : clients) {
+  for (const ClientSummary* client : page.clients) {
+    const ClientSummary& c = *client;
     json expected = json::object();
     for (const auto& [job, seconds] : c.expected_duration_s)
       expected[std::to_string(job)] = seconds;
@@ -127,7 +130,16 @@ json clients_json(const std::vector<ClientSummary>& clients) {
                    {"last_seen", c.record.last_seen},
                    {"available", c.available}});
   }
-  return {{"clients", out}};
+  json histogram = nullptr;
+  if (page.histogram.job) {
+    histogram = {{"job_id", *page.histogram.job},
+                 {"edges", page.histogram.edges},
+                 {"counts", page.histogram.counts}};
+  }
+  return {{"clients", out},
+          {"total", page.total},
+          {"matched", page.matched},
+          {"expected_duration_histogram", histogram}};
 }
 
 json job_state_json(JobId job, JobState state) {

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/client_query.h"
 #include "server/coordinator.h"
 
 namespace fedcase::server {
@@ -21,7 +22,8 @@ nlohmann::json jobs_json(const std::vector<JobSummary>& jobs);
 nlohmann::json round_json(const storage::RoundRecord& round);
 // The job detail; `result` names the first committed model that reached the target accuracy.
 nlohmann::json job_detail_json(const JobDetail& job);
-nlohmann::json clients_json(const std::vector<ClientSummary>& clients);
+// A page of the fleet: {"clients": [...], "total", "matched", "expected_duration_histogram"}.
+nlohmann::json clients_json(const ClientPage& page);
 nlohmann::json job_state_json(JobId job, JobState state);
 
 }  // namespace fedcase::server

@@ -1,0 +1,428 @@
+// The fedcase dashboard: a page over the coordinator's admin API (docs/protocol.md). The admin
+// token lives in sessionStorage only and goes out as a bearer token; every value shown is set
+// as text, never as HTML, because job names and device info come from users and clients.
+"use strict";
+
+const REFRESH_MS = 2000;
+const PAGE_SIZE = 50;
+const TOKEN_KEY = "fedcase.token";
+
+const $ = (id) => document.getElementById(id);
+const state = {
+  token: sessionStorage.getItem(TOKEN_KEY) || "",
+  charts: {},
+  timer: null,
+  fleet: { offset: 0, sort: "client_id", order: "asc", job: "", available: "", search: "" },
+};
+
+class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+// One admin API call; throws ApiError with the server's message.
+async function api(path, options = {}) {
+  const response = await fetch(path, {
+    method: options.method || "GET",
+    headers: { Authorization: "Bearer " + state.token },
+    cache: "no-store",
+  });
+  let body = null;
+  try {
+    body = await response.json();
+  } catch (_) {
+    // an empty or non-JSON answer: the status says enough
+  }
+  if (!response.ok) {
+    const message = body && body.error ? body.error.message : response.statusText;
+    throw new ApiError(response.status, message);
+  }
+  return body;
+}
+
+// ---- formatting ----
+function fixed(value, digits) {
+  return typeof value === "number" && isFinite(value) ? value.toFixed(digits) : "–";
+}
+function smoothed(s, scale = 1, digits = 1) {
+  return s && s.count > 0 ? fixed(s.mean * scale, digits) : "–";
+}
+function age(unixSeconds) {
+  if (!unixSeconds) return "never";
+  const s = Math.max(0, Date.now() / 1000 - unixSeconds);
+  if (s < 120) return Math.round(s) + " s ago";
+  if (s < 7200) return Math.round(s / 60) + " min ago";
+  return Math.round(s / 3600) + " h ago";
+}
+function cell(row, text) {
+  const td = document.createElement("td");
+  td.textContent = text === undefined || text === null ? "–" : String(text);
+  row.appendChild(td);
+  return td;
+}
+function replaceRows(tbody, rows) {
+  tbody.replaceChildren(...rows);
+}
+
+// ---- charts: created once per canvas, then updated in place ----
+function chart(id, config) {
+  let c = state.charts[id];
+  if (!c) {
+    config.options = Object.assign(
+      { animation: false, responsive: true, maintainAspectRatio: false },
+      config.options || {});
+    c = state.charts[id] = new Chart($(id), config);
+  } else {
+    c.data.labels = config.data.labels;
+    config.data.datasets.forEach((d, i) => {
+      if (c.data.datasets[i]) {
+        c.data.datasets[i].data = d.data;
+      } else {
+        c.data.datasets.push(d);
+      }
+    });
+    if (config.options && config.options.scales && config.options.scales.x) {
+      c.options.scales.x.title = config.options.scales.x.title;
+    }
+    c.update("none");
+  }
+  // The number of points drawn, for tests and for anyone reading the DOM.
+  $(id).dataset.points = String(Math.max(0, ...config.data.datasets.map((d) => d.data.length)));
+  return c;
+}
+
+// ---- sign in / out ----
+function showSignIn(message) {
+  stopRefresh();
+  $("nav").hidden = true;
+  for (const v of ["view-jobs", "view-job", "view-fleet"]) $(v).hidden = true;
+  $("signin").hidden = false;
+  $("signin-error").textContent = message || "";
+  $("error").textContent = "";
+}
+
+async function signIn(token) {
+  state.token = token;
+  try {
+    await api("/v1/admin/jobs");
+  } catch (e) {
+    state.token = "";
+    sessionStorage.removeItem(TOKEN_KEY);
+    showSignIn(e.status === 401 || e.status === 403
+      ? "The coordinator did not accept this token."
+      : "Cannot reach the coordinator: " + e.message);
+    return;
+  }
+  sessionStorage.setItem(TOKEN_KEY, token);
+  $("signin").hidden = true;
+  $("nav").hidden = false;
+  route();
+}
+
+function signOut() {
+  state.token = "";
+  sessionStorage.removeItem(TOKEN_KEY);
+  for (const c of Object.values(state.charts)) c.destroy();
+  state.charts = {};
+  showSignIn("");
+}
+
+// ---- views ----
+async function renderJobs() {
+  const { jobs } = await api("/v1/admin/jobs");
+  $("jobs-empty").hidden = jobs.length > 0;
+  replaceRows($("jobs-rows"), jobs.map((j) => {
+    const tr = document.createElement("tr");
+    tr.dataset.jobId = j.job_id;
+    const link = document.createElement("a");
+    link.href = "#/jobs/" + j.job_id;
+    link.textContent = j.job_id;
+    cell(tr, "").replaceChildren(link);
+    cell(tr, j.name);
+    cell(tr, j.state);
+    cell(tr, j.selection_policy);
+    cell(tr, j.model);
+    cell(tr, j.round + (j.round_open ? " (open)" : ""));
+    cell(tr, fixed(j.test_accuracy, 4));
+    cell(tr, "").replaceChildren(...controls(j));
+    return tr;
+  }));
+}
+
+// Pause / resume / cancel buttons for what the job's state allows.
+function controls(job) {
+  const actions = [];
+  if (job.state === "running") actions.push("pause");
+  if (job.state === "paused") actions.push("resume");
+  if (job.state === "running" || job.state === "paused") actions.push("cancel");
+  return actions.map((action) => {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.textContent = action;
+    b.dataset.action = action;
+    b.addEventListener("click", async () => {
+      if (action === "cancel" && !confirm("Cancel job " + job.job_id + "? Its open round fails.")) {
+        return;
+      }
+      try {
+        await api("/v1/admin/jobs/" + job.job_id + "/" + action, { method: "POST" });
+        refresh();
+      } catch (e) {
+        $("error").textContent = e.message;
+      }
+    });
+    return b;
+  });
+}
+
+function droppedText(dropped) {
+  const reasons = {};
+  for (const why of Object.values(dropped || {})) reasons[why] = (reasons[why] || 0) + 1;
+  const parts = Object.entries(reasons).map(([why, n]) => n + " " + why);
+  return parts.length ? parts.join(", ") : "0";
+}
+
+async function renderJob(id) {
+  const job = await api("/v1/admin/jobs/" + encodeURIComponent(id));
+  $("job-title").textContent = "Job " + job.job_id + ": " + job.name;
+  const facts = [
+    ["state", job.state], ["policy", job.selection_policy], ["model", job.config.model],
+    ["parameters", job.parameters], ["aggregation", job.aggregation],
+    ["optimizer", job.server_optimizer], ["round", job.round],
+    ["accuracy", fixed(job.test_accuracy, 4)],
+  ];
+  if (job.current_round) {
+    facts.push(["open round", job.current_round.round + ": " + job.current_round.updates + " of " +
+      job.current_round.invited + " updates"]);
+  }
+  if (job.privacy) facts.push(["epsilon", fixed(job.privacy.epsilon, 3)]);
+  if (job.result) facts.push(["target reached", "round " + job.result.round]);
+  $("job-facts").replaceChildren(...facts.map(([k, v]) => {
+    const span = document.createElement("span");
+    span.textContent = k + ": " + (v === undefined ? "–" : v);
+    return span;
+  }));
+  $("job-actions").replaceChildren(...controls(job));
+
+  const rounds = job.rounds;
+  const evaluated = rounds.filter((r) => r.state === "committed" &&
+                                         typeof r.metrics.test_accuracy === "number");
+  const byTime = $("job-axis").value === "time";
+  const x = (r) => byTime ? Math.round(r.closed_at - job.created_at) : r.round;
+  chart("chart-accuracy", {
+    type: "line",
+    data: {
+      labels: evaluated.map(x),
+      datasets: [
+        { label: "test accuracy", data: evaluated.map((r) => r.metrics.test_accuracy),
+          yAxisID: "accuracy", borderColor: "#2563a8", backgroundColor: "#2563a8" },
+        { label: "test loss", data: evaluated.map((r) => r.metrics.test_loss),
+          yAxisID: "loss", borderColor: "#c2410c", backgroundColor: "#c2410c" },
+      ],
+    },
+    options: {
+      scales: {
+        x: { title: { display: true, text: byTime ? "seconds since the job began" : "round" } },
+        accuracy: { position: "left", min: 0, max: 1 },
+        loss: { position: "right", grid: { drawOnChartArea: false } },
+      },
+    },
+  });
+  const closed = rounds.filter((r) => r.state !== "open");
+  chart("chart-durations", {
+    type: "bar",
+    data: {
+      labels: closed.map((r) => r.round),
+      datasets: [{ label: "seconds", data: closed.map((r) => r.closed_at - r.opened_at),
+                   backgroundColor: "#64748b" }],
+    },
+  });
+  const dropped = (r) => Object.keys(r.metrics.dropped || {}).length;
+  const accepted = (r) => r.metrics.updates || 0;
+  chart("chart-updates", {
+    type: "bar",
+    data: {
+      labels: closed.map((r) => r.round),
+      datasets: [
+        { label: "accepted", data: closed.map(accepted), backgroundColor: "#15803d", stack: "s" },
+        { label: "dropped", data: closed.map(dropped), backgroundColor: "#b91c1c", stack: "s" },
+        { label: "other invitees", stack: "s", backgroundColor: "#cbd5e1",
+          data: closed.map((r) => Math.max(0, (r.metrics.invited || r.selected.length) -
+                                                accepted(r) - dropped(r))) },
+      ],
+    },
+    options: { scales: { x: { stacked: true }, y: { stacked: true } } },
+  });
+  const private_ = rounds.filter((r) => r.metrics.privacy);
+  $("privacy-figure").hidden = private_.length === 0;
+  if (private_.length) {
+    chart("chart-privacy", {
+      type: "line",
+      data: { labels: private_.map((r) => r.round),
+              datasets: [{ label: "epsilon", data: private_.map((r) => r.metrics.privacy.epsilon),
+                           borderColor: "#7c3aed" }] },
+    });
+  }
+  const picks = {};
+  for (const r of rounds) for (const c of r.selected) picks[c] = (picks[c] || 0) + 1;
+  const top = Object.entries(picks).sort((a, b) => b[1] - a[1] || a[0] - b[0]).slice(0, 15);
+  chart("chart-preferred", {
+    type: "bar",
+    data: { labels: top.map(([c]) => "client " + c),
+            datasets: [{ label: "times selected", data: top.map(([, n]) => n),
+                         backgroundColor: "#2563a8" }] },
+    options: { indexAxis: "y" },
+  });
+  replaceRows($("rounds-rows"), rounds.slice().reverse().map((r) => {
+    const tr = document.createElement("tr");
+    tr.dataset.round = r.round;
+    cell(tr, r.round);
+    cell(tr, r.state);
+    cell(tr, r.selected.length);
+    cell(tr, (r.metrics.finished || []).length);
+    cell(tr, droppedText(r.metrics.dropped));
+    cell(tr, r.state === "open" ? "–" : fixed(r.closed_at - r.opened_at, 1));
+    cell(tr, fixed(r.metrics.test_accuracy, 4));
+    cell(tr, r.metrics.failure || "");
+    return tr;
+  }));
+}
+
+async function renderFleet() {
+  const f = state.fleet;
+  const { jobs } = await api("/v1/admin/jobs");
+  const active = jobs.filter((j) => j.state === "running" || j.state === "paused");
+  if (f.job && !active.some((j) => String(j.job_id) === f.job)) f.job = "";
+  $("fleet-job").replaceChildren(...[{ job_id: "", name: "first active" }, ...active].map((j) => {
+    const o = document.createElement("option");
+    o.value = String(j.job_id);
+    o.textContent = j.job_id === "" ? j.name : j.job_id + ": " + j.name;
+    o.selected = String(j.job_id) === f.job;
+    return o;
+  }));
+  const params = new URLSearchParams({ offset: f.offset, limit: PAGE_SIZE, sort: f.sort,
+                                       order: f.order });
+  if (f.job) params.set("job", f.job);
+  if (f.available) params.set("available", f.available);
+  if (f.search) params.set("search", f.search);
+  const page = await api("/v1/admin/clients?" + params);
+  const histogram = page.expected_duration_histogram;
+  const job = histogram ? String(histogram.job_id) : f.job;
+  $("fleet-summary").textContent = page.total + " clients" +
+    (page.matched !== page.total ? ", " + page.matched + " match" : "");
+  $("fleet-page").textContent = page.matched === 0 ? "none" :
+    (f.offset + 1) + "–" + (f.offset + page.clients.length) + " of " + page.matched;
+  $("fleet-prev").disabled = f.offset === 0;
+  $("fleet-next").disabled = f.offset + PAGE_SIZE >= page.matched;
+  for (const th of $("fleet-head").querySelectorAll("th[data-sort]")) {
+    th.classList.toggle("sorted", th.dataset.sort === f.sort);
+    th.classList.toggle("desc", th.dataset.sort === f.sort && f.order === "desc");
+  }
+  const mb = 1e-6;
+  replaceRows($("fleet-rows"), page.clients.map((c) => {
+    const p = c.profile;
+    const tr = document.createElement("tr");
+    tr.dataset.clientId = c.client_id;
+    cell(tr, c.client_id);
+    cell(tr, c.available ? "yes" : "no");
+    cell(tr, fixed(job ? c.expected_duration_s[job] : undefined, 1));
+    cell(tr, smoothed(p.compute_ms_per_sample, 1, 2));
+    cell(tr, smoothed(p.download_bytes_per_s, mb, 1));
+    cell(tr, smoothed(p.upload_bytes_per_s, mb, 1));
+    cell(tr, smoothed(p.storage_read_bytes_per_s, mb, 0));
+    cell(tr, smoothed(p.cache_hit_ratio, 100, 0) + (p.cache_hit_ratio.count ? " %" : ""));
+    cell(tr, p.utility_round ? fixed(p.utility, 3) : "–");
+    cell(tr, p.availability.session_s.count
+      ? "sessions ~" + fixed(p.availability.session_s.mean / 60, 0) + " min" : "–");
+    cell(tr, p.times_selected);
+    cell(tr, age(c.last_seen));
+    return tr;
+  }));
+  const edges = histogram ? histogram.edges : [];
+  chart("chart-histogram", {
+    type: "bar",
+    data: {
+      labels: (histogram ? histogram.counts : []).map((_, i) =>
+        fixed(edges[i], 1) + "–" + fixed(edges[i + 1], 1)),
+      datasets: [{ label: histogram ? "clients (job " + histogram.job_id + ")" : "clients",
+                   data: histogram ? histogram.counts : [], backgroundColor: "#2563a8" }],
+    },
+  });
+}
+
+// ---- routing and live refresh ----
+function currentView() {
+  const hash = location.hash || "#/jobs";
+  const job = hash.match(/^#\/jobs\/(\d+)$/);
+  if (job) return { name: "view-job", render: () => renderJob(job[1]) };
+  if (hash === "#/fleet") return { name: "view-fleet", render: renderFleet };
+  return { name: "view-jobs", render: renderJobs };
+}
+
+function stopRefresh() {
+  clearTimeout(state.timer);
+  state.timer = null;
+}
+
+async function refresh() {
+  stopRefresh();
+  if (!state.token) return;
+  const view = currentView();
+  try {
+    await view.render();
+    $("error").textContent = "";
+    $("status").textContent = "updated " + new Date().toLocaleTimeString();
+  } catch (e) {
+    if (e.status === 401 || e.status === 403) return showSignIn("The coordinator no longer accepts this token.");
+    $("error").textContent = e.message || "cannot reach the coordinator";
+  }
+  if (state.token) state.timer = setTimeout(refresh, REFRESH_MS);
+}
+
+function route() {
+  const view = currentView();
+  for (const v of ["view-jobs", "view-job", "view-fleet"]) $(v).hidden = v !== view.name;
+  $("nav-jobs").classList.toggle("current", view.name !== "view-fleet");
+  $("nav-fleet").classList.toggle("current", view.name === "view-fleet");
+  refresh();
+}
+
+function wire() {
+  $("signin-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    signIn($("token").value.trim());
+    $("token").value = "";
+  });
+  $("sign-out").addEventListener("click", signOut);
+  window.addEventListener("hashchange", () => state.token && route());
+  $("job-axis").addEventListener("change", refresh);
+  const f = state.fleet;
+  const refilter = () => {
+    f.offset = 0;
+    refresh();
+  };
+  $("fleet-job").addEventListener("change", (e) => { f.job = e.target.value; refilter(); });
+  $("fleet-available").addEventListener("change", (e) => { f.available = e.target.value; refilter(); });
+  $("fleet-search").addEventListener("input", (e) => { f.search = e.target.value.trim(); refilter(); });
+  $("fleet-prev").addEventListener("click", () => { f.offset = Math.max(0, f.offset - PAGE_SIZE); refresh(); });
+  $("fleet-next").addEventListener("click", () => { f.offset += PAGE_SIZE; refresh(); });
+  for (const th of $("fleet-head").querySelectorAll("th[data-sort]")) {
+    th.addEventListener("click", () => {
+      f.order = f.sort === th.dataset.sort && f.order === "asc" ? "desc" : "asc";
+      f.sort = th.dataset.sort;
+      refilter();
+    });
+  }
+  document.addEventListener("visibilitychange", () => {
+    if (!document.hidden && state.token) refresh();
+  });
+}
+
+wire();
+if (state.token) {
+  signIn(state.token);
+} else {
+  showSignIn("");
+}

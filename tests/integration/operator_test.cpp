@@ -1,0 +1,179 @@
+// The operator's view of a live coordinator while a small fleet trains: GET /metrics (checked
+// by promtool and against the admin API) and the dashboard in headless Chromium.
+
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "client_sdk/fleet.h"
+#include "tests/support/browser.h"
+#include "tests/support/coordinator_harness.h"
+
+using namespace fedcase;
+using namespace fedcase::testing;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kMetricsToken = "test-metrics-token-0123456789";
+constexpr size_t kClients = 4;
+
+// Samples of an exposition text: "name{labels}" -> value.
+std::map<std::string, double> samples(const std::string& text) {
+  std::map<std::string, double> out;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    out[line.substr(0, space)] = std::stod(line.substr(space + 1));
+  }
+  return out;
+}
+
+// Runs `command` through the shell; its exit status.
+int run(const std::string& command) {
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("metrics and the dashboard show a live coordinator's jobs, rounds and fleet") {
+  TempDir dir;
+  auto service =
+      start_coordinator(dir, [](server::CoordinatorConfig& c) { c.metrics_token = kMetricsToken; });
+  const uint16_t port = service->port();
+  Caller admin(port, kAdminToken);
+  json job_config = {{"name", "operator-view"},
+                     {"model", "mlp"},
+                     {"rounds", 3},
+                     {"clients_per_round", kClients},
+                     {"selection", {{"overcommit", 1.0}}},
+                     {"training", {{"local_epochs", 1}, {"lr", 0.05}}}};
+  Reply created = admin.post("/v1/admin/jobs", job_config);
+  REQUIRE(created.status == 201);
+  const int job = created.body["job_id"];
+  const std::string job_path = "/v1/admin/jobs/" + std::to_string(job);
+
+  ml::Dataset slice = ml::head(fmnist_train(), 2000);
+  auto fleet = client::Fleet::start(test_fleet(port, kClients, slice));
+  REQUIRE(fleet.ok());
+  json detail;
+  REQUIRE_MESSAGE(wait_until(
+                      [&] {
+                        detail = admin.get(job_path).body;
+                        auto rounds = committed_rounds(detail);
+                        return detail.value("state", "") == "finished" && rounds.size() == 3 &&
+                               rounds.back()["metrics"].contains("test_accuracy");
+                      },
+                      240),
+                  detail.dump());
+  // The fleet stays connected (heartbeats and polls) while the operator looks.
+
+  {
+    INFO("the dashboard signs in, refuses a wrong token, shows jobs, curves and the fleet");
+    Browser browser(dir);
+    const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/dashboard/";
+    browser.navigate(url);
+    REQUIRE(
+        browser.wait_for("document.getElementById('signin') && "
+                         "!document.getElementById('signin').hidden",
+                         30));
+    auto sign_in = [&](const std::string& token) {
+      browser.evaluate("document.getElementById('token').value = " + json(token).dump() +
+                       "; document.getElementById('signin-form').requestSubmit(); true");
+    };
+
+    sign_in("not-the-admin-token-0123456789");
+    CHECK(browser.wait_for(
+        "document.getElementById('signin-error').textContent.includes('did not accept')", 15));
+    CHECK(browser.evaluate("document.querySelectorAll('#jobs-rows tr').length") == 0);
+    CHECK(browser.evaluate("document.getElementById('view-jobs').hidden") == true);
+
+    sign_in(kAdminToken);
+    REQUIRE(browser.wait_for("document.querySelectorAll('#jobs-rows tr').length === 1", 15));
+    const std::string jobs_text =
+        browser.evaluate("document.getElementById('jobs-rows').textContent");
+    CHECK(jobs_text.find("operator-view") != std::string::npos);
+    CHECK(jobs_text.find("finished") != std::string::npos);
+    // The token is kept in the tab's session only, never in the URL.
+    CHECK(browser.evaluate("location.href") == url);
+    CHECK(browser.evaluate("localStorage.length") == 0);
+    CHECK(browser.evaluate("sessionStorage.getItem('fedcase.token')") == kAdminToken);
+
+    browser.evaluate("location.hash = '#/jobs/" + std::to_string(job) + "'; true");
+    CHECK(browser.wait_for("Number(document.getElementById('chart-accuracy').dataset.points) >= 2",
+                           15));
+    CHECK(browser.wait_for("document.querySelectorAll('#rounds-rows tr').length === 3", 15));
+    CHECK(browser.evaluate("Number(document.getElementById('chart-updates').dataset.points)") == 3);
+    browser.screenshot(std::string(FEDCASE_ARTIFACT_DIR) + "/dashboard-job.png");
+
+    browser.evaluate("location.hash = '#/fleet'; true");
+    CHECK(browser.wait_for(
+        "document.querySelectorAll('#fleet-rows tr').length === " + std::to_string(kClients), 15));
+    CHECK(browser.wait_for("document.getElementById('fleet-summary').textContent === '" +
+                               std::to_string(kClients) + " clients'",
+                           15));
+    browser.screenshot(std::string(FEDCASE_ARTIFACT_DIR) + "/dashboard-fleet.png");
+  }
+  {
+    INFO("GET /metrics: Prometheus text that promtool accepts, matching the admin API");
+    Reply scrape = admin.get("/metrics");
+    REQUIRE(scrape.status == 200);
+    CHECK(scrape.response.header("content-type").find("text/plain; version=0.0.4") == 0);
+    const std::string path = dir.file("metrics.txt");
+    std::ofstream(path) << scrape.raw;
+    CHECK_MESSAGE(
+        run("promtool check metrics < " + path + " > " + dir.file("promtool.log") + " 2>&1") == 0,
+        std::ifstream(dir.file("promtool.log")).rdbuf());
+
+    auto s = samples(scrape.raw);
+    const std::string id = std::to_string(job);
+    size_t committed = 0, failed = 0;
+    for (const json& r : detail["rounds"]) {
+      committed += r["state"] == "committed";
+      failed += r["state"] == "failed";
+    }
+    CHECK(s["fedcase_rounds_total{job=\"" + id + "\",outcome=\"committed\"}"] == committed);
+    CHECK(s["fedcase_rounds_total{job=\"" + id + "\",outcome=\"failed\"}"] == failed);
+    CHECK(s["fedcase_round_duration_seconds_count{outcome=\"committed\"}"] == committed);
+    const double accepted = double((*fleet)->updates_accepted());
+    CHECK(accepted >= 3 * kClients);
+    CHECK(s["fedcase_updates_accepted_total"] == accepted);
+    CHECK(s["fedcase_aggregation_fold_seconds_count"] == accepted);
+    CHECK(s["fedcase_http_requests_total{route=\"/v1/jobs/{job}/rounds/{round}/update\",code="
+            "\"200\"}"] == accepted);
+    CHECK(s["fedcase_store_write_seconds_count{operation=\"commit_round\"}"] == committed);
+    CHECK(s["fedcase_selection_seconds_count"] >= committed);
+    CHECK(s["fedcase_http_requests_total{route=\"/v1/clients/register\",code=\"201\"}"] ==
+          kClients);
+    CHECK(s["fedcase_clients_registered"] == kClients);
+    CHECK(s["fedcase_clients_connected"] == kClients);
+    CHECK(s["fedcase_jobs{state=\"finished\"}"] == 1);
+    CHECK(s["fedcase_job_test_accuracy{job=\"" + id + "\"}"] ==
+          doctest::Approx(detail["test_accuracy"].get<double>()));
+    CHECK(s["fedcase_http_received_bytes_total"] > 0);
+    CHECK(s["fedcase_http_sent_bytes_total"] > 0);
+    CHECK(s["fedcase_http_open_connections"] >= 1);  // this scrape's at least
+    // No client id becomes a label.
+    CHECK(scrape.raw.find("client_id") == std::string::npos);
+    CHECK(scrape.raw.find("client=") == std::string::npos);
+
+    // Who may read it: the admin and the metrics token; nobody else, and that token nothing else.
+    Caller scraper(port, kMetricsToken);
+    CHECK(scraper.get("/metrics").status == 200);
+    CHECK(scraper.get("/v1/admin/jobs").status == 403);
+    CHECK(Caller(port, "").get("/metrics").status == 401);
+    Caller enrollment(port, kEnrollmentToken);
+    Reply registered = enrollment.post("/v1/clients/register", {{"dataset_size", 10}});
+    REQUIRE(registered.status == 201);
+    Caller client(port, registered.body["token"].get<std::string>());
+    CHECK(client.get("/metrics").status == 403);
+  }
+
+  (*fleet)->stop();
+}
