@@ -40,10 +40,7 @@ size_t committed(Caller& admin) {
 TEST_CASE("TLS: clients train, a wrong pairing fails clearly, clients reconnect after a restart") {
   TempDir dir;
   TestCertificates certs(dir);
-  auto use_tls = [&](server::CoordinatorConfig& c) {
-    c.tls.cert_file = certs.server_cert;
-    c.tls.key_file = certs.server_key;
-  };
+  auto use_tls = serving_tls(certs.server_cert, certs.server_key);
   auto service = start_coordinator(dir, use_tls);
   const uint16_t port = service->port();
   Caller admin(tls_to(port, certs.ca), kAdminToken);

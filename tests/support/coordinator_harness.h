@@ -44,6 +44,15 @@ inline std::unique_ptr<server::CoordinatorService> start_coordinator(
   return std::move(service).value();
 }
 
+// A start_coordinator adjustment: serve TLS with this certificate chain and key (PEM files).
+inline std::function<void(server::CoordinatorConfig&)> serving_tls(std::string cert_file,
+                                                                   std::string key_file) {
+  return [cert_file, key_file](server::CoordinatorConfig& c) {
+    c.tls.cert_file = cert_file;
+    c.tls.key_file = key_file;
+  };
+}
+
 // A fleet of `clients` SDK clients on Dirichlet(alpha) partitions of `data` (which must outlive
 // the fleet), enrolled at the coordinator on `port`, polling for tasks every second.
 inline client::FleetConfig test_fleet(uint16_t port, size_t clients, const ml::Dataset& data,
