@@ -86,11 +86,13 @@ std::string jobs_table(const json& jobs_reply) {
   std::vector<std::vector<std::string>> rows;
   for (const json& j : jobs_reply.at("jobs")) {
     rows.push_back({std::to_string(j.at("job_id").get<uint64_t>()), j.at("name").get<std::string>(),
-                    j.at("state").get<std::string>(), round_text(j),
+                    j.at("state").get<std::string>(), j.at("selection_policy").get<std::string>(),
+                    j.at("model").get<std::string>(), round_text(j),
                     std::to_string(j.at("model_version").get<uint64_t>()),
                     fixed_or_dash(j, "test_accuracy", 4)});
   }
-  return render_table({"ID", "NAME", "STATE", "ROUND", "MODEL VERSION", "TEST ACCURACY"}, rows);
+  return render_table(
+      {"ID", "NAME", "STATE", "POLICY", "MODEL", "ROUND", "MODEL VERSION", "TEST ACCURACY"}, rows);
 }
 
 std::string job_line(const json& summary) {

@@ -25,8 +25,8 @@ std::string format_rate(double bytes_per_s);
 // `value` with `decimals` digits after the point.
 std::string format_fixed(double value, int decimals);
 
-// GET /v1/admin/jobs: ID, NAME, STATE, ROUND ("4 (open)" while open), MODEL VERSION,
-// TEST ACCURACY.
+// GET /v1/admin/jobs: ID, NAME, STATE, POLICY, MODEL, ROUND ("4 (open)" while open),
+// MODEL VERSION, TEST ACCURACY.
 std::string jobs_table(const nlohmann::json& jobs_reply);
 // One job summary (POST /v1/admin/jobs, a row of the list) as one line.
 std::string job_line(const nlohmann::json& summary);

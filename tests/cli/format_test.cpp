@@ -53,6 +53,8 @@ TEST_CASE("the jobs table") {
   json jobs = {{"jobs",
                 {{{"job_id", 1},
                   {"name", "demo"},
+                  {"model", "cnn"},
+                  {"selection_policy", "fedcase"},
                   {"state", "running"},
                   {"model_version", 3},
                   {"model_checksum", "ab"},
@@ -61,18 +63,20 @@ TEST_CASE("the jobs table") {
                   {"test_accuracy", 0.78912}},
                  {{"job_id", 12},
                   {"name", "second-job"},
+                  {"model", "mlp"},
+                  {"selection_policy", "random"},
                   {"state", "paused"},
                   {"model_version", 0},
                   {"model_checksum", "cd"},
                   {"round", 0},
                   {"round_open", false}}}}};
   CHECK(jobs_table(jobs) ==
-        "ID  NAME        STATE    ROUND     MODEL VERSION  TEST ACCURACY\n"
-        "1   demo        running  4 (open)  3              0.7891\n"
-        "12  second-job  paused   0         0              -\n");
+        "ID  NAME        STATE    POLICY   MODEL  ROUND     MODEL VERSION  TEST ACCURACY\n"
+        "1   demo        running  fedcase  cnn    4 (open)  3              0.7891\n"
+        "12  second-job  paused   random   mlp    0         0              -\n");
   CHECK(job_line(jobs["jobs"][1]) == "job 12 \"second-job\": paused, round 0, model version 0\n");
   CHECK(jobs_table({{"jobs", json::array()}}) ==
-        "ID  NAME  STATE  ROUND  MODEL VERSION  TEST ACCURACY\n");
+        "ID  NAME  STATE  POLICY  MODEL  ROUND  MODEL VERSION  TEST ACCURACY\n");
   CHECK_THROWS_AS(jobs_table({{"jobs", {{{"job_id", 1}}}}}), json::exception);
   CHECK(job_state_line({{"job_id", 3}, {"state", "paused"}}) == "job 3 is paused\n");
 }
