@@ -88,6 +88,123 @@ bool SlidingWindowLimit::allow(double now, double& retry_after_s) {
   return false;
 }
 
+FairShare::Tenant& FairShare::tenant(TenantId id) { return tenants_[id]; }
+
+uint64_t FairShare::consumer(TenantId tenant, JobId job) const {
+  return mode_ == Mode::kPerJob ? job : tenant;
+}
+
+void FairShare::set_tenant(TenantId id, double weight, TenantLimits limits) {
+  Tenant& t = tenant(id);
+  t.limits = limits;
+  t.submissions.reset();
+  t.round_starts.reset();
+  if (limits.max_submissions > 0) {
+    t.submissions.emplace(limits.max_submissions, limits.submission_window_s);
+  }
+  if (limits.max_round_starts > 0) {
+    t.round_starts.emplace(limits.max_round_starts, limits.round_window_s);
+  }
+  if (mode_ == Mode::kPerTenant) counters_.set_weight(id, weight);
+}
+
+void FairShare::set_tenant_active(TenantId id, bool active) {
+  if (mode_ == Mode::kPerTenant) counters_.set_active(id, active);
+}
+
+void FairShare::set_job_active(JobId job, bool active) {
+  if (mode_ == Mode::kPerJob) counters_.set_active(job, active);
+}
+
+bool FairShare::admit_job(TenantId id, size_t running_jobs, bool overload, double now,
+                          double& retry_after_s) {
+  retry_after_s = 0;
+  if (mode_ != Mode::kPerTenant || !overload) return true;
+  Tenant& t = tenant(id);
+  if (t.limits.max_running_jobs > 0 && running_jobs >= t.limits.max_running_jobs) {
+    // A running job frees a place only when it ends: retry after one window.
+    retry_after_s = t.limits.submission_window_s;
+    ++t.throttle_events;
+    return false;
+  }
+  if (t.submissions && !t.submissions->allow(now, retry_after_s)) {
+    ++t.throttle_events;
+    return false;
+  }
+  return true;
+}
+
+std::optional<size_t> FairShare::next_round(const std::vector<WaitingJob>& waiting, bool overload,
+                                            double now) {
+  std::vector<WaitingJob> allowed;
+  std::vector<size_t> index;
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    if (mode_ == Mode::kPerTenant && overload) {
+      Tenant& t = tenant(waiting[i].consumer);
+      if (t.round_starts && !t.round_starts->would_allow(now)) {
+        if (!t.round_throttled) ++t.throttle_events;  // once per wait, not per look
+        t.round_throttled = true;
+        continue;
+      }
+    }
+    allowed.push_back(waiting[i]);
+    index.push_back(i);
+  }
+  if (allowed.empty()) return std::nullopt;
+  if (mode_ == Mode::kFirstCome) {
+    size_t first = 0;
+    for (size_t i = 1; i < allowed.size(); ++i) {
+      if (allowed[i].job < allowed[first].job) first = i;
+    }
+    return index[first];
+  }
+  if (mode_ == Mode::kPerJob) {
+    for (WaitingJob& w : allowed) w.consumer = w.job;
+  }
+  return index[next_to_open(allowed, counters_)];
+}
+
+void FairShare::round_opened(TenantId id, JobId job, double now, double expected_client_s,
+                             double class_cost) {
+  Tenant& t = tenant(id);
+  double ignored = 0;
+  if (t.round_starts) t.round_starts->allow(now, ignored);
+  t.round_throttled = false;
+  counters_.charge(consumer(id, job), expected_client_s, class_cost);
+}
+
+void FairShare::round_concluded(TenantId id, JobId job, double expected_client_s, double client_s,
+                                double class_cost) {
+  tenant(id).client_seconds += client_s;
+  counters_.charge(consumer(id, job), client_s - expected_client_s, class_cost);
+}
+
+double FairShare::client_seconds(TenantId id) const {
+  auto it = tenants_.find(id);
+  return it == tenants_.end() ? 0 : it->second.client_seconds;
+}
+
+uint64_t FairShare::throttle_events(TenantId id) const {
+  auto it = tenants_.find(id);
+  return it == tenants_.end() ? 0 : it->second.throttle_events;
+}
+
+nlohmann::json FairShare::to_json() const {
+  double total = 0;
+  for (const auto& [id, t] : tenants_) total += t.client_seconds;
+  const nlohmann::json counters = counters_.to_json();
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [id, t] : tenants_) {
+    const std::string key = std::to_string(id);
+    nlohmann::json entry = {{"client_seconds", t.client_seconds},
+                            {"share", total > 0 ? t.client_seconds / total : 0.0},
+                            {"throttle_events", t.throttle_events}};
+    if (mode_ == Mode::kPerTenant && counters.contains(key)) entry.update(counters[key]);
+    out[key] = entry;
+  }
+  return {{"tenants", out}};
+}
+
 double jain_index(const std::vector<double>& shares) {
   if (shares.empty()) return 1;
   double sum = 0, squares = 0;

@@ -14,6 +14,7 @@
 #include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
 #include "common/ids.h"
@@ -85,6 +86,79 @@ class SlidingWindowLimit {
 inline bool overloaded(size_t clients_wanted, size_t clients_free) {
   return clients_wanted > clients_free;
 }
+
+// A tenant's throttles; each applies only while the fleet is overloaded. 0 = no limit.
+struct TenantLimits {
+  size_t max_running_jobs = 0;  // job submissions beyond it are refused
+  size_t max_submissions = 0;   // job submissions per submission_window_s
+  double submission_window_s = 60;
+  size_t max_round_starts = 0;  // round openings per round_window_s
+  double round_window_s = 60;
+};
+
+// How the fleet is shared between jobs that want clients at the same time: the order in which
+// their rounds open, what each tenant is charged, and when a tenant is throttled. The
+// coordinator's round driver and fairshare_bench decide through this one class.
+class FairShare {
+ public:
+  enum class Mode {
+    kFirstCome,  // jobs in submission order (lowest job id first), nobody throttled
+    kPerJob,     // least-served job first (a counter per job), nobody throttled
+    kPerTenant,  // least-served tenant first, weighted by tenant, throttled under overload
+  };
+  explicit FairShare(Mode mode = Mode::kPerTenant) : mode_(mode) {}
+
+  Mode mode() const { return mode_; }
+  // Adds or changes a tenant. Unknown tenants have weight 1 and no limits.
+  void set_tenant(TenantId tenant, double weight, TenantLimits limits);
+  // Whether `tenant` has running jobs (see ServiceCounters::set_active); for kPerJob, call
+  // set_job_active for each job instead.
+  void set_tenant_active(TenantId tenant, bool active);
+  void set_job_active(JobId job, bool active);
+
+  // A job submission by `tenant`, which has `running_jobs` running: refused (with when to
+  // retry) only under overload and beyond the tenant's running-job cap or submission window.
+  // An admitted submission is recorded in the window.
+  bool admit_job(TenantId tenant, size_t running_jobs, bool overload, double now,
+                 double& retry_after_s);
+  // Of the jobs that could open a round now (each WaitingJob's consumer is the job's tenant),
+  // the index of the one to open first; nullopt when every one is throttled (kPerTenant under
+  // overload: its tenant's round-start window is full; counted once per held-back wait).
+  // Call round_opened for the round that does open.
+  std::optional<size_t> next_round(const std::vector<WaitingJob>& waiting, bool overload,
+                                   double now);
+  // A round of `tenant`'s `job` opened at `now`, expected to occupy `expected_client_s`
+  // client-seconds (the sum of its invitees' expected task seconds); `class_cost` is the
+  // expected seconds of one of its tasks. Charged at once, so the next pick sees it.
+  void round_opened(TenantId tenant, JobId job, double now, double expected_client_s,
+                    double class_cost);
+  // The round concluded after consuming `client_s` client-seconds (each invitee from the open
+  // until its update or the round's close): the charge is corrected to what it really used.
+  void round_concluded(TenantId tenant, JobId job, double expected_client_s, double client_s,
+                       double class_cost);
+
+  // Client-seconds consumed (concluded rounds) and throttle events, per tenant.
+  double client_seconds(TenantId tenant) const;
+  uint64_t throttle_events(TenantId tenant) const;
+  // {"tenants": {"<id>": {"weight", "counter", "active", "client_seconds", "share",
+  // "throttle_events"}}}: share is the tenant's fraction of all client-seconds consumed.
+  nlohmann::json to_json() const;
+
+ private:
+  struct Tenant {
+    TenantLimits limits;
+    double client_seconds = 0;
+    uint64_t throttle_events = 0;
+    bool round_throttled = false;  // a round start is being held back
+    std::optional<SlidingWindowLimit> submissions, round_starts;
+  };
+  Tenant& tenant(TenantId id);
+  uint64_t consumer(TenantId tenant, JobId job) const;
+
+  Mode mode_;
+  ServiceCounters counters_;  // per tenant (kPerTenant) or per job (kPerJob)
+  std::map<TenantId, Tenant> tenants_;
+};
 
 // Jain's fairness index of `shares` (1 = equal; 1/n = one takes all); 1 for no shares.
 double jain_index(const std::vector<double>& shares);

@@ -93,3 +93,81 @@ TEST_CASE("overload and Jain's index") {
   CHECK(jain_index({1, 0, 0}) == doctest::Approx(1.0 / 3));
   CHECK(jain_index({}) == 1);
 }
+
+TEST_CASE("FairShare: nobody is throttled without overload") {
+  FairShare share;
+  TenantLimits tight;
+  tight.max_running_jobs = 1;
+  tight.max_submissions = 1;
+  tight.max_round_starts = 1;
+  share.set_tenant(1, 1, tight);
+  double retry = 0;
+  for (int i = 0; i < 5; ++i) CHECK(share.admit_job(1, size_t(i), /*overload=*/false, i, retry));
+  std::vector<WaitingJob> waiting = {{1, 1}};
+  for (int i = 0; i < 5; ++i) {
+    REQUIRE(share.next_round(waiting, false, i).has_value());
+    share.round_opened(1, 1, i, 10, 1);
+  }
+  CHECK(share.throttle_events(1) == 0);
+}
+
+TEST_CASE("FairShare: under overload, submissions and round starts beyond the limits wait") {
+  FairShare share;
+  TenantLimits limits;
+  limits.max_running_jobs = 3;
+  limits.max_submissions = 2;
+  limits.submission_window_s = 60;
+  limits.max_round_starts = 2;
+  limits.round_window_s = 30;
+  share.set_tenant(1, 1, limits);
+  share.set_tenant(2, 1, TenantLimits{});
+  double retry = 0;
+  CHECK(share.admit_job(1, 0, true, 0, retry));
+  CHECK(share.admit_job(1, 1, true, 1, retry));
+  CHECK_FALSE(share.admit_job(1, 2, true, 2, retry));  // third submission within 60 s
+  CHECK(retry == doctest::Approx(58));
+  CHECK_FALSE(share.admit_job(1, 3, true, 100, retry));  // three running: the cap
+  CHECK(share.admit_job(2, 50, true, 2, retry));         // another tenant without limits
+  CHECK(share.throttle_events(1) == 2);
+
+  std::vector<WaitingJob> waiting = {{1, 1}, {2, 2}};
+  share.round_opened(1, 1, 0, 10, 10);
+  share.round_opened(1, 1, 1, 10, 10);
+  // Tenant 1 is over its round starts: tenant 2's job opens although its counter is higher.
+  share.round_opened(2, 2, 1, 100, 10);
+  auto next = share.next_round(waiting, true, 5);
+  REQUIRE(next.has_value());
+  CHECK(waiting[*next].job == 2);
+  CHECK_FALSE(share.next_round({{1, 1}}, true, 6).has_value());
+  CHECK(share.throttle_events(1) == 3);  // one held-back wait, however often it is looked at
+  CHECK(share.next_round({{1, 1}}, true, 31).has_value());  // the window moved on
+}
+
+TEST_CASE("FairShare: charges are corrected at the conclusion; shares of client-seconds") {
+  FairShare share;
+  share.set_tenant(1, 1, {});
+  share.set_tenant(2, 2, {});
+  share.set_tenant_active(1, true);
+  share.set_tenant_active(2, true);
+  share.round_opened(1, 10, 0, 100, 10);  // expected 10 tasks
+  share.round_opened(2, 20, 0, 100, 10);  // weight 2: 5
+  share.round_concluded(1, 10, 100, 60, 10);
+  share.round_concluded(2, 20, 100, 240, 10);
+  const auto j = share.to_json()["tenants"];
+  CHECK(j["1"]["counter"].get<double>() == doctest::Approx(6));
+  CHECK(j["2"]["counter"].get<double>() == doctest::Approx(12));
+  CHECK(j["1"]["share"].get<double>() == doctest::Approx(0.2));
+  CHECK(j["2"]["share"].get<double>() == doctest::Approx(0.8));
+  CHECK(share.client_seconds(2) == doctest::Approx(240));
+}
+
+TEST_CASE("FairShare modes: first come is by job id, per job ignores tenants") {
+  std::vector<WaitingJob> waiting = {{5, 1}, {3, 1}, {9, 2}};
+  FairShare first(FairShare::Mode::kFirstCome);
+  first.round_opened(1, 3, 0, 1000, 1);
+  CHECK(waiting[*first.next_round(waiting, true, 0)].job == 3);
+  FairShare per_job(FairShare::Mode::kPerJob);
+  per_job.round_opened(1, 3, 0, 10, 1);
+  per_job.round_opened(2, 9, 0, 5, 1);
+  CHECK(waiting[*per_job.next_round(waiting, true, 0)].job == 5);  // job 5 has no service yet
+}
