@@ -6,6 +6,7 @@
 // docs/aggregation.md).
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -32,7 +33,17 @@ struct JobConfig {
   scheduling::TrainingParams training;
   aggregation::AggregatorConfig aggregation;
   nlohmann::json server_optimizer = nlohmann::json::object();
+  // Only clients registered with every one of these labels take part (empty: every client).
+  std::map<std::string, std::string> client_labels;
 };
+
+// Client labels ({"region": "eu", "tier": "phone"}): at most 16, keys and values strings of 1
+// to 64 bytes. kInvalidArgument naming `where` otherwise.
+Result<std::map<std::string, std::string>> parse_client_labels(const nlohmann::json& labels,
+                                                               const std::string& where);
+// Whether `labels` holds every key and value of `wanted`.
+bool labels_match(const std::map<std::string, std::string>& labels,
+                  const std::map<std::string, std::string>& wanted);
 
 // Validates a job config; kInvalidArgument naming the first bad field ("job.rounds ...",
 // "selection.policy ..."). Builds the policy, optimizer and aggregator once to check them.

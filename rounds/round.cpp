@@ -1,5 +1,7 @@
 #include "rounds/round.h"
 
+#include <algorithm>
+
 namespace fedcase::rounds {
 
 RoundAggregate::RoundAggregate(std::unique_ptr<aggregation::Aggregator> aggregator)
@@ -152,6 +154,22 @@ void Round::release(ClientId client) { reserved_.erase(client); }
 bool Round::due(double now) const {
   if (!reserved_.empty()) return false;
   return closed_ || filled() || now >= spec_.deadline;
+}
+
+double Round::client_seconds(double closed_at) const {
+  double total = 0;
+  for (const auto& task : tasks_) {
+    auto it = accepted_.find(task.client);
+    const double until = it == accepted_.end() ? closed_at : std::min(it->second.at, closed_at);
+    total += std::max(0.0, until - spec_.opened_at);
+  }
+  return total;
+}
+
+double Round::expected_client_seconds() const {
+  double total = 0;
+  for (const auto& task : tasks_) total += std::max(0.0, task.expected_duration_s);
+  return total;
 }
 
 }  // namespace fedcase::rounds

@@ -128,6 +128,11 @@ class Round {
   bool due(double now) const;
   // Admits nothing more (the round is being concluded or cancelled).
   void close() { closed_ = true; }
+  // The client-seconds the round occupied, closing at `closed_at`: each invitee from the open
+  // until its update was accepted, or until `closed_at` (what a tenant is charged).
+  double client_seconds(double closed_at) const;
+  // The sum of the invitees' expected task seconds, as planned at the open.
+  double expected_client_seconds() const;
 
   // Read by JobRuntime when it concludes the round.
   struct Accepted {

@@ -137,6 +137,8 @@ std::string_view bearer_token(const http::request_header<>& req) {
 
 // 429 with the seconds until the next request is allowed.
 Response too_many_requests(double retry_after, const Request& header);
+// `response` with Retry-After: the seconds, rounded up, at least 1.
+Response with_retry_after(Response response, double seconds);
 
 }  // namespace
 
@@ -159,11 +161,15 @@ Response error_response(const Status& status, unsigned http_version, bool keep_a
 
 namespace {
 
+Response with_retry_after(Response response, double seconds) {
+  response.set(http::field::retry_after, std::to_string(std::max(1, int(std::ceil(seconds)))));
+  return response;
+}
+
 Response too_many_requests(double retry_after, const Request& header) {
-  Response r = error_response(resource_exhausted("too many requests"), header.version(),
-                              header.keep_alive());
-  r.set(http::field::retry_after, std::to_string(int(std::ceil(retry_after))));
-  return r;
+  return with_retry_after(error_response(resource_exhausted("too many requests"), header.version(),
+                                         header.keep_alive()),
+                          retry_after);
 }
 
 }  // namespace
@@ -192,6 +198,7 @@ std::string_view Api::route_template(const http::request_header<>& header) {
   if (parts[1] == "admin") {
     if (n == 3 && parts[2] == "jobs") return "/v1/admin/jobs";
     if (n == 3 && parts[2] == "clients") return "/v1/admin/clients";
+    if (n == 3 && parts[2] == "tenants") return "/v1/admin/tenants";
     if (n == 4 && parts[2] == "jobs") return "/v1/admin/jobs/{job}";
     if (n == 5 && parts[2] == "jobs") {
       if (parts[4] == "pause") return "/v1/admin/jobs/{job}/pause";
@@ -219,7 +226,13 @@ std::optional<Reply> Api::dashboard(const Request& req) {
     return std::nullopt;
   }
   if (req.method() != http::verb::get) {
-    return error_reply(invalid_argument("the dashboard's files are read with GET"), req);
+    Response res = json_response(
+        http::status::method_not_allowed,
+        {{"error",
+          {{"code", "method_not_allowed"}, {"message", "the dashboard is read with GET"}}}},
+        req);
+    res.set(http::field::allow, "GET");
+    return answer(std::move(res));
   }
   if (path == "/" || path == "/dashboard") {
     Response res{http::status::found, req.version()};
@@ -228,20 +241,28 @@ std::optional<Reply> Api::dashboard(const Request& req) {
     res.prepare_payload();
     return answer(std::move(res));
   }
-  for (const DashboardAsset& asset : dashboard_assets()) {
-    if (asset.url != path) continue;
-    Response res{http::status::ok, req.version()};
-    res.set(http::field::content_type, std::string(asset.content_type));
+  for (const DashboardFile& file : dashboard_files()) {
+    if (file.url != path) continue;
+    auto inm = req.find(http::field::if_none_match);
+    const bool fresh =
+        inm != req.end() && std::string_view(inm->value().data(), inm->value().size()) == file.etag;
+    Response res{fresh ? http::status::not_modified : http::status::ok, req.version()};
+    res.set(http::field::etag, file.etag);
+    res.set(http::field::content_type, file.content_type);
     // The page loads only its own files and talks only to this coordinator.
     res.set("Content-Security-Policy",
             "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-            "img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'");
+            "img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'");
     res.set("X-Content-Type-Options", "nosniff");
-    res.set(http::field::cache_control, "no-cache");
+    res.set(http::field::cache_control, "no-cache");  // revalidate: a new build is seen at once
     res.keep_alive(req.keep_alive());
-    res.body() = std::string(asset.body);
-    res.prepare_payload();
-    return answer(std::move(res));
+    if (fresh) {
+      res.prepare_payload();
+      return answer(std::move(res));
+    }
+    Reply reply = answer(std::move(res));
+    reply.shared_body = file.body;
+    return reply;
   }
   return error_reply(not_found("no such dashboard file"), req);
 }
@@ -278,7 +299,7 @@ Reply Api::handle(const Request& req, const RequestContext& context) {
     if (auto refusal = refuse_unknown(req, context.peer, caller))
       return answer(std::move(*refusal));
     double retry_after = 0;
-    std::string key = std::string(bearer_token(req).substr(0, 16));
+    const std::string key(bearer_token(req));  // a known token: bounded, one key per caller
     if (!limiter_.allow(key, RateLimiter::Clock::now(), retry_after)) {
       return answer(too_many_requests(retry_after, req));
     }
@@ -322,15 +343,34 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
     return error_reply(not_found("no such endpoint"), req);
   }
 
-  // ---- admin API: /v1/admin/... ----
+  // ---- admin API: /v1/admin/...; a tenant's token reaches only its own jobs ----
   if (parts[1] == "admin") {
-    if (!admin) return forbidden();
+    const bool tenant = caller.role == Role::kTenant;
+    const bool jobs_route = parts.size() >= 3 && parts[2] == "jobs";
+    if (!admin && !(tenant && jobs_route)) return forbidden();
+    const Coordinator::Scope scope =
+        tenant ? Coordinator::Scope(caller.tenant) : Coordinator::Scope();
     if (parts.size() == 3 && parts[2] == "jobs") {
-      if (method == http::verb::get) return json_reply(jobs_json(coordinator_.list_jobs()), req);
+      if (method == http::verb::get) {
+        return json_reply(jobs_json(coordinator_.list_jobs(scope)), req);
+      }
       if (method != http::verb::post) return method_not_allowed();
       auto body = parse_json_body(req);
       if (!body.ok()) return error_reply(body.status(), req);
-      return result_reply(coordinator_.create_job(*body), job_summary_json, req,
+      double retry_after = 0;
+      auto created = coordinator_.create_job(*body, tenant ? caller.tenant : 0, retry_after);
+      if (!created.ok() && created.status().code() == Code::kResourceExhausted) {
+        return answer(with_retry_after(
+            error_response(created.status(), req.version(), req.keep_alive()), retry_after));
+      }
+      return result_reply(created, job_summary_json, req, http::status::created);
+    }
+    if (parts.size() == 3 && parts[2] == "tenants") {
+      if (method == http::verb::get) return json_reply(coordinator_.tenants_view(), req);
+      if (method != http::verb::post) return method_not_allowed();
+      auto body = parse_json_body(req);
+      if (!body.ok()) return error_reply(body.status(), req);
+      return result_reply(coordinator_.create_tenant(*body), tenant_created_json, req,
                           http::status::created);
     }
     if (parts.size() == 3 && parts[2] == "clients") {
@@ -345,12 +385,12 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
       if (!id) return error_reply(invalid_argument("job id must be a number"), req);
       if (parts.size() == 4) {
         if (method != http::verb::get) return method_not_allowed();
-        return result_reply(coordinator_.job_detail(*id), job_detail_json, req);
+        return result_reply(coordinator_.job_detail(*id, scope), job_detail_json, req);
       }
       if (method != http::verb::post) return method_not_allowed();
       const JobId job = *id;
       return result_reply(
-          coordinator_.control_job(job, parts[4]),
+          coordinator_.control_job(job, parts[4], scope),
           [job](JobState state) { return job_state_json(job, state); }, req);
     }
     return error_reply(not_found("no such endpoint"), req);

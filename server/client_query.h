@@ -34,7 +34,7 @@ struct ClientQuery {
   ClientColumn sort = ClientColumn::kId;
   bool descending = false;
   // The job whose expected durations are sorted by and binned; when unset, the lowest job id
-  // that any client has an expected duration for.
+  // that any matched client has an expected duration for.
   std::optional<JobId> job;
   std::optional<bool> available;  // only available (or only unavailable) clients
   std::string search;             // substring of the client id or its device info (as JSON)

@@ -4,6 +4,7 @@
 
 #include "common/crypto.h"
 #include "common/log.h"
+#include "rounds/job_config.h"
 
 namespace fedcase::server {
 namespace {
@@ -33,6 +34,18 @@ scheduling::DeviceReport device_report(const json& info) {
 ClientRegistry::ClientRegistry(storage::Store& store, scheduling::ProfileParams params)
     : store_(store), params_(params) {}
 
+namespace {
+
+// The labels a client registered with (validated at registration); none when absent.
+std::map<std::string, std::string> labels_of(const json& info) {
+  auto it = info.find("labels");
+  if (it == info.end()) return {};
+  auto labels = rounds::parse_client_labels(*it, "labels");
+  return labels.ok() ? std::move(labels).value() : std::map<std::string, std::string>{};
+}
+
+}  // namespace
+
 Status ClientRegistry::load() {
   auto records = store_.list_clients();
   if (!records.ok()) return records.status();
@@ -48,7 +61,8 @@ Status ClientRegistry::load() {
     token_hashes_[record.token_hash] = record.id;
     const double seen = record.last_seen;
     const ClientId id = record.id;
-    clients_[id] = {std::move(record), std::move(profile), seen};
+    auto labels = labels_of(record.info);
+    clients_[id] = {std::move(record), std::move(profile), std::move(labels), seen};
   }
   return ok_status();
 }
@@ -73,7 +87,8 @@ Result<ClientRegistry::Registration> ClientRegistry::register_client(const json&
   record.id = profile.id = *id;
   std::lock_guard<std::mutex> lock(mu_);
   token_hashes_[record.token_hash] = *id;
-  clients_[*id] = {std::move(record), std::move(profile), now};
+  auto labels = labels_of(record.info);
+  clients_[*id] = {std::move(record), std::move(profile), std::move(labels), now};
   return Registration{*id, *std::move(token)};
 }
 
@@ -105,7 +120,7 @@ std::vector<ClientSnapshot> ClientRegistry::snapshot(double now) const {
   std::vector<ClientSnapshot> out;
   out.reserve(clients_.size());
   for (const auto& [id, c] : clients_) {
-    out.push_back({c.record, c.profile, scheduling::is_online(c.profile, now, params_)});
+    out.push_back({c.record, c.profile, scheduling::is_online(c.profile, now, params_), c.labels});
   }
   return out;
 }
@@ -116,6 +131,7 @@ std::vector<ClientSnapshot> ClientRegistry::profiles(double now) const {
   size_t i = 0;
   for (const auto& [id, c] : clients_) {
     out[i].profile = c.profile;
+    out[i].labels = c.labels;
     out[i++].available = scheduling::is_online(c.profile, now, params_);
   }
   return out;

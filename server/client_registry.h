@@ -30,7 +30,8 @@ namespace fedcase::server {
 struct ClientSnapshot {
   storage::ClientRecord record;  // id, info, registered_at, last_seen (snapshot() only)
   scheduling::ClientProfile profile;
-  bool available = false;  // heard from within the client timeout
+  bool available = false;                     // heard from within the client timeout
+  std::map<std::string, std::string> labels;  // given at registration
 };
 
 class ClientRegistry {
@@ -61,7 +62,7 @@ class ClientRegistry {
   void flush(double now, double every_s);
 
   // Copies of every client, ordered by id: with their records for the admin views, or only
-  // their profiles and availability for selection (cheaper).
+  // their profiles, availability and labels for selection (cheaper).
   std::vector<ClientSnapshot> snapshot(double now) const;
   std::vector<ClientSnapshot> profiles(double now) const;
 
@@ -82,6 +83,7 @@ class ClientRegistry {
   struct Entry {
     storage::ClientRecord record;
     scheduling::ClientProfile profile;
+    std::map<std::string, std::string> labels;  // from record.info
     double persisted_seen = 0;
   };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "aggregation/validation.h"
 #include "common/blob.h"
@@ -42,6 +43,11 @@ Result<json> registration_info(const json& request) {
     if (!it->is_string()) return invalid_argument("sdk_version must be a string");
     info["sdk_version"] = *it;
   }
+  if (auto it = request.find("labels"); it != request.end()) {
+    auto labels = rounds::parse_client_labels(*it, "labels");
+    if (!labels.ok()) return labels.status();
+    info["labels"] = *it;
+  }
   return info;
 }
 
@@ -67,6 +73,7 @@ scheduling::RoundReport completion_report(const UpdateMeta& meta, uint64_t model
 JobSummary summary_of(const JobEntry& job) {
   return {job.id,
           job.name,
+          job.tenant,
           job.config.model,
           job.policy_name,
           job.state,
@@ -102,9 +109,10 @@ struct Coordinator::State {
         store(timed_store(std::move(s), metrics)),
         clock(std::move(k)),
         clients(*store, profile_params(c)),
+        tenants(*store),
         jobs(*store),
         evaluator(std::move(e)),
-        driver(jobs, clients, *store, *evaluator, tasks_ready, metrics, clock),
+        driver(jobs, clients, tenants, *store, *evaluator, tasks_ready, metrics, clock),
         collector(metrics.add_collector([this](Metrics& m) { collect(m); })) {}
 
   static scheduling::ProfileParams profile_params(const CoordinatorConfig& c) {
@@ -118,6 +126,7 @@ struct Coordinator::State {
   const std::unique_ptr<storage::Store> store;
   const Clock clock;
   ClientRegistry clients;
+  TenantRegistry tenants;
   JobTable jobs;
   std::unique_ptr<ModelEvaluator> evaluator;
   TaskNotifier tasks_ready;
@@ -169,6 +178,7 @@ Status Coordinator::State::install(storage::JobRecord record, rounds::JobConfig 
   job->config_json = record.config;
   job->config = std::move(config);
   job->created_at = record.created_at;
+  job->tenant = record.tenant;
   job->state = record.state;
   job->model = std::move(model);
   job->last_round = (*runtime)->last_round();
@@ -184,6 +194,7 @@ Status Coordinator::State::install(storage::JobRecord record, rounds::JobConfig 
 
 Status Coordinator::State::recover() {
   FEDCASE_RETURN_IF_ERROR(clients.load());
+  FEDCASE_RETURN_IF_ERROR(tenants.load());
   auto records = store->list_jobs();
   if (!records.ok()) return records.status();
   for (auto& record : *records) {
@@ -314,9 +325,10 @@ Caller Coordinator::identify(std::string_view token) const {
   if (!s.config.metrics_token.empty() && constant_time_equal(token, s.config.metrics_token)) {
     return {Role::kMetrics, 0};
   }
-  auto client = s.clients.identify(sha256_hex(token));
-  if (!client) return {};
-  return {Role::kClient, *client};
+  const std::string hash = sha256_hex(token);
+  if (auto client = s.clients.identify(hash)) return {Role::kClient, *client, 0};
+  if (auto tenant = s.tenants.identify(hash)) return {Role::kTenant, 0, *tenant};
+  return {};
 }
 
 Result<ClientRegistry::Registration> Coordinator::register_client(const json& request) {
@@ -436,11 +448,13 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
   }
   const double now = s.clock();
   Status written = s.store->record_update({job_id, round_index, client, *meta_json, now});
-  const auto fold_start = std::chrono::steady_clock::now();
-  if (written.ok()) written = aggregate->add(blob->data.data(), blob->data.size(), meta->samples);
-  const double fold_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - fold_start).count();
-  s.metrics.observe(metric::kFoldSeconds, {}, fold_s);
+  double fold_s = 0;
+  if (written.ok()) {
+    const auto fold_start = std::chrono::steady_clock::now();
+    written = aggregate->add(blob->data.data(), blob->data.size(), meta->samples);
+    fold_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - fold_start).count();
+    s.metrics.observe(metric::kFoldSeconds, {}, fold_s);
+  }
   if (!written.ok()) {
     release();
     return written;
@@ -466,14 +480,35 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
 }
 
 Result<JobSummary> Coordinator::create_job(const json& request) {
+  double retry_after_s = 0;
+  return create_job(request, 0, retry_after_s);
+}
+
+Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
+                                           double& retry_after_s) {
   State& s = *state_;
   auto config = rounds::parse_job_config(request);
   if (!config.ok()) return config.status();
+  size_t running = 0;
+  {
+    std::lock_guard<std::mutex> lock(s.jobs.mu);
+    for (const auto& [id, job] : s.jobs.jobs) {
+      running += job->tenant == owner &&
+                 (job->state == JobState::kRunning || job->state == JobState::kPaused);
+    }
+  }
+  const bool overload = s.driver.fleet_overloaded(s.clock());
+  if (!s.tenants.admit_job(owner, running, overload, s.clock(), retry_after_s)) {
+    return resource_exhausted("the fleet is overloaded and this tenant is at its limit of " +
+                              std::string("running jobs or job submissions; retry in ") +
+                              std::to_string(int(std::ceil(retry_after_s))) + " s");
+  }
   auto built = ml::Model::create(config->model, config->seed);
   if (!built.ok()) return built.status();
   auto model = rounds::make_global_model(0, built->layout(), built->parameters());
   const double now = s.clock();
-  storage::JobRecord record{0, config->name, request, JobState::kRunning, json::object(), now};
+  storage::JobRecord record{0,   config->name, request, JobState::kRunning, json::object(),
+                            now, owner};
   auto id = s.store->create_job(record, {0, 0, model->blob, model->checksum, std::string(), now});
   if (!id.ok()) return id.status();
   record.id = *id;
@@ -488,21 +523,25 @@ Result<JobSummary> Coordinator::create_job(const json& request) {
   return summary_of(*s.jobs.find(*id));
 }
 
-std::vector<JobSummary> Coordinator::list_jobs() {
+std::vector<JobSummary> Coordinator::list_jobs(Scope scope) {
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.jobs.mu);
   std::vector<JobSummary> out;
-  for (const auto& [id, job] : s.jobs.jobs) out.push_back(summary_of(*job));
+  for (const auto& [id, job] : s.jobs.jobs) {
+    if (!scope || job->tenant == *scope) out.push_back(summary_of(*job));
+  }
   return out;
 }
 
-Result<JobDetail> Coordinator::job_detail(JobId id) {
+Result<JobDetail> Coordinator::job_detail(JobId id, Scope scope) {
   State& s = *state_;
   JobDetail d;
   {
     std::lock_guard<std::mutex> lock(s.jobs.mu);
     JobEntry* job = s.jobs.find(id);
-    if (!job) return not_found("job " + std::to_string(id) + " not found");
+    if (!job || (scope && job->tenant != *scope)) {
+      return not_found("job " + std::to_string(id) + " not found");
+    }
     d.summary = summary_of(*job);
     d.config = job->config_json;
     d.created_at = job->created_at;
@@ -551,7 +590,7 @@ std::vector<ClientSummary> Coordinator::list_clients() {
   return out;
 }
 
-Result<JobState> Coordinator::control_job(JobId id, const std::string& action) {
+Result<JobState> Coordinator::control_job(JobId id, const std::string& action, Scope scope) {
   State& s = *state_;
   if (action != "pause" && action != "resume" && action != "cancel") {
     return not_found("unknown job action '" + action + "'");
@@ -560,6 +599,7 @@ Result<JobState> Coordinator::control_job(JobId id, const std::string& action) {
   {
     std::lock_guard<std::mutex> lock(s.jobs.mu);
     job = s.jobs.find(id);
+    if (job && scope && job->tenant != *scope) job = nullptr;
   }
   if (!job) return not_found("job " + std::to_string(id) + " not found");
   auto next = s.jobs.transition(*job, [&](JobState state) -> Result<JobState> {
@@ -571,6 +611,43 @@ Result<JobState> Coordinator::control_job(JobId id, const std::string& action) {
   });
   if (next.ok()) s.driver.wake();  // a paused job finishes its round; a cancelled one stops it
   return next;
+}
+
+Result<TenantRegistry::Created> Coordinator::create_tenant(const json& request) {
+  auto created = state_->tenants.create(request, state_->clock());
+  if (created.ok()) {
+    log_info("tenant " + std::to_string(created->record.id) + " (" + created->record.name +
+             ") created, weight " + std::to_string(created->record.weight));
+  }
+  return created;
+}
+
+json Coordinator::tenants_view() {
+  State& s = *state_;
+  std::map<TenantId, size_t> jobs_of;
+  {
+    std::lock_guard<std::mutex> lock(s.jobs.mu);
+    for (const auto& [id, job] : s.jobs.jobs) {
+      jobs_of[job->tenant] += job->state == JobState::kRunning || job->state == JobState::kPaused;
+    }
+  }
+  json share = s.tenants.share_json()["tenants"];
+  json out = json::array();
+  auto view = [&](TenantId id, const std::string& name, double weight, const json& limits) {
+    json entry = {{"tenant_id", id},
+                  {"name", name},
+                  {"weight", weight},
+                  {"limits", limits},
+                  {"active_jobs", jobs_of[id]}};
+    const std::string key = std::to_string(id);
+    for (const char* field : {"counter", "client_seconds", "share", "throttle_events"}) {
+      entry[field] = share.contains(key) ? share[key].value(field, json(0)) : json(0);
+    }
+    out.push_back(entry);
+  };
+  view(0, "operator", 1, tenant_limits_json({}));
+  for (const storage::TenantRecord& t : s.tenants.list()) view(t.id, t.name, t.weight, t.limits);
+  return {{"tenants", out}};
 }
 
 }  // namespace fedcase::server

@@ -33,6 +33,7 @@
 #include "server/evaluator.h"
 #include "server/job_table.h"
 #include "server/metrics.h"
+#include "server/tenants.h"
 #include "storage/store.h"
 
 namespace fedcase::server {
@@ -43,10 +44,11 @@ struct ModelDownload {
   std::shared_ptr<const std::string> blob;  // encoded model blob
 };
 
-enum class Role { kNone, kAdmin, kEnrollment, kClient, kMetrics };
+enum class Role { kNone, kAdmin, kEnrollment, kClient, kMetrics, kTenant };
 struct Caller {
   Role role = Role::kNone;
   ClientId client = 0;  // for kClient
+  TenantId tenant = 0;  // for kTenant
 };
 
 // A task handed to a client.
@@ -69,6 +71,7 @@ struct UpdateAccepted {
 struct JobSummary {
   JobId id = 0;
   std::string name;
+  TenantId tenant = 0;
   std::string model;             // the job's architecture
   std::string selection_policy;  // the policy's name
   JobState state = JobState::kRunning;
@@ -163,13 +166,26 @@ class Coordinator {
                                        double upload_seconds = 0);
 
   // ---- admin API ----
+  // Jobs are seen through a scope: the admin's (nullopt: every job) or one tenant's (only its
+  // own; another tenant's job is kNotFound, as if it did not exist).
+  using Scope = std::optional<TenantId>;
+  // A job owned by `owner` (0: the operator). While the fleet is overloaded, a tenant over its
+  // running-job cap or submission window is refused with kResourceExhausted, and
+  // `retry_after_s` says when to try again.
+  Result<JobSummary> create_job(const nlohmann::json& config, TenantId owner,
+                                double& retry_after_s);
+  // As the operator (never throttled).
   Result<JobSummary> create_job(const nlohmann::json& config);
-  std::vector<JobSummary> list_jobs();
-  Result<JobDetail> job_detail(JobId job);
+  std::vector<JobSummary> list_jobs(Scope scope = std::nullopt);
+  Result<JobDetail> job_detail(JobId job, Scope scope = std::nullopt);
   std::vector<ClientSummary> list_clients();
-  // action: "pause", "resume" or "cancel". kNotFound for an unknown action or job, kConflict
-  // when the job's state does not allow it.
-  Result<JobState> control_job(JobId job, const std::string& action);
+  // action: "pause", "resume" or "cancel". kNotFound for an unknown action or job (or one
+  // outside `scope`), kConflict when the job's state does not allow it.
+  Result<JobState> control_job(JobId job, const std::string& action, Scope scope = std::nullopt);
+  // Tenants (admin only): TenantRegistry::create and the registry's records with the fair
+  // share (docs/tenancy.md).
+  Result<TenantRegistry::Created> create_tenant(const nlohmann::json& request);
+  nlohmann::json tenants_view();
 
  private:
   struct State;

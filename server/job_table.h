@@ -36,9 +36,14 @@ struct JobEntry {
   nlohmann::json config_json;  // as submitted
   rounds::JobConfig config;
   double created_at = 0;
+  TenantId tenant = 0;  // the job's owner (0: the operator)
 
   // Used by the round driver's thread only, once the job is in the table.
   std::unique_ptr<rounds::JobRuntime> runtime;
+  // The open round's fair-share charge: its invitees' expected client-seconds, and the
+  // expected seconds of one of the job's tasks on the fleet when it opened (its class cost).
+  double round_expected_client_s = 0;
+  double round_class_cost = 0;
 
   // Guarded by JobTable::mu.
   JobState state = JobState::kRunning;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace fedcase::server {
 namespace {
@@ -87,15 +88,17 @@ std::string label_text(const Labels& labels, const std::string& extra = std::str
   return out + "}";
 }
 
+// The shortest of 15 or 17 significant digits that reads back as `v`.
 std::string number(double v) {
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
   if (std::isnan(v)) return "NaN";
   char text[32];
   if (v == std::floor(v) && std::fabs(v) < 9007199254740992.0) {
     std::snprintf(text, sizeof(text), "%.0f", v);
-  } else {
-    std::snprintf(text, sizeof(text), "%.9g", v);
+    return text;
   }
+  std::snprintf(text, sizeof(text), "%.15g", v);
+  if (std::strtod(text, nullptr) != v) std::snprintf(text, sizeof(text), "%.17g", v);
   return text;
 }
 
@@ -172,10 +175,10 @@ std::unique_ptr<Metrics::Registration> Metrics::add_collector(Collector collecto
 }
 
 std::string Metrics::render() {
-  {
-    std::lock_guard<std::mutex> lock(collectors_mu_);
-    for (Collector& collect : collectors_) collect(*this);
-  }
+  // Held until the text is formatted: another scrape's collectors cannot clear a gauge
+  // between this scrape's collection and its formatting.
+  std::lock_guard<std::mutex> collecting(collectors_mu_);
+  for (Collector& collect : collectors_) collect(*this);
   static const char* kTypeNames[] = {"counter", "gauge", "histogram"};
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;

@@ -9,7 +9,10 @@
 // register and remove.
 //
 // Thread safety: every method may be called from any thread. Recording takes one mutex for a
-// map update; render() runs the collectors (outside that mutex), then formats under it.
+// map update; render() holds the collectors' mutex while it runs the collectors and formats
+// (so concurrent scrapes do not interleave), taking the recording mutex only to record and
+// format. Lock order: collectors' mutex, then whatever a collector takes, then the recording
+// mutex; never the other way.
 // Errors: recording into an undeclared family, or with the wrong kind, is a programming error
 // and is ignored (the family does not appear).
 

@@ -5,6 +5,10 @@
 #include <set>
 
 #include "common/log.h"
+#include "scheduling/fair_share.h"
+#include "scheduling/percentile.h"
+#include "scheduling/round_plan.h"
+#include "scheduling/selection.h"
 
 namespace fedcase::server {
 namespace {
@@ -33,11 +37,12 @@ struct RoundDriver::Closing {
   std::string stop_reason;  // non-empty: fail the round for this reason
 };
 
-RoundDriver::RoundDriver(JobTable& jobs, ClientRegistry& clients, storage::Store& store,
-                         ModelEvaluator& evaluator, TaskNotifier& tasks_ready, Metrics& metrics,
-                         Clock clock)
+RoundDriver::RoundDriver(JobTable& jobs, ClientRegistry& clients, TenantRegistry& tenants,
+                         storage::Store& store, ModelEvaluator& evaluator,
+                         TaskNotifier& tasks_ready, Metrics& metrics, Clock clock)
     : jobs_(jobs),
       clients_(clients),
+      tenants_(tenants),
       store_(store),
       evaluator_(evaluator),
       tasks_ready_(tasks_ready),
@@ -110,7 +115,7 @@ void RoundDriver::tick() {
     }
   }
   for (Closing& c : closing) conclude(c, now);
-  for (JobEntry* job : opening) open(*job, now);
+  open_in_turn(std::move(opening), now);
   if (now - last_flush_ >= kFlushContactsEvery) {
     clients_.flush(now, kSaveContactsEvery);
     last_flush_ = now;
@@ -142,11 +147,50 @@ void RoundDriver::conclude_all() {
   for (Closing& c : closing) conclude(c, now);
 }
 
-void RoundDriver::open(JobEntry& job, double now) {
+bool RoundDriver::fleet_overloaded(double now) {
+  size_t wanted = 0;
+  {
+    std::lock_guard<std::mutex> lock(jobs_.mu);
+    for (const auto& [id, job] : jobs_.jobs) {
+      if (job->state != JobState::kRunning) continue;
+      wanted += scheduling::invited_count(job->config.clients_per_round, job->config.overcommit);
+    }
+  }
+  return scheduling::overloaded(wanted, clients_.census(now).available);
+}
+
+void RoundDriver::open_in_turn(std::vector<JobEntry*> waiting, double now) {
+  // Tenants with running jobs are active in the fair share; the others bank no credit.
+  std::map<TenantId, bool> active = {{0, false}};
+  for (const storage::TenantRecord& t : tenants_.list()) active[t.id] = false;
+  {
+    std::lock_guard<std::mutex> lock(jobs_.mu);
+    for (const auto& [id, job] : jobs_.jobs) {
+      if (job->state == JobState::kRunning) active[job->tenant] = true;
+    }
+  }
+  for (const auto& [tenant, is_active] : active) tenants_.set_active(tenant, is_active);
+  if (waiting.empty()) return;
+  const bool overload = fleet_overloaded(now);
+  while (!waiting.empty()) {
+    std::vector<scheduling::WaitingJob> order;
+    for (const JobEntry* job : waiting) order.push_back({job->id, job->tenant});
+    const std::optional<size_t> next = tenants_.next_round(order, overload, now);
+    if (!next) return;  // every waiting tenant is throttled
+    JobEntry& job = *waiting[*next];
+    waiting.erase(waiting.begin() + *next);
+    if (open(job, now)) {
+      tenants_.round_opened(job.tenant, job.id, now, job.round_expected_client_s,
+                            job.round_class_cost);
+    }
+  }
+}
+
+bool RoundDriver::open(JobEntry& job, double now) {
   rounds::JobRuntime& runtime = *job.runtime;
   if (runtime.last_round() >= job.config.rounds) {
     finish(job);
-    return;
+    return false;
   }
   // A client holds one task at a time: those invited by another job's open round are busy.
   std::set<ClientId> busy;
@@ -160,10 +204,18 @@ void RoundDriver::open(JobEntry& job, double now) {
     }
   }
   const std::vector<ClientSnapshot> clients = clients_.profiles(now);
+  const uint64_t model_bytes = job.model->blob.size();
   std::vector<rounds::PoolClient> pool;
+  std::vector<double> task_seconds;  // of the available clients, for the job's class cost
   pool.reserve(clients.size());
   for (const ClientSnapshot& c : clients) {
-    pool.push_back({&c.profile, c.available && !busy.count(c.profile.id)});
+    const bool available = c.available && rounds::labels_match(c.labels, job.config.client_labels);
+    pool.push_back({&c.profile, available && !busy.count(c.profile.id)});
+    if (available) {
+      task_seconds.push_back(
+          scheduling::make_candidate(c.profile, true, job.config.training, model_bytes)
+              .expected_duration_s);
+    }
   }
   const auto selection_start = std::chrono::steady_clock::now();
   auto opened = runtime.open_round(pool, now);
@@ -171,17 +223,20 @@ void RoundDriver::open(JobEntry& job, double now) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - selection_start).count();
   if (!opened.ok()) {
     log_error(job_prefix(job) + "cannot open a round: " + opened.status().to_string());
-    return;
+    return false;
   }
-  if (!*opened) return;  // too few clients free: not counted as a selection
+  if (!*opened) return false;  // too few clients free: not counted as a selection
   metrics_.observe(metric::kSelectionSeconds, {}, selection_s);
   rounds::Round& round = **opened;
   Status stored = store_.open_round(open_record(job.id, round));
   if (!stored.ok()) {
     log_error(job_prefix(job) + "cannot open round " + std::to_string(round.index()) + ": " +
               stored.to_string());
-    return;
+    return false;
   }
+  job.round_expected_client_s = round.expected_client_seconds();
+  job.round_class_cost =
+      task_seconds.empty() ? 0 : scheduling::percentile(std::move(task_seconds), 0.5);
   clients_.apply(round.selection_changes());
   log_info(job_prefix(job) + "round " + std::to_string(round.index()) + " opened with " +
            std::to_string(round.tasks().size()) + " invited of " +
@@ -194,12 +249,15 @@ void RoundDriver::open(JobEntry& job, double now) {
     job.round = std::move(round);
   }
   tasks_ready_.notify(invited);
+  return true;
 }
 
 void RoundDriver::conclude(Closing& c, double now) {
   const auto start = std::chrono::steady_clock::now();
   JobEntry& job = *c.job;
   rounds::JobRuntime& runtime = *job.runtime;
+  tenants_.round_concluded(job.tenant, job.id, job.round_expected_client_s,
+                           c.round.client_seconds(now), job.round_class_cost);
   rounds::Conclusion k = c.stop_reason.empty() ? runtime.conclude(c.round, now)
                                                : runtime.fail(c.round, now, c.stop_reason);
   clients_.apply(k.profile_changes);

@@ -4,6 +4,11 @@
 // evaluator. Each step decides under JobTable::mu, runs the engine and writes to the store
 // without any lock, and publishes under JobTable::mu again.
 //
+// When several jobs could open a round at once, their rounds open in the order the tenants'
+// fair share says (TenantRegistry::next_round: least-served tenant first; under overload a
+// tenant over its round-start limit waits); each opened round is charged to its tenant at
+// once, and corrected to the client-seconds it really used when it concludes.
+//
 // A job with a target accuracy does not commit its next round while the evaluation of its
 // previous model is pending: once a model is known to reach the target, the job finishes with
 // it, and a round opened meanwhile is failed ("job reached its target"), never committed.
@@ -21,6 +26,7 @@
 #include "server/job_table.h"
 #include "server/metrics.h"
 #include "server/task_notifier.h"
+#include "server/tenants.h"
 #include "storage/store.h"
 
 namespace fedcase::server {
@@ -28,8 +34,9 @@ namespace fedcase::server {
 class RoundDriver {
  public:
   // Every argument must outlive the driver.
-  RoundDriver(JobTable& jobs, ClientRegistry& clients, storage::Store& store,
-              ModelEvaluator& evaluator, TaskNotifier& tasks_ready, Metrics& metrics, Clock clock);
+  RoundDriver(JobTable& jobs, ClientRegistry& clients, TenantRegistry& tenants,
+              storage::Store& store, ModelEvaluator& evaluator, TaskNotifier& tasks_ready,
+              Metrics& metrics, Clock clock);
   ~RoundDriver();  // stops the thread
 
   // Starts / stops the thread that calls tick() every 50 ms and at once after wake().
@@ -49,10 +56,17 @@ class RoundDriver {
   // and at start for committed models that a crash left unevaluated.
   void evaluate(JobEntry& job, std::shared_ptr<const rounds::GlobalModel> model,
                 nlohmann::json timing);
+  // Whether the running jobs want more clients a round (ceil(K x overcommit) each) than are
+  // available: only then are tenants throttled. Takes JobTable::mu and the registry's lock
+  // (one after the other); any thread.
+  bool fleet_overloaded(double now);
 
  private:
   struct Closing;
-  void open(JobEntry& job, double now);
+  // Opens a round of `job` if enough clients are free; whether it did.
+  bool open(JobEntry& job, double now);
+  // Opens rounds for `waiting` jobs in the fair share's order.
+  void open_in_turn(std::vector<JobEntry*> waiting, double now);
   void conclude(Closing& closing, double now);
   // Running or paused -> finished (round cap or target reached).
   void finish(JobEntry& job);
@@ -62,6 +76,7 @@ class RoundDriver {
 
   JobTable& jobs_;
   ClientRegistry& clients_;
+  TenantRegistry& tenants_;
   storage::Store& store_;
   ModelEvaluator& evaluator_;
   TaskNotifier& tasks_ready_;  // told who was invited once a round is published

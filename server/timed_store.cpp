@@ -35,6 +35,10 @@ class TimedStore : public Store {
                        [&] { return store_->create_job(job, initial_model); });
   }
   Result<JobRecord> get_job(JobId id) override { return store_->get_job(id); }
+  Result<TenantId> add_tenant(const TenantRecord& tenant) override {
+    return timed_write(metrics_, "add_tenant", [&] { return store_->add_tenant(tenant); });
+  }
+  Result<std::vector<TenantRecord>> list_tenants() override { return store_->list_tenants(); }
   Result<std::vector<JobRecord>> list_jobs() override { return store_->list_jobs(); }
   Status set_job_state(JobId id, JobState state) override {
     return timed_write(metrics_, "set_job_state", [&] { return store_->set_job_state(id, state); });

@@ -60,6 +60,7 @@ json update_accepted_json(const UpdateAccepted& a) {
 json job_summary_json(const JobSummary& j) {
   json out = {{"job_id", j.id},
               {"name", j.name},
+              {"tenant_id", j.tenant},
               {"model", j.model},
               {"selection_policy", j.selection_policy},
               {"state", state_name(j.state)},
@@ -140,6 +141,14 @@ json clients_json(const ClientPage& page) {
           {"total", page.total},
           {"matched", page.matched},
           {"expected_duration_histogram", histogram}};
+}
+
+json tenant_created_json(const TenantRegistry::Created& c) {
+  return {{"tenant_id", c.record.id},
+          {"name", c.record.name},
+          {"weight", c.record.weight},
+          {"limits", c.record.limits},
+          {"token", c.token}};
 }
 
 json job_state_json(JobId job, JobState state) {

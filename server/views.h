@@ -25,5 +25,8 @@ nlohmann::json job_detail_json(const JobDetail& job);
 // A page of the fleet: {"clients": [...], "total", "matched", "expected_duration_histogram"}.
 nlohmann::json clients_json(const ClientPage& page);
 nlohmann::json job_state_json(JobId job, JobState state);
+// A new tenant with its token (shown only here): {"tenant_id", "name", "weight", "limits",
+// "token"}.
+nlohmann::json tenant_created_json(const TenantRegistry::Created& created);
 
 }  // namespace fedcase::server

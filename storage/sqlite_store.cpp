@@ -56,6 +56,16 @@ const char* const kMigrations[] = {
       created_at REAL NOT NULL,
       PRIMARY KEY (job_id, version));
     )sql",
+    R"sql(
+    CREATE TABLE tenants (
+      id INTEGER PRIMARY KEY AUTOINCREMENT,
+      name TEXT NOT NULL UNIQUE,
+      token_hash TEXT NOT NULL UNIQUE,
+      weight REAL NOT NULL,
+      limits TEXT NOT NULL,
+      created_at REAL NOT NULL);
+    ALTER TABLE jobs ADD COLUMN tenant_id INTEGER NOT NULL DEFAULT 0;
+    )sql",
 };
 constexpr int kSchemaVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 
@@ -227,13 +237,15 @@ class SqliteStore : public Store {
     JobId id = 0;
     Status s = transaction([&]() -> Status {
       auto q = query(
-          "INSERT INTO jobs(name, config, state, policy_state, created_at) VALUES(?,?,?,?,?)");
+          "INSERT INTO jobs(name, config, state, policy_state, created_at, tenant_id) "
+          "VALUES(?,?,?,?,?,?)");
       if (!q.ok()) return q.status();
       FEDCASE_RETURN_IF_ERROR(q->bind(job.name)
                                   .bind(job.config)
                                   .bind(std::string(state_name(job.state)))
                                   .bind(job.policy_state)
                                   .bind(job.created_at)
+                                  .bind(job.tenant)
                                   .run());
       id = static_cast<JobId>(sqlite3_last_insert_rowid(db_));
       ModelRecord m = model;
@@ -242,6 +254,30 @@ class SqliteStore : public Store {
     });
     if (!s.ok()) return s;
     return id;
+  }
+
+  Result<TenantId> add_tenant(const TenantRecord& t) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto q = query(
+        "INSERT INTO tenants(name, token_hash, weight, limits, created_at) VALUES(?,?,?,?,?)");
+    if (!q.ok()) return q.status();
+    FEDCASE_RETURN_IF_ERROR(
+        q->bind(t.name).bind(t.token_hash).bind(t.weight).bind(t.limits).bind(t.created_at).run());
+    return static_cast<TenantId>(sqlite3_last_insert_rowid(db_));
+  }
+
+  Result<std::vector<TenantRecord>> list_tenants() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto q =
+        query("SELECT id, name, token_hash, weight, limits, created_at FROM tenants ORDER BY id");
+    if (!q.ok()) return q.status();
+    std::vector<TenantRecord> out;
+    while (q->step()) {
+      out.push_back({static_cast<TenantId>(q->int64(0)), q->text(1), q->text(2), q->real(3),
+                     q->json_col(4), q->real(5)});
+    }
+    if (!q->status().ok()) return q->status();
+    return out;
   }
 
   Result<JobRecord> get_job(JobId id) override {
@@ -461,14 +497,16 @@ class SqliteStore : public Store {
   }
 
   Result<std::vector<JobRecord>> jobs_where(const std::string& where, std::optional<int64_t> id) {
-    auto q = query("SELECT id, name, config, state, policy_state, created_at FROM jobs " + where +
-                   " ORDER BY id");
+    auto q =
+        query("SELECT id, name, config, state, policy_state, created_at, tenant_id FROM jobs " +
+              where + " ORDER BY id");
     if (!q.ok()) return q.status();
     if (id) q->bind(*id);
     std::vector<JobRecord> out;
     while (q->step()) {
       out.push_back({static_cast<JobId>(q->int64(0)), q->text(1), q->json_col(2),
-                     q->state_col<JobState>(3, parse_job_state), q->json_col(4), q->real(5)});
+                     q->state_col<JobState>(3, parse_job_state), q->json_col(4), q->real(5),
+                     static_cast<TenantId>(q->int64(6))});
     }
     if (!q->status().ok()) return q->status();
     return out;

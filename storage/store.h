@@ -5,10 +5,9 @@
 // Errors are Status values, never exceptions: kInternal for an I/O failure or a corrupt row.
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/ids.h"
 #include "common/states.h"
@@ -17,20 +16,32 @@
 namespace fedcase::storage {
 
 struct ClientRecord {
-  ClientId id = 0;              // assigned by add_client
-  std::string token_hash;       // SHA-256 hex of the bearer token; the token itself is never kept
-  nlohmann::json info;          // registration: device, dataset size, cache capacity, SDK version
-  nlohmann::json profile;       // scheduling profile, owned by the scheduler
-  double registered_at = 0;     // unix seconds
+  ClientId id = 0;           // assigned by add_client
+  std::string token_hash;    // SHA-256 hex of the bearer token; the token itself is never kept
+  nlohmann::json info;       // registration: device, dataset size, cache capacity, SDK version
+  nlohmann::json profile;    // scheduling profile, owned by the scheduler
+  double registered_at = 0;  // unix seconds
   double last_seen = 0;
 };
 
 struct JobRecord {
-  JobId id = 0;                 // assigned by create_job
+  JobId id = 0;  // assigned by create_job
   std::string name;
-  nlohmann::json config;        // the validated job config
+  nlohmann::json config;  // the validated job config
   JobState state = JobState::kRunning;
   nlohmann::json policy_state;  // selection policy state, saved with each committed round
+  double created_at = 0;
+  TenantId tenant = 0;  // who owns the job; 0: the operator (admin token)
+};
+
+// A team sharing the coordinator: its own token, and its weight and limits in the fair share
+// of the fleet (docs/tenancy.md).
+struct TenantRecord {
+  TenantId id = 0;         // assigned by add_tenant, from 1
+  std::string name;        // unique
+  std::string token_hash;  // SHA-256 hex of the tenant's bearer token
+  double weight = 1;
+  nlohmann::json limits = nlohmann::json::object();  // as validated by the coordinator
   double created_at = 0;
 };
 
@@ -39,7 +50,7 @@ struct RoundRecord {
   JobId job = 0;
   RoundIndex index = 0;
   RoundState state = RoundState::kOpen;
-  uint64_t base_version = 0;    // the model version the round trains from
+  uint64_t base_version = 0;  // the model version the round trains from
   std::vector<ClientId> selected;
   double opened_at = 0;
   double deadline = 0;
@@ -51,7 +62,7 @@ struct UpdateRecord {
   JobId job = 0;
   RoundIndex round = 0;
   ClientId client = 0;
-  nlohmann::json meta;          // the client's reported statistics
+  nlohmann::json meta;  // the client's reported statistics
   double received_at = 0;
 };
 
@@ -81,6 +92,10 @@ class Store {
   virtual Result<JobRecord> get_job(JobId id) = 0;
   virtual Result<std::vector<JobRecord>> list_jobs() = 0;
   virtual Status set_job_state(JobId id, JobState state) = 0;
+
+  // Tenants. add_tenant returns the new id; kConflict if the name or token hash is taken.
+  virtual Result<TenantId> add_tenant(const TenantRecord& tenant) = 0;
+  virtual Result<std::vector<TenantRecord>> list_tenants() = 0;
 
   // Rounds. open_round fails with kConflict if the round exists.
   virtual Status open_round(const RoundRecord& round) = 0;

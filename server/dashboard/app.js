@@ -8,10 +8,12 @@ const PAGE_SIZE = 50;
 const TOKEN_KEY = "fedcase.token";
 
 const $ = (id) => document.getElementById(id);
+const VIEWS = ["view-jobs", "view-job", "view-fleet", "view-tenants"];
 const state = {
   token: sessionStorage.getItem(TOKEN_KEY) || "",
   charts: {},
   timer: null,
+  refreshes: 0,  // numbers each refresh: an answer to an older one is dropped
   fleet: { offset: 0, sort: "client_id", order: "asc", job: "", available: "", search: "" },
 };
 
@@ -79,6 +81,7 @@ function chart(id, config) {
     config.data.datasets.forEach((d, i) => {
       if (c.data.datasets[i]) {
         c.data.datasets[i].data = d.data;
+        c.data.datasets[i].label = d.label;
       } else {
         c.data.datasets.push(d);
       }
@@ -94,10 +97,15 @@ function chart(id, config) {
 }
 
 // ---- sign in / out ----
+function clearToken() {
+  state.token = "";
+  sessionStorage.removeItem(TOKEN_KEY);
+}
+
 function showSignIn(message) {
   stopRefresh();
   $("nav").hidden = true;
-  for (const v of ["view-jobs", "view-job", "view-fleet"]) $(v).hidden = true;
+  for (const v of VIEWS) $(v).hidden = true;
   $("signin").hidden = false;
   $("signin-error").textContent = message || "";
   $("error").textContent = "";
@@ -108,11 +116,11 @@ async function signIn(token) {
   try {
     await api("/v1/admin/jobs");
   } catch (e) {
-    state.token = "";
-    sessionStorage.removeItem(TOKEN_KEY);
-    showSignIn(e.status === 401 || e.status === 403
-      ? "The coordinator did not accept this token."
-      : "Cannot reach the coordinator: " + e.message);
+    const refused = e.status === 401 || e.status === 403;
+    if (refused) clearToken();  // a network error or a 429 keeps it for the next try
+    else state.token = "";
+    showSignIn(refused ? "The coordinator did not accept this token."
+                       : "Cannot reach the coordinator: " + e.message);
     return;
   }
   sessionStorage.setItem(TOKEN_KEY, token);
@@ -122,8 +130,7 @@ async function signIn(token) {
 }
 
 function signOut() {
-  state.token = "";
-  sessionStorage.removeItem(TOKEN_KEY);
+  clearToken();
   for (const c of Object.values(state.charts)) c.destroy();
   state.charts = {};
   showSignIn("");
@@ -210,21 +217,22 @@ async function renderJob(id) {
   const evaluated = rounds.filter((r) => r.state === "committed" &&
                                          typeof r.metrics.test_accuracy === "number");
   const byTime = $("job-axis").value === "time";
-  const x = (r) => byTime ? Math.round(r.closed_at - job.created_at) : r.round;
+  const x = (r) => byTime ? r.closed_at - job.created_at : r.round;
+  const points = (value) => evaluated.map((r) => ({ x: x(r), y: value(r) }));
   chart("chart-accuracy", {
     type: "line",
     data: {
-      labels: evaluated.map(x),
       datasets: [
-        { label: "test accuracy", data: evaluated.map((r) => r.metrics.test_accuracy),
+        { label: "test accuracy", data: points((r) => r.metrics.test_accuracy),
           yAxisID: "accuracy", borderColor: "#2563a8", backgroundColor: "#2563a8" },
-        { label: "test loss", data: evaluated.map((r) => r.metrics.test_loss),
+        { label: "test loss", data: points((r) => r.metrics.test_loss),
           yAxisID: "loss", borderColor: "#c2410c", backgroundColor: "#c2410c" },
       ],
     },
     options: {
       scales: {
-        x: { title: { display: true, text: byTime ? "seconds since the job began" : "round" } },
+        x: { type: "linear",
+             title: { display: true, text: byTime ? "seconds since the job began" : "round" } },
         accuracy: { position: "left", min: 0, max: 1 },
         loss: { position: "right", grid: { drawOnChartArea: false } },
       },
@@ -239,18 +247,21 @@ async function renderJob(id) {
                    backgroundColor: "#64748b" }],
     },
   });
-  const dropped = (r) => Object.keys(r.metrics.dropped || {}).length;
-  const accepted = (r) => r.metrics.updates || 0;
+  // Every invitee is accepted, or dropped: "not needed" (the round filled without it) or for
+  // another reason (missed the deadline, round stopped).
+  const dropped = (r, notNeeded) => Object.values(r.metrics.dropped || {})
+    .filter((why) => (why === "not needed") === notNeeded).length;
   chart("chart-updates", {
     type: "bar",
     data: {
       labels: closed.map((r) => r.round),
       datasets: [
-        { label: "accepted", data: closed.map(accepted), backgroundColor: "#15803d", stack: "s" },
-        { label: "dropped", data: closed.map(dropped), backgroundColor: "#b91c1c", stack: "s" },
-        { label: "other invitees", stack: "s", backgroundColor: "#cbd5e1",
-          data: closed.map((r) => Math.max(0, (r.metrics.invited || r.selected.length) -
-                                                accepted(r) - dropped(r))) },
+        { label: "accepted", data: closed.map((r) => r.metrics.updates || 0),
+          backgroundColor: "#15803d", stack: "s" },
+        { label: "not needed", data: closed.map((r) => dropped(r, true)),
+          backgroundColor: "#cbd5e1", stack: "s" },
+        { label: "dropped (deadline, stopped)", data: closed.map((r) => dropped(r, false)),
+          backgroundColor: "#b91c1c", stack: "s" },
       ],
     },
     options: { scales: { x: { stacked: true }, y: { stacked: true } } },
@@ -352,12 +363,37 @@ async function renderFleet() {
   });
 }
 
+async function renderTenants() {
+  const { tenants } = await api("/v1/admin/tenants");
+  replaceRows($("tenants-rows"), tenants.map((t) => {
+    const tr = document.createElement("tr");
+    tr.dataset.tenantId = t.tenant_id;
+    cell(tr, t.tenant_id);
+    cell(tr, t.name);
+    cell(tr, t.weight);
+    cell(tr, t.active_jobs);
+    cell(tr, fixed(t.counter, 1));
+    cell(tr, fixed(t.client_seconds, 0));
+    cell(tr, fixed(100 * t.share, 1) + " %");
+    cell(tr, t.throttle_events);
+    return tr;
+  }));
+  chart("chart-shares", {
+    type: "bar",
+    data: { labels: tenants.map((t) => t.name),
+            datasets: [{ label: "share of client-seconds", data: tenants.map((t) => t.share),
+                         backgroundColor: "#2563a8" }] },
+    options: { scales: { y: { min: 0, max: 1 } } },
+  });
+}
+
 // ---- routing and live refresh ----
 function currentView() {
   const hash = location.hash || "#/jobs";
   const job = hash.match(/^#\/jobs\/(\d+)$/);
   if (job) return { name: "view-job", render: () => renderJob(job[1]) };
   if (hash === "#/fleet") return { name: "view-fleet", render: renderFleet };
+  if (hash === "#/tenants") return { name: "view-tenants", render: renderTenants };
   return { name: "view-jobs", render: renderJobs };
 }
 
@@ -369,23 +405,31 @@ function stopRefresh() {
 async function refresh() {
   stopRefresh();
   if (!state.token) return;
+  const mine = ++state.refreshes;
   const view = currentView();
   try {
     await view.render();
+    if (mine !== state.refreshes) return;  // a newer refresh owns the page and the timer
     $("error").textContent = "";
     $("status").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (e) {
-    if (e.status === 401 || e.status === 403) return showSignIn("The coordinator no longer accepts this token.");
+    if (mine !== state.refreshes) return;
+    if (e.status === 401 || e.status === 403) {
+      clearToken();
+      return showSignIn("The coordinator no longer accepts this token.");
+    }
     $("error").textContent = e.message || "cannot reach the coordinator";
   }
-  if (state.token) state.timer = setTimeout(refresh, REFRESH_MS);
+  // Hidden tabs do not poll; becoming visible refreshes at once.
+  if (state.token && !document.hidden) state.timer = setTimeout(refresh, REFRESH_MS);
 }
 
 function route() {
   const view = currentView();
-  for (const v of ["view-jobs", "view-job", "view-fleet"]) $(v).hidden = v !== view.name;
-  $("nav-jobs").classList.toggle("current", view.name !== "view-fleet");
+  for (const v of VIEWS) $(v).hidden = v !== view.name;
+  $("nav-jobs").classList.toggle("current", view.name === "view-jobs" || view.name === "view-job");
   $("nav-fleet").classList.toggle("current", view.name === "view-fleet");
+  $("nav-tenants").classList.toggle("current", view.name === "view-tenants");
   refresh();
 }
 
@@ -405,7 +449,11 @@ function wire() {
   };
   $("fleet-job").addEventListener("change", (e) => { f.job = e.target.value; refilter(); });
   $("fleet-available").addEventListener("change", (e) => { f.available = e.target.value; refilter(); });
-  $("fleet-search").addEventListener("input", (e) => { f.search = e.target.value.trim(); refilter(); });
+  let typing = null;
+  $("fleet-search").addEventListener("input", (e) => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { f.search = e.target.value.trim(); refilter(); }, 250);
+  });
   $("fleet-prev").addEventListener("click", () => { f.offset = Math.max(0, f.offset - PAGE_SIZE); refresh(); });
   $("fleet-next").addEventListener("click", () => { f.offset += PAGE_SIZE; refresh(); });
   for (const th of $("fleet-head").querySelectorAll("th[data-sort]")) {

@@ -119,6 +119,28 @@ TEST_CASE("metrics and the dashboard show a live coordinator's jobs, rounds and 
                                std::to_string(kClients) + " clients'",
                            15));
     browser.screenshot(std::string(FEDCASE_ARTIFACT_DIR) + "/dashboard-fleet.png");
+
+    browser.evaluate("location.hash = '#/tenants'; true");
+    CHECK(browser.wait_for("document.querySelectorAll('#tenants-rows tr').length === 1", 15));
+    CHECK(browser.evaluate("document.getElementById('tenants-rows').textContent")
+              .get<std::string>()
+              .find("operator") != std::string::npos);
+  }
+
+  {
+    INFO("the dashboard's files: no token needed, one shared copy, revalidated by ETag");
+    Caller anyone(port, "");
+    Reply script = anyone.get("/dashboard/app.js");
+    REQUIRE(script.status == 200);
+    CHECK(script.response.header("content-type") == "text/javascript; charset=utf-8");
+    CHECK(script.response.header("content-security-policy").find("script-src 'self'") !=
+          std::string::npos);
+    const std::string etag = script.response.header("etag");
+    REQUIRE(etag.size() == 66);
+    CHECK(anyone.call("GET", "/dashboard/app.js", "", {{"If-None-Match", etag}}).status == 304);
+    CHECK(anyone.get("/").status == 302);
+    CHECK(anyone.get("/dashboard/../config.json").status == 404);
+    CHECK(anyone.call("POST", "/dashboard/", "{}").status == 405);
   }
   {
     INFO("GET /metrics: Prometheus text that promtool accepts, matching the admin API");

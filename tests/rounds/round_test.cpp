@@ -101,6 +101,15 @@ TEST_CASE("invitees hold their task until accepted or the round closes") {
   CHECK(changes[2].round == 3);
 }
 
+TEST_CASE("client-seconds: each invitee from the open until its update or the close") {
+  Round round = make_round();  // open at 100, clients 1, 2, 3
+  fold(round, 1, 110, 1, 10);
+  fold(round, 2, 130, 1, 10);
+  CHECK(round.client_seconds(150) == doctest::Approx(10 + 30 + 50));
+  CHECK(round.client_seconds(120) == doctest::Approx(10 + 20 + 20));  // 2 was still working
+  CHECK(round.expected_client_seconds() == 0);  // these tasks carry no estimate
+}
+
 TEST_CASE("profile changes fold into profiles") {
   scheduling::ClientProfile p;
   p.id = 1;

@@ -128,7 +128,7 @@ TEST_CASE("the schema is versioned and a newer database is refused") {
   testing::TempDir dir;
   std::string path = dir.file("fedcase.db");
   { open(path); }
-  CHECK(scalar(path, "PRAGMA user_version") == 1);
+  CHECK(scalar(path, "PRAGMA user_version") == 2);
   {
     sqlite3* db = nullptr;
     REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
@@ -138,6 +138,60 @@ TEST_CASE("the schema is versioned and a newer database is refused") {
   auto s = open_sqlite_store(path);
   CHECK(s.status().code() == Code::kInvalidArgument);
   CHECK(s.status().message().find("newer") != std::string::npos);
+}
+
+TEST_CASE("tenants persist with unique names, and jobs remember their tenant") {
+  testing::TempDir dir;
+  const std::string path = dir.file("fedcase.db");
+  {
+    auto store = open(path);
+    TenantRecord team{0, "team-a", "hash-a", 2.0, {{"max_running_jobs", 3}}, 5.0};
+    auto a = store->add_tenant(team);
+    REQUIRE(a.ok());
+    CHECK(*a == 1);
+    team.token_hash = "hash-b";
+    CHECK(store->add_tenant(team).status().code() == Code::kConflict);  // same name
+    team.name = "team-b";
+    team.token_hash = "hash-a";
+    CHECK(store->add_tenant(team).status().code() == Code::kConflict);  // same token
+    JobRecord job{0, "owned", json::object(), JobState::kRunning, json::object(), 1.0, *a};
+    REQUIRE(store->create_job(job, model(0, "m")).ok());
+  }
+  auto store = open(path);
+  auto tenants = store->list_tenants();
+  REQUIRE(tenants.ok());
+  REQUIRE(tenants->size() == 1);
+  CHECK(tenants->at(0).name == "team-a");
+  CHECK(tenants->at(0).weight == 2.0);
+  CHECK(tenants->at(0).limits["max_running_jobs"] == 3);
+  CHECK(store->list_jobs()->at(0).tenant == 1);
+}
+
+TEST_CASE("a version-1 database gains tenants; its jobs belong to the operator") {
+  testing::TempDir dir;
+  const std::string path = dir.file("fedcase.db");
+  {
+    // The jobs table as schema version 1 had it, with one job.
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(db,
+                         "CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT "
+                         "NULL, config TEXT NOT NULL, state TEXT NOT NULL, policy_state TEXT NOT "
+                         "NULL, created_at REAL NOT NULL);"
+                         "INSERT INTO jobs(name, config, state, policy_state, created_at) "
+                         "VALUES('old', '{}', 'running', '{}', 1.0);"
+                         "PRAGMA user_version=1;",
+                         nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto store = open(path);
+  CHECK(scalar(path, "PRAGMA user_version") == 2);
+  auto jobs = store->list_jobs();
+  REQUIRE(jobs.ok());
+  REQUIRE(jobs->size() == 1);
+  CHECK(jobs->at(0).name == "old");
+  CHECK(jobs->at(0).tenant == 0);
+  CHECK(store->list_tenants()->empty());
 }
 
 TEST_CASE("an unusable path gives a clear error") {

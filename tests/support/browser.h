@@ -3,8 +3,8 @@
 // of the dashboard: load a page, run JavaScript in it, wait for the DOM, take a screenshot.
 // One page per Browser; every call is blocking and bounded by a timeout.
 
-#include <doctest/doctest.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,17 +50,15 @@ class Browser {
             static_cast<char*>(nullptr));
       _exit(127);
     }
-    connect_to_page();
-  }
-
-  ~Browser() {
-    boost::beast::error_code ignored;
-    if (socket_) socket_->close(boost::beast::websocket::close_code::normal, ignored);
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
+    try {
+      connect_to_page();
+    } catch (...) {
+      stop();  // the destructor will not run
+      throw;
     }
   }
+
+  ~Browser() { stop(); }
 
   // Calls a DevTools method and returns its result; throws with the protocol's error.
   nlohmann::json call(const std::string& method, const nlohmann::json& params = {},
@@ -143,10 +141,25 @@ class Browser {
     socket_ = std::make_unique<boost::beast::websocket::stream<boost::asio::ip::tcp::socket>>(io_);
     boost::asio::ip::tcp::endpoint endpoint(boost::asio::ip::make_address("127.0.0.1"), port);
     socket_->next_layer().connect(endpoint);
+    // A blocking read gives up after 30 s (and throws) instead of hanging on a stuck browser.
+    const timeval read_timeout{30, 0};
+    setsockopt(socket_->next_layer().native_handle(), SOL_SOCKET, SO_RCVTIMEO, &read_timeout,
+               sizeof(read_timeout));
     socket_->read_message_max(64 << 20);
     socket_->handshake("127.0.0.1:" + std::to_string(port), target);
     call("Page.enable");
     call("Runtime.enable");
+  }
+
+  void stop() {
+    boost::beast::error_code ignored;
+    if (socket_) socket_->close(boost::beast::websocket::close_code::normal, ignored);
+    socket_.reset();
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
   }
 
   static std::string decode_base64(const std::string& in) {

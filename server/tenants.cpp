@@ -1,0 +1,154 @@
+#include "server/tenants.h"
+
+#include <algorithm>
+
+#include "common/crypto.h"
+#include "common/json_read.h"
+
+namespace fedcase::server {
+
+using nlohmann::json;
+
+Result<scheduling::TenantLimits> parse_tenant_limits(const json& limits) {
+  scheduling::TenantLimits l;
+  ObjectReader r(limits, "limits");
+  r.integer("max_running_jobs", l.max_running_jobs)
+      .integer("max_submissions", l.max_submissions)
+      .number("submission_window_s", l.submission_window_s, 1, 86400)
+      .integer("max_round_starts", l.max_round_starts)
+      .number("round_window_s", l.round_window_s, 1, 86400);
+  FEDCASE_RETURN_IF_ERROR(r.strict_status());
+  return l;
+}
+
+json tenant_limits_json(const scheduling::TenantLimits& l) {
+  return {{"max_running_jobs", l.max_running_jobs},
+          {"max_submissions", l.max_submissions},
+          {"submission_window_s", l.submission_window_s},
+          {"max_round_starts", l.max_round_starts},
+          {"round_window_s", l.round_window_s}};
+}
+
+namespace {
+
+bool valid_name(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+  });
+}
+
+}  // namespace
+
+TenantRegistry::TenantRegistry(storage::Store& store) : store_(store) {
+  share_.set_tenant(0, 1, {});  // the operator
+}
+
+void TenantRegistry::install(const storage::TenantRecord& record) {
+  auto limits = parse_tenant_limits(record.limits);
+  share_.set_tenant(record.id, record.weight, limits.ok() ? *limits : scheduling::TenantLimits{});
+  token_hashes_[record.token_hash] = record.id;
+  tenants_[record.id] = record;
+}
+
+Status TenantRegistry::load() {
+  auto records = store_.list_tenants();
+  if (!records.ok()) return records.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& record : *records) {
+    if (!parse_tenant_limits(record.limits).ok()) {
+      return invalid_argument("tenant " + std::to_string(record.id) + " has unreadable limits");
+    }
+    install(record);
+  }
+  return ok_status();
+}
+
+Result<TenantRegistry::Created> TenantRegistry::create(const json& request, double now) {
+  if (!request.is_object()) return invalid_argument("request body must be a JSON object");
+  storage::TenantRecord record;
+  json limits = json::object();
+  ObjectReader r(request, "tenant");
+  r.require("name").text("name", record.name).number("weight", record.weight, 1e-3, 100);
+  if (const json* l = r.member("limits")) {
+    auto parsed = parse_tenant_limits(*l);
+    r.merge(parsed.status());
+    if (parsed.ok()) limits = tenant_limits_json(*parsed);
+  }
+  FEDCASE_RETURN_IF_ERROR(r.strict_status());
+  if (!valid_name(record.name)) {
+    return invalid_argument("tenant.name must be 1 to 64 of a-z, 0-9, '-' and '_'");
+  }
+  auto token = random_token();
+  if (!token.ok()) return token.status();
+  record.token_hash = sha256_hex(*token);
+  record.limits = limits.empty() ? tenant_limits_json({}) : limits;
+  record.created_at = now;
+  auto id = store_.add_tenant(record);
+  if (!id.ok()) {
+    if (id.status().code() == Code::kConflict) {
+      return conflict("a tenant named '" + record.name + "' exists");
+    }
+    return id.status();
+  }
+  record.id = *id;
+  std::lock_guard<std::mutex> lock(mu_);
+  install(record);
+  return Created{record, *token};
+}
+
+std::optional<TenantId> TenantRegistry::identify(const std::string& token_hash) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = token_hashes_.find(token_hash);
+  if (it == token_hashes_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<storage::TenantRecord> TenantRegistry::list() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<storage::TenantRecord> out;
+  for (const auto& [id, record] : tenants_) out.push_back(record);
+  return out;
+}
+
+json TenantRegistry::share_json() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  json share = share_.to_json();
+  for (auto& [key, entry] : share["tenants"].items()) {
+    const TenantId id = std::stoull(key);
+    auto it = tenants_.find(id);
+    entry["name"] = it == tenants_.end() ? std::string("operator") : it->second.name;
+  }
+  return share;
+}
+
+bool TenantRegistry::admit_job(TenantId tenant, size_t running_jobs, bool overload, double now,
+                               double& retry_after_s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return share_.admit_job(tenant, running_jobs, overload, now, retry_after_s);
+}
+
+void TenantRegistry::set_active(TenantId tenant, bool active) {
+  std::lock_guard<std::mutex> lock(mu_);
+  share_.set_tenant_active(tenant, active);
+}
+
+std::optional<size_t> TenantRegistry::next_round(const std::vector<scheduling::WaitingJob>& waiting,
+                                                 bool overload, double now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return share_.next_round(waiting, overload, now);
+}
+
+void TenantRegistry::round_opened(TenantId tenant, JobId job, double now, double expected_client_s,
+                                  double class_cost) {
+  std::lock_guard<std::mutex> lock(mu_);
+  share_.round_opened(tenant, job, now, expected_client_s, class_cost);
+}
+
+void TenantRegistry::round_concluded(TenantId tenant, JobId job, double expected_client_s,
+                                     double client_s, double class_cost) {
+  std::lock_guard<std::mutex> lock(mu_);
+  share_.round_concluded(tenant, job, expected_client_s, client_s, class_cost);
+}
+
+}  // namespace fedcase::server

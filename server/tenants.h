@@ -1,0 +1,75 @@
+#pragma once
+// The coordinator's tenants (docs/tenancy.md): teams that share the fleet, each with its own
+// bearer token, a weight and limits, and the fair share of the fleet between them
+// (scheduling::FairShare in kPerTenant mode): which job's round opens first, what each
+// tenant is charged, when one is throttled. Tenant 0 is the operator, whose jobs the admin
+// token creates (weight 1, no limits).
+//
+// Thread safety: every method may be called from any thread; one internal mutex, never held
+// across a store call (decide under it, write outside it, publish under it).
+
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/status.h"
+#include "common/thread_annotations.h"
+#include "scheduling/fair_share.h"
+#include "storage/store.h"
+
+namespace fedcase::server {
+
+class TenantRegistry {
+ public:
+  // `store` must outlive the registry.
+  explicit TenantRegistry(storage::Store& store);
+
+  // Loads every stored tenant. kInternal / kInvalidArgument for unreadable rows.
+  [[nodiscard]] Status load();
+
+  // `request`: {"name", "weight" (0 < w <= 100, default 1), "limits": {"max_running_jobs",
+  // "max_submissions", "submission_window_s", "max_round_starts", "round_window_s"}} (limits
+  // apply only under overload; 0 or absent: none). Returns the tenant and its token (shown only
+  // here). kInvalidArgument naming a bad field, kConflict for a name already used.
+  struct Created {
+    storage::TenantRecord record;
+    std::string token;
+  };
+  [[nodiscard]] Result<Created> create(const nlohmann::json& request, double now);
+
+  // The tenant whose token hashes to `token_hash`, if any.
+  std::optional<TenantId> identify(const std::string& token_hash) const;
+  std::vector<storage::TenantRecord> list() const;
+  // The share of the fleet: FairShare::to_json, with every tenant's name.
+  nlohmann::json share_json() const;
+
+  // ---- the fair share (scheduling::FairShare) ----
+  bool admit_job(TenantId tenant, size_t running_jobs, bool overload, double now,
+                 double& retry_after_s);
+  void set_active(TenantId tenant, bool active);
+  std::optional<size_t> next_round(const std::vector<scheduling::WaitingJob>& waiting,
+                                   bool overload, double now);
+  void round_opened(TenantId tenant, JobId job, double now, double expected_client_s,
+                    double class_cost);
+  void round_concluded(TenantId tenant, JobId job, double expected_client_s, double client_s,
+                       double class_cost);
+
+ private:
+  void install(const storage::TenantRecord& record) FEDCASE_REQUIRES(mu_);
+
+  storage::Store& store_;
+  mutable std::mutex mu_;
+  std::map<TenantId, storage::TenantRecord> tenants_ FEDCASE_GUARDED_BY(mu_);
+  std::unordered_map<std::string, TenantId> token_hashes_ FEDCASE_GUARDED_BY(mu_);
+  scheduling::FairShare share_ FEDCASE_GUARDED_BY(mu_);
+};
+
+// Reads a tenant's limits ({"max_running_jobs", ...}); kInvalidArgument naming a bad field.
+Result<scheduling::TenantLimits> parse_tenant_limits(const nlohmann::json& limits);
+nlohmann::json tenant_limits_json(const scheduling::TenantLimits& limits);
+
+}  // namespace fedcase::server
