@@ -119,19 +119,22 @@ void FairShare::set_job_active(JobId job, bool active) {
 bool FairShare::admit_job(TenantId id, size_t running_jobs, bool overload, double now,
                           double& retry_after_s) {
   retry_after_s = 0;
-  if (mode_ != Mode::kPerTenant || !overload) return true;
+  if (mode_ != Mode::kPerTenant) return true;
   Tenant& t = tenant(id);
-  if (t.limits.max_running_jobs > 0 && running_jobs >= t.limits.max_running_jobs) {
+  if (overload && t.limits.max_running_jobs > 0 && running_jobs >= t.limits.max_running_jobs) {
     // A running job frees a place only when it ends: retry after one window.
     retry_after_s = t.limits.submission_window_s;
     ++t.throttle_events;
     return false;
   }
-  if (t.submissions && !t.submissions->allow(now, retry_after_s)) {
-    ++t.throttle_events;
-    return false;
+  // Recorded with or without overload (as round starts are), so that the window holds the
+  // tenant's recent submissions when an overload begins.
+  if (!t.submissions || t.submissions->allow(now, retry_after_s) || !overload) {
+    retry_after_s = 0;
+    return true;
   }
-  return true;
+  ++t.throttle_events;
+  return false;
 }
 
 std::optional<size_t> FairShare::next_round(const std::vector<WaitingJob>& waiting, bool overload,

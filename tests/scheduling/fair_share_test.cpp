@@ -143,6 +143,24 @@ TEST_CASE("FairShare: under overload, submissions and round starts beyond the li
   CHECK(share.next_round({{1, 1}}, true, 31).has_value());  // the window moved on
 }
 
+TEST_CASE("FairShare: submissions admitted without overload count in the window") {
+  FairShare share;
+  TenantLimits limits;
+  limits.max_submissions = 2;
+  limits.submission_window_s = 60;
+  share.set_tenant(1, 1, limits);
+  double retry = 0;
+  CHECK(share.admit_job(1, 0, /*overload=*/false, 0, retry));
+  CHECK(share.admit_job(1, 1, /*overload=*/false, 1, retry));
+  CHECK(share.admit_job(1, 2, /*overload=*/false, 2, retry));  // window full, but no overload
+  CHECK(retry == 0);
+  // The overload begins: the two submissions at 0 and 1 fill the window until 60.
+  CHECK_FALSE(share.admit_job(1, 3, /*overload=*/true, 3, retry));
+  CHECK(retry == doctest::Approx(57));
+  CHECK(share.admit_job(1, 3, /*overload=*/true, 60, retry));
+  CHECK(share.throttle_events(1) == 1);
+}
+
 TEST_CASE("FairShare: charges are corrected at the conclusion; shares of client-seconds") {
   FairShare share;
   share.set_tenant(1, 1, {});
