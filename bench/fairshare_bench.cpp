@@ -171,15 +171,16 @@ std::shared_ptr<const rounds::GlobalModel> initial_model(size_t params) {
   return rounds::make_global_model(0, layout, std::vector<float>(params, 0.0f));
 }
 
-// What one of the job's tasks is expected to cost, over the whole fleet: the mean expected
-// task seconds.
-double class_cost(const rounds::JobRuntime& job, const std::vector<ClientProfile>& fleet) {
-  double sum = 0;
+// What one of the job's tasks is expected to cost over the whole fleet (every client could take
+// it), as the coordinator's round driver computes it.
+double job_class_cost(const rounds::JobRuntime& job, const std::vector<ClientProfile>& fleet) {
+  std::vector<double> seconds;
   for (const ClientProfile& p : fleet) {
-    sum += scheduling::make_candidate(p, true, job.config().training, job.model()->blob.size())
-               .expected_duration_s;
+    seconds.push_back(
+        scheduling::make_candidate(p, true, job.config().training, job.model()->blob.size())
+            .expected_duration_s);
   }
-  return sum / double(fleet.size());
+  return scheduling::class_cost(std::move(seconds));
 }
 
 struct JobSpec {
@@ -282,7 +283,7 @@ class Simulation {
       std::exit(1);
     }
     job.runtime = std::move(runtime).value();
-    job.class_cost = class_cost(*job.runtime, fleet_);
+    job.class_cost = job_class_cost(*job.runtime, fleet_);
     job.invitees = scheduling::invited_count(options_.clients_per_round, options_.overcommit);
     zeros_.resize(std::max(zeros_.size(), spec.model_params), 0.0f);
     jobs_.push_back(std::move(job));
@@ -364,21 +365,10 @@ class Simulation {
     }
   }
 
-  // Each invitee from the open until its upload, or until `until` (the close) without one.
-  static double client_seconds(const rounds::Round& round, double until) {
-    const auto& accepted = round.accepted_updates();
-    double total = 0;
-    for (const scheduling::ClientTask& task : round.tasks()) {
-      auto it = accepted.find(task.client);
-      total += (it == accepted.end() ? until : std::min(it->second.at, until)) - round.opened_at();
-    }
-    return total;
-  }
-
   void conclude_if_due(Job& job) {
     if (!job.round || !job.round->round.due(now_)) return;
     rounds::Round& round = job.round->round;
-    const double used = client_seconds(round, now_);
+    const double used = round.client_seconds(now_);
     const rounds::Conclusion conclusion = job.runtime->conclude(round, now_);
     result_.rounds_cut += conclusion.closed_at < round.deadline() && !round.filled();
     for (const scheduling::ClientTask& task : round.tasks()) {
@@ -412,7 +402,7 @@ class Simulation {
   // A tenant's last job reached its target: the service of rounds still open counts up to now.
   void end_contention() {
     for (const Job& job : jobs_) {
-      if (job.round) add_service(job, client_seconds(job.round->round, now_));
+      if (job.round) add_service(job, job.round->round.client_seconds(now_));
     }
     contention_over_ = true;
     result_.contention_end_s = now_;
@@ -472,12 +462,12 @@ class Simulation {
     for (const scheduling::ClientTask& task : open.round.tasks()) {
       take_client(task.client);
       open.round.hand_out(task.client, now_);
-      open.expected_client_s += task.expected_duration_s;
       const double duration = lognormal(jitter_, task.expected_duration_s, options_.jitter_sigma);
       open.uploads.push_back({now_ + duration, task.client});
     }
     std::sort(open.uploads.begin(), open.uploads.end(),
               [](const Upload& a, const Upload& b) { return a.at < b.at; });
+    open.expected_client_s = open.round.expected_client_seconds();
     share_.round_opened(job.spec.tenant, job.spec.id, now_, open.expected_client_s, job.class_cost);
     job.round.emplace(std::move(open));
     ++result_.rounds_opened;

@@ -4,6 +4,8 @@
 #include <limits>
 #include <string>
 
+#include "scheduling/percentile.h"
+
 namespace fedcase::scheduling {
 
 void ServiceCounters::set_weight(uint64_t id, double weight) {
@@ -206,6 +208,11 @@ nlohmann::json FairShare::to_json() const {
     out[key] = entry;
   }
   return {{"tenants", out}};
+}
+
+double class_cost(std::vector<double> expected_task_seconds) {
+  if (expected_task_seconds.empty()) return 0;
+  return percentile(std::move(expected_task_seconds), 0.5);
 }
 
 double jain_index(const std::vector<double>& shares) {

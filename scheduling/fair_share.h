@@ -160,6 +160,11 @@ class FairShare {
   std::map<TenantId, Tenant> tenants_;
 };
 
+// The cost of a job's class of work, what its tenant's charges are divided by: the median
+// expected seconds of one of its tasks over the clients that could take it (its model bytes
+// moved and its sample budget computed and read); 0 when there are none (nothing is charged).
+double class_cost(std::vector<double> expected_task_seconds);
+
 // Jain's fairness index of `shares` (1 = equal; 1/n = one takes all); 1 for no shares.
 double jain_index(const std::vector<double>& shares);
 

@@ -12,6 +12,7 @@
 #include "ml/model.h"
 #include "rounds/job_config.h"
 #include "scheduling/round_plan.h"
+#include "scheduling/selection.h"
 #include "server/client_registry.h"
 #include "server/round_driver.h"
 #include "server/task_notifier.h"
@@ -497,7 +498,8 @@ Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
                  (job->state == JobState::kRunning || job->state == JobState::kPaused);
     }
   }
-  const bool overload = s.driver.fleet_overloaded(s.clock());
+  const bool overload = s.driver.fleet_overloaded(
+      s.clock(), scheduling::invited_count(config->clients_per_round, config->overcommit));
   if (!s.tenants.admit_job(owner, running, overload, s.clock(), retry_after_s)) {
     return resource_exhausted("the fleet is overloaded and this tenant is at its limit of " +
                               std::string("running jobs or job submissions; retry in ") +

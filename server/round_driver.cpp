@@ -6,7 +6,6 @@
 
 #include "common/log.h"
 #include "scheduling/fair_share.h"
-#include "scheduling/percentile.h"
 #include "scheduling/round_plan.h"
 #include "scheduling/selection.h"
 
@@ -147,16 +146,20 @@ void RoundDriver::conclude_all() {
   for (Closing& c : closing) conclude(c, now);
 }
 
-bool RoundDriver::fleet_overloaded(double now) {
-  size_t wanted = 0;
+bool RoundDriver::fleet_overloaded(double now, size_t extra_wanted) {
+  size_t wanted = extra_wanted, busy = 0;
   {
     std::lock_guard<std::mutex> lock(jobs_.mu);
     for (const auto& [id, job] : jobs_.jobs) {
-      if (job->state != JobState::kRunning) continue;
-      wanted += scheduling::invited_count(job->config.clients_per_round, job->config.overcommit);
+      if (job->round) {
+        for (const auto& task : job->round->tasks()) busy += job->round->holds_task(task.client);
+      } else if (job->state == JobState::kRunning && !job->concluding) {
+        wanted += scheduling::invited_count(job->config.clients_per_round, job->config.overcommit);
+      }
     }
   }
-  return scheduling::overloaded(wanted, clients_.census(now).available);
+  const size_t available = clients_.census(now).available;
+  return scheduling::overloaded(wanted, available > busy ? available - busy : 0);
 }
 
 void RoundDriver::open_in_turn(std::vector<JobEntry*> waiting, double now) {
@@ -235,8 +238,7 @@ bool RoundDriver::open(JobEntry& job, double now) {
     return false;
   }
   job.round_expected_client_s = round.expected_client_seconds();
-  job.round_class_cost =
-      task_seconds.empty() ? 0 : scheduling::percentile(std::move(task_seconds), 0.5);
+  job.round_class_cost = scheduling::class_cost(std::move(task_seconds));
   clients_.apply(round.selection_changes());
   log_info(job_prefix(job) + "round " + std::to_string(round.index()) + " opened with " +
            std::to_string(round.tasks().size()) + " invited of " +

@@ -56,10 +56,11 @@ class RoundDriver {
   // and at start for committed models that a crash left unevaluated.
   void evaluate(JobEntry& job, std::shared_ptr<const rounds::GlobalModel> model,
                 nlohmann::json timing);
-  // Whether the running jobs want more clients a round (ceil(K x overcommit) each) than are
-  // available: only then are tenants throttled. Takes JobTable::mu and the registry's lock
-  // (one after the other); any thread.
-  bool fleet_overloaded(double now);
+  // Whether the running jobs waiting to open a round, plus `extra_wanted` clients (a job being
+  // submitted), want more clients (ceil(K x overcommit) a job) than are free (available and
+  // holding no task): only then are tenants throttled. Takes JobTable::mu and the registry's
+  // lock, one after the other; any thread.
+  bool fleet_overloaded(double now, size_t extra_wanted = 0);
 
  private:
   struct Closing;
