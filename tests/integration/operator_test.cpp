@@ -100,6 +100,11 @@ TEST_CASE("metrics and the dashboard show a live coordinator's jobs, rounds and 
         browser.evaluate("document.getElementById('jobs-rows').textContent");
     CHECK(jobs_text.find("operator-view") != std::string::npos);
     CHECK(jobs_text.find("finished") != std::string::npos);
+    // The page updates itself: a refresh lands within a few seconds without a reload.
+    const std::string stamp = browser.evaluate("document.getElementById('status').textContent");
+    CHECK(browser.wait_for("document.getElementById('status').textContent !== " +
+                               json(stamp).dump(),
+                           10));
     // The token is kept in the tab's session only, never in the URL.
     CHECK(browser.evaluate("location.href") == url);
     CHECK(browser.evaluate("localStorage.length") == 0);
