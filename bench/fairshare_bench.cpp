@@ -435,10 +435,10 @@ class Simulation {
       std::vector<scheduling::WaitingJob> candidates;
       std::vector<Job*> candidate_jobs;
       for (Job& job : jobs_) {
-        if (waiting(job) && free_ >= job.runtime->config().min_clients) {
-          candidates.push_back({job.spec.id, job.spec.tenant});
-          candidate_jobs.push_back(&job);
-        }
+        if (!waiting(job)) continue;
+        candidates.push_back({job.spec.id, job.spec.tenant,
+                              free_ >= job.runtime->config().min_clients, free_ >= job.invitees});
+        candidate_jobs.push_back(&job);
       }
       if (candidates.empty()) return;
       const bool overload = scheduling::overloaded(clients_wanted(), free_);

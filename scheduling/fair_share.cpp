@@ -156,6 +156,19 @@ std::optional<size_t> FairShare::next_round(const std::vector<WaitingJob>& waiti
     index.push_back(i);
   }
   if (allowed.empty()) return std::nullopt;
+  if (mode_ == Mode::kPerTenant && overload) {
+    const size_t first = next_to_open(allowed, counters_);
+    if (!allowed[first].fits) return std::nullopt;  // the others wait with it
+    return index[first];
+  }
+  // Only the jobs that can open now compete.
+  for (size_t i = allowed.size(); i-- > 0;) {
+    if (!allowed[i].can_open) {
+      allowed.erase(allowed.begin() + i);
+      index.erase(index.begin() + i);
+    }
+  }
+  if (allowed.empty()) return std::nullopt;
   if (mode_ == Mode::kFirstCome) {
     size_t first = 0;
     for (size_t i = 1; i < allowed.size(); ++i) {

@@ -53,11 +53,13 @@ class ServiceCounters {
   std::map<uint64_t, Entry> entries_;
 };
 
-// A job that would open a round now, and whose counter it is charged to (its tenant; or the
-// job itself, to compare with a per-job fair share).
+// A running job without an open round, whose counter it is charged to (its tenant; or the job
+// itself, to compare with a per-job fair share), and how the free clients stand for it.
 struct WaitingJob {
   JobId job = 0;
   uint64_t consumer = 0;
+  bool can_open = true;  // enough free clients for a round now (the job's min_clients)
+  bool fits = true;      // its whole invitation, ceil(K x overcommit), is free now
 };
 // The index in `waiting` (not empty) of the job to open first: the one whose consumer is
 // least served, ties by job id. After opening it, the caller charges the round's expected
@@ -121,10 +123,14 @@ class FairShare {
   // An admitted submission is recorded in the window.
   bool admit_job(TenantId tenant, size_t running_jobs, bool overload, double now,
                  double& retry_after_s);
-  // Of the jobs that could open a round now (each WaitingJob's consumer is the job's tenant),
-  // the index of the one to open first; nullopt when every one is throttled (kPerTenant under
-  // overload: its tenant's round-start window is full; counted once per held-back wait).
-  // Call round_opened for the round that does open.
+  // Of the waiting jobs (each WaitingJob's consumer is the job's tenant), the index of the one
+  // to open a round now, or nullopt for none. Without overload, and in the other modes: the
+  // least-served (kFirstCome: the lowest job id) of those that can open. kPerTenant under
+  // overload: tenants over their round-start window wait (counted once per held-back wait),
+  // and the least-served remaining job is the one to open, once its whole invitation fits;
+  // until then every other job waits too, so the clients that free up gather for it instead
+  // of going, one round after another, to tenants that have had more. Call round_opened for
+  // the round that does open.
   std::optional<size_t> next_round(const std::vector<WaitingJob>& waiting, bool overload,
                                    double now);
   // A round of `tenant`'s `job` opened at `now`, expected to occupy `expected_client_s`

@@ -147,19 +147,32 @@ void RoundDriver::conclude_all() {
 }
 
 bool RoundDriver::fleet_overloaded(double now, size_t extra_wanted) {
-  size_t wanted = extra_wanted, busy = 0;
+  const size_t busy = busy_clients().size();
+  size_t wanted = extra_wanted;
   {
     std::lock_guard<std::mutex> lock(jobs_.mu);
     for (const auto& [id, job] : jobs_.jobs) {
-      if (job->round) {
-        for (const auto& task : job->round->tasks()) busy += job->round->holds_task(task.client);
-      } else if (job->state == JobState::kRunning && !job->concluding) {
+      if (!job->round && job->state == JobState::kRunning && !job->concluding) {
         wanted += scheduling::invited_count(job->config.clients_per_round, job->config.overcommit);
       }
     }
   }
   const size_t available = clients_.census(now).available;
   return scheduling::overloaded(wanted, available > busy ? available - busy : 0);
+}
+
+std::set<ClientId> RoundDriver::busy_clients() {
+  // A client holds one task at a time: those invited by an open round are busy until they
+  // have delivered their update there.
+  std::set<ClientId> busy;
+  std::lock_guard<std::mutex> lock(jobs_.mu);
+  for (const auto& [id, job] : jobs_.jobs) {
+    if (!job->round) continue;
+    for (const auto& task : job->round->tasks()) {
+      if (job->round->holds_task(task.client)) busy.insert(task.client);
+    }
+  }
+  return busy;
 }
 
 void RoundDriver::open_in_turn(std::vector<JobEntry*> waiting, double now) {
@@ -173,15 +186,40 @@ void RoundDriver::open_in_turn(std::vector<JobEntry*> waiting, double now) {
     }
   }
   for (const auto& [tenant, is_active] : active) tenants_.set_active(tenant, is_active);
+  for (size_t i = waiting.size(); i-- > 0;) {
+    if (waiting[i]->runtime->last_round() < waiting[i]->config.rounds) continue;
+    finish(*waiting[i]);  // its round cap is reached
+    waiting.erase(waiting.begin() + i);
+  }
   if (waiting.empty()) return;
   const bool overload = fleet_overloaded(now);
+  const std::vector<ClientSnapshot> clients = clients_.profiles(now);
   while (!waiting.empty()) {
+    const std::set<ClientId> busy = busy_clients();
     std::vector<scheduling::WaitingJob> order;
-    for (const JobEntry* job : waiting) order.push_back({job->id, job->tenant});
+    std::vector<JobEntry*> candidates;
+    for (JobEntry* job : waiting) {
+      size_t eligible = 0, free = 0;
+      for (const ClientSnapshot& c : clients) {
+        if (!c.available || !rounds::labels_match(c.labels, job->config.client_labels)) continue;
+        ++eligible;
+        free += !busy.count(c.profile.id);
+      }
+      // A job that could not open even with every eligible client free waits for clients to
+      // come (it must not hold the others back).
+      if (eligible < job->config.min_clients) continue;
+      const size_t invited =
+          scheduling::invited_count(job->config.clients_per_round, job->config.overcommit);
+      const bool can_open = free >= job->config.min_clients;
+      order.push_back(
+          {job->id, job->tenant, can_open, can_open && free >= std::min(invited, eligible)});
+      candidates.push_back(job);
+    }
+    if (order.empty()) return;
     const std::optional<size_t> next = tenants_.next_round(order, overload, now);
-    if (!next) return;  // every waiting tenant is throttled
-    JobEntry& job = *waiting[*next];
-    waiting.erase(waiting.begin() + *next);
+    if (!next) return;  // throttled, or waiting for the least-served job's clients
+    JobEntry& job = *candidates[*next];
+    waiting.erase(std::find(waiting.begin(), waiting.end(), &job));
     if (open(job, now)) {
       tenants_.round_opened(job.tenant, job.id, now, job.round_expected_client_s,
                             job.round_class_cost);
@@ -191,21 +229,7 @@ void RoundDriver::open_in_turn(std::vector<JobEntry*> waiting, double now) {
 
 bool RoundDriver::open(JobEntry& job, double now) {
   rounds::JobRuntime& runtime = *job.runtime;
-  if (runtime.last_round() >= job.config.rounds) {
-    finish(job);
-    return false;
-  }
-  // A client holds one task at a time: those invited by another job's open round are busy.
-  std::set<ClientId> busy;
-  {
-    std::lock_guard<std::mutex> lock(jobs_.mu);
-    for (const auto& [id, other] : jobs_.jobs) {
-      if (!other->round) continue;
-      for (const auto& task : other->round->tasks()) {
-        if (other->round->holds_task(task.client)) busy.insert(task.client);
-      }
-    }
-  }
+  const std::set<ClientId> busy = busy_clients();
   const std::vector<ClientSnapshot> clients = clients_.profiles(now);
   const uint64_t model_bytes = job.model->blob.size();
   std::vector<rounds::PoolClient> pool;

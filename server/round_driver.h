@@ -18,6 +18,7 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "common/thread_annotations.h"
@@ -66,8 +67,11 @@ class RoundDriver {
   struct Closing;
   // Opens a round of `job` if enough clients are free; whether it did.
   bool open(JobEntry& job, double now);
-  // Opens rounds for `waiting` jobs in the fair share's order.
+  // Opens rounds for `waiting` jobs in the fair share's order (finishing those at their round
+  // cap).
   void open_in_turn(std::vector<JobEntry*> waiting, double now);
+  // Clients invited by an open round that have not delivered their update there yet.
+  std::set<ClientId> busy_clients();
   void conclude(Closing& closing, double now);
   // Running or paused -> finished (round cap or target reached).
   void finish(JobEntry& job);

@@ -189,3 +189,23 @@ TEST_CASE("FairShare modes: first come is by job id, per job ignores tenants") {
   per_job.round_opened(2, 9, 0, 5, 1);
   CHECK(waiting[*per_job.next_round(waiting, true, 0)].job == 5);  // job 5 has no service yet
 }
+
+TEST_CASE("FairShare: under overload the least-served tenant's job holds the others back") {
+  FairShare share;
+  share.set_tenant(1, 1, {});
+  share.set_tenant(2, 1, {});
+  share.round_opened(1, 10, 0, 100, 1);  // tenant 1 has had service, tenant 2 none
+  // Tenant 2's job can open (K free) but its whole invitation is not free yet.
+  std::vector<WaitingJob> waiting = {{10, 1, true, true}, {20, 2, true, false}};
+  CHECK_FALSE(share.next_round(waiting, /*overload=*/true, 1).has_value());
+  waiting[1].fits = true;  // clients freed up and gathered for it
+  CHECK(waiting[*share.next_round(waiting, true, 2)].job == 20);
+  // Without overload nobody holds: whoever can open, least served first.
+  waiting[1] = {20, 2, false, false};
+  CHECK(waiting[*share.next_round(waiting, false, 3)].job == 10);
+  // The other modes never hold either.
+  FairShare per_job(FairShare::Mode::kPerJob);
+  per_job.round_opened(1, 10, 0, 100, 1);
+  CHECK(waiting[*per_job.next_round(waiting, true, 3)].job == 10);
+  CHECK_FALSE(per_job.next_round({{20, 2, false, false}}, true, 3).has_value());
+}
