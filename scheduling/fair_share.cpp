@@ -37,19 +37,6 @@ double ServiceCounters::counter(uint64_t id) const {
   return it == entries_.end() ? 0 : it->second.counter;
 }
 
-bool ServiceCounters::active(uint64_t id) const {
-  auto it = entries_.find(id);
-  return it != entries_.end() && it->second.active;
-}
-
-std::vector<uint64_t> ServiceCounters::order(std::vector<uint64_t> candidates) const {
-  std::stable_sort(candidates.begin(), candidates.end(), [this](uint64_t a, uint64_t b) {
-    const double ca = counter(a), cb = counter(b);
-    return ca != cb ? ca < cb : a < b;
-  });
-  return candidates;
-}
-
 nlohmann::json ServiceCounters::to_json() const {
   nlohmann::json out = nlohmann::json::object();
   for (const auto& [id, e] : entries_) {
@@ -147,8 +134,9 @@ std::optional<size_t> FairShare::next_round(const std::vector<WaitingJob>& waiti
     if (mode_ == Mode::kPerTenant && overload) {
       Tenant& t = tenant(waiting[i].consumer);
       if (t.round_starts && !t.round_starts->would_allow(now)) {
-        if (!t.round_throttled) ++t.throttle_events;  // once per wait, not per look
-        t.round_throttled = true;
+        // Counted once per held-back wait, and only for a round that could open now.
+        if (!t.round_throttled && waiting[i].can_open) ++t.throttle_events;
+        t.round_throttled = t.round_throttled || waiting[i].can_open;
         continue;
       }
     }
@@ -195,11 +183,6 @@ void FairShare::round_concluded(TenantId id, JobId job, double expected_client_s
                                 double class_cost) {
   tenant(id).client_seconds += client_s;
   counters_.charge(consumer(id, job), client_s - expected_client_s, class_cost);
-}
-
-double FairShare::client_seconds(TenantId id) const {
-  auto it = tenants_.find(id);
-  return it == tenants_.end() ? 0 : it->second.client_seconds;
 }
 
 uint64_t FairShare::throttle_events(TenantId id) const {

@@ -1,5 +1,5 @@
 #pragma once
-// Sharing one fleet fairly between tenants (design.md, "Fair sharing between jobs"), after
+// Sharing one fleet fairly between tenants (design.md, "Fair sharing between tenants"), after
 // FairServe's weighted service counters: each tenant's counter grows with the service its jobs
 // receive, normalised by what its kind of work costs and by its weight; when several want
 // clients at once the least-served chooses first; a tenant that becomes active again starts
@@ -38,9 +38,6 @@ class ServiceCounters {
   void charge(uint64_t id, double client_seconds, double class_cost);
 
   double counter(uint64_t id) const;  // 0 for an unknown id
-  bool active(uint64_t id) const;
-  // `candidates` ordered least-served first (ties by id).
-  std::vector<uint64_t> order(std::vector<uint64_t> candidates) const;
   // {"<id>": {"weight", "counter", "active"}}, for the admin API.
   nlohmann::json to_json() const;
 
@@ -110,7 +107,6 @@ class FairShare {
   };
   explicit FairShare(Mode mode = Mode::kPerTenant) : mode_(mode) {}
 
-  Mode mode() const { return mode_; }
   // Adds or changes a tenant. Unknown tenants have weight 1 and no limits.
   void set_tenant(TenantId tenant, double weight, TenantLimits limits);
   // Whether `tenant` has running jobs (see ServiceCounters::set_active); for kPerJob, call
@@ -143,8 +139,7 @@ class FairShare {
   void round_concluded(TenantId tenant, JobId job, double expected_client_s, double client_s,
                        double class_cost);
 
-  // Client-seconds consumed (concluded rounds) and throttle events, per tenant.
-  double client_seconds(TenantId tenant) const;
+  // Throttle events of a tenant (also in to_json).
   uint64_t throttle_events(TenantId tenant) const;
   // {"tenants": {"<id>": {"weight", "counter", "active", "client_seconds", "share",
   // "throttle_events"}}}: share is the tenant's fraction of all client-seconds consumed.

@@ -466,8 +466,10 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
     if (!job || !number) return error_reply(invalid_argument("ids must be numbers"), req);
     if (parts.size() == 5 && parts[3] == "models") {
       if (method != http::verb::get) return method_not_allowed();
-      if (!client && !admin) return forbidden();
-      auto model = coordinator_.model(*job, *number);
+      const bool tenant = caller.role == Role::kTenant;
+      if (!client && !admin && !tenant) return forbidden();
+      auto model = coordinator_.model(
+          *job, *number, tenant ? Coordinator::Scope(caller.tenant) : Coordinator::Scope());
       if (!model.ok()) return error_reply(model.status(), req);
       const std::string etag = "\"" + model->checksum + "\"";
       auto inm = req.find(http::field::if_none_match);

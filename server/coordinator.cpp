@@ -128,6 +128,7 @@ struct Coordinator::State {
   const Clock clock;
   ClientRegistry clients;
   TenantRegistry tenants;
+  std::mutex create_mu;  // job creations, one at a time (held across their store write only)
   JobTable jobs;
   std::unique_ptr<ModelEvaluator> evaluator;
   TaskNotifier tasks_ready;
@@ -369,12 +370,14 @@ void Coordinator::unwatch_tasks(ClientId client, uint64_t handle) {
   state_->tasks_ready.cancel(client, handle);
 }
 
-Result<ModelDownload> Coordinator::model(JobId job_id, uint64_t version) {
+Result<ModelDownload> Coordinator::model(JobId job_id, uint64_t version, Scope scope) {
   State& s = *state_;
   {
     std::lock_guard<std::mutex> lock(s.jobs.mu);
     JobEntry* job = s.jobs.find(job_id);
-    if (!job) return not_found("job " + std::to_string(job_id) + " not found");
+    if (!job || (scope && job->tenant != *scope)) {
+      return not_found("job " + std::to_string(job_id) + " not found");
+    }
     if (job->model->version == version) {
       const auto& m = job->model;
       return ModelDownload{version, m->checksum, std::shared_ptr<const std::string>(m, &m->blob)};
@@ -490,6 +493,10 @@ Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
   State& s = *state_;
   auto config = rounds::parse_job_config(request);
   if (!config.ok()) return config.status();
+  auto built = ml::Model::create(config->model, config->seed);
+  if (!built.ok()) return built.status();
+  // One creation at a time: two submissions of a tenant cannot both pass its running-job cap.
+  std::lock_guard<std::mutex> creating(s.create_mu);
   size_t running = 0;
   {
     std::lock_guard<std::mutex> lock(s.jobs.mu);
@@ -505,8 +512,6 @@ Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
                               std::string("running jobs or job submissions; retry in ") +
                               std::to_string(int(std::ceil(retry_after_s))) + " s");
   }
-  auto built = ml::Model::create(config->model, config->seed);
-  if (!built.ok()) return built.status();
   auto model = rounds::make_global_model(0, built->layout(), built->parameters());
   const double now = s.clock();
   storage::JobRecord record{0,   config->name, request, JobState::kRunning, json::object(),
@@ -647,7 +652,7 @@ json Coordinator::tenants_view() {
     }
     out.push_back(entry);
   };
-  view(0, "operator", 1, tenant_limits_json({}));
+  view(0, kOperatorTenantName, 1, tenant_limits_json({}));
   for (const storage::TenantRecord& t : s.tenants.list()) view(t.id, t.name, t.weight, t.limits);
   return {{"tenants", out}};
 }

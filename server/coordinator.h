@@ -150,7 +150,7 @@ class Coordinator {
   // Returns a handle for unwatch_tasks. Long polls wait on this instead of re-checking.
   uint64_t watch_tasks(ClientId client, std::function<void()> wake);
   void unwatch_tasks(ClientId client, uint64_t handle);
-  Result<ModelDownload> model(JobId job, uint64_t version);
+
   // Whether the round still wants `client`'s update (kWanted), and if not why. A client asks
   // before uploading, so a straggler learns that its work is no longer needed without sending
   // it. kNotFound for an unknown job.
@@ -169,6 +169,8 @@ class Coordinator {
   // Jobs are seen through a scope: the admin's (nullopt: every job) or one tenant's (only its
   // own; another tenant's job is kNotFound, as if it did not exist).
   using Scope = std::optional<TenantId>;
+  // A committed model of `job` (clients, the admin, or a tenant for its own jobs: `scope`).
+  Result<ModelDownload> model(JobId job, uint64_t version, Scope scope = std::nullopt);
   // A job owned by `owner` (0: the operator). While the fleet is overloaded, a tenant over its
   // running-job cap or submission window is refused with kResourceExhausted, and
   // `retry_after_s` says when to try again.

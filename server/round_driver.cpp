@@ -146,19 +146,60 @@ void RoundDriver::conclude_all() {
   for (Closing& c : closing) conclude(c, now);
 }
 
-bool RoundDriver::fleet_overloaded(double now, size_t extra_wanted) {
-  const size_t busy = busy_clients().size();
-  size_t wanted = extra_wanted;
-  {
-    std::lock_guard<std::mutex> lock(jobs_.mu);
-    for (const auto& [id, job] : jobs_.jobs) {
-      if (!job->round && job->state == JobState::kRunning && !job->concluding) {
-        wanted += scheduling::invited_count(job->config.clients_per_round, job->config.overcommit);
-      }
+double RoundDriver::class_cost_of(const JobEntry& job, const std::vector<ClientSnapshot>& clients) {
+  // The coordinator's priors, never the job's own: a job's config must not set its price.
+  scheduling::TrainingParams training = job.config.training;
+  training.priors = scheduling::TrainingParams{}.priors;
+  const uint64_t model_bytes = job.model->blob.size();
+  std::vector<double> task_seconds;
+  for (const ClientSnapshot& c : clients) {
+    if (!c.available || !rounds::labels_match(c.labels, job.config.client_labels)) continue;
+    task_seconds.push_back(
+        scheduling::make_candidate(c.profile, true, training, model_bytes).expected_duration_s);
+  }
+  return scheduling::class_cost(std::move(task_seconds));
+}
+
+RoundDriver::Pool RoundDriver::pool_of(const JobEntry& job,
+                                       const std::vector<ClientSnapshot>& clients,
+                                       const std::set<ClientId>& busy) {
+  Pool pool;
+  for (const ClientSnapshot& c : clients) {
+    if (!c.available || !rounds::labels_match(c.labels, job.config.client_labels)) continue;
+    ++pool.eligible;
+    pool.free += !busy.count(c.profile.id);
+  }
+  pool.can_ever_open = pool.eligible >= job.config.min_clients;
+  pool.wanted =
+      pool.can_ever_open
+          ? std::min(pool.eligible,
+                     scheduling::invited_count(job.config.clients_per_round, job.config.overcommit))
+          : 0;
+  return pool;
+}
+
+std::vector<JobEntry*> RoundDriver::waiting_jobs() {
+  std::vector<JobEntry*> waiting;
+  std::lock_guard<std::mutex> lock(jobs_.mu);
+  for (const auto& [id, job] : jobs_.jobs) {
+    if (!job->round && !job->concluding && job->state == JobState::kRunning) {
+      waiting.push_back(job.get());
     }
   }
-  const size_t available = clients_.census(now).available;
-  return scheduling::overloaded(wanted, available > busy ? available - busy : 0);
+  return waiting;
+}
+
+bool RoundDriver::overloaded(const std::vector<ClientSnapshot>& clients,
+                             const std::set<ClientId>& busy, size_t extra_wanted) {
+  size_t wanted = extra_wanted;
+  for (const JobEntry* job : waiting_jobs()) wanted += pool_of(*job, clients, busy).wanted;
+  size_t free = 0;
+  for (const ClientSnapshot& c : clients) free += c.available && !busy.count(c.profile.id);
+  return scheduling::overloaded(wanted, free);
+}
+
+bool RoundDriver::fleet_overloaded(double now, size_t extra_wanted) {
+  return overloaded(clients_.profiles(now), busy_clients(), extra_wanted);
 }
 
 std::set<ClientId> RoundDriver::busy_clients() {
@@ -176,73 +217,67 @@ std::set<ClientId> RoundDriver::busy_clients() {
 }
 
 void RoundDriver::open_in_turn(std::vector<JobEntry*> waiting, double now) {
-  // Tenants with running jobs are active in the fair share; the others bank no credit.
-  std::map<TenantId, bool> active = {{0, false}};
-  for (const storage::TenantRecord& t : tenants_.list()) active[t.id] = false;
-  {
-    std::lock_guard<std::mutex> lock(jobs_.mu);
-    for (const auto& [id, job] : jobs_.jobs) {
-      if (job->state == JobState::kRunning) active[job->tenant] = true;
-    }
-  }
-  for (const auto& [tenant, is_active] : active) tenants_.set_active(tenant, is_active);
   for (size_t i = waiting.size(); i-- > 0;) {
     if (waiting[i]->runtime->last_round() < waiting[i]->config.rounds) continue;
     finish(*waiting[i]);  // its round cap is reached
     waiting.erase(waiting.begin() + i);
   }
-  if (waiting.empty()) return;
-  const bool overload = fleet_overloaded(now);
   const std::vector<ClientSnapshot> clients = clients_.profiles(now);
+  std::set<ClientId> busy = busy_clients();
+  // A tenant is active while one of its jobs has a round open or could open one: a job that
+  // no client can serve (too few eligible clients) banks its tenant no credit. Deactivations
+  // first, so that a tenant lifted now is lifted against the tenants that stay active.
+  std::map<TenantId, bool> active = {{0, false}};
+  for (const storage::TenantRecord& t : tenants_.list()) active[t.id] = false;
+  {
+    std::lock_guard<std::mutex> lock(jobs_.mu);
+    for (const auto& [id, job] : jobs_.jobs) {
+      if (job->round) active[job->tenant] = true;
+    }
+  }
+  for (const JobEntry* job : waiting) {
+    if (pool_of(*job, clients, busy).can_ever_open) active[job->tenant] = true;
+  }
+  for (const auto& [tenant, is_active] : active) {
+    if (!is_active) tenants_.set_active(tenant, false);
+  }
+  for (const auto& [tenant, is_active] : active) {
+    if (is_active) tenants_.set_active(tenant, true);
+  }
   while (!waiting.empty()) {
-    const std::set<ClientId> busy = busy_clients();
     std::vector<scheduling::WaitingJob> order;
     std::vector<JobEntry*> candidates;
     for (JobEntry* job : waiting) {
-      size_t eligible = 0, free = 0;
-      for (const ClientSnapshot& c : clients) {
-        if (!c.available || !rounds::labels_match(c.labels, job->config.client_labels)) continue;
-        ++eligible;
-        free += !busy.count(c.profile.id);
-      }
+      const Pool pool = pool_of(*job, clients, busy);
       // A job that could not open even with every eligible client free waits for clients to
-      // come (it must not hold the others back).
-      if (eligible < job->config.min_clients) continue;
-      const size_t invited =
-          scheduling::invited_count(job->config.clients_per_round, job->config.overcommit);
-      const bool can_open = free >= job->config.min_clients;
-      order.push_back(
-          {job->id, job->tenant, can_open, can_open && free >= std::min(invited, eligible)});
+      // come; it must not hold the others back.
+      if (!pool.can_ever_open) continue;
+      const bool can_open = pool.free >= job->config.min_clients;
+      order.push_back({job->id, job->tenant, can_open, can_open && pool.free >= pool.wanted});
       candidates.push_back(job);
     }
     if (order.empty()) return;
-    const std::optional<size_t> next = tenants_.next_round(order, overload, now);
+    const std::optional<size_t> next =
+        tenants_.next_round(order, overloaded(clients, busy, 0), now);
     if (!next) return;  // throttled, or waiting for the least-served job's clients
     JobEntry& job = *candidates[*next];
     waiting.erase(std::find(waiting.begin(), waiting.end(), &job));
-    if (open(job, now)) {
+    if (open(job, clients, busy, now)) {
       tenants_.round_opened(job.tenant, job.id, now, job.round_expected_client_s,
                             job.round_class_cost);
+      busy = busy_clients();
     }
   }
 }
 
-bool RoundDriver::open(JobEntry& job, double now) {
+bool RoundDriver::open(JobEntry& job, const std::vector<ClientSnapshot>& clients,
+                       const std::set<ClientId>& busy, double now) {
   rounds::JobRuntime& runtime = *job.runtime;
-  const std::set<ClientId> busy = busy_clients();
-  const std::vector<ClientSnapshot> clients = clients_.profiles(now);
-  const uint64_t model_bytes = job.model->blob.size();
   std::vector<rounds::PoolClient> pool;
-  std::vector<double> task_seconds;  // of the available clients, for the job's class cost
   pool.reserve(clients.size());
   for (const ClientSnapshot& c : clients) {
-    const bool available = c.available && rounds::labels_match(c.labels, job.config.client_labels);
-    pool.push_back({&c.profile, available && !busy.count(c.profile.id)});
-    if (available) {
-      task_seconds.push_back(
-          scheduling::make_candidate(c.profile, true, job.config.training, model_bytes)
-              .expected_duration_s);
-    }
+    const bool eligible = c.available && rounds::labels_match(c.labels, job.config.client_labels);
+    pool.push_back({&c.profile, eligible && !busy.count(c.profile.id)});
   }
   const auto selection_start = std::chrono::steady_clock::now();
   auto opened = runtime.open_round(pool, now);
@@ -262,7 +297,7 @@ bool RoundDriver::open(JobEntry& job, double now) {
     return false;
   }
   job.round_expected_client_s = round.expected_client_seconds();
-  job.round_class_cost = scheduling::class_cost(std::move(task_seconds));
+  job.round_class_cost = class_cost_of(job, clients);
   clients_.apply(round.selection_changes());
   log_info(job_prefix(job) + "round " + std::to_string(round.index()) + " opened with " +
            std::to_string(round.tasks().size()) + " invited of " +

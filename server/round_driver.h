@@ -58,20 +58,40 @@ class RoundDriver {
   void evaluate(JobEntry& job, std::shared_ptr<const rounds::GlobalModel> model,
                 nlohmann::json timing);
   // Whether the running jobs waiting to open a round, plus `extra_wanted` clients (a job being
-  // submitted), want more clients (ceil(K x overcommit) a job) than are free (available and
+  // submitted), want more clients (ceil(K x overcommit) a job, at most its eligible clients;
+  // none for a job that no set of free clients could serve) than are free (available and
   // holding no task): only then are tenants throttled. Takes JobTable::mu and the registry's
   // lock, one after the other; any thread.
   bool fleet_overloaded(double now, size_t extra_wanted = 0);
 
  private:
   struct Closing;
-  // Opens a round of `job` if enough clients are free; whether it did.
-  bool open(JobEntry& job, double now);
+  // Opens a round of `job` over `clients` less the `busy` ones, if enough are free; whether
+  // it did.
+  bool open(JobEntry& job, const std::vector<ClientSnapshot>& clients,
+            const std::set<ClientId>& busy, double now);
   // Opens rounds for `waiting` jobs in the fair share's order (finishing those at their round
-  // cap).
+  // cap), after telling the fair share which tenants are active.
   void open_in_turn(std::vector<JobEntry*> waiting, double now);
   // Clients invited by an open round that have not delivered their update there yet.
   std::set<ClientId> busy_clients();
+  // Running jobs without an open round. Entries stay valid (jobs are never removed).
+  std::vector<JobEntry*> waiting_jobs();
+  // A job's clients now: `eligible` (available and matching its labels), `free` (of those,
+  // not busy), whether it could open at all with all eligible clients free, and how many it
+  // wants for a round (its invitation, at most its eligible clients; 0 if it cannot open).
+  struct Pool {
+    size_t eligible = 0, free = 0, wanted = 0;
+    bool can_ever_open = false;
+  };
+  static Pool pool_of(const JobEntry& job, const std::vector<ClientSnapshot>& clients,
+                      const std::set<ClientId>& busy);
+  // Whether the waiting jobs' wants plus `extra_wanted` exceed the free available clients.
+  bool overloaded(const std::vector<ClientSnapshot>& clients, const std::set<ClientId>& busy,
+                  size_t extra_wanted);
+  // A job's class cost (scheduling::class_cost) over its eligible clients, from the
+  // coordinator's duration priors, not the job's.
+  static double class_cost_of(const JobEntry& job, const std::vector<ClientSnapshot>& clients);
   void conclude(Closing& closing, double now);
   // Running or paused -> finished (round cap or target reached).
   void finish(JobEntry& job);

@@ -79,6 +79,9 @@ Result<TenantRegistry::Created> TenantRegistry::create(const json& request, doub
   if (!valid_name(record.name)) {
     return invalid_argument("tenant.name must be 1 to 64 of a-z, 0-9, '-' and '_'");
   }
+  if (record.name == kOperatorTenantName) {
+    return invalid_argument("tenant.name 'operator' is the coordinator's own (tenant 0)");
+  }
   auto token = random_token();
   if (!token.ok()) return token.status();
   record.token_hash = sha256_hex(*token);
@@ -113,13 +116,7 @@ std::vector<storage::TenantRecord> TenantRegistry::list() const {
 
 json TenantRegistry::share_json() const {
   std::lock_guard<std::mutex> lock(mu_);
-  json share = share_.to_json();
-  for (auto& [key, entry] : share["tenants"].items()) {
-    const TenantId id = std::stoull(key);
-    auto it = tenants_.find(id);
-    entry["name"] = it == tenants_.end() ? std::string("operator") : it->second.name;
-  }
-  return share;
+  return share_.to_json();
 }
 
 bool TenantRegistry::admit_job(TenantId tenant, size_t running_jobs, bool overload, double now,

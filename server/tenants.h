@@ -8,6 +8,7 @@
 // Thread safety: every method may be called from any thread; one internal mutex, never held
 // across a store call (decide under it, write outside it, publish under it).
 
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -22,6 +23,9 @@
 #include "storage/store.h"
 
 namespace fedcase::server {
+
+// The name under which tenant 0, the operator, is shown; no tenant may take it.
+inline constexpr const char* kOperatorTenantName = "operator";
 
 class TenantRegistry {
  public:
@@ -44,7 +48,7 @@ class TenantRegistry {
   // The tenant whose token hashes to `token_hash`, if any.
   std::optional<TenantId> identify(const std::string& token_hash) const;
   std::vector<storage::TenantRecord> list() const;
-  // The share of the fleet: FairShare::to_json, with every tenant's name.
+  // The share of the fleet: FairShare::to_json.
   nlohmann::json share_json() const;
 
   // ---- the fair share (scheduling::FairShare) ----

@@ -125,10 +125,19 @@ TEST_CASE("tenants share a fleet: scoped access, one task per client, throttling
                         return detail_a["state"] == "finished" && detail_b["state"] == "finished";
                       },
                       240),
-                  detail_a.dump() << "\n" << detail_b.dump());
+                  detail_a.dump() << "\n"
+                                  << detail_b.dump());
   (*fleet)->stop();
   CHECK(committed_rounds(detail_a).size() == 4);
   CHECK(committed_rounds(detail_b).size() == 4);
+  // A tenant downloads its own job's models, never another's.
+  const std::string a_model =
+      "/v1/jobs/" + std::to_string(job_a.body["job_id"].get<int>()) + "/models/4";
+  const std::string b_model =
+      "/v1/jobs/" + std::to_string(job_b.body["job_id"].get<int>()) + "/models/4";
+  CHECK(team_a.get(a_model).status == 200);
+  CHECK(team_a.get(b_model).status == 404);
+  CHECK(admin.post("/v1/admin/tenants", {{"name", "operator"}}).status == 400);
 
   // One task at a time: a client invited by two rounds that were open at once had delivered
   // its update to the earlier one before the later one opened.

@@ -54,7 +54,6 @@ TEST_CASE("the least-served consumer's job opens first, ties by job id") {
   CHECK(waiting[next_to_open(waiting, c)].job == 4);  // tenant 2 is behind; its lower job id
   c.charge(2, 20, 1);                                 // tenant 2 got a round: now 25
   CHECK(waiting[next_to_open(waiting, c)].job == 3);
-  CHECK(c.order({1, 2, 3}) == std::vector<uint64_t>{3, 1, 2});
 }
 
 TEST_CASE("ten jobs of one tenant interleave with another tenant's one job") {
@@ -176,7 +175,7 @@ TEST_CASE("FairShare: charges are corrected at the conclusion; shares of client-
   CHECK(j["2"]["counter"].get<double>() == doctest::Approx(12));
   CHECK(j["1"]["share"].get<double>() == doctest::Approx(0.2));
   CHECK(j["2"]["share"].get<double>() == doctest::Approx(0.8));
-  CHECK(share.client_seconds(2) == doctest::Approx(240));
+  CHECK(j["2"]["client_seconds"].get<double>() == doctest::Approx(240));
 }
 
 TEST_CASE("FairShare modes: first come is by job id, per job ignores tenants") {
