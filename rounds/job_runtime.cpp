@@ -151,21 +151,35 @@ Conclusion JobRuntime::close(Round& round, double now, const std::string& failur
   for (const auto& task : round.tasks()) {
     c.invited.push_back(task.client);
     auto a = accepted.find(task.client);
-    scheduling::ClientOutcome client{task.client, a != accepted.end(), 0, 0};
+    scheduling::ClientOutcome& client =
+        outcome.clients.emplace_back(scheduling::ClientOutcome{task.client, a != accepted.end()});
     if (client.finished) {
       client.duration_s = a->second.duration_s;
       client.utility = a->second.utility;
       finished.push_back(task.client);
-    } else if (round.filled()) {
+      continue;
+    }
+    // How long its task had run at the close: a lower bound on its duration.
+    client.duration_s = std::max(0.0, now - round.task_started_at(task.client));
+    if (round.filled()) {
       dropped[std::to_string(task.client)] = "not needed";
     } else if (stopped) {
       dropped[std::to_string(task.client)] = "round stopped";
     } else {
       dropped[std::to_string(task.client)] = "missed deadline";
       c.profile_changes.push_back(
-          {ProfileChange::Kind::kMissedDeadline, task.client, round.index(), {}});
+          {ProfileChange::Kind::kMissedDeadline, task.client, round.index(), {}, {}});
     }
-    outcome.clients.push_back(client);
+  }
+  // Selection feedback for every invitee the round closed without, as FedScale gives its
+  // stragglers (Aggregator.round_completion_handler): the round's mean utility, and the time
+  // its task ran as a lower bound on its duration.
+  const double mean_utility = scheduling::mean_kept_utility(outcome);
+  for (const scheduling::ClientOutcome& client : outcome.clients) {
+    if (client.finished) continue;
+    ProfileChange change{ProfileChange::Kind::kNotKept, client.id, round.index(), {}, {}};
+    change.not_kept = {round.index(), mean_utility, client.duration_s};
+    c.profile_changes.push_back(change);
   }
   policy_->on_round_end(outcome);
   policy_state_ = policy_->save_state();

@@ -58,9 +58,11 @@ struct Conclusion {
   // updates, invited, samples, train_loss, aggregation, finished, dropped (client -> reason),
   // privacy, round_seconds; a committed round adds model_version and checksum.
   nlohmann::json metrics = nlohmann::json::object();
-  std::vector<ClientId> invited;               // whose profiles the round changed
-  std::vector<ProfileChange> profile_changes;  // missed deadlines
-  nlohmann::json policy_state;                 // the policy after learning from the round
+  std::vector<ClientId> invited;  // whose profiles the round changed
+  // Missed deadlines, and the selection feedback (kNotKept) of every invitee without a kept
+  // update.
+  std::vector<ProfileChange> profile_changes;
+  nlohmann::json policy_state;  // the policy after learning from the round
   // kCommitted only.
   std::shared_ptr<const GlobalModel> model;
   std::string optimizer_state;  // after the step that produced `model`

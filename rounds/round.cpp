@@ -33,6 +33,8 @@ Status apply_profile_change(const ProfileChange& change, scheduling::ClientProfi
     case ProfileChange::Kind::kMissedDeadline:
       scheduling::observe_missed_deadline(profile);
       return ok_status();
+    case ProfileChange::Kind::kNotKept:
+      return scheduling::observe_not_kept(profile, change.not_kept);
   }
   return internal_error("unknown profile change");
 }
@@ -82,7 +84,7 @@ bool Round::holds_task(ClientId client) const {
 std::vector<ProfileChange> Round::selection_changes() const {
   std::vector<ProfileChange> changes;
   for (const auto& task : tasks_) {
-    changes.push_back({ProfileChange::Kind::kSelected, task.client, spec_.index, {}});
+    changes.push_back({ProfileChange::Kind::kSelected, task.client, spec_.index, {}, {}});
   }
   return changes;
 }
@@ -131,22 +133,30 @@ Result<std::shared_ptr<RoundAggregate>> Round::reserve(ClientId client, double n
 ProfileChange Round::accept(ClientId client, const scheduling::RoundReport& report, double now,
                             double fold_s) {
   reserved_.erase(client);
-  auto handed = handed_out_.find(client);
-  const double start = handed != handed_out_.end() ? handed->second : spec_.opened_at;
+  const double start = task_started_at(client);
   Accepted& a = accepted_[client];
   a.at = now;
   a.duration_s = now - start;
   a.dispatch_s = start - spec_.opened_at;
   a.samples = report.samples;
   a.loss_sum = report.loss_sum;
-  a.utility = scheduling::statistical_utility(report.samples, report.loss_sq_sum);
+  const scheduling::ClientTask* task = task_for(client);
+  const uint64_t unique = task != nullptr && task->unique_samples > 0
+                              ? std::min(report.samples, task->unique_samples)
+                              : report.samples;
+  a.utility = scheduling::statistical_utility(unique, report.samples, report.loss_sq_sum);
   a.download_s = report.download_s;
   a.train_s = report.compute_s + report.io_s;
   a.upload_s = report.upload_s;
   a.fold_s = fold_s;
-  ProfileChange change{ProfileChange::Kind::kCompleted, client, spec_.index, report};
+  ProfileChange change{ProfileChange::Kind::kCompleted, client, spec_.index, report, {}};
   change.report.round = spec_.index;
   return change;
+}
+
+double Round::task_started_at(ClientId client) const {
+  auto handed = handed_out_.find(client);
+  return handed != handed_out_.end() ? handed->second : spec_.opened_at;
 }
 
 void Round::release(ClientId client) { reserved_.erase(client); }

@@ -49,15 +49,18 @@ class RoundAggregate {
 // A change to one client's profile that a round step decided. The owner of the profiles
 // applies it (apply_profile_change) under whatever lock guards them.
 struct ProfileChange {
-  enum class Kind { kSelected, kCompleted, kMissedDeadline };
+  // kNotKept: the round concluded without the client's update (selection feedback).
+  enum class Kind { kSelected, kCompleted, kMissedDeadline, kNotKept };
   Kind kind = Kind::kSelected;
   ClientId client = 0;
   RoundIndex round = 0;
-  scheduling::RoundReport report;  // kCompleted: the task's statistics
+  scheduling::RoundReport report;      // kCompleted: the task's statistics
+  scheduling::NotKeptReport not_kept;  // kNotKept: the round's mean utility, the time it ran
 };
 
-// Folds `change` into `profile` (observe_selected, observe_completion or
-// observe_missed_deadline). kInvalidArgument (profile unchanged) for a bad completion report.
+// Folds `change` into `profile` (observe_selected, observe_completion,
+// observe_missed_deadline or observe_not_kept). kInvalidArgument (profile unchanged) for a
+// bad report.
 Status apply_profile_change(const ProfileChange& change, scheduling::ClientProfile& profile,
                             const scheduling::ProfileParams& params);
 
@@ -109,6 +112,8 @@ class Round {
 
   // The client fetched its task at `now`; its task's duration counts from its first fetch.
   void hand_out(ClientId client, double now);
+  // When the client's task started: its first fetch, or the round's open if it never fetched.
+  double task_started_at(ClientId client) const;
   // Whether an upload from `client` at `now` would be admitted.
   Admission admission(ClientId client, double now) const;
   // As admission(), as a Status: kPermissionDenied (not invited), kUnavailable (held: retry

@@ -61,10 +61,14 @@ void Smoothed::fold(double x, double alpha) {
   if (count < std::numeric_limits<uint32_t>::max()) ++count;
 }
 
-double statistical_utility(uint64_t samples, double loss_sq_sum) {
+double statistical_utility(uint64_t unique_samples, uint64_t samples, double loss_sq_sum) {
   if (samples == 0) return 0;
-  const double n = static_cast<double>(samples);
-  return n * std::sqrt(loss_sq_sum / n);
+  return static_cast<double>(unique_samples) *
+         std::sqrt(loss_sq_sum / static_cast<double>(samples));
+}
+
+uint64_t unique_samples(uint64_t samples, uint64_t dataset_size) {
+  return dataset_size > 0 ? std::min(samples, dataset_size) : samples;
 }
 
 Status observe_registration(ClientProfile& profile, const DeviceReport& report,
@@ -139,13 +143,26 @@ Status observe_completion(ClientProfile& profile, const RoundReport& r,
     fold_positive(profile.storage_read_bytes_per_s, misses * profile.sample_bytes.mean / r.io_s,
                   alpha);
   }
-  profile.utility = statistical_utility(r.samples, r.loss_sq_sum);
+  profile.utility = statistical_utility(unique_samples(r.samples, profile.dataset_size), r.samples,
+                                        r.loss_sq_sum);
   profile.utility_round = r.round;
+  profile.feedback_round = r.round;
+  profile.feedback_utility = profile.utility;
+  profile.duration_floor_s = 0;
   ++profile.completions;
   return ok_status();
 }
 
 void observe_missed_deadline(ClientProfile& profile) { ++profile.missed_deadlines; }
+
+Status observe_not_kept(ClientProfile& profile, const NotKeptReport& report) {
+  FEDCASE_RETURN_IF_ERROR(
+      check_measurements({report.mean_utility, report.ran_s}, "not-kept report"));
+  profile.feedback_round = report.round;
+  profile.feedback_utility = report.mean_utility;
+  profile.duration_floor_s = report.ran_s;
+  return ok_status();
+}
 
 nlohmann::json profile_to_json(const ClientProfile& p) {
   const Availability& a = p.availability;
@@ -166,6 +183,9 @@ nlohmann::json profile_to_json(const ClientProfile& p) {
         {"offline_s", smoothed_to_json(a.offline_s)}}},
       {"utility", p.utility},
       {"utility_round", p.utility_round},
+      {"feedback_round", p.feedback_round},
+      {"feedback_utility", p.feedback_utility},
+      {"duration_floor_s", p.duration_floor_s},
       {"last_selected_round", p.last_selected_round},
       {"times_selected", p.times_selected},
       {"completions", p.completions},
@@ -189,11 +209,19 @@ Result<ClientProfile> profile_from_json(const nlohmann::json& json) {
       .merge(availability_from_json(r, p.availability))
       .number("utility", p.utility, 0, kInf)
       .integer("utility_round", p.utility_round)
+      .integer("feedback_round", p.feedback_round)
+      .number("feedback_utility", p.feedback_utility, 0, kInf)
+      .number("duration_floor_s", p.duration_floor_s, 0, kInf)
       .integer("last_selected_round", p.last_selected_round)
       .integer("times_selected", p.times_selected)
       .integer("completions", p.completions)
       .integer("missed_deadlines", p.missed_deadlines);
   FEDCASE_RETURN_IF_ERROR(r.status());
+  if (!json.contains("feedback_round")) {
+    // Stored before selection feedback existed: the last completion was the last feedback.
+    p.feedback_round = p.utility_round;
+    p.feedback_utility = p.utility;
+  }
   if (p.cache_hit_ratio.mean > 1) {
     return invalid_argument("profile.cache_hit_ratio.mean must be in [0, 1]");
   }

@@ -61,6 +61,17 @@ struct ClientProfile {
   // model moves (the selection policies add a staleness bonus instead).
   double utility = 0;
   RoundIndex utility_round = 0;  // 0 = never completed a task
+  // Selection feedback: what the latest round the client was invited to told the selection
+  // policy when it concluded (Oort's per-client record, FedScale's register_feedback). A
+  // client whose update was kept (accepted) gets its own utility (feedback_utility ==
+  // utility) and no duration bound. An invitee the round closed without (still training or
+  // uploading at the close: past the deadline, not needed once K updates had arrived, or
+  // gone) gets the mean utility of the round's kept updates, and the time its task had run
+  // at the close as a lower bound on its duration. `utility` and `utility_round` are never
+  // set by such feedback: they stay what the client itself last reported.
+  RoundIndex feedback_round = 0;  // 0 = no feedback yet: the client is unexplored
+  double feedback_utility = 0;
+  double duration_floor_s = 0;  // its last task outlasted this; 0 = no bound (completed)
   // Participation.
   RoundIndex last_selected_round = 0;  // 0 = never selected
   uint64_t times_selected = 0;
@@ -95,9 +106,21 @@ struct RoundReport {
   double upload_s = 0;
 };
 
-// Oort's statistical utility of a batch set B: |B| * sqrt(mean of the squared losses).
-// 0 when `samples` is 0.
-double statistical_utility(uint64_t samples, double loss_sq_sum);
+// Oort's statistical utility of a batch set B: |B| * sqrt(mean of the squared losses), with
+// |B| the distinct samples trained on (`unique_samples`, see unique_samples()) and the mean
+// over all `samples` losses (repetitions included). 0 when `samples` is 0.
+double statistical_utility(uint64_t unique_samples, uint64_t samples, double loss_sq_sum);
+
+// The distinct samples a task of `samples` can train on from a dataset of `dataset_size`:
+// min(samples, dataset_size), or `samples` when the dataset size is unknown (0).
+uint64_t unique_samples(uint64_t samples, uint64_t dataset_size);
+
+// Feedback for an invitee whose update the round did not keep (see ClientProfile).
+struct NotKeptReport {
+  RoundIndex round = 0;
+  double mean_utility = 0;  // mean statistical utility of the round's kept updates; 0 if none
+  double ran_s = 0;         // how long its task had run, unfinished, when the round closed
+};
 
 // Registration facts and probe measurements. kInvalidArgument (profile unchanged) for a
 // negative or non-finite measurement.
@@ -122,13 +145,21 @@ void observe_selected(ClientProfile& profile, RoundIndex round);
 
 // Folds a completed task in: compute speed (compute_s / samples), transfer speeds, cache hit
 // ratio (hits / (hits + misses)), storage speed (bytes missed / io_s; without cache counts every
-// sample counts as read from storage), sample size, the utility, and the completion count.
+// sample counts as read from storage), sample size, the utility (|B| = unique_samples(samples,
+// dataset_size)), the completion count, and the selection feedback (its own utility, no
+// duration bound).
 // Quantities the report leaves at zero are not observed. kInvalidArgument (profile unchanged)
 // for samples == 0 or a negative or non-finite value.
 Status observe_completion(ClientProfile& profile, const RoundReport& report,
                           const ProfileParams& params = {});
 
 void observe_missed_deadline(ClientProfile& profile);
+
+// The round closed without keeping the client's update: it counts as explored with the
+// round's mean utility, and its task as lasting at least `ran_s` (feedback_* and
+// duration_floor_s; utility, utility_round and the counters are unchanged). kInvalidArgument
+// (profile unchanged) for a negative or non-finite value.
+Status observe_not_kept(ClientProfile& profile, const NotKeptReport& report);
 
 // The stored form: a JSON object with every field above (see docs/scheduling.md).
 nlohmann::json profile_to_json(const ClientProfile& profile);

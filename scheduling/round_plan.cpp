@@ -104,8 +104,9 @@ Candidate make_candidate(const ClientProfile& profile, bool available, const Tra
   c.id = profile.id;
   c.available = available;
   c.profile = &profile;
-  c.expected_duration_s =
-      expected_duration(profile, task_shape(params, profile, model_bytes), params.priors).total_s();
+  const TaskShape shape = task_shape(params, profile, model_bytes);
+  c.expected_duration_s = expected_duration(profile, shape, params.priors).total_s();
+  c.unique_samples = unique_samples(shape.samples, profile.dataset_size);
   return c;
 }
 
@@ -123,6 +124,7 @@ Result<RoundPlan> plan_round(const TrainingParams& params,
     ClientTask task;
     task.client = profile->id;
     task.samples = shape.samples;
+    task.unique_samples = unique_samples(shape.samples, profile->dataset_size);
     task.local_steps = (shape.samples + params.batch_size - 1) / params.batch_size;
     task.batch_size = params.batch_size;
     task.learning_rate = params.learning_rate;

@@ -19,8 +19,8 @@ namespace fedcase::scheduling {
 // How a client's sample cache should behave during its task.
 struct CacheDirectives {
   std::string policy = "importance";  // "importance", "lru" or "none"
-  uint64_t budget_bytes = 4 << 20;  // bytes the cache may hold (capped at the client's capacity)
-  double repetition_factor = 1;     // uses allowed per cache hit within the task (>= 1)
+  uint64_t budget_bytes = 4 << 20;    // bytes the cache may hold (capped at the client's capacity)
+  double repetition_factor = 1;       // uses allowed per cache hit within the task (>= 1)
 };
 
 enum class DeadlineMode {
@@ -42,8 +42,8 @@ struct TrainingParams {
   uint64_t sample_budget = 0;  // samples per task; 0 = local_epochs x dataset size
   uint32_t batch_size = 32;
   double learning_rate = 0.01;
-  double momentum = 0;          // the client's local SGD momentum
-  double prox_mu = 0;           // FedProx proximal term; 0 = plain local SGD
+  double momentum = 0;               // the client's local SGD momentum
+  double prox_mu = 0;                // FedProx proximal term; 0 = plain local SGD
   std::string sampling = "uniform";  // "uniform" or "importance" (loss-rank weighted draws)
   DeadlineConfig deadline;
   CacheDirectives cache;  // every task's default cache directives
@@ -59,15 +59,17 @@ Result<TrainingParams> parse_training_params(const nlohmann::json& training);
 TaskShape task_shape(const TrainingParams& params, const ClientProfile& profile,
                      uint64_t model_bytes);
 
-// The selection candidate for `profile`, with the expected duration of its task. The candidate
-// points at `profile`, which must outlive the select() call it is used in.
+// The selection candidate for `profile`, with the expected duration and the distinct samples
+// of its task. The candidate points at `profile`, which must outlive the select() call it is
+// used in.
 Candidate make_candidate(const ClientProfile& profile, bool available, const TrainingParams& params,
                          uint64_t model_bytes);
 
 struct ClientTask {
   ClientId client = 0;
-  uint64_t samples = 0;      // sample budget of the task
-  uint64_t local_steps = 0;  // ceil(samples / batch_size)
+  uint64_t samples = 0;         // sample budget of the task
+  uint64_t unique_samples = 0;  // distinct samples it can train on: |B| of its utility
+  uint64_t local_steps = 0;     // ceil(samples / batch_size)
   uint32_t batch_size = 0;
   double learning_rate = 0;
   double momentum = 0;

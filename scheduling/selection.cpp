@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "scheduling/fedcase.h"
 #include "common/json_read.h"
+#include "scheduling/fedcase.h"
 #include "scheduling/oort.h"
 #include "scheduling/rng.h"
 #include "scheduling/selection_util.h"
@@ -48,6 +48,17 @@ Result<std::unique_ptr<SelectionPolicy>> build(const Result<Config>& config, uin
 }
 
 }  // namespace
+
+double mean_kept_utility(const RoundOutcome& outcome) {
+  double sum = 0;
+  size_t kept = 0;
+  for (const ClientOutcome& c : outcome.clients) {
+    if (!c.finished || !(c.utility >= 0) || !std::isfinite(c.utility)) continue;
+    sum += c.utility;
+    ++kept;
+  }
+  return kept > 0 ? sum / static_cast<double>(kept) : 0.0;
+}
 
 size_t invited_count(size_t target, double overcommit) {
   return static_cast<size_t>(

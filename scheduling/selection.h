@@ -34,6 +34,8 @@ struct Candidate {
   const ClientProfile* profile = nullptr;
   // Expected duration of the task the client would get this round; <= 0 = unknown.
   double expected_duration_s = 0;
+  // Distinct samples that task would train on (min(budget, dataset size)); 0 = unknown.
+  uint64_t unique_samples = 0;
 };
 
 struct SelectionRequest {
@@ -45,9 +47,11 @@ struct SelectionRequest {
 // How one invited client's task ended.
 struct ClientOutcome {
   ClientId id = 0;
-  bool finished = false;  // its update was accepted before the deadline
-  double duration_s = 0;  // task handout to accepted update (finished only)
-  double utility = 0;     // statistical utility of its report (finished only)
+  bool finished = false;  // its update was accepted (kept) before the round closed
+  // Finished: task handout to accepted update. Otherwise: how long its task had run when the
+  // round closed, a lower bound on its duration (0 = unknown).
+  double duration_s = 0;
+  double utility = 0;  // statistical utility of its report (finished only)
 };
 
 // What the server tells a policy when a round closes.
@@ -77,6 +81,10 @@ class SelectionPolicy {
   // kInvalidArgument (state unchanged) for a state this policy did not save.
   virtual Status load_state(const nlohmann::json& state) = 0;
 };
+
+// The mean utility of the round's finished (kept) clients; 0 when none finished. What an
+// invitee that was not kept is credited with (observe_not_kept).
+double mean_kept_utility(const RoundOutcome& outcome);
 
 // Number of clients to invite for `target` updates with `overcommit` (values < 1 count as 1).
 size_t invited_count(size_t target, double overcommit);

@@ -123,13 +123,52 @@ TEST_CASE("a filled round commits the next model: version = round index, FedAvg 
   CHECK(c.metrics["train_loss"].get<double>() == doctest::Approx(0.5));
   CHECK(c.metrics["dropped"][std::to_string(late)] == "not needed");
   CHECK(c.metrics["model_version"] == 1);
-  CHECK(c.profile_changes.empty());  // nobody missed a deadline
+  // Nobody missed a deadline; the invitee not needed gets the selection feedback: the mean
+  // utility of the kept updates, and the 20 s its task had run (from the open: never fetched).
+  REQUIRE(c.profile_changes.size() == 1);
+  const ProfileChange& feedback = c.profile_changes[0];
+  CHECK(feedback.kind == ProfileChange::Kind::kNotKept);
+  CHECK(feedback.client == late);
+  CHECK(feedback.not_kept.round == 1);
+  const auto& kept = round.accepted_updates();
+  CHECK(feedback.not_kept.mean_utility ==
+        doctest::Approx((kept.at(a).utility + kept.at(b).utility) / 2));
+  CHECK(feedback.not_kept.ran_s == doctest::Approx(20));
   CHECK(c.invited.size() == 3);
   CHECK(round.closed());
   CHECK(job->model()->version == 0);  // nothing is current before adopt()
   job->adopt(c);
   CHECK(job->model()->version == 1);
   CHECK(job->model()->params[0] == doctest::Approx(4.25));
+}
+
+TEST_CASE("an Oort round closes at the K-th update; the others are explored from its feedback") {
+  auto job = make_job(config_of({{"selection", {{"policy", "oort"}}}}));
+  Fleet fleet = fleet_of(3);
+  fleet.profiles[0].dataset_size = 5;  // fewer samples than its task's 10
+  auto opened = job->open_round(fleet.pool(3), 1000);
+  REQUIRE(opened->has_value());
+  Round& round = **opened;
+  REQUIRE(round.tasks().size() == 3);
+  for (ClientId id = 1; id <= 3; ++id) round.hand_out(id, 1002);
+  // Distinct samples: min(10, 5) for client 1, with a mean squared loss of 0.25.
+  auto change = testing::upload(round, 1, 1010, 1.0f, testing::report_of(10, 0.5, 0.25));
+  CHECK(round.accepted_updates().at(1).utility == doctest::Approx(5 * 0.5));
+  REQUIRE(apply_profile_change(change, fleet.profiles[0], {}).ok());
+  CHECK(fleet.profiles[0].utility == doctest::Approx(5 * 0.5));
+  upload(round, 2, 1030, 1.0f, 10);
+  CHECK(round.due(1030));  // the second of K = 2 arrivals closes it
+  CHECK(round.admission(3, 1031) == Admission::kFilled);
+  Conclusion c = job->conclude(round, 1030);
+  REQUIRE(c.state == RoundState::kCommitted);
+  REQUIRE(c.profile_changes.size() == 1);
+  const ProfileChange& feedback = c.profile_changes[0];
+  CHECK(feedback.client == 3);
+  CHECK(feedback.not_kept.mean_utility == doctest::Approx((2.5 + 5.0) / 2));
+  CHECK(feedback.not_kept.ran_s == doctest::Approx(28));  // fetched at 1002, closed at 1030
+  REQUIRE(apply_profile_change(feedback, fleet.profiles[2], {}).ok());
+  CHECK(fleet.profiles[2].feedback_round == 1);
+  CHECK(fleet.profiles[2].duration_floor_s == doctest::Approx(28));
 }
 
 TEST_CASE("too few updates at the deadline fail the round; invitees missed it") {
@@ -145,9 +184,18 @@ TEST_CASE("too few updates at the deadline fail the round; invitees missed it") 
   CHECK(c.state == RoundState::kFailed);
   CHECK(c.failure.find("1 updates, 2 needed") != std::string::npos);
   CHECK_FALSE(c.model);
-  CHECK(c.profile_changes.size() == 2);
+  // Each of the two others missed the deadline and gets the selection feedback: the kept
+  // update's utility, and the 60 s the round lasted.
+  CHECK(c.profile_changes.size() == 4);
+  const double utility = round.accepted_updates().begin()->second.utility;
   for (const auto& change : c.profile_changes) {
-    CHECK(change.kind == ProfileChange::Kind::kMissedDeadline);
+    CHECK(change.client != round.tasks()[0].client);
+    if (change.kind == ProfileChange::Kind::kNotKept) {
+      CHECK(change.not_kept.mean_utility == doctest::Approx(utility));
+      CHECK(change.not_kept.ran_s == doctest::Approx(60));
+    } else {
+      CHECK(change.kind == ProfileChange::Kind::kMissedDeadline);
+    }
   }
   job->adopt(c);  // a failed round changes no model
   CHECK(job->model()->version == 0);
@@ -166,7 +214,13 @@ TEST_CASE("a round stopped early blames nobody for a missed deadline") {
   Conclusion c = job->fail(**opened, 1010, "job cancelled");
   CHECK(c.state == RoundState::kFailed);
   CHECK(c.metrics["failure"] == "job cancelled");
-  CHECK(c.profile_changes.empty());
+  // No missed deadline; the selection feedback only (no update was kept: utility 0).
+  CHECK(c.profile_changes.size() == 3);
+  for (const auto& change : c.profile_changes) {
+    CHECK(change.kind == ProfileChange::Kind::kNotKept);
+    CHECK(change.not_kept.mean_utility == 0);
+    CHECK(change.not_kept.ran_s == doctest::Approx(10));
+  }
   for (const auto& [client, why] : c.metrics["dropped"].items()) CHECK(why == "round stopped");
 }
 

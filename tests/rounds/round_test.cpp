@@ -82,7 +82,7 @@ TEST_CASE("durations count from the first task fetch, or from the open") {
   const auto& accepted = round.accepted_updates();
   CHECK(accepted.at(1).duration_s == doctest::Approx(20));
   CHECK(accepted.at(2).duration_s == doctest::Approx(30));
-  CHECK(accepted.at(1).utility == doctest::Approx(scheduling::statistical_utility(10, 40)));
+  CHECK(accepted.at(1).utility == doctest::Approx(scheduling::statistical_utility(10, 10, 40)));
 }
 
 TEST_CASE("invitees hold their task until accepted or the round closes") {
@@ -114,19 +114,27 @@ TEST_CASE("profile changes fold into profiles") {
   scheduling::ClientProfile p;
   p.id = 1;
   const scheduling::ProfileParams params;
-  REQUIRE(apply_profile_change({ProfileChange::Kind::kSelected, 1, 4, {}}, p, params).ok());
+  REQUIRE(apply_profile_change({ProfileChange::Kind::kSelected, 1, 4, {}, {}}, p, params).ok());
   CHECK(p.last_selected_round == 4);
   CHECK(p.times_selected == 1);
   scheduling::RoundReport r = testing::report_of(20, 1, 4);
   r.round = 4;
-  REQUIRE(apply_profile_change({ProfileChange::Kind::kCompleted, 1, 4, r}, p, params).ok());
+  REQUIRE(apply_profile_change({ProfileChange::Kind::kCompleted, 1, 4, r, {}}, p, params).ok());
   CHECK(p.completions == 1);
-  CHECK(p.utility == doctest::Approx(scheduling::statistical_utility(20, 80)));
-  REQUIRE(apply_profile_change({ProfileChange::Kind::kMissedDeadline, 1, 5, {}}, p, params).ok());
+  CHECK(p.utility == doctest::Approx(scheduling::statistical_utility(20, 20, 80)));
+  REQUIRE(
+      apply_profile_change({ProfileChange::Kind::kMissedDeadline, 1, 5, {}, {}}, p, params).ok());
   CHECK(p.missed_deadlines == 1);
+  REQUIRE(
+      apply_profile_change({ProfileChange::Kind::kNotKept, 1, 5, {}, {5, 30, 12}}, p, params).ok());
+  CHECK(p.feedback_round == 5);
+  CHECK(p.feedback_utility == 30);
+  CHECK(p.duration_floor_s == 12);
+  CHECK(p.utility_round == 4);  // its own last report stays
   scheduling::RoundReport bad = r;
   bad.samples = 0;
-  CHECK_FALSE(apply_profile_change({ProfileChange::Kind::kCompleted, 1, 6, bad}, p, params).ok());
+  CHECK_FALSE(
+      apply_profile_change({ProfileChange::Kind::kCompleted, 1, 6, bad, {}}, p, params).ok());
   CHECK(p.completions == 1);
 }
 

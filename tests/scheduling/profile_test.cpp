@@ -41,8 +41,63 @@ TEST_CASE("smoothed estimates take the first observation as is, then blend by al
 }
 
 TEST_CASE("statistical utility is |B| * sqrt(mean squared loss)") {
-  CHECK(statistical_utility(4, 36) == doctest::Approx(12));
-  CHECK(statistical_utility(0, 10) == 0);
+  CHECK(statistical_utility(4, 4, 36) == doctest::Approx(12));
+  CHECK(statistical_utility(0, 0, 10) == 0);
+  // |B| counts distinct samples; the mean runs over every trained sample.
+  CHECK(statistical_utility(3, 6, 24) == doctest::Approx(6));
+  CHECK(unique_samples(500, 60) == 60);
+  CHECK(unique_samples(500, 0) == 500);  // dataset size unknown
+}
+
+TEST_CASE("a completion's utility counts the distinct samples: min(samples, dataset size)") {
+  ClientProfile p;
+  p.id = 7;
+  p.dataset_size = 60;
+  RoundReport r = full_report();
+  r.samples = 100;  // repetitions over a 60-sample dataset
+  r.loss_sq_sum = 400;
+  REQUIRE(observe_completion(p, r).ok());
+  CHECK(p.utility == doctest::Approx(60 * 2));
+  CHECK(p.feedback_round == r.round);
+  CHECK(p.feedback_utility == p.utility);
+}
+
+TEST_CASE("an invitee not kept is explored with the round's mean utility and a duration bound") {
+  ClientProfile p;
+  p.id = 7;
+  REQUIRE(observe_not_kept(p, {4, 135, 20}).ok());
+  CHECK(p.feedback_round == 4);
+  CHECK(p.feedback_utility == 135);
+  CHECK(p.duration_floor_s == 20);
+  CHECK(p.utility_round == 0);  // it reported nothing itself
+  CHECK(p.utility == 0);
+  CHECK(p.completions == 0);
+  CHECK_FALSE(observe_not_kept(p, {5, -1, 20}).ok());
+  CHECK_FALSE(observe_not_kept(p, {5, 1, std::nan("")}).ok());
+  CHECK(p.feedback_round == 4);
+
+  // Its next completion replaces the feedback and drops the bound.
+  RoundReport r = full_report();
+  r.round = 6;
+  REQUIRE(observe_completion(p, r).ok());
+  CHECK(p.feedback_round == 6);
+  CHECK(p.feedback_utility == p.utility);
+  CHECK(p.duration_floor_s == 0);
+
+  // The stored form keeps the feedback; a profile stored before it existed takes its last
+  // completion as its last feedback.
+  auto back = profile_from_json(profile_to_json(p));
+  REQUIRE(back.ok());
+  CHECK(back->feedback_round == 6);
+  nlohmann::json old = profile_to_json(p);
+  old.erase("feedback_round");
+  old.erase("feedback_utility");
+  old.erase("duration_floor_s");
+  old["utility_round"] = 3;
+  auto legacy = profile_from_json(old);
+  REQUIRE(legacy.ok());
+  CHECK(legacy->feedback_round == 3);
+  CHECK(legacy->feedback_utility == p.utility);
 }
 
 TEST_CASE("a completion folds in speeds, cache behaviour and utility") {

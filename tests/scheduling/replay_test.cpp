@@ -16,6 +16,7 @@
 
 #include "scheduling/round_plan.h"
 #include "scheduling/selection.h"
+#include "tests/scheduling/coordinator.h"
 
 using namespace fedcase;
 using namespace fedcase::scheduling;
@@ -156,40 +157,23 @@ ReplaySummary replay(const nlohmann::json& config, const Trace& trace) {
     REQUIRE(plan.ok());
 
     // The round closes at the target's update or at the deadline; later updates are dropped.
-    std::vector<std::pair<double, ClientId>> arrivals;
+    std::vector<testing::Arrival> arrivals;
     for (ClientId id : picked) {
       const TraceRow& row = rows[id - 1];
-      if (row.finishes && row.duration_s() <= plan->deadline_s) {
-        arrivals.push_back({row.duration_s(), id});
-      }
+      if (row.finishes) arrivals.push_back({row.duration_s(), id, report_of(round, row)});
     }
-    std::sort(arrivals.begin(), arrivals.end());
-    if (arrivals.size() > kTarget) arrivals.resize(kTarget);
-    RoundOutcome outcome;
-    outcome.round = round;
-    outcome.duration_s = arrivals.size() == kTarget ? arrivals.back().first : plan->deadline_s;
-    double loss_sum = 0;
-    std::set<ClientId> accepted;
-    for (const auto& [duration, id] : arrivals) {
-      const RoundReport report = report_of(round, rows[id - 1]);
-      REQUIRE(observe_completion(profiles[id - 1], report, profile_params).ok());
-      outcome.clients.push_back({id, true, duration, profiles[id - 1].utility});
-      loss_sum += report.loss_sum;
-      summary.utility += profiles[id - 1].utility;
-      accepted.insert(id);
-    }
-    for (ClientId id : picked) {
-      if (accepted.count(id) != 0) continue;
-      observe_missed_deadline(profiles[id - 1]);
-      outcome.clients.push_back({id, false, 0, 0});
-    }
-    if (!arrivals.empty()) {
-      outcome.loss = loss_sum / static_cast<double>(kSamples * arrivals.size());
+    const RoundOutcome outcome = testing::conclude_replayed_round(
+        profiles, round, picked, arrivals, kTarget, plan->deadline_s, profile_params);
+    size_t kept = 0;
+    for (const ClientOutcome& c : outcome.clients) {
+      if (!c.finished) continue;
+      summary.utility += c.utility;
+      ++kept;
     }
     policy->on_round_end(outcome);
     if (restored) restored->on_round_end(outcome);
     summary.total_round_s += outcome.duration_s;
-    summary.updates += arrivals.size();
+    summary.updates += kept;
 
     if (round == kRestartAfter) {
       auto twin = make_selection_policy(config, 7);
