@@ -74,6 +74,8 @@ std::vector<ClientProfile> make_fleet(size_t n, Rng& rng) {
       p.utility = lognormal(rng, 100, 0.5);
       p.last_selected_round = 1 + rng.below(kHistoryRounds);
       p.utility_round = p.last_selected_round;
+      p.feedback_round = p.utility_round;
+      p.feedback_utility = p.utility;
       p.times_selected = 1 + rng.below(20);
       p.completions = p.times_selected;
     }

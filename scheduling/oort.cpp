@@ -15,7 +15,20 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr const char* kName = "oort";
 
-bool explored(const Candidate& c) { return c.profile != nullptr && c.profile->utility_round > 0; }
+bool explored(const Candidate& c) { return c.profile != nullptr && c.profile->feedback_round > 0; }
+
+// The client's round duration as the reference's selector records it: the expected duration
+// of its task, or the lower bound a round it was not kept in left, whichever is longer; 0 when
+// unknown.
+double duration_of(const Candidate& c) {
+  const double floor = c.profile != nullptr ? c.profile->duration_floor_s : 0.0;
+  return std::max(c.expected_duration_s, floor);
+}
+
+// An unexplored client's reward: the distinct samples its task would train on.
+double size_reward(const Candidate& c) {
+  return static_cast<double>(std::max<uint64_t>(c.unique_samples, 1));
+}
 
 // The candidate indices of keyed entries, in order.
 template <class Keyed>
@@ -43,6 +56,7 @@ Result<OortConfig> parse_oort_config(const nlohmann::json& selection) {
       .number("pacer_step", c.pacer_step, 0, 100)
       .integer("pacer_window", c.pacer_window)
       .number("exploit_cutoff", c.exploit_cutoff, 0, 1)
+      .number("explore_window", c.explore_window, 1, kInf)
       .integer("blacklist_after", c.blacklist_after)
       .number("blacklist_max_fraction", c.blacklist_max_fraction, 0, 1);
   FEDCASE_RETURN_IF_ERROR(r.strict_status());
@@ -55,7 +69,7 @@ Result<OortConfig> parse_oort_config(const nlohmann::json& selection) {
 
 OortPolicy::OortPolicy(const OortConfig& config, uint64_t seed)
     : config_(config),
-      state_{Rng(seed), config.exploration_start, config.pacer_percentile, {}, 0} {}
+      state_{Rng(seed), config.exploration_start, config.pacer_percentile, {}, 0, 0, {}} {}
 
 std::vector<char> OortPolicy::blacklisted(const std::vector<Candidate>& candidates,
                                           size_t invited) const {
@@ -83,37 +97,48 @@ std::vector<char> OortPolicy::blacklisted(const std::vector<Candidate>& candidat
   return out;
 }
 
-double OortPolicy::preferred_duration(const std::vector<Candidate>& candidates,
-                                      const std::vector<uint32_t>& explored) const {
+double OortPolicy::preferred_duration(const std::vector<Candidate>& candidates) const {
   if (state_.pacer_percentile >= 100) return kInf;
+  // Every known client, available or not, explored or not (the reference's totalArms).
   std::vector<double> durations;
-  durations.reserve(explored.size());
-  for (uint32_t i : explored) {
-    if (candidates[i].expected_duration_s > 0)
-      durations.push_back(candidates[i].expected_duration_s);
+  durations.reserve(candidates.size());
+  for (const Candidate& c : candidates) {
+    const double d = duration_of(c);
+    if (d > 0 && std::isfinite(d)) durations.push_back(d);
   }
   if (durations.empty()) return kInf;
   return percentile(std::move(durations), state_.pacer_percentile / 100.0);
+}
+
+double OortPolicy::penalty(double preferred, double duration) const {
+  if (!(duration > preferred)) return 1.0;
+  return std::pow(preferred / std::max(1e-4, duration), config_.duration_alpha);
 }
 
 OortPolicy::Ranking OortPolicy::rank(const SelectionRequest& request,
                                      const std::vector<Candidate>& candidates) const {
   Ranking out;
   out.scores.assign(candidates.size(), 0.0);
+  out.preferred = preferred_duration(candidates);
   const std::vector<char> black =
       blacklisted(candidates, invited_count(request.target, request.overcommit));
+  // The rewards the normalisation runs over: every eligible client's, an unexplored one's
+  // being its distinct samples, as the reference keeps them side by side.
+  std::vector<double> rewards;
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (!candidates[i].available || black[i]) continue;
-    (explored(candidates[i]) ? out.explored : out.unexplored).push_back(static_cast<uint32_t>(i));
+    const bool known = explored(candidates[i]);
+    (known ? out.explored : out.unexplored).push_back(static_cast<uint32_t>(i));
+    const double reward =
+        known ? candidates[i].profile->feedback_utility : size_reward(candidates[i]);
+    if (reward > 0 && std::isfinite(reward)) rewards.push_back(reward);
   }
-  if (out.explored.empty()) return out;
+  if (out.explored.empty() || rewards.empty()) return out;
 
-  std::vector<double> utilities;
-  utilities.reserve(out.explored.size());
-  for (uint32_t i : out.explored) utilities.push_back(candidates[i].profile->utility);
-  const double lowest = *std::min_element(utilities.begin(), utilities.end());
-  const double clip = percentile(std::move(utilities), config_.clip_quantile);
-  const double preferred = preferred_duration(candidates, out.explored);
+  const auto [lo, hi] = std::minmax_element(rewards.begin(), rewards.end());
+  const double lowest = *lo * 0.999;
+  const double range = std::max(*hi - lowest, 1e-4);
+  const double clip = percentile(std::move(rewards), config_.clip_quantile);
   const double staleness_scale =
       config_.staleness_weight *
       std::log(static_cast<double>(std::max<RoundIndex>(request.round, 1)));
@@ -121,13 +146,10 @@ OortPolicy::Ranking OortPolicy::rank(const SelectionRequest& request,
   for (uint32_t i : out.explored) {
     const Candidate& c = candidates[i];
     const ClientProfile& p = *c.profile;
-    const double utility =
-        clip > lowest ? (std::min(p.utility, clip) - lowest) / (clip - lowest) : 0.0;
-    const double last = static_cast<double>(std::max<RoundIndex>(p.last_selected_round, 1));
-    double score = utility + std::sqrt(staleness_scale / last);
-    const double t = c.expected_duration_s;
-    if (t > preferred) score *= std::pow(preferred / t, config_.duration_alpha);
-    out.scores[i] = score;
+    const double utility = std::max(0.0, (std::min(p.feedback_utility, clip) - lowest) / range);
+    const double last = static_cast<double>(p.feedback_round);
+    out.scores[i] =
+        (utility + std::sqrt(staleness_scale / last)) * penalty(out.preferred, duration_of(c));
   }
   return out;
 }
@@ -135,6 +157,25 @@ OortPolicy::Ranking OortPolicy::rank(const SelectionRequest& request,
 std::vector<double> OortPolicy::scores(const SelectionRequest& request,
                                        const std::vector<Candidate>& candidates) const {
   return rank(request, candidates).scores;
+}
+
+std::vector<uint32_t> OortPolicy::sample(const std::vector<uint32_t>& pool,
+                                         const std::vector<double>& weight, size_t count) {
+  // Efraimidis-Spirakis: the `count` largest keys ln(u) / weight, u uniform in (0, 1], are a
+  // sample without replacement proportional to weight, as successive weighted draws are.
+  struct Keyed {
+    double key;
+    uint32_t index;
+  };
+  std::vector<Keyed> keyed;
+  keyed.reserve(pool.size());
+  for (uint32_t i : pool) {
+    keyed.push_back({std::log(1.0 - state_.rng.unit()) / std::max(weight[i], 1e-12), i});
+  }
+  keep_best(keyed, count, [](const Keyed& a, const Keyed& b) {
+    return a.key != b.key ? a.key > b.key : a.index < b.index;
+  });
+  return indices_of(keyed);
 }
 
 std::vector<uint32_t> OortPolicy::exploit(const Ranking& ranking, size_t count) {
@@ -151,69 +192,71 @@ std::vector<uint32_t> OortPolicy::exploit(const Ranking& ranking, size_t count) 
   const double cutoff = score[pool[cut_rank]] * config_.exploit_cutoff;
   const size_t above = static_cast<size_t>(
       std::count_if(pool.begin(), pool.end(), [&](uint32_t i) { return score[i] >= cutoff; }));
-  keep_best(pool, std::max(above, 10 * count), higher);
-
-  // Weighted sampling without replacement (Efraimidis-Spirakis): the `count` largest keys
-  // ln(u) / weight, u uniform in (0, 1], are a sample proportional to weight.
-  struct Keyed {
-    double key;
-    uint32_t index;
-  };
-  std::vector<Keyed> keyed;
-  keyed.reserve(pool.size());
-  for (uint32_t i : pool) {
-    keyed.push_back({std::log(1.0 - state_.rng.unit()) / std::max(score[i], 1e-12), i});
-  }
-  keep_best(keyed, count, [](const Keyed& a, const Keyed& b) {
-    return a.key != b.key ? a.key > b.key : a.index < b.index;
-  });
-  return indices_of(keyed);
+  keep_best(pool, std::max(above, 10 * count + 1), higher);
+  return sample(pool, score, count);
 }
 
 std::vector<uint32_t> OortPolicy::explore(const std::vector<Candidate>& candidates,
-                                          const std::vector<uint32_t>& unexplored, size_t count) {
+                                          const Ranking& ranking, size_t count) {
   if (count == 0) return {};
-  // Fastest expected duration first; ties (e.g. clients known only by priors) in random order.
-  struct Keyed {
-    double duration;
-    uint64_t tie;
-    uint32_t index;
-  };
-  std::vector<Keyed> keyed;
-  keyed.reserve(unexplored.size());
-  for (uint32_t i : unexplored)
-    keyed.push_back({duration_or_inf(candidates[i]), state_.rng.next(), i});
-  keep_best(keyed, count, [](const Keyed& a, const Keyed& b) {
-    if (a.duration != b.duration) return a.duration < b.duration;
-    return a.tie != b.tie ? a.tie < b.tie : a.index < b.index;
-  });
-  return indices_of(keyed);
+  // Weight: distinct samples x the duration penalty; the pool is the heaviest
+  // explore_window x count, ties in random order.
+  std::vector<double> weight(candidates.size(), 0.0);
+  std::vector<uint32_t> pool = ranking.unexplored;
+  partial_shuffle(pool, pool.size(), state_.rng);
+  for (uint32_t i : pool) {
+    weight[i] = size_reward(candidates[i]) * penalty(ranking.preferred, duration_of(candidates[i]));
+  }
+  std::stable_sort(pool.begin(), pool.end(),
+                   [&](uint32_t a, uint32_t b) { return weight[a] > weight[b]; });
+  const size_t window = static_cast<size_t>(config_.explore_window * static_cast<double>(count));
+  pool.resize(std::min(pool.size(), std::max(window, count)));
+  return sample(pool, weight, count);
 }
 
 std::vector<ClientId> OortPolicy::select(const SelectionRequest& request,
                                          const std::vector<Candidate>& candidates) {
-  Ranking ranking = rank(request, candidates);
   const size_t invited = invited_count(request.target, request.overcommit);
-  const size_t wanted_exploit = static_cast<size_t>(
-      std::floor(static_cast<double>(invited) * (1.0 - state_.exploration) + 1e-9));
+  state_.exploited.clear();
+  if (state_.selections++ == 0) {
+    // The first round is a uniform draw, as FedScale's client manager makes it.
+    std::vector<uint32_t> pool = available_indices(candidates);
+    partial_shuffle(pool, invited, state_.rng);
+    pool.resize(std::min(pool.size(), invited));
+    return ids_of(candidates, pool);
+  }
+  state_.exploration =
+      std::max(state_.exploration * config_.exploration_decay, config_.exploration_min);
+  Ranking ranking = rank(request, candidates);
+  const size_t exploring =
+      static_cast<size_t>(std::floor(static_cast<double>(invited) * state_.exploration + 1e-9));
   // Each side takes whatever the other cannot fill.
-  size_t exploit_count = std::min(ranking.explored.size(), wanted_exploit);
+  size_t exploit_count = std::min(ranking.explored.size(), invited - std::min(invited, exploring));
   const size_t explore_count = std::min(ranking.unexplored.size(), invited - exploit_count);
   exploit_count = std::min(ranking.explored.size(), invited - explore_count);
   std::vector<uint32_t> picked = exploit(ranking, exploit_count);
-  std::vector<uint32_t> explored_now = explore(candidates, ranking.unexplored, explore_count);
+  state_.exploited = ids_of(candidates, picked);
+  std::vector<uint32_t> explored_now = explore(candidates, ranking, explore_count);
   picked.insert(picked.end(), explored_now.begin(), explored_now.end());
   return ids_of(candidates, picked);
 }
 
 void OortPolicy::on_round_end(const RoundOutcome& outcome) {
-  state_.exploration =
-      std::max(state_.exploration * config_.exploration_decay, config_.exploration_min);
-  double total = 0;
+  // The mean feedback utility of the exploited clients: their own when kept, the round's
+  // mean otherwise (the count starts at 1e-4, as the reference's).
+  const double mean_kept = mean_kept_utility(outcome);
+  double sum = 0, count = 1e-4;
   for (const ClientOutcome& c : outcome.clients) {
-    if (c.finished && c.utility > 0 && std::isfinite(c.utility)) total += c.utility;
+    if (std::find(state_.exploited.begin(), state_.exploited.end(), c.id) ==
+        state_.exploited.end()) {
+      continue;
+    }
+    const bool own = c.finished && c.utility >= 0 && std::isfinite(c.utility);
+    sum += own ? c.utility : mean_kept;
+    count += 1;
   }
-  state_.window_utility.push_back(total);
+  state_.exploited.clear();
+  state_.window_utility.push_back(sum / count);
   const size_t keep = 2 * static_cast<size_t>(config_.pacer_window);
   if (state_.window_utility.size() > keep)
     state_.window_utility.erase(state_.window_utility.begin());
@@ -240,6 +283,8 @@ nlohmann::json OortPolicy::save_state() const {
   out["pacer_percentile"] = state_.pacer_percentile;
   out["window_utility"] = state_.window_utility;
   out["rounds"] = state_.rounds;
+  out["selections"] = state_.selections;
+  out["exploited"] = state_.exploited;
   return out;
 }
 
@@ -250,6 +295,10 @@ Status OortPolicy::load_state(const nlohmann::json& json) {
   r.number("exploration", s.exploration, 0, 1)
       .number("pacer_percentile", s.pacer_percentile, 0, 100)
       .integer("rounds", s.rounds);
+  // A state saved before selections were counted had made one per round.
+  s.selections = s.rounds;
+  r.integer("selections", s.selections);
+  const nlohmann::json* exploited = r.member("exploited");
   const nlohmann::json* window = r.member("window_utility");
   FEDCASE_RETURN_IF_ERROR(r.status());
   if (window != nullptr) {
@@ -262,6 +311,16 @@ Status OortPolicy::load_state(const nlohmann::json& json) {
         return invalid_argument("oort state.window_utility must hold non-negative numbers");
       }
       s.window_utility.push_back(v.get<double>());
+    }
+  }
+  s.exploited.clear();
+  if (exploited != nullptr) {
+    if (!exploited->is_array()) return invalid_argument("oort state.exploited must be an array");
+    for (const auto& v : *exploited) {
+      if (!v.is_number_unsigned()) {
+        return invalid_argument("oort state.exploited must hold client ids");
+      }
+      s.exploited.push_back(v.get<ClientId>());
     }
   }
   state_ = std::move(s);

@@ -6,12 +6,15 @@
 
 namespace fedcase::scheduling::testing {
 
-// A client that has completed a task with `utility` and was last selected in `last_selected`.
+// A client that has completed a task with `utility` and was last selected (and given
+// feedback) in `last_selected`.
 inline ClientProfile explored_profile(ClientId id, double utility, RoundIndex last_selected) {
   ClientProfile p;
   p.id = id;
   p.utility = utility;
   p.utility_round = last_selected;
+  p.feedback_round = last_selected;
+  p.feedback_utility = utility;
   p.last_selected_round = last_selected;
   p.times_selected = 1;
   p.completions = 1;
