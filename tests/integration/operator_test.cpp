@@ -102,9 +102,8 @@ TEST_CASE("metrics and the dashboard show a live coordinator's jobs, rounds and 
     CHECK(jobs_text.find("finished") != std::string::npos);
     // The page updates itself: a refresh lands within a few seconds without a reload.
     const std::string stamp = browser.evaluate("document.getElementById('status').textContent");
-    CHECK(browser.wait_for("document.getElementById('status').textContent !== " +
-                               json(stamp).dump(),
-                           10));
+    CHECK(browser.wait_for(
+        "document.getElementById('status').textContent !== " + json(stamp).dump(), 10));
     // The token is kept in the tab's session only, never in the URL.
     CHECK(browser.evaluate("location.href") == url);
     CHECK(browser.evaluate("localStorage.length") == 0);
@@ -186,6 +185,23 @@ TEST_CASE("metrics and the dashboard show a live coordinator's jobs, rounds and 
     CHECK(s["fedcase_http_received_bytes_total"] > 0);
     CHECK(s["fedcase_http_sent_bytes_total"] > 0);
     CHECK(s["fedcase_http_open_connections"] >= 1);  // this scrape's at least
+    // The fleet listing pages, sorts and filters on the coordinator, over real query strings.
+    Reply page = admin.get("/v1/admin/clients?limit=2&sort=client_id&order=desc");
+    REQUIRE(page.status == 200);
+    CHECK(page.body["total"] == kClients);
+    CHECK(page.body["matched"] == kClients);
+    REQUIRE(page.body["clients"].size() == 2);
+    CHECK(page.body["clients"][0]["client_id"].get<int>() >
+          page.body["clients"][1]["client_id"].get<int>());
+    Reply none = admin.get("/v1/admin/clients?search=%22no%20such%20device%22&available=true");
+    REQUIRE(none.status == 200);
+    CHECK(none.body["matched"] == 0);
+    CHECK(none.body["clients"].empty());
+    Reply first = admin.get("/v1/admin/clients?search=%31");  // "1", percent-encoded
+    REQUIRE(first.status == 200);
+    CHECK(first.body["matched"] == 1);
+    CHECK(admin.get("/v1/admin/clients?limit=5000").status == 400);
+    CHECK(admin.get("/v1/admin/clients?sort=token_hash").status == 400);
     // No client id becomes a label.
     CHECK(scrape.raw.find("client_id") == std::string::npos);
     CHECK(scrape.raw.find("client=") == std::string::npos);
