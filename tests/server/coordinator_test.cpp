@@ -642,5 +642,35 @@ TEST_CASE("a DP job's privacy spent survives a restart") {
   CHECK(after->privacy["epsilon"] == before->privacy["epsilon"]);
 }
 
+TEST_CASE("a job no client can serve makes no overload and holds no other job back") {
+  testing::TempDir dir;
+  Harness h(dir);
+  for (int i = 0; i < 3; ++i) h.add_client();
+  auto tenant =
+      h.coordinator->create_tenant({{"name", "team"}, {"limits", {{"max_running_jobs", 1}}}});
+  REQUIRE(tenant.ok());
+  const TenantId team = tenant->record.id;
+  double retry = 0;
+  // Two jobs whose labels no client has: they wait for clients, want none, hold nobody back.
+  const json nobody = {{"client_labels", {{"region", "mars"}}}};
+  REQUIRE(h.coordinator->create_job(job_config(nobody)).ok());
+  auto stranded = h.coordinator->create_job(job_config(nobody), team, retry);
+  REQUIRE(stranded.ok());
+  // At its running-job cap, but the fleet is not overloaded: a one-client job is admitted.
+  auto small = h.coordinator->create_job(
+      job_config({{"clients_per_round", 1}, {"selection", {{"overcommit", 1.0}}}}), team, retry);
+  REQUIRE_MESSAGE(small.ok(), small.status().to_string());
+  h.coordinator->tick();
+  auto opened = h.coordinator->job_detail(small->id);
+  REQUIRE(opened.ok());
+  CHECK(opened->current_round.has_value());
+  auto waiting = h.coordinator->job_detail(stranded->id);
+  REQUIRE(waiting.ok());
+  CHECK_FALSE(waiting->current_round.has_value());
+  // The tenant's scope sees its own jobs only.
+  CHECK(h.coordinator->list_jobs(team).size() == 2);
+  CHECK(h.coordinator->job_detail(1, team).status().code() == Code::kNotFound);
+}
+
 }  // namespace
 }  // namespace fedcase::server
