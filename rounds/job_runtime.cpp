@@ -171,12 +171,19 @@ Conclusion JobRuntime::close(Round& round, double now, const std::string& failur
           {ProfileChange::Kind::kMissedDeadline, task.client, round.index(), {}, {}});
     }
   }
-  // Selection feedback for every invitee the round closed without, as FedScale gives its
-  // stragglers (Aggregator.round_completion_handler): the round's mean utility, and the time
-  // its task ran as a lower bound on its duration.
+  // Selection feedback for every invitee the round closed without, as FedScale gives the
+  // stragglers of a completed round (Aggregator.round_completion_handler): the round's mean
+  // utility, and the time its task ran as a lower bound on its duration. Not for a round
+  // stopped early (cancelled, target reached, coordinator stopped) or one that kept no update,
+  // and not for an invitee that never fetched its task (FedScale drops inactive clients).
   const double mean_utility = scheduling::mean_kept_utility(outcome);
-  for (const scheduling::ClientOutcome& client : outcome.clients) {
+  const bool feedback = !stopped_early && !accepted.empty();
+  for (scheduling::ClientOutcome& client : outcome.clients) {
     if (client.finished) continue;
+    if (!feedback || !round.fetched(client.id)) {
+      client.duration_s = 0;  // nothing learnt about its duration
+      continue;
+    }
     ProfileChange change{ProfileChange::Kind::kNotKept, client.id, round.index(), {}, {}};
     change.not_kept = {round.index(), mean_utility, client.duration_s};
     c.profile_changes.push_back(change);

@@ -114,6 +114,8 @@ class Round {
   void hand_out(ClientId client, double now);
   // When the client's task started: its first fetch, or the round's open if it never fetched.
   double task_started_at(ClientId client) const;
+  // Whether `client` fetched its task (hand_out).
+  bool fetched(ClientId client) const { return handed_out_.count(client) > 0; }
   // Whether an upload from `client` at `now` would be admitted.
   Admission admission(ClientId client, double now) const;
   // As admission(), as a Status: kPermissionDenied (not invited), kUnavailable (held: retry

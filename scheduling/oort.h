@@ -42,13 +42,13 @@ struct OortConfig {
   double exploration_start = 0.9;
   double exploration_decay = 0.98;
   double exploration_min = 0.3;
-  double clip_quantile = 0.95;
+  double clip_quantile = 0.9;  // FedScale's clip_bound
   double staleness_weight = 0.1;
   double duration_alpha = 2;
   double pacer_percentile = 30;  // initial percentile (0-100) that defines T
   double pacer_step = 5;         // percentile points per pacer move
   uint32_t pacer_window = 20;    // rounds (>= 1)
-  double exploit_cutoff = 0.95;
+  double exploit_cutoff = 0.05;  // FedScale's cut_off_util
   double explore_window = 5;     // unexplored pool: this many times the clients it picks (>= 1)
   uint64_t blacklist_after = 0;  // 0: no blacklist
   double blacklist_max_fraction = 0.3;
