@@ -88,6 +88,7 @@ function chart(id, config) {
     });
     if (config.options && config.options.scales && config.options.scales.x) {
       c.options.scales.x.title = config.options.scales.x.title;
+      c.options.scales.x.ticks = config.options.scales.x.ticks;
     }
     c.update("none");
   }
@@ -231,7 +232,7 @@ async function renderJob(id) {
     },
     options: {
       scales: {
-        x: { type: "linear",
+        x: { type: "linear", ticks: byTime ? {} : { stepSize: 1 },
              title: { display: true, text: byTime ? "seconds since the job began" : "round" } },
         accuracy: { position: "left", min: 0, max: 1 },
         loss: { position: "right", grid: { drawOnChartArea: false } },
