@@ -613,14 +613,6 @@ Json run_mode(const Options& options, const Variant& variant, const FleetSpec& s
   return {{"median", summary}, {"per_seed", per_seed}, {"targets", targets}};
 }
 
-Json limits_json(const scheduling::TenantLimits& limits) {
-  return {{"max_running_jobs", limits.max_running_jobs},
-          {"max_submissions", limits.max_submissions},
-          {"submission_window_s", limits.submission_window_s},
-          {"max_round_starts", limits.max_round_starts},
-          {"round_window_s", limits.round_window_s}};
-}
-
 Json scenario_json(const Options& options) {
   Json fleets = Json::array();
   for (const FleetSpec& f : kFleets) {
@@ -641,7 +633,7 @@ Json scenario_json(const Options& options) {
       {"jitter_sigma", options.jitter_sigma},
       {"model_params", kModelParams},
       {"samples_per_task", kSamplesPerTask},
-      {"tenant_limits", limits_json(tenant_limits())},
+      {"tenant_limits", scheduling::tenant_limits_json(tenant_limits())},
       {"fleets", fleets}};
 }
 

@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "common/json_read.h"
 #include "scheduling/percentile.h"
 
 namespace fedcase::scheduling {
@@ -99,6 +100,13 @@ void FairShare::set_tenant(TenantId id, double weight, TenantLimits limits) {
 
 void FairShare::set_tenant_active(TenantId id, bool active) {
   if (mode_ == Mode::kPerTenant) counters_.set_active(id, active);
+}
+
+void FairShare::set_active_tenants(const std::set<TenantId>& active) {
+  for (const auto& [id, t] : tenants_) {
+    if (!active.count(id)) set_tenant_active(id, false);
+  }
+  for (TenantId id : active) set_tenant_active(id, true);
 }
 
 void FairShare::set_job_active(JobId job, bool active) {
@@ -204,6 +212,26 @@ nlohmann::json FairShare::to_json() const {
     out[key] = entry;
   }
   return {{"tenants", out}};
+}
+
+Result<TenantLimits> parse_tenant_limits(const nlohmann::json& limits) {
+  TenantLimits l;
+  ObjectReader r(limits, "limits");
+  r.integer("max_running_jobs", l.max_running_jobs)
+      .integer("max_submissions", l.max_submissions)
+      .number("submission_window_s", l.submission_window_s, 1, 86400)
+      .integer("max_round_starts", l.max_round_starts)
+      .number("round_window_s", l.round_window_s, 1, 86400);
+  FEDCASE_RETURN_IF_ERROR(r.strict_status());
+  return l;
+}
+
+nlohmann::json tenant_limits_json(const TenantLimits& l) {
+  return {{"max_running_jobs", l.max_running_jobs},
+          {"max_submissions", l.max_submissions},
+          {"submission_window_s", l.submission_window_s},
+          {"max_round_starts", l.max_round_starts},
+          {"round_window_s", l.round_window_s}};
 }
 
 double class_cost(std::vector<double> expected_task_seconds) {

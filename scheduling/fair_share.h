@@ -15,9 +15,11 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "common/ids.h"
+#include "common/status.h"
 
 namespace fedcase::scheduling {
 
@@ -95,6 +97,11 @@ struct TenantLimits {
   double round_window_s = 60;
 };
 
+// Reads a tenant's limits ({"max_running_jobs", ...}, as tenant_limits_json writes them);
+// kInvalidArgument naming a bad field or an unknown key.
+Result<TenantLimits> parse_tenant_limits(const nlohmann::json& limits);
+nlohmann::json tenant_limits_json(const TenantLimits& limits);
+
 // How the fleet is shared between jobs that want clients at the same time: the order in which
 // their rounds open, what each tenant is charged, and when a tenant is throttled. The
 // coordinator's round driver and fairshare_bench decide through this one class.
@@ -112,6 +119,9 @@ class FairShare {
   // Whether `tenant` has running jobs (see ServiceCounters::set_active); for kPerJob, call
   // set_job_active for each job instead.
   void set_tenant_active(TenantId tenant, bool active);
+  // Exactly the tenants in `active` are active: the others are deactivated first, so that a
+  // tenant lifted now is lifted against the tenants that stay active.
+  void set_active_tenants(const std::set<TenantId>& active);
   void set_job_active(JobId job, bool active);
 
   // A job submission by `tenant`, which has `running_jobs` running: refused (with when to

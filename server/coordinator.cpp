@@ -652,7 +652,7 @@ json Coordinator::tenants_view() {
     }
     out.push_back(entry);
   };
-  view(0, kOperatorTenantName, 1, tenant_limits_json({}));
+  view(0, kOperatorTenantName, 1, scheduling::tenant_limits_json({}));
   for (const storage::TenantRecord& t : s.tenants.list()) view(t.id, t.name, t.weight, t.limits);
   return {{"tenants", out}};
 }

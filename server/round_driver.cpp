@@ -189,17 +189,19 @@ std::vector<JobEntry*> RoundDriver::waiting_jobs() {
   return waiting;
 }
 
-bool RoundDriver::overloaded(const std::vector<ClientSnapshot>& clients,
-                             const std::set<ClientId>& busy, size_t extra_wanted) {
-  size_t wanted = extra_wanted;
-  for (const JobEntry* job : waiting_jobs()) wanted += pool_of(*job, clients, busy).wanted;
+size_t RoundDriver::free_clients(const std::vector<ClientSnapshot>& clients,
+                                 const std::set<ClientId>& busy) {
   size_t free = 0;
   for (const ClientSnapshot& c : clients) free += c.available && !busy.count(c.profile.id);
-  return scheduling::overloaded(wanted, free);
+  return free;
 }
 
 bool RoundDriver::fleet_overloaded(double now, size_t extra_wanted) {
-  return overloaded(clients_.profiles(now), busy_clients(), extra_wanted);
+  const std::vector<ClientSnapshot> clients = clients_.profiles(now);
+  const std::set<ClientId> busy = busy_clients();
+  size_t wanted = extra_wanted;
+  for (const JobEntry* job : waiting_jobs()) wanted += pool_of(*job, clients, busy).wanted;
+  return scheduling::overloaded(wanted, free_clients(clients, busy));
 }
 
 std::set<ClientId> RoundDriver::busy_clients() {
@@ -224,31 +226,36 @@ void RoundDriver::open_in_turn(std::vector<JobEntry*> waiting, double now) {
   }
   const std::vector<ClientSnapshot> clients = clients_.profiles(now);
   std::set<ClientId> busy = busy_clients();
+  // Every job still without a round wants clients (also one that failed to open); `waiting`
+  // holds those not yet tried in this tick.
+  std::vector<JobEntry*> wanting = waiting;
+  std::map<const JobEntry*, Pool> pools;
+  auto measure = [&] {
+    pools.clear();
+    for (const JobEntry* job : wanting) pools[job] = pool_of(*job, clients, busy);
+  };
+  measure();
   // A tenant is active while one of its jobs has a round open or could open one: a job that
-  // no client can serve (too few eligible clients) banks its tenant no credit. Deactivations
-  // first, so that a tenant lifted now is lifted against the tenants that stay active.
-  std::map<TenantId, bool> active = {{0, false}};
-  for (const storage::TenantRecord& t : tenants_.list()) active[t.id] = false;
+  // no client can serve (too few eligible clients) banks its tenant no credit.
+  std::set<TenantId> active;
   {
     std::lock_guard<std::mutex> lock(jobs_.mu);
     for (const auto& [id, job] : jobs_.jobs) {
-      if (job->round) active[job->tenant] = true;
+      if (job->round) active.insert(job->tenant);
     }
   }
-  for (const JobEntry* job : waiting) {
-    if (pool_of(*job, clients, busy).can_ever_open) active[job->tenant] = true;
+  for (const auto& [job, pool] : pools) {
+    if (pool.can_ever_open) active.insert(job->tenant);
   }
-  for (const auto& [tenant, is_active] : active) {
-    if (!is_active) tenants_.set_active(tenant, false);
-  }
-  for (const auto& [tenant, is_active] : active) {
-    if (is_active) tenants_.set_active(tenant, true);
-  }
+  tenants_.set_active_tenants(active);
   while (!waiting.empty()) {
+    size_t wanted = 0;
+    for (const auto& [job, pool] : pools) wanted += pool.wanted;
+    const bool overload = scheduling::overloaded(wanted, free_clients(clients, busy));
     std::vector<scheduling::WaitingJob> order;
     std::vector<JobEntry*> candidates;
     for (JobEntry* job : waiting) {
-      const Pool pool = pool_of(*job, clients, busy);
+      const Pool& pool = pools.at(job);
       // A job that could not open even with every eligible client free waits for clients to
       // come; it must not hold the others back.
       if (!pool.can_ever_open) continue;
@@ -257,15 +264,16 @@ void RoundDriver::open_in_turn(std::vector<JobEntry*> waiting, double now) {
       candidates.push_back(job);
     }
     if (order.empty()) return;
-    const std::optional<size_t> next =
-        tenants_.next_round(order, overloaded(clients, busy, 0), now);
+    const std::optional<size_t> next = tenants_.next_round(order, overload, now);
     if (!next) return;  // throttled, or waiting for the least-served job's clients
     JobEntry& job = *candidates[*next];
     waiting.erase(std::find(waiting.begin(), waiting.end(), &job));
     if (open(job, clients, busy, now)) {
       tenants_.round_opened(job.tenant, job.id, now, job.round_expected_client_s,
                             job.round_class_cost);
+      wanting.erase(std::find(wanting.begin(), wanting.end(), &job));
       busy = busy_clients();
+      measure();
     }
   }
 }

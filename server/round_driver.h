@@ -86,9 +86,9 @@ class RoundDriver {
   };
   static Pool pool_of(const JobEntry& job, const std::vector<ClientSnapshot>& clients,
                       const std::set<ClientId>& busy);
-  // Whether the waiting jobs' wants plus `extra_wanted` exceed the free available clients.
-  bool overloaded(const std::vector<ClientSnapshot>& clients, const std::set<ClientId>& busy,
-                  size_t extra_wanted);
+  // Available clients holding no task.
+  static size_t free_clients(const std::vector<ClientSnapshot>& clients,
+                             const std::set<ClientId>& busy);
   // A job's class cost (scheduling::class_cost) over its eligible clients, from the
   // coordinator's duration priors, not the job's.
   static double class_cost_of(const JobEntry& job, const std::vector<ClientSnapshot>& clients);

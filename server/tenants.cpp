@@ -9,26 +9,6 @@ namespace fedcase::server {
 
 using nlohmann::json;
 
-Result<scheduling::TenantLimits> parse_tenant_limits(const json& limits) {
-  scheduling::TenantLimits l;
-  ObjectReader r(limits, "limits");
-  r.integer("max_running_jobs", l.max_running_jobs)
-      .integer("max_submissions", l.max_submissions)
-      .number("submission_window_s", l.submission_window_s, 1, 86400)
-      .integer("max_round_starts", l.max_round_starts)
-      .number("round_window_s", l.round_window_s, 1, 86400);
-  FEDCASE_RETURN_IF_ERROR(r.strict_status());
-  return l;
-}
-
-json tenant_limits_json(const scheduling::TenantLimits& l) {
-  return {{"max_running_jobs", l.max_running_jobs},
-          {"max_submissions", l.max_submissions},
-          {"submission_window_s", l.submission_window_s},
-          {"max_round_starts", l.max_round_starts},
-          {"round_window_s", l.round_window_s}};
-}
-
 namespace {
 
 bool valid_name(const std::string& name) {
@@ -45,7 +25,7 @@ TenantRegistry::TenantRegistry(storage::Store& store) : store_(store) {
 }
 
 void TenantRegistry::install(const storage::TenantRecord& record) {
-  auto limits = parse_tenant_limits(record.limits);
+  auto limits = scheduling::parse_tenant_limits(record.limits);
   share_.set_tenant(record.id, record.weight, limits.ok() ? *limits : scheduling::TenantLimits{});
   token_hashes_[record.token_hash] = record.id;
   tenants_[record.id] = record;
@@ -56,7 +36,7 @@ Status TenantRegistry::load() {
   if (!records.ok()) return records.status();
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& record : *records) {
-    if (!parse_tenant_limits(record.limits).ok()) {
+    if (!scheduling::parse_tenant_limits(record.limits).ok()) {
       return invalid_argument("tenant " + std::to_string(record.id) + " has unreadable limits");
     }
     install(record);
@@ -71,9 +51,9 @@ Result<TenantRegistry::Created> TenantRegistry::create(const json& request, doub
   ObjectReader r(request, "tenant");
   r.require("name").text("name", record.name).number("weight", record.weight, 1e-3, 100);
   if (const json* l = r.member("limits")) {
-    auto parsed = parse_tenant_limits(*l);
+    auto parsed = scheduling::parse_tenant_limits(*l);
     r.merge(parsed.status());
-    if (parsed.ok()) limits = tenant_limits_json(*parsed);
+    if (parsed.ok()) limits = scheduling::tenant_limits_json(*parsed);
   }
   FEDCASE_RETURN_IF_ERROR(r.strict_status());
   if (!valid_name(record.name)) {
@@ -85,7 +65,7 @@ Result<TenantRegistry::Created> TenantRegistry::create(const json& request, doub
   auto token = random_token();
   if (!token.ok()) return token.status();
   record.token_hash = sha256_hex(*token);
-  record.limits = limits.empty() ? tenant_limits_json({}) : limits;
+  record.limits = limits.empty() ? scheduling::tenant_limits_json({}) : limits;
   record.created_at = now;
   auto id = store_.add_tenant(record);
   if (!id.ok()) {
@@ -125,9 +105,9 @@ bool TenantRegistry::admit_job(TenantId tenant, size_t running_jobs, bool overlo
   return share_.admit_job(tenant, running_jobs, overload, now, retry_after_s);
 }
 
-void TenantRegistry::set_active(TenantId tenant, bool active) {
+void TenantRegistry::set_active_tenants(const std::set<TenantId>& active) {
   std::lock_guard<std::mutex> lock(mu_);
-  share_.set_tenant_active(tenant, active);
+  share_.set_active_tenants(active);
 }
 
 std::optional<size_t> TenantRegistry::next_round(const std::vector<scheduling::WaitingJob>& waiting,

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -54,7 +55,7 @@ class TenantRegistry {
   // ---- the fair share (scheduling::FairShare) ----
   bool admit_job(TenantId tenant, size_t running_jobs, bool overload, double now,
                  double& retry_after_s);
-  void set_active(TenantId tenant, bool active);
+  void set_active_tenants(const std::set<TenantId>& active);
   std::optional<size_t> next_round(const std::vector<scheduling::WaitingJob>& waiting,
                                    bool overload, double now);
   void round_opened(TenantId tenant, JobId job, double now, double expected_client_s,
@@ -71,9 +72,5 @@ class TenantRegistry {
   std::unordered_map<std::string, TenantId> token_hashes_ FEDCASE_GUARDED_BY(mu_);
   scheduling::FairShare share_ FEDCASE_GUARDED_BY(mu_);
 };
-
-// Reads a tenant's limits ({"max_running_jobs", ...}); kInvalidArgument naming a bad field.
-Result<scheduling::TenantLimits> parse_tenant_limits(const nlohmann::json& limits);
-nlohmann::json tenant_limits_json(const scheduling::TenantLimits& limits);
 
 }  // namespace fedcase::server

@@ -672,5 +672,30 @@ TEST_CASE("a job no client can serve makes no overload and holds no other job ba
   CHECK(h.coordinator->job_detail(1, team).status().code() == Code::kNotFound);
 }
 
+TEST_CASE("a job's own duration priors do not lower its tenant's charge") {
+  testing::TempDir dir;
+  Harness h(dir);
+  for (int i = 0; i < 4; ++i) h.add_client();  // nothing measured yet: priors stand in
+  auto cheap = h.coordinator->create_tenant({{"name", "cheap"}});
+  auto pricey = h.coordinator->create_tenant({{"name", "pricey"}});
+  REQUIRE(cheap.ok());
+  REQUIRE(pricey.ok());
+  const json two = {{"clients_per_round", 2}, {"selection", {{"overcommit", 1.0}}}};
+  json slow = job_config(two);
+  slow["training"]["priors"] = {{"compute_ms_per_sample", 1e6}};
+  double retry = 0;
+  REQUIRE(h.coordinator->create_job(job_config(two), cheap->record.id, retry).ok());
+  REQUIRE(h.coordinator->create_job(slow, pricey->record.id, retry).ok());
+  h.coordinator->tick();  // both rounds open, each charged at its open
+  const json view = h.coordinator->tenants_view();
+  std::map<std::string, double> counter;
+  for (const json& t : view["tenants"]) {
+    counter[t["name"].get<std::string>()] = t["counter"].get<double>();
+  }
+  // The cheap job is charged its two tasks; the job claiming slow devices is charged what
+  // its claim says its tasks take, in the fleet's own tasks, not two tasks of its own price.
+  CHECK(counter["cheap"] == doctest::Approx(2));
+  CHECK(counter["pricey"] > 100 * counter["cheap"]);
+}
 }  // namespace
 }  // namespace fedcase::server
