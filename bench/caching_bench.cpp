@@ -16,8 +16,9 @@
 // figures pool the runs: hit ratios and I/O over all client rounds, accuracy as the mean.
 //
 // Each configuration runs the same federated training in process: every round, each client
-// starts from the global model, trains through its own LocalTrainer (sample store in a
-// temporary directory, emulated device, its cache and sampler kept across rounds), and the
+// starts from the global model, trains through its own LocalData with the SDK's built-in
+// trainer (a record file in a temporary directory read through the emulated device, its cache
+// and sampler kept across rounds), and the
 // global model becomes the sample-weighted average (FedAvg) of the clients' models.
 //   uniform/none          the baseline: shuffled epochs, every sample read from the device
 //   importance/none       SHADE sampling, every sample read from the device
@@ -42,7 +43,9 @@
 #include <string>
 #include <vector>
 
-#include "client_sdk/local_trainer.h"
+#include "client_sdk/builtin_trainer.h"
+#include "client_sdk/local_data.h"
+#include "client_sdk/record_file.h"
 #include "ml/dataset.h"
 #include "ml/model.h"
 
@@ -50,8 +53,8 @@ namespace {
 
 using fedcase::client::CachePolicy;
 using fedcase::client::DataDirectives;
+using fedcase::client::LocalData;
 using fedcase::client::LocalDataConfig;
-using fedcase::client::LocalTrainer;
 using fedcase::client::RoundStats;
 using fedcase::client::Sampling;
 using Json = nlohmann::ordered_json;
@@ -190,68 +193,80 @@ std::optional<Options> parse_options(int argc, char** argv) {
   return o;
 }
 
+[[noreturn]] void fail(const fedcase::Status& status) {
+  std::cerr << "caching_bench: " << status.to_string() << "\n";
+  std::exit(1);
+}
+
 // Runs the federated training of one configuration with one seed; every client keeps its
-// LocalTrainer (and so its cache and sampler) across rounds.
+// LocalData (and so its cache and sampler) across rounds.
 Outcome run(const Config& config, const Options& o, uint64_t seed,
             const fedcase::ml::Dataset& train, const std::vector<std::vector<size_t>>& parts,
             const fedcase::ml::Dataset& test, const std::filesystem::path& dir) {
   const auto start = Clock::now();
   const std::filesystem::path run_dir = dir / ("seed-" + std::to_string(seed)) / config.name;
-  std::vector<std::unique_ptr<LocalTrainer>> clients;
+  std::vector<std::unique_ptr<fedcase::client::RecordFile>> sources;
+  std::vector<std::unique_ptr<LocalData>> clients;
   std::vector<DataDirectives> directives;
   for (size_t i = 0; i < parts.size(); ++i) {
+    const std::filesystem::path client_dir = run_dir / ("client-" + std::to_string(i));
+    std::vector<std::string> records;
+    for (size_t k : parts[i]) records.push_back(fedcase::client::fashion_record(train, k));
+    fedcase::client::MemorySource memory(std::move(records));
+    std::filesystem::create_directories(client_dir);
+    const std::string path = (client_dir / "samples.bin").string();
+    const fedcase::Status written = fedcase::client::write_record_file(
+        path, memory, std::max<uint64_t>(o.sample_bytes, memory.sample_bytes(0)));
+    if (!written.ok()) fail(written);
+    fedcase::client::StorageEmulation device;
+    device.read_bytes_per_s = o.read_mbps * 1e6;
+    device.read_latency_s = o.read_latency_ms / 1e3;
+    device.sleep = o.sleep;
+    auto source = fedcase::client::RecordFile::open(path, device);
+    if (!source.ok()) fail(source.status());
     LocalDataConfig c;
-    c.data = &train;
-    c.indices = parts[i];
+    c.source = source->get();
     c.sampler.seed = seed * 1000003 + i;
-    c.state_dir = (run_dir / ("client-" + std::to_string(i))).string();
-    c.storage.sample_bytes = o.sample_bytes;
-    c.storage.read_bytes_per_s = o.read_mbps * 1e6;
-    c.storage.read_latency_s = o.read_latency_ms / 1e3;
-    c.storage.sleep = o.sleep;
-    auto trainer = LocalTrainer::open(std::move(c));
-    if (!trainer.ok()) {
-      std::cerr << "caching_bench: " << trainer.status().to_string() << "\n";
-      std::exit(1);
-    }
+    c.state_dir = client_dir.string();
+    auto local = LocalData::open(std::move(c));
+    if (!local.ok()) fail(local.status());
     DataDirectives d;
     d.sampling = config.sampling;
     d.sample_budget = parts[i].size();
     d.cache_policy = config.policy;
     d.cache_budget_bytes =
-        uint64_t(o.cache_fraction * double(parts[i].size())) * (*trainer)->sample_bytes();
+        uint64_t(o.cache_fraction * double(parts[i].size())) * (*source)->record_bytes();
     d.repetition_factor = o.repetition_factor;
     directives.push_back(d);
-    clients.push_back(std::move(trainer).value());
+    sources.push_back(std::move(source).value());
+    clients.push_back(std::move(local).value());
   }
   auto model = fedcase::ml::Model::create(o.model, seed);
-  if (!model.ok()) {
-    std::cerr << "caching_bench: " << model.status().to_string() << "\n";
-    std::exit(1);
-  }
+  if (!model.ok()) fail(model.status());
   std::vector<float> global = model->parameters();
-  fedcase::ml::TrainOptions train_options;
-  train_options.batch_size = o.batch_size;
-  train_options.lr = o.lr;
-  train_options.momentum = o.momentum;
+  auto trainer = fedcase::client::make_builtin_trainer(seed);
+  const fedcase::Status prepared =
+      trainer->prepare({o.model, "cross_entropy", nullptr, model->layout()});
+  if (!prepared.ok()) fail(prepared);
+  fedcase::client::TrainSettings settings;
+  settings.batch_size = o.batch_size;
+  settings.lr = o.lr;
+  settings.momentum = o.momentum;
 
   Outcome out;
   for (size_t round = 0; round < o.rounds; ++round) {
     std::vector<double> sum(global.size(), 0.0);
     double weight = 0;
     for (size_t i = 0; i < clients.size(); ++i) {
-      if (!model->set_parameters(global).ok()) std::exit(1);
-      auto stats = clients[i]->train_round(*model, train_options, directives[i]);
-      if (!stats.ok()) {
-        std::cerr << "caching_bench: " << stats.status().to_string() << "\n";
-        std::exit(1);
-      }
-      out.all.add(Totals::of(*stats));
-      if (round > 0) out.warm.add(Totals::of(*stats));
-      const std::vector<float> params = model->parameters();
+      auto trained = clients[i]->train_round(*trainer, global, settings, directives[i]);
+      if (!trained.ok()) fail(trained.status());
+      const RoundStats& stats = trained->stats;
+      out.all.add(Totals::of(stats));
+      if (round > 0) out.warm.add(Totals::of(stats));
+      const std::vector<float>& params = trained->parameters;
       for (size_t k = 0; k < params.size(); ++k)
-        sum[k] += double(params[k]) * double(stats->samples);
-      weight += double(stats->samples);
+        sum[k] += double(params[k]) * double(stats.samples);
+      weight += double(stats.samples);
     }
     for (size_t k = 0; k < global.size(); ++k) global[k] = float(sum[k] / weight);
     if (!model->set_parameters(global).ok()) std::exit(1);

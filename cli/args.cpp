@@ -35,7 +35,7 @@ std::string lookup(const std::map<std::string, std::string>& env, const std::str
 // The flags that take a value; the others are --json and --help / -h.
 bool takes_value(const std::string& flag) {
   return flag == "--url" || flag == "--token" || flag == "--ca" || flag == "--timeout" ||
-         flag == "--job";
+         flag == "--job" || flag == "--model";
 }
 
 // The subcommand and its arguments, from the words that are not flags.
@@ -171,6 +171,12 @@ Result<Invocation> parse_args(const std::vector<std::string>& args,
     if (!id.ok()) return id.status();
     inv.job = *id;
   }
+  if (auto model = flags.find("--model"); model != flags.end()) {
+    if (inv.command != Command::kJobsCreate)
+      return invalid_argument("--model goes with 'jobs create'");
+    if (model->second.empty()) return invalid_argument("--model needs a file");
+    inv.model_file = model->second;
+  }
   if (auto timeout = flags.find("--timeout"); timeout != flags.end()) {
     const std::string& text = timeout->second;
     char* end = nullptr;
@@ -210,7 +216,9 @@ std::string usage() {
          "\n"
          "subcommands:\n"
          "  jobs list               the jobs: id, name, state, round, model version, accuracy\n"
-         "  jobs create FILE        create a job from a JSON job config (FILE '-': stdin)\n"
+         "  jobs create FILE [--model MODEL]\n"
+         "                          create a job from a JSON job config (FILE '-': stdin);\n"
+         "                          MODEL: the job's TorchScript module or model blob file\n"
          "  jobs show ID            one job: state, policy, aggregation, rounds, result\n"
          "  jobs pause ID           finish the current round, open no new one\n"
          "  jobs resume ID          open rounds again\n"

@@ -37,6 +37,7 @@ struct Invocation {
   Command command = Command::kHelp;
   std::optional<uint64_t> job;  // the job of show/pause/resume/cancel/rounds and clients --job
   std::string job_file;         // jobs create: a path, or "-" for standard input
+  std::string model_file;       // jobs create --model: the job's model file; empty = built-in
   bool json = false;            // print the coordinator's JSON instead of a table
   Endpoint endpoint;
   std::string token;  // the admin token

@@ -28,15 +28,16 @@ std::map<std::string, std::string> environment() {
   return env;
 }
 
-// The job file of `jobs create`, or standard input for "-".
-Result<std::string> read_job_file(const std::string& path) {
+// The `what` file of `jobs create` (the job file or the model file), or standard input for
+// "-".
+Result<std::string> read_input_file(const std::string& path, const std::string& what) {
   std::ostringstream text;
   if (path == "-") {
     text << std::cin.rdbuf();
     return text.str();
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) return invalid_argument("cannot read the job file '" + path + "'");
+  if (!in) return invalid_argument("cannot read the " + what + " '" + path + "'");
   text << in.rdbuf();
   return text.str();
 }
@@ -49,13 +50,18 @@ Outcome run(const std::vector<std::string>& args) {
   auto inv = parse_args(args, environment());
   if (!inv.ok()) return usage_failure(inv.status());
   if (inv->command == Command::kHelp) return {kExitOk, usage(), ""};
-  std::string job_config;
+  std::string job_config, model;
   if (inv->command == Command::kJobsCreate) {
-    auto text = read_job_file(inv->job_file);
+    auto text = read_input_file(inv->job_file, "job file");
     if (!text.ok()) return usage_failure(text.status());
     job_config = std::move(text).value();
   }
-  const ApiRequest request = api_request(*inv, job_config);
+  if (!inv->model_file.empty()) {
+    auto bytes = read_input_file(inv->model_file, "model file");
+    if (!bytes.ok()) return usage_failure(bytes.status());
+    model = std::move(bytes).value();
+  }
+  const ApiRequest request = api_request(*inv, job_config, model);
   client::ConnectionOptions connection;
   connection.host = inv->endpoint.host;
   connection.port = inv->endpoint.port;

@@ -1,8 +1,34 @@
 #include "cli/request.h"
 
 namespace fedcase::cli {
+namespace {
 
-ApiRequest api_request(const Invocation& inv, const std::string& job_config) {
+// A multipart/form-data body with the job config and the model file, and its boundary: one
+// that occurs in neither part.
+std::pair<std::string, std::string> multipart_body(const std::string& config,
+                                                   const std::string& model) {
+  std::string boundary = "fedcase-job-boundary";
+  while (config.find(boundary) != std::string::npos || model.find(boundary) != std::string::npos) {
+    boundary += "-x";
+  }
+  std::string body;
+  body.reserve(config.size() + model.size() + 512);
+  body += "--" + boundary + "\r\n";
+  body += "Content-Disposition: form-data; name=\"config\"; filename=\"job.json\"\r\n";
+  body += "Content-Type: application/json\r\n\r\n";
+  body += config;
+  body += "\r\n--" + boundary + "\r\n";
+  body += "Content-Disposition: form-data; name=\"model\"; filename=\"model\"\r\n";
+  body += "Content-Type: application/octet-stream\r\n\r\n";
+  body += model;
+  body += "\r\n--" + boundary + "--\r\n";
+  return {std::move(body), boundary};
+}
+
+}  // namespace
+
+ApiRequest api_request(const Invocation& inv, const std::string& job_config,
+                       const std::string& model) {
   ApiRequest r;
   r.method = "GET";
   const std::string job = inv.job ? "/v1/admin/jobs/" + std::to_string(*inv.job) : "";
@@ -36,6 +62,11 @@ ApiRequest api_request(const Invocation& inv, const std::string& job_config) {
   r.headers["Authorization"] = "Bearer " + inv.token;
   r.headers["Accept"] = "application/json";
   if (r.method == "POST") r.headers["Content-Type"] = "application/json";
+  if (inv.command == Command::kJobsCreate && !inv.model_file.empty()) {
+    auto [body, boundary] = multipart_body(job_config, model);
+    r.body = std::move(body);
+    r.headers["Content-Type"] = "multipart/form-data; boundary=" + boundary;
+  }
   return r;
 }
 

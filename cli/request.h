@@ -16,7 +16,10 @@ struct ApiRequest {
 };
 
 // The request for `inv` (not kHelp). `job_config` is the body of `jobs create`: the job
-// file's contents, sent as they are (the coordinator validates them).
-ApiRequest api_request(const Invocation& inv, const std::string& job_config = {});
+// file's contents, sent as they are (the coordinator validates them). With a `model` (the
+// bytes of --model's file) the body is multipart/form-data with the parts "config" and
+// "model" (docs/protocol.md).
+ApiRequest api_request(const Invocation& inv, const std::string& job_config = {},
+                       const std::string& model = {});
 
 }  // namespace fedcase::cli

@@ -16,7 +16,7 @@ std::string encode_client_state(const ClientState& state) {
   w.bytes(kMagic);
   w.u32(kVersion);
   w.u32(0);
-  w.u64(state.partition_fingerprint);
+  w.u64(state.source_fingerprint);
   w.u64(state.sampler.rounds);
   w.f64(state.sampler.smoothing);
   w.f64(state.sampler.previous_loss);
@@ -39,7 +39,7 @@ Result<ClientState> decode_client_state(std::string_view bytes) {
   }
   r.u32();  // reserved
   ClientState state;
-  state.partition_fingerprint = r.u64();
+  state.source_fingerprint = r.u64();
   state.sampler.rounds = r.u64();
   state.sampler.smoothing = r.f64();
   state.sampler.previous_loss = r.f64();

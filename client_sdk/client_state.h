@@ -1,9 +1,9 @@
 #pragma once
 // The client state file: what a client keeps across app restarts, today the importance
-// sampler's state for one partition.
+// sampler's state for one SampleSource.
 //
 // Format (little-endian):
-//   magic "FCSTATE1", u32 version (1), u32 reserved (0), u64 partition fingerprint,
+//   magic "FCSTATE1", u32 version (1), u32 reserved (0), u64 source fingerprint,
 //   u64 rounds, f64 smoothing, f64 previous loss, u64 count, count x f64 weights,
 //   u32 CRC-32 of everything before it.
 // Files are replaced atomically (temporary file, flush, rename), so a crash leaves the old
@@ -18,7 +18,7 @@
 namespace fedcase::client {
 
 struct ClientState {
-  uint64_t partition_fingerprint = 0;  // of the partition the weights describe
+  uint64_t source_fingerprint = 0;  // of the samples the weights describe (SampleSource)
   SamplerState sampler;
 };
 

@@ -1,6 +1,8 @@
 #pragma once
 // Many SDK clients in one process, one thread and one HTTP connection each, every client
-// training on its own Dirichlet partition of a shared dataset. For demos, tests and load.
+// training a built-in model (builtin_trainer.h) on its own Dirichlet partition of a shared
+// Fashion-MNIST-shaped dataset. For demos, tests and load: one user of the SDK's public
+// interface (session.h), as an edge app would be.
 
 #include <atomic>
 #include <memory>
@@ -8,7 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include "client_sdk/record_file.h"
 #include "client_sdk/session.h"
+#include "ml/dataset.h"
 
 namespace fedcase::client {
 
@@ -19,10 +23,14 @@ struct FleetConfig {
   double alpha = 0.5;  // Dirichlet label concentration of the partition
   uint64_t seed = 1;
   double poll_wait_s = 10;
-  const ml::Dataset* data = nullptr;  // must outlive the fleet
-  // Per-client sample stores and state under <state_dir>/client-<i>; empty = in memory.
+  const ml::Dataset* data = nullptr;  // read while the fleet starts
+  // Every client keeps this fraction of its partition out of training, for federated
+  // evaluation (at least one sample when > 0).
+  double held_out_fraction = 0;
+  // Per-client record files and state under <state_dir>/client-<i>; empty = samples in memory.
   std::string state_dir;
-  StorageEmulation storage;           // every client's emulated device
+  uint64_t sample_bytes = 0;          // record file records (padded); 0 = the record size
+  StorageEmulation storage;           // every client's emulated device (with state_dir)
   uint64_t cache_capacity_bytes = 0;  // every client's cache capacity; 0 = none reported
   // How many clients may train at once (compute_slots.h); 0 = no bound. A slot is held for
   // the whole local round, emulated storage reads included.

@@ -6,7 +6,7 @@
 //                  [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]
 // With --tls-ca the clients speak TLS and verify the coordinator against that CA and the host
 // name; --tls-cert and --tls-key give each client a certificate for mutual TLS.
-// With --state-dir, each client keeps its partition in a sample store and its sampler state
+// With --state-dir, each client keeps its partition in a record file and its sampler state
 // under DIR/client-<i>, reading samples through an emulated device of M megabytes (10^6
 // bytes) per second and L ms per read, with N bytes per stored sample.
 // With --concurrent-training N at most N clients train at once (default: no bound), so that
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
       else if (arg == "--state-dir")
         config.state_dir = value();
       else if (arg == "--sample-bytes")
-        config.storage.sample_bytes = std::stoull(value());
+        config.sample_bytes = std::stoull(value());
       else if (arg == "--read-mbps")
         config.storage.read_bytes_per_s = std::stod(value()) * 1e6;
       else if (arg == "--read-latency-ms")
@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
   }
   const client::StorageEmulation& storage = config.storage;
   if (config.state_dir.empty() &&
-      (storage.sample_bytes || storage.read_bytes_per_s || storage.read_latency_s)) {
+      (config.sample_bytes || storage.read_bytes_per_s || storage.read_latency_s)) {
     std::cerr << "fedcase-client: --sample-bytes, --read-mbps and --read-latency-ms need "
                  "--state-dir\n";
     return 2;

@@ -9,10 +9,10 @@
 #include <thread>
 
 #include "client_sdk/http_client.h"
-#include "client_sdk/local_trainer.h"
+#include "client_sdk/local_data.h"
 #include "common/blob.h"
+#include "common/crypto.h"
 #include "common/log.h"
-#include "ml/model.h"
 
 namespace fedcase::client {
 namespace {
@@ -38,6 +38,28 @@ struct CachedModel {
   ModelBlob blob;
 };
 
+// A job's TorchScript module held locally, by checksum.
+struct CachedModule {
+  std::string checksum;
+  std::shared_ptr<const std::string> bytes;
+};
+
+TrainSettings train_settings(const json& task) {
+  const json& t = task["train"];
+  TrainSettings s;
+  s.batch_size = t.value("batch_size", size_t(32));
+  s.lr = t.value("lr", 0.05);
+  s.momentum = t.value("momentum", 0.0);
+  s.weight_decay = t.value("weight_decay", 0.0);
+  s.prox_mu = t.value("prox_mu", 0.0);
+  return s;
+}
+
+json evaluation_json(uint64_t version, const Evaluation& e) {
+  return {
+      {"model_version", version}, {"samples", e.samples}, {"loss", e.loss}, {"metrics", e.metrics}};
+}
+
 }  // namespace
 
 struct Session::Impl {
@@ -47,8 +69,9 @@ struct Session::Impl {
   std::string token;
   ClientId id = 0;
   std::optional<CachedModel> cached;
-  std::optional<ml::Model> model;
-  std::unique_ptr<LocalTrainer> local;  // opened at the first task
+  std::optional<CachedModule> module;
+  std::string prepared;              // what the trainer is prepared for (model_key)
+  std::unique_ptr<LocalData> local;  // opened at the first task
   std::mt19937_64 rng;
   double backoff_s = 0.1;
 
@@ -84,17 +107,12 @@ struct Session::Impl {
 
   Status register_client() {
     json device = config.device;
-    if (!config.state_dir.empty()) {
-      device["sample_bytes"] =
-          config.storage.sample_bytes ? config.storage.sample_bytes : config.data->image_bytes();
-      if (config.storage.read_bytes_per_s > 0) {
-        device["storage_read_bytes_per_s"] = config.storage.read_bytes_per_s;
-      }
-    }
+    if (!device.contains("sample_bytes")) device["sample_bytes"] = local->mean_sample_bytes();
     json body = {{"device", device},
-                 {"dataset_size", config.indices.size()},
+                 {"dataset_size", config.train_data->count()},
                  {"sdk_version", "fedcase-sdk/1"}};
     if (config.cache_capacity_bytes > 0) body["cache_capacity_bytes"] = config.cache_capacity_bytes;
+    if (!config.labels.empty()) body["labels"] = config.labels;
     token.clear();
     auto r = call("POST", "/v1/clients/register", body.dump(),
                   {{"Content-Type", "application/json"}}, config.request_timeout_s);
@@ -127,51 +145,75 @@ struct Session::Impl {
     return ok_status();
   }
 
-  // Trains on the local partition from the cached model; returns the upload body and metadata.
+  // Downloads the task's TorchScript module unless the cached one has its checksum.
+  Status fetch_module(const json& task) {
+    const std::string checksum = task["module_checksum"].get<std::string>();
+    if (module && module->checksum == checksum) return ok_status();
+    auto r = call("GET", task["module_url"].get<std::string>(), "", {}, config.request_timeout_s);
+    if (!r.ok()) return r.status();
+    if (r->status != 200) return unavailable("module download refused: " + error_text(*r));
+    if (sha256_hex(r->body) != checksum) return unavailable("module checksum mismatch");
+    module = CachedModule{checksum, std::make_shared<const std::string>(std::move(r->body))};
+    return ok_status();
+  }
+
+  // Prepares the trainer for the task's model unless it is prepared for it already.
+  Status prepare_trainer(const json& task) {
+    ModelInfo info{task["model"].get<std::string>(), task.value("loss", "cross_entropy"), nullptr,
+                   cached->blob.layout};
+    if (info.kind == "torchscript") {
+      FEDCASE_RETURN_IF_ERROR(fetch_module(task));
+      info.module = module->bytes;
+    }
+    const std::string key = info.kind + "|" + info.loss + "|" +
+                            (info.module ? module->checksum : std::string()) + "|" +
+                            info.layout.describe();
+    if (key == prepared) return ok_status();
+    prepared.clear();
+    FEDCASE_RETURN_IF_ERROR(config.trainer->prepare(info));
+    prepared = key;
+    return ok_status();
+  }
+
+  // The held-out evaluation the task asks for, or null when it asks none or there are no
+  // held-out samples. An evaluation that fails is logged and not reported.
+  json evaluate(const json& task) {
+    auto it = task.find("evaluate");
+    if (it == task.end() || !config.eval_data || config.eval_data->count() == 0) return nullptr;
+    auto e = evaluate_held_out(*config.trainer, cached->blob.data, *config.eval_data,
+                               it->value("max_samples", uint64_t(0)));
+    if (!e.ok()) {
+      log(LogLevel::kWarn, "evaluation failed: " + e.status().to_string());
+      return nullptr;
+    }
+    return evaluation_json(cached->version, *e);
+  }
+
+  // Trains on the local samples from the cached model; returns the upload body and metadata.
   Result<std::pair<std::string, json>> train(const json& task) {
     auto directives = parse_data_directives(task);
     if (!directives.ok()) return directives.status();
-    if (!local) {
-      LocalDataConfig c;
-      c.data = config.data;
-      c.indices = config.indices;
-      c.sampler.seed = config.seed;
-      c.state_dir = config.state_dir;
-      c.storage = config.storage;
-      c.cache_capacity_bytes = config.cache_capacity_bytes;
-      auto opened = LocalTrainer::open(std::move(c));
-      if (!opened.ok()) return opened.status();
-      local = std::move(opened).value();
-    }
-    const std::string arch = task["model"].get<std::string>();
-    if (!model || model->arch() != arch) {
-      auto m = ml::Model::create(arch, config.seed);
-      if (!m.ok()) return m.status();
-      model.emplace(std::move(m).value());
-    }
-    FEDCASE_RETURN_IF_ERROR(model->set_parameters(cached->blob.data));
-    const json& t = task["train"];
-    ml::TrainOptions options;
-    options.batch_size = t.value("batch_size", size_t(32));
-    options.lr = t.value("lr", 0.05);
-    options.momentum = t.value("momentum", 0.0);
-    options.prox_mu = t.value("prox_mu", 0.0);
+    FEDCASE_RETURN_IF_ERROR(prepare_trainer(task));
     std::optional<ComputeSlots::Hold> slot;
     if (config.compute_slots) slot.emplace(*config.compute_slots);
-    auto round = local->train_round(*model, options, *directives);
+    json evaluation = evaluate(task);
+    auto round =
+        local->train_round(*config.trainer, cached->blob.data, train_settings(task), *directives);
     slot.reset();
     if (!round.ok()) return round.status();
-    std::vector<float> delta = model->parameters();
+    std::vector<float>& delta = round->parameters;
     for (size_t i = 0; i < delta.size(); ++i) delta[i] -= cached->blob.data[i];
     ModelBlob update{cached->version, cached->blob.layout, std::move(delta)};
-    json meta = {{"samples", round->samples},
-                 {"loss_sum", round->loss_sum},
-                 {"loss_sq_sum", round->loss_sq_sum},
-                 {"compute_s", round->compute_s},
-                 {"io_s", round->io_s},
-                 {"cache_hits", round->cache_hits},
-                 {"cache_misses", round->cache_misses},
-                 {"bytes_read", round->bytes_read}};
+    const RoundStats& stats = round->stats;
+    json meta = {{"samples", stats.samples},
+                 {"loss_sum", stats.loss_sum},
+                 {"loss_sq_sum", stats.loss_sq_sum},
+                 {"compute_s", stats.compute_s},
+                 {"io_s", stats.io_s},
+                 {"cache_hits", stats.cache_hits},
+                 {"cache_misses", stats.cache_misses},
+                 {"bytes_read", stats.bytes_read}};
+    if (!evaluation.is_null()) meta["evaluation"] = std::move(evaluation);
     return std::make_pair(encode_blob(update), meta);
   }
 
@@ -218,6 +260,19 @@ struct Session::Impl {
       log(r->status == 409 ? LogLevel::kDebug : LogLevel::kWarn,
           "update refused: " + error_text(*r));
     }
+    return ok_status();
+  }
+
+  Status open_local_data() {
+    if (!config.trainer) return invalid_argument("the session needs a trainer");
+    LocalDataConfig c;
+    c.source = config.train_data.get();
+    c.sampler.seed = config.seed;
+    c.state_dir = config.state_dir;
+    c.cache_capacity_bytes = config.cache_capacity_bytes;
+    auto opened = LocalData::open(std::move(c));
+    if (!opened.ok()) return opened.status();
+    local = std::move(opened).value();
     return ok_status();
   }
 
@@ -273,7 +328,17 @@ struct Session::Impl {
   }
 };
 
-Session::Session(SessionConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+Result<std::unique_ptr<Session>> Session::create(SessionConfig config) {
+  const ConnectionOptions& c = config.coordinator;
+  if (c.cert_file.empty() != c.key_file.empty() || (!c.cert_file.empty() && !c.tls())) {
+    return invalid_argument("a client certificate and key go together, and need a CA file");
+  }
+  auto impl = std::make_unique<Impl>(std::move(config));
+  FEDCASE_RETURN_IF_ERROR(impl->open_local_data());
+  return std::unique_ptr<Session>(new Session(std::move(impl)));
+}
+
+Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() = default;
 void Session::run(const std::atomic<bool>& stop) { impl_->run(stop); }
 ClientId Session::client_id() const { return impl_->id; }

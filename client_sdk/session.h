@@ -1,39 +1,47 @@
 #pragma once
-// The client SDK's session with a coordinator: register, poll for tasks, download the model
-// (cached by version), train on the local partition as the task directs (sampling, sample
-// budget, cache; see local_trainer.h), upload the update with its statistics.
+// The client SDK's session with a coordinator: what an edge app embeds. Configure it with the
+// app's Trainer (trainer.h) and SampleSources (sample_source.h), then call run() on a thread
+// of its own: it registers, polls for tasks, downloads the job's model (and module, cached by
+// version and checksum), evaluates the model on the held-out samples when the task asks,
+// trains on the local samples as the task directs (sampling, sample budget, cache;
+// local_data.h) and uploads the update with its statistics.
 // Survives coordinator restarts: transient failures are retried with exponential backoff and
 // jitter, and an unknown token leads to registering again.
-// One Session per client thread; run() blocks until `stop` becomes true.
+// One Session per thread; run() blocks until `stop` becomes true. See docs/client_sdk.md.
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <vector>
 
 #include "client_sdk/compute_slots.h"
 #include "client_sdk/http_client.h"
-#include "client_sdk/sample_store.h"
+#include "client_sdk/sample_source.h"
+#include "client_sdk/trainer.h"
 #include "common/ids.h"
 #include "common/status.h"
-#include "ml/dataset.h"
 
 namespace fedcase::client {
 
 struct SessionConfig {
-  ConnectionOptions coordinator;  // host, port and TLS
+  ConnectionOptions coordinator;  // host, port and TLS (CA file, client certificate)
   std::string enrollment_token;
-  std::string name;                   // for logs: "client-7"
-  const ml::Dataset* data = nullptr;  // shared, read-only; must outlive the session
-  std::vector<size_t> indices;        // this client's partition of `data`
+  std::string name;  // for logs: "client-7"
+  // The app's model code and data; shared with the app, used by the session's thread only
+  // while run() runs. trainer and train_data are required.
+  std::shared_ptr<Trainer> trainer;
+  std::shared_ptr<SampleSource> train_data;
+  std::shared_ptr<SampleSource> eval_data;  // held-out samples for federated evaluation; optional
+  // Registration: what the client tells the coordinator about itself. `device` may carry
+  // speeds the scheduler uses (docs/protocol.md); `labels` let jobs pick clients.
   nlohmann::json device = nlohmann::json::object();
-  uint64_t seed = 1;  // local shuffling and sampling
-  // Where the client keeps its sample store and state (sampler weights) across restarts.
-  // Empty: samples are read from memory, no I/O is emulated and nothing is persisted.
+  std::map<std::string, std::string> labels;
+  uint64_t cache_capacity_bytes = 0;  // caps task cache budgets; 0 = none
+  uint64_t seed = 1;                  // local shuffling and sampling
+  // Where the session keeps its state across app restarts (the sampler's weights); empty:
+  // nothing is persisted.
   std::string state_dir;
-  StorageEmulation storage;           // the emulated device behind the store (with state_dir)
-  uint64_t cache_capacity_bytes = 0;  // reported at registration, caps task cache budgets; 0 = none
   // Shared by the clients of one process that stand in for separate devices: a training runs
   // only while it holds a slot (compute_slots.h). Null: no bound.
   std::shared_ptr<ComputeSlots> compute_slots;
@@ -53,7 +61,10 @@ struct SessionStats {
 
 class Session {
  public:
-  explicit Session(SessionConfig config);
+  // Checks the config and opens the local data (restoring the state in state_dir).
+  // kInvalidArgument for a missing trainer or training source, an empty source or bad TLS
+  // options; kInternal when state_dir cannot be created.
+  static Result<std::unique_ptr<Session>> create(SessionConfig config);
   ~Session();
 
   // Works until `stop` is set: registers, then loops over poll -> train -> upload.
@@ -64,6 +75,7 @@ class Session {
 
  private:
   struct Impl;
+  explicit Session(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

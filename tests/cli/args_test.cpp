@@ -170,3 +170,29 @@ TEST_CASE("the request each subcommand makes") {
   }
   CHECK(request({"clients", "--job", "2"}).target == "/v1/admin/clients");
 }
+
+TEST_CASE("jobs create --model sends the config and the model file as multipart form data") {
+  Invocation inv = parse_ok({"jobs", "create", "job.json", "--model", "model.pt"});
+  CHECK(inv.model_file == "model.pt");
+  CHECK(parse_error({"jobs", "list", "--model", "m.pt"}).find("--model goes with 'jobs create'") !=
+        std::string::npos);
+
+  // A model whose bytes hold the default boundary gets a longer one.
+  const std::string model = std::string("\0\x01zip--fedcase-job-boundary\r\n", 31);
+  ApiRequest r = api_request(inv, R"({"model":"torchscript"})", model);
+  CHECK(r.method == "POST");
+  CHECK(r.target == "/v1/admin/jobs");
+  const std::string type = r.headers.at("Content-Type");
+  REQUIRE(type.rfind("multipart/form-data; boundary=", 0) == 0);
+  const std::string boundary = type.substr(type.find('=') + 1);
+  CHECK(model.find(boundary) == std::string::npos);
+  CHECK(r.body == "--" + boundary + "\r\n" +
+                      "Content-Disposition: form-data; name=\"config\"; filename=\"job.json\"\r\n"
+                      "Content-Type: application/json\r\n\r\n"
+                      R"({"model":"torchscript"})"
+                      "\r\n--" +
+                      boundary + "\r\n" +
+                      "Content-Disposition: form-data; name=\"model\"; filename=\"model\"\r\n"
+                      "Content-Type: application/octet-stream\r\n\r\n" +
+                      model + "\r\n--" + boundary + "--\r\n");
+}

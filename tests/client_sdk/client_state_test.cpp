@@ -17,7 +17,7 @@ namespace {
 
 ClientState sample_state(double scale) {
   ClientState state;
-  state.partition_fingerprint = 0x0123456789abcdefull;
+  state.source_fingerprint = 0x0123456789abcdefull;
   state.sampler.rounds = 7;
   state.sampler.smoothing = 0.0123 * scale;
   state.sampler.previous_loss = 0.456;
@@ -26,7 +26,7 @@ ClientState sample_state(double scale) {
 }
 
 void check_equal(const ClientState& a, const ClientState& b) {
-  CHECK(a.partition_fingerprint == b.partition_fingerprint);
+  CHECK(a.source_fingerprint == b.source_fingerprint);
   CHECK(a.sampler.rounds == b.sampler.rounds);
   CHECK(a.sampler.smoothing == b.sampler.smoothing);
   CHECK(a.sampler.previous_loss == b.sampler.previous_loss);

@@ -1,4 +1,4 @@
-#include "client_sdk/sample_store.h"
+#include "client_sdk/record_file.h"
 
 #include <doctest/doctest.h>
 
@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "client_sdk/builtin_trainer.h"
 #include "tests/support/coordinator_harness.h"
 
 using namespace fedcase;
@@ -22,56 +23,63 @@ std::vector<size_t> some_indices() {
   return indices;
 }
 
+// The Fashion-MNIST records of some_indices() (785 bytes each), in memory.
+MemorySource some_records() {
+  std::vector<std::string> records;
+  for (size_t i : some_indices()) records.push_back(fashion_record(fmnist_train(), i));
+  return MemorySource(std::move(records));
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace
 
-TEST_CASE("a sample store returns the records and labels it was written from") {
+TEST_CASE("a record file returns the records it was written from, padded") {
   TempDir dir;
-  const ml::Dataset& data = fmnist_train();
-  const auto indices = some_indices();
+  MemorySource source = some_records();
   const std::string path = dir.file("samples.bin");
-  REQUIRE(write_sample_store(path, data, indices, 1000).ok());
-  auto store = SampleStore::open(path, {});
-  REQUIRE_MESSAGE(store.ok(), store.status().to_string());
-  SampleStore& s = **store;
-  CHECK(s.size() == indices.size());
-  CHECK(s.rows() == 28);
-  CHECK(s.cols() == 28);
-  CHECK(s.record_bytes() == 1000);
-  CHECK(s.fingerprint() == partition_fingerprint(data, indices));
-  std::string record;
-  for (size_t k = 0; k < indices.size(); ++k) {
-    REQUIRE(s.read(k, record).ok());
+  REQUIRE(write_record_file(path, source, 1000).ok());
+  auto file = RecordFile::open(path);
+  REQUIRE_MESSAGE(file.ok(), file.status().to_string());
+  RecordFile& f = **file;
+  CHECK(f.count() == source.count());
+  CHECK(f.record_bytes() == 1000);
+  CHECK(f.sample_bytes(3) == 1000);
+  CHECK(f.fingerprint() == source.fingerprint());
+  std::string record, original;
+  for (size_t k = 0; k < source.count(); ++k) {
+    REQUIRE(f.read(k, record).ok());
+    REQUIRE(source.read(k, original).ok());
     REQUIRE(record.size() == 1000);
-    CHECK(std::memcmp(record.data(), data.pixels.data() + indices[k] * 784, 784) == 0);
-    CHECK(record.find_first_not_of('\0', 784) == std::string::npos);  // zero padding
-    CHECK(s.label(k) == data.labels[indices[k]]);
+    CHECK(record.compare(0, original.size(), original) == 0);
+    CHECK(record.find_first_not_of('\0', original.size()) == std::string::npos);  // padding
   }
-  CHECK(s.stats().reads == indices.size());
-  CHECK(s.stats().bytes == indices.size() * 1000);
-  CHECK(s.read(indices.size(), record).code() == Code::kInvalidArgument);
+  CHECK(f.stats().reads == source.count());
+  CHECK(f.stats().bytes == source.count() * 1000);
+  CHECK(f.device_seconds() == f.stats().io_seconds);
+  CHECK(f.read(source.count(), record).code() == Code::kInvalidArgument);
 
-  // Record size 0 means unpadded images.
-  REQUIRE(write_sample_store(path, data, indices, 0).ok());
-  auto plain = SampleStore::open(path, {});
+  // Record size 0 means the largest record: no padding here.
+  REQUIRE(write_record_file(path, source, 0).ok());
+  auto plain = RecordFile::open(path);
   REQUIRE(plain.ok());
-  CHECK((*plain)->record_bytes() == 784);
-  CHECK(std::filesystem::file_size(path) == 48 + 64 + 64 * 784);
+  CHECK((*plain)->record_bytes() == 785);
+  CHECK(std::filesystem::file_size(path) == 36 + 64 * 785);
 }
 
-TEST_CASE("bad stores and bad arguments are refused") {
+TEST_CASE("bad record files and bad arguments are refused") {
   TempDir dir;
-  const ml::Dataset& data = fmnist_train();
+  MemorySource source = some_records();
   const std::string path = dir.file("samples.bin");
-  CHECK(write_sample_store(path, data, some_indices(), 500).code() == Code::kInvalidArgument);
-  CHECK(write_sample_store(path, data, {1, data.size()}, 0).code() == Code::kInvalidArgument);
-  CHECK(SampleStore::open(path, {}).status().code() == Code::kNotFound);
-  CHECK(SampleStore::open(path, {0, -1.0}).status().code() == Code::kInvalidArgument);
+  CHECK(write_record_file(path, source, 500).code() == Code::kInvalidArgument);  // too small
+  CHECK(RecordFile::open(path).status().code() == Code::kNotFound);
+  StorageEmulation negative;
+  negative.read_latency_s = -1;
+  CHECK(RecordFile::open(path, negative).status().code() == Code::kInvalidArgument);
 
-  REQUIRE(write_sample_store(path, data, some_indices(), 0).ok());
+  REQUIRE(write_record_file(path, source, 0).ok());
   std::string bytes;
   {
     std::ifstream in(path, std::ios::binary);
@@ -79,35 +87,32 @@ TEST_CASE("bad stores and bad arguments are refused") {
   }
   auto expect_refused = [&](const std::string& content, const std::string& what) {
     std::ofstream(path, std::ios::binary | std::ios::trunc) << content;
-    auto store = SampleStore::open(path, {});
-    REQUIRE_FALSE(store.ok());
-    CHECK(store.status().code() == Code::kInvalidArgument);
-    CHECK_MESSAGE(store.status().message().find(what) != std::string::npos,
-                  store.status().message());
+    auto file = RecordFile::open(path);
+    REQUIRE_FALSE(file.ok());
+    CHECK(file.status().code() == Code::kInvalidArgument);
+    CHECK_MESSAGE(file.status().message().find(what) != std::string::npos, file.status().message());
   };
   expect_refused(bytes.substr(0, bytes.size() - 1), "does not match");
   expect_refused(bytes.substr(0, 20), "shorter than its header");
   std::string header = bytes;
-  header[12] ^= 1;  // rows
+  header[12] ^= 1;  // record size
   expect_refused(header, "header checksum");
-  std::string labels = bytes;
-  labels[48] ^= 1;
-  expect_refused(labels, "label checksum");
   expect_refused("XXXXXXXX" + bytes.substr(8), "bad magic");
 }
 
 TEST_CASE("throttled reads take and account the emulated device time") {
   TempDir dir;
   const std::string path = dir.file("samples.bin");
-  std::vector<size_t> indices(100);
-  for (size_t i = 0; i < indices.size(); ++i) indices[i] = i;
-  REQUIRE(write_sample_store(path, fmnist_train(), indices, 4096).ok());
+  std::vector<std::string> records;
+  for (size_t i = 0; i < 100; ++i) records.push_back(fashion_record(fmnist_train(), i));
+  MemorySource source(std::move(records));
+  REQUIRE(write_record_file(path, source, 4096).ok());
   StorageEmulation slow;
   slow.read_bytes_per_s = 4e6;
   slow.read_latency_s = 2e-4;
   const double expected = 100 * (2e-4 + 4096 / 4e6);  // 0.1224 s
 
-  auto store = SampleStore::open(path, slow);
+  auto store = RecordFile::open(path, slow);
   REQUIRE(store.ok());
   std::string record;
   auto start = std::chrono::steady_clock::now();
@@ -119,7 +124,7 @@ TEST_CASE("throttled reads take and account the emulated device time") {
 
   // Accounting without sleeping: same figures, no waiting.
   slow.sleep = false;
-  auto fast = SampleStore::open(path, slow);
+  auto fast = RecordFile::open(path, slow);
   REQUIRE(fast.ok());
   start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < 100; ++i) REQUIRE((*fast)->read(i, record).ok());
@@ -127,7 +132,7 @@ TEST_CASE("throttled reads take and account the emulated device time") {
   CHECK(seconds_since(start) < 0.5 * expected);
 
   // Without emulation the real read time is accounted: small, but not zero.
-  auto plain = SampleStore::open(path, {});
+  auto plain = RecordFile::open(path);
   REQUIRE(plain.ok());
   for (size_t i = 0; i < 100; ++i) REQUIRE((*plain)->read(i, record).ok());
   CHECK((*plain)->stats().io_seconds > 0);

@@ -1,0 +1,256 @@
+#include "ml/torchscript_model.h"
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+namespace fedcase::ml {
+
+const char* loss_name(Loss loss) { return loss == Loss::kMse ? "mse" : "cross_entropy"; }
+
+Result<Loss> parse_loss(std::string_view name) {
+  if (name == "cross_entropy") return Loss::kCrossEntropy;
+  if (name == "mse") return Loss::kMse;
+  return invalid_argument("unknown loss '" + std::string(name) +
+                          "' (expected cross_entropy or mse)");
+}
+
+Status append_record(std::string_view record, Loss loss, TensorBatch& batch) {
+  if (record.size() % sizeof(float) != 0) {
+    return invalid_argument("a sample record of " + std::to_string(record.size()) +
+                            " bytes is not a whole number of float32 values");
+  }
+  size_t input = 1;
+  for (int64_t d : batch.sample_shape) input *= static_cast<size_t>(std::max<int64_t>(d, 0));
+  const size_t values = record.size() / sizeof(float);
+  if (values <= input) {
+    return invalid_argument("a sample record of " + std::to_string(values) +
+                            " values leaves no target after an input of " + std::to_string(input));
+  }
+  const size_t width = values - input;
+  if (loss == Loss::kCrossEntropy && width != 1) {
+    return invalid_argument("a cross-entropy record needs one target value (the class), got " +
+                            std::to_string(width));
+  }
+  if (batch.count > 0 && width != batch.target_width) {
+    return invalid_argument("sample records of one batch differ in target width");
+  }
+  std::vector<float> v(values);
+  std::memcpy(v.data(), record.data(), record.size());
+  for (float x : v) {
+    if (!std::isfinite(x)) return invalid_argument("a sample record holds a non-finite value");
+  }
+  const float target = v[input];
+  if (loss == Loss::kCrossEntropy && (target < 0 || std::floor(target) != target)) {
+    return invalid_argument("a cross-entropy target must be a class index >= 0");
+  }
+  batch.target_width = width;
+  batch.inputs.insert(batch.inputs.end(), v.begin(), v.begin() + input);
+  batch.targets.insert(batch.targets.end(), v.begin() + input, v.end());
+  batch.count += 1;
+  return ok_status();
+}
+
+namespace {
+
+std::pair<torch::Tensor, torch::Tensor> to_tensors(const TensorBatch& batch, Loss loss) {
+  std::vector<int64_t> shape{int64_t(batch.count)};
+  shape.insert(shape.end(), batch.sample_shape.begin(), batch.sample_shape.end());
+  auto x = torch::from_blob(const_cast<float*>(batch.inputs.data()), shape, torch::kFloat32);
+  auto y = torch::from_blob(const_cast<float*>(batch.targets.data()),
+                            {int64_t(batch.count), int64_t(batch.target_width)}, torch::kFloat32);
+  if (loss == Loss::kCrossEntropy) return {x, y.view({-1}).to(torch::kInt64)};
+  return {x, y.clone()};
+}
+
+// Per-sample losses of `outputs` against `targets`; throws c10::Error for shapes that do not
+// fit, with a message saying so.
+torch::Tensor per_sample_loss(const torch::Tensor& outputs, const torch::Tensor& targets,
+                              Loss loss) {
+  if (loss == Loss::kCrossEntropy) {
+    TORCH_CHECK(outputs.dim() == 2 && outputs.size(0) == targets.size(0),
+                "cross-entropy needs forward() to return [batch, classes] logits, got ",
+                outputs.sizes());
+    TORCH_CHECK(targets.max().item<int64_t>() < outputs.size(1), "a target class is >= the ",
+                outputs.size(1), " classes forward() returns");
+    return torch::nn::functional::cross_entropy(
+        outputs, targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  }
+  const auto flat = outputs.reshape({outputs.size(0), -1});
+  TORCH_CHECK(flat.sizes() == targets.sizes(), "mse needs forward() to return ", targets.sizes(),
+              " values, got ", outputs.sizes());
+  return (flat - targets).pow(2).mean(1);
+}
+
+// Calls `fn` on every non-empty batch `next` supplies; the first error of either stops.
+Status for_each_batch(const NextBatch& next, const std::function<Status(const TensorBatch&)>& fn) {
+  TensorBatch batch;
+  while (true) {
+    batch.clear();
+    auto more = next(batch);
+    if (!more.ok()) return more.status();
+    if (!*more) return ok_status();
+    if (batch.count > 0) FEDCASE_RETURN_IF_ERROR(fn(batch));
+  }
+}
+
+// The first line of an exception's message, prefixed with what failed.
+Status failed(const char* what, const std::exception& e) {
+  const std::string message = e.what();
+  return invalid_argument(std::string(what) + " the TorchScript module failed: " +
+                          message.substr(0, message.find('\n')));
+}
+
+}  // namespace
+
+struct TorchScriptModel::Impl {
+  torch::jit::Module module;
+  std::vector<torch::Tensor> params() const {
+    std::vector<torch::Tensor> out;
+    for (const auto& p : module.parameters()) out.push_back(p);
+    return out;
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return module.forward({x}).toTensor(); }
+};
+
+Result<TorchScriptModel> TorchScriptModel::load(std::string_view archive) {
+  auto impl = std::make_unique<Impl>();
+  try {
+    std::istringstream in{std::string(archive)};
+    impl->module = torch::jit::load(in, torch::kCPU);
+  } catch (const std::exception& e) {
+    return failed("loading", e);
+  }
+  size_t count = 0;
+  for (const auto& p : impl->module.parameters()) {
+    if (p.scalar_type() != torch::kFloat32) {
+      return invalid_argument("TorchScript parameters must be float32");
+    }
+    ++count;
+  }
+  if (count == 0) return invalid_argument("the TorchScript module has no parameters");
+  return TorchScriptModel(std::move(impl));
+}
+
+TorchScriptModel::TorchScriptModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TorchScriptModel::TorchScriptModel(TorchScriptModel&&) noexcept = default;
+TorchScriptModel& TorchScriptModel::operator=(TorchScriptModel&&) noexcept = default;
+TorchScriptModel::~TorchScriptModel() = default;
+
+ModelLayout TorchScriptModel::layout() const {
+  ModelLayout layout;
+  for (const auto& p : impl_->module.named_parameters(/*recurse=*/true)) {
+    TensorSpec spec{p.name, {}};
+    for (int64_t d : p.value.sizes()) spec.shape.push_back(static_cast<uint64_t>(d));
+    layout.tensors.push_back(std::move(spec));
+  }
+  return layout;
+}
+
+std::vector<float> TorchScriptModel::parameters() const {
+  std::vector<float> out;
+  for (const auto& p : impl_->params()) {
+    auto flat = p.detach().contiguous().view(-1);
+    out.insert(out.end(), flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel());
+  }
+  return out;
+}
+
+Status TorchScriptModel::set_parameters(const std::vector<float>& values) {
+  auto params = impl_->params();
+  size_t total = 0;
+  for (const auto& p : params) total += static_cast<size_t>(p.numel());
+  if (values.size() != total) {
+    return unprocessable("the TorchScript module has " + std::to_string(total) +
+                         " parameters, got " + std::to_string(values.size()));
+  }
+  torch::NoGradGuard no_grad;
+  size_t offset = 0;
+  for (auto& p : params) {
+    p.copy_(
+        torch::from_blob(const_cast<float*>(values.data() + offset), p.sizes(), torch::kFloat32));
+    offset += static_cast<size_t>(p.numel());
+  }
+  return ok_status();
+}
+
+Result<TrainStats> TorchScriptModel::train(Loss loss, const TrainOptions& options,
+                                           const NextBatch& next, const LossObserver& observer) {
+  const auto start = std::chrono::steady_clock::now();
+  auto params = impl_->params();
+  for (auto& p : params) p.requires_grad_(true);  // a module may be saved with them off
+  impl_->module.train();
+  torch::optim::SGD sgd(params, torch::optim::SGDOptions(options.lr)
+                                    .momentum(options.momentum)
+                                    .weight_decay(options.weight_decay));
+  std::vector<torch::Tensor> anchor;
+  if (options.prox_mu > 0) {
+    for (const auto& p : params) anchor.push_back(p.detach().clone());
+  }
+  TrainStats stats;
+  FEDCASE_RETURN_IF_ERROR(for_each_batch(next, [&](const TensorBatch& batch) -> Status {
+    torch::Tensor losses;
+    try {
+      auto [x, y] = to_tensors(batch, loss);
+      auto per_sample = per_sample_loss(impl_->forward(x), y, loss);
+      auto objective = per_sample.mean();
+      if (options.prox_mu > 0) {
+        torch::Tensor prox = torch::zeros({});
+        for (size_t i = 0; i < params.size(); ++i) {
+          prox = prox + (params[i] - anchor[i]).pow(2).sum();
+        }
+        objective = objective + 0.5 * options.prox_mu * prox;
+      }
+      sgd.zero_grad();
+      objective.backward();
+      sgd.step();
+      losses = per_sample.detach().contiguous();
+    } catch (const std::exception& e) {
+      return failed("training", e);
+    }
+    const size_t n = static_cast<size_t>(losses.numel());
+    stats.samples += n;
+    stats.loss_sum += losses.sum().item<double>();
+    stats.loss_sq_sum += losses.pow(2).sum().item<double>();
+    if (observer) {
+      observer(std::vector<float>(losses.data_ptr<float>(), losses.data_ptr<float>() + n));
+    }
+    return ok_status();
+  }));
+  stats.compute_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+Result<EvalResult> TorchScriptModel::evaluate(Loss loss, const NextBatch& next) {
+  torch::NoGradGuard no_grad;
+  impl_->module.eval();
+  double loss_sum = 0;
+  size_t correct = 0;
+  EvalResult result;
+  FEDCASE_RETURN_IF_ERROR(for_each_batch(next, [&](const TensorBatch& batch) -> Status {
+    try {
+      auto [x, y] = to_tensors(batch, loss);
+      auto outputs = impl_->forward(x);
+      loss_sum += per_sample_loss(outputs, y, loss).sum().item<double>();
+      if (loss == Loss::kCrossEntropy) {
+        correct += static_cast<size_t>(outputs.argmax(1).eq(y).sum().item<int64_t>());
+      }
+    } catch (const std::exception& e) {
+      return failed("evaluating", e);
+    }
+    result.samples += batch.count;
+    return ok_status();
+  }));
+  if (result.samples > 0) {
+    result.loss = loss_sum / double(result.samples);
+    result.accuracy = double(correct) / double(result.samples);
+  }
+  return result;
+}
+
+}  // namespace fedcase::ml

@@ -1,0 +1,92 @@
+#pragma once
+// Any model an app exports as TorchScript (torch.jit.script(m).save(path)), trained and scored
+// through libtorch without knowing its architecture. libtorch stays behind this interface, as
+// in model.h: parameters cross it as flat floats in named_parameters() order, the order the
+// coordinator reads them from the same file (common/torchscript_archive.h), and samples cross
+// it as flat float batches.
+//
+// A sample's record (docs/client_sdk.md, "Sample records") is little-endian float32 values:
+// first the input, prod(sample_shape) values, then the target: one value holding the class
+// index for cross-entropy, or the regression target (one or more values) for mean squared
+// error. forward(x) takes a float tensor [batch, sample_shape...] and returns [batch, classes]
+// logits for cross-entropy or [batch, target values] for mean squared error.
+//
+// A TorchScriptModel is not thread-safe; separate ones train concurrently.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "common/blob.h"
+#include "common/status.h"
+#include "ml/model.h"
+
+namespace fedcase::ml {
+
+enum class Loss { kCrossEntropy, kMse };
+
+// "cross_entropy", "mse".
+const char* loss_name(Loss loss);
+// The loss named `name`; kInvalidArgument for any other name.
+Result<Loss> parse_loss(std::string_view name);
+
+// A batch of samples as flat floats: `count` inputs of prod(sample_shape) values, then `count`
+// targets of target_width values.
+struct TensorBatch {
+  std::vector<int64_t> sample_shape;
+  size_t count = 0;
+  size_t target_width = 0;
+  std::vector<float> inputs;
+  std::vector<float> targets;
+  void clear() {
+    count = 0;
+    inputs.clear();
+    targets.clear();
+  }
+};
+
+// Appends one sample record (see above) to `batch`, whose sample_shape says where the input
+// ends. kInvalidArgument when the record is not a whole number of floats, leaves no target,
+// has a target width other than the batch's, or holds a value that is not finite; for
+// cross-entropy also when the target is not one non-negative whole number.
+Status append_record(std::string_view record, Loss loss, TensorBatch& batch);
+
+// Supplies batches: fills `batch` (cleared by the caller, sample_shape kept) and returns true,
+// returns false when there are no more, or an error that stops the pass.
+using NextBatch = std::function<Result<bool>(TensorBatch& batch)>;
+// Gets each training batch's per-sample losses after its optimizer step.
+using LossObserver = std::function<void(const std::vector<float>& losses)>;
+
+class TorchScriptModel {
+ public:
+  // Loads a module from the bytes of its file. kInvalidArgument when it does not load or has
+  // no float32 parameters.
+  static Result<TorchScriptModel> load(std::string_view archive);
+
+  TorchScriptModel(TorchScriptModel&&) noexcept;
+  TorchScriptModel& operator=(TorchScriptModel&&) noexcept;
+  ~TorchScriptModel();
+
+  ModelLayout layout() const;
+  std::vector<float> parameters() const;
+  // kUnprocessable if `values` does not have layout().element_count() entries.
+  Status set_parameters(const std::vector<float>& values);
+
+  // One SGD pass (options as in model.h) over the batches `next` supplies. Errors: what
+  // `next` returns; kInvalidArgument when forward() fails on a batch or returns outputs that
+  // do not fit the loss (the message says why). The model has then been partly trained.
+  Result<TrainStats> train(Loss loss, const TrainOptions& options, const NextBatch& next,
+                           const LossObserver& observer = {});
+  // Mean loss over the batches `next` supplies, and accuracy for cross-entropy (0 for mse).
+  // Errors as train().
+  Result<EvalResult> evaluate(Loss loss, const NextBatch& next);
+
+ private:
+  struct Impl;
+  explicit TorchScriptModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fedcase::ml
