@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package fedcase needs to build, test and run its demo (Chart.js is built
-# into the dashboard; Chromium and promtool, from prometheus, run in the tests); with --fuzz,
+# into the dashboard; Chromium and promtool, from prometheus, run in the tests; python3-torch
+# exports the SDK example's TorchScript model in the tests); with --fuzz,
 # also clang with libFuzzer and the sanitizer runtimes, and llvm-symbolizer for their reports
 # (`make fuzz`). Idempotent and quick when everything is already present.
 set -euo pipefail
@@ -10,7 +11,7 @@ packages=(
   libboost-dev libboost-system-dev nlohmann-json3-dev libsqlite3-dev libssl-dev zlib1g-dev
   libtorch-dev doctest-dev dataset-fashion-mnist
   curl jq sqlite3 openssl
-  libjs-chart.js chromium prometheus
+  libjs-chart.js chromium prometheus python3-torch
 )
 if [ "${1:-}" = "--fuzz" ]; then
   packages+=(clang libclang-rt-14-dev llvm-14)

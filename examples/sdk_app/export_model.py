@@ -10,6 +10,7 @@ the classes in different proportions (non-IID), as real fleets do.
 """
 import argparse
 import os
+import struct
 
 import torch
 
@@ -27,8 +28,9 @@ class SensorClassifier(torch.nn.Module):
 def write_samples(folder, readings, classes):
     os.makedirs(folder, exist_ok=True)
     for i, (x, y) in enumerate(zip(readings, classes)):
-        record = torch.cat([x, y.float().view(1)]).numpy().astype('<f4')
-        record.tofile(os.path.join(folder, f"sample-{i:05d}.f32"))
+        values = x.tolist() + [float(y)]
+        with open(os.path.join(folder, f"sample-{i:05d}.f32"), "wb") as f:
+            f.write(struct.pack(f"<{len(values)}f", *values))
 
 
 def main():

@@ -220,6 +220,13 @@ async function renderJob(id) {
   const byTime = $("job-axis").value === "time";
   const x = (r) => byTime ? r.closed_at - job.created_at : r.round;
   const points = (value) => evaluated.map((r) => ({ x: x(r), y: value(r) }));
+  // A round's federated evaluation scores the model it trained from (model_version), as the
+  // devices saw it on their held-out samples.
+  const federated = rounds.filter((r) => r.state === "committed" && r.metrics.federated_evaluation);
+  const fedPoints = (value) => federated.map((r) => ({
+    x: byTime ? r.closed_at - job.created_at : r.metrics.federated_evaluation.model_version,
+    y: value(r.metrics.federated_evaluation),
+  })).filter((p) => typeof p.y === "number");
   chart("chart-accuracy", {
     type: "line",
     data: {
@@ -228,7 +235,12 @@ async function renderJob(id) {
           yAxisID: "accuracy", borderColor: "#2563a8", backgroundColor: "#2563a8" },
         { label: "test loss", data: points((r) => r.metrics.test_loss),
           yAxisID: "loss", borderColor: "#c2410c", backgroundColor: "#c2410c" },
-      ],
+        { label: "federated accuracy", data: fedPoints((e) => (e.metrics || {}).accuracy),
+          yAxisID: "accuracy", borderColor: "#2563a8", backgroundColor: "#2563a8",
+          borderDash: [6, 4] },
+        { label: "federated loss", data: fedPoints((e) => e.loss),
+          yAxisID: "loss", borderColor: "#c2410c", backgroundColor: "#c2410c", borderDash: [6, 4] },
+      ].filter((d) => d.data.length > 0 || d.label.startsWith("test")),
     },
     options: {
       scales: {
