@@ -94,6 +94,17 @@ ObjectReader& ObjectReader::text(const char* key, std::string& out) {
   return *this;
 }
 
+ObjectReader& ObjectReader::boolean(const char* key, bool& out) {
+  const nlohmann::json* v = member(key);
+  if (v == nullptr) return *this;
+  if (!v->is_boolean()) {
+    fail(path(key) + " must be true or false");
+  } else {
+    out = v->get<bool>();
+  }
+  return *this;
+}
+
 bool ObjectReader::read_unsigned(const char* key, uint64_t max, uint64_t& out) {
   const nlohmann::json* v = member(key);
   if (v == nullptr) return false;

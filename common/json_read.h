@@ -36,6 +36,7 @@ class ObjectReader {
   ObjectReader& number(const char* key, double& out, double min, double max);
   ObjectReader& number(const char* key, std::optional<double>& out, double min, double max);
   ObjectReader& text(const char* key, std::string& out);
+  ObjectReader& boolean(const char* key, bool& out);
   template <class Int>
   ObjectReader& integer(const char* key, Int& out) {
     uint64_t value = 0;

@@ -17,5 +17,10 @@ FEDCASE_FUZZ_TARGET(job_config) {
       config->min_clients == 0) {
     fedcase::fuzz::fuzz_fail("accepted a job config outside its documented bounds");
   }
+  if ((config->loss != "cross_entropy" && config->loss != "mse") ||
+      (config->evaluation.target == "server" && !config->builtin_model()) ||
+      (config->evaluation.target != "server" && config->evaluation.target != "federated")) {
+    fedcase::fuzz::fuzz_fail("accepted a bad loss or evaluation target");
+  }
   return 0;
 }

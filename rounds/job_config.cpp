@@ -17,6 +17,27 @@ Status check_range(const char* key, size_t value, size_t min, size_t max) {
                           std::to_string(max) + "]");
 }
 
+// The `evaluation` section, whose defaults depend on whether the model is built in.
+Result<EvaluationConfig> parse_evaluation(const json& j, bool builtin_model) {
+  EvaluationConfig e;
+  e.federated = !builtin_model;
+  e.target = builtin_model ? "server" : "federated";
+  ObjectReader r(j, "evaluation");
+  r.boolean("federated", e.federated)
+      .integer("max_samples", e.max_samples)
+      .text("target", e.target);
+  FEDCASE_RETURN_IF_ERROR(r.strict_status());
+  if (e.target != "server" && e.target != "federated") {
+    return invalid_argument("evaluation.target must be \"server\" or \"federated\"");
+  }
+  if (e.target == "server" && !builtin_model) {
+    return invalid_argument(
+        "evaluation.target \"server\" needs a built-in model: the coordinator does not run "
+        "uploaded models");
+  }
+  return e;
+}
+
 }  // namespace
 
 Result<std::map<std::string, std::string>> parse_client_labels(const json& labels,
@@ -45,11 +66,12 @@ bool labels_match(const std::map<std::string, std::string>& labels,
 
 Result<JobConfig> parse_job_config(const json& j) {
   JobConfig c;
-  json training = json::object(), aggregation = json::object();
+  json training = json::object(), aggregation = json::object(), evaluation = json::object();
   ObjectReader r(j, "job");
   r.text("name", c.name)
       .text("description", c.description)
       .text("model", c.model)
+      .text("loss", c.loss)
       .integer("seed", c.seed)
       .integer("rounds", c.rounds)
       .integer("clients_per_round", c.clients_per_round)
@@ -66,7 +88,8 @@ Result<JobConfig> parse_job_config(const json& j) {
   for (auto [key, out] : {std::pair<const char*, json*>{"selection", &c.selection},
                           {"training", &training},
                           {"aggregation", &aggregation},
-                          {"server_optimizer", &c.server_optimizer}}) {
+                          {"server_optimizer", &c.server_optimizer},
+                          {"evaluation", &evaluation}}) {
     if (const json* section = r.member(key)) *out = *section;
   }
   FEDCASE_RETURN_IF_ERROR(r.strict_status());
@@ -75,8 +98,18 @@ Result<JobConfig> parse_job_config(const json& j) {
   FEDCASE_RETURN_IF_ERROR(check_range("min_updates", c.min_updates, 1, c.clients_per_round));
   if (c.name.empty()) return invalid_argument("job.name is required");
   if (c.description.size() > 4096) return invalid_argument("job.description is over 4096 bytes");
-  if (c.model != "cnn" && c.model != "mlp") {
-    return invalid_argument("job.model must be \"cnn\" or \"mlp\"");
+  if (!c.builtin_model() && c.model != "torchscript" && c.model != "blob") {
+    return invalid_argument("job.model must be \"cnn\", \"mlp\", \"torchscript\" or \"blob\"");
+  }
+  if (c.loss != "cross_entropy" && c.loss != "mse") {
+    return invalid_argument("job.loss must be \"cross_entropy\" or \"mse\"");
+  }
+  auto evaluation_config = parse_evaluation(evaluation, c.builtin_model());
+  if (!evaluation_config.ok()) return evaluation_config.status();
+  c.evaluation = std::move(evaluation_config).value();
+  if (c.target_accuracy > 0 && c.evaluation.target == "federated" && !c.evaluation.federated) {
+    return invalid_argument(
+        "job.target_accuracy with evaluation.target \"federated\" needs evaluation.federated");
   }
   if (c.min_clients == 0) c.min_clients = c.clients_per_round;
 

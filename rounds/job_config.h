@@ -3,7 +3,7 @@
 // One parser serves the coordinator and the simulator, so a config one accepts the other
 // accepts too. Each section is parsed by the library that owns it: `selection` and `training`
 // by scheduling/, `aggregation` and `server_optimizer` by aggregation/ (docs/scheduling.md,
-// docs/aggregation.md).
+// docs/aggregation.md); `evaluation` here (docs/protocol.md).
 
 #include <cstdint>
 #include <map>
@@ -16,10 +16,24 @@
 
 namespace fedcase::rounds {
 
+// How a job's models are scored. Federated evaluation: each task asks its client to score the
+// round's base model on its held-out samples before training and to report it with its update.
+struct EvaluationConfig {
+  bool federated = false;  // default: true for an uploaded model, false for a built-in one
+  size_t max_samples = 0;  // held-out samples a client scores at most; 0: all of them
+  // Whose accuracy target_accuracy is compared with: "server" (the coordinator's test set,
+  // built-in models only) or "federated". Default: "server" for a built-in model.
+  std::string target = "server";
+};
+
 struct JobConfig {
   std::string name;
-  std::string description;        // free text for operators (at most 4,096 bytes)
-  std::string model = "cnn";      // a built-in architecture: "cnn" or "mlp"
+  std::string description;  // free text for operators (at most 4,096 bytes)
+  // A built-in architecture ("cnn", "mlp"), or a model uploaded with the job: "torchscript"
+  // (a TorchScript archive, served to clients) or "blob" (a model blob, any framework).
+  std::string model = "cnn";
+  // What clients train on: "cross_entropy" or "mse".
+  std::string loss = "cross_entropy";
   uint64_t seed = 1;              // model init, selection, DP noise
   size_t rounds = 100;            // round cap
   size_t clients_per_round = 10;  // K: updates a round waits for
@@ -35,6 +49,10 @@ struct JobConfig {
   nlohmann::json server_optimizer = nlohmann::json::object();
   // Only clients registered with every one of these labels take part (empty: every client).
   std::map<std::string, std::string> client_labels;
+  EvaluationConfig evaluation;
+
+  // Whether `model` names a built-in architecture (no model file is uploaded with the job).
+  bool builtin_model() const { return model == "cnn" || model == "mlp"; }
 };
 
 // Client labels ({"region": "eu", "tier": "phone"}): at most 16, keys and values strings of 1

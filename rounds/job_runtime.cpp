@@ -127,7 +127,9 @@ Conclusion JobRuntime::close(Round& round, double now, const std::string& failur
   // Where the round's time went: the mean over accepted updates of each phase of a task, the
   // folds' total, and the open to the last accepted update.
   double dispatch = 0, download = 0, train = 0, upload = 0, fold = 0, last = 0;
+  std::vector<EvalReport> evaluations;
   for (const auto& [id, a] : accepted) {
+    if (a.evaluation) evaluations.push_back(*a.evaluation);
     samples += a.samples;
     loss_sum += a.loss_sum;
     dispatch += a.dispatch_s;
@@ -207,6 +209,10 @@ Conclusion JobRuntime::close(Round& round, double now, const std::string& failur
                  {"upload_s", upload / n},
                  {"fold_s", fold},
                  {"last_update_s", last}}}};
+  if (!evaluations.empty()) {
+    c.metrics["federated_evaluation"] =
+        federated_evaluation_json(round.base_version(), evaluations);
+  }
   if (!failure.empty()) c.metrics["failure"] = failure;
   return c;
 }

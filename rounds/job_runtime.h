@@ -56,7 +56,9 @@ struct Conclusion {
   std::string failure;  // kFailed: why
   double closed_at = 0;
   // updates, invited, samples, train_loss, aggregation, finished, dropped (client -> reason),
-  // privacy, round_seconds; a committed round adds model_version and checksum.
+  // privacy, round_seconds, federated_evaluation (of the base model, when an accepted update
+  // reported one: federated_evaluation_json); a committed round adds model_version and
+  // checksum.
   nlohmann::json metrics = nlohmann::json::object();
   std::vector<ClientId> invited;  // whose profiles the round changed
   // Missed deadlines, and the selection feedback (kNotKept) of every invitee without a kept

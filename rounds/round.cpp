@@ -131,7 +131,7 @@ Result<std::shared_ptr<RoundAggregate>> Round::reserve(ClientId client, double n
 }
 
 ProfileChange Round::accept(ClientId client, const scheduling::RoundReport& report, double now,
-                            double fold_s) {
+                            double fold_s, std::optional<EvalReport> evaluation) {
   reserved_.erase(client);
   const double start = task_started_at(client);
   Accepted& a = accepted_[client];
@@ -149,6 +149,7 @@ ProfileChange Round::accept(ClientId client, const scheduling::RoundReport& repo
   a.train_s = report.compute_s + report.io_s;
   a.upload_s = report.upload_s;
   a.fold_s = fold_s;
+  a.evaluation = std::move(evaluation);
   ProfileChange change{ProfileChange::Kind::kCompleted, client, spec_.index, report, {}};
   change.report.round = spec_.index;
   return change;

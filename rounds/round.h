@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "aggregation/aggregator.h"
 #include "common/ids.h"
 #include "common/status.h"
+#include "rounds/evaluation.h"
 #include "scheduling/profile.h"
 #include "scheduling/round_plan.h"
 
@@ -125,10 +127,11 @@ class Round {
   // Errors as check_admission.
   Result<std::shared_ptr<RoundAggregate>> reserve(ClientId client, double now);
   // The reserved update was folded in with `report` at `now`, its fold having taken `fold_s`
-  // seconds: it counts. Returns the change of the client's profile. Precondition: `client`
-  // holds a reservation.
+  // seconds: it counts, with the client's `evaluation` of the base model if it sent one
+  // (checked by the caller: of base_version()). Returns the change of the client's profile.
+  // Precondition: `client` holds a reservation.
   ProfileChange accept(ClientId client, const scheduling::RoundReport& report, double now,
-                       double fold_s = 0);
+                       double fold_s = 0, std::optional<EvalReport> evaluation = std::nullopt);
   // The reserved update could not be folded in: frees its place.
   void release(ClientId client);
   // Filled, or past its deadline, or closed, with no upload being folded.
@@ -151,6 +154,7 @@ class Round {
     double utility = 0;                                // statistical utility of its report
     double download_s = 0, train_s = 0, upload_s = 0;  // reported or measured; 0 = unknown
     double fold_s = 0;
+    std::optional<EvalReport> evaluation;  // the client's scores of the base model
   };
   const std::map<ClientId, Accepted>& accepted_updates() const { return accepted_; }
   const std::shared_ptr<RoundAggregate>& aggregate() const { return aggregate_; }

@@ -58,5 +58,69 @@ TEST_CASE("job config errors name what is wrong") {
             .find("max_buffered_updates") != std::string::npos);
 }
 
+TEST_CASE("the model kind sets the evaluation defaults") {
+  auto builtin = parse_job_config({{"name", "j"}});
+  REQUIRE(builtin.ok());
+  CHECK(builtin->model == "cnn");
+  CHECK(builtin->builtin_model());
+  CHECK(builtin->loss == "cross_entropy");
+  CHECK_FALSE(builtin->evaluation.federated);
+  CHECK(builtin->evaluation.max_samples == 0);
+  CHECK(builtin->evaluation.target == "server");
+  for (const char* uploaded : {"torchscript", "blob"}) {
+    CAPTURE(uploaded);
+    auto job = parse_job_config({{"name", "j"}, {"model", uploaded}, {"loss", "mse"}});
+    REQUIRE(job.ok());
+    CHECK_FALSE(job->builtin_model());
+    CHECK(job->loss == "mse");
+    CHECK(job->evaluation.federated);
+    CHECK(job->evaluation.target == "federated");
+  }
+  auto chosen = parse_job_config(
+      {{"name", "j"},
+       {"model", "mlp"},
+       {"target_accuracy", 0.8},
+       {"evaluation", {{"federated", true}, {"max_samples", 200}, {"target", "federated"}}}});
+  REQUIRE_MESSAGE(chosen.ok(), chosen.status().to_string());
+  CHECK(chosen->evaluation.federated);
+  CHECK(chosen->evaluation.max_samples == 200);
+  CHECK(chosen->evaluation.target == "federated");
+  // An uploaded model may go without any evaluation, when no target needs one.
+  auto unscored =
+      parse_job_config({{"name", "j"}, {"model", "blob"}, {"evaluation", {{"federated", false}}}});
+  REQUIRE(unscored.ok());
+  CHECK_FALSE(unscored->evaluation.federated);
+}
+
+TEST_CASE("model, loss and evaluation errors name what is wrong") {
+  auto message = [](json patch) {
+    json j = {{"name", "j"}};
+    j.merge_patch(patch);
+    auto r = parse_job_config(j);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kInvalidArgument);
+    return r.status().message();
+  };
+  CHECK(message({{"model", "onnx"}}).find("torchscript") != std::string::npos);
+  CHECK(message({{"loss", "hinge"}}).find("job.loss") != std::string::npos);
+  CHECK(message({{"loss", 1}}).find("job.loss") != std::string::npos);
+  CHECK(message({{"evaluation", 1}}).find("evaluation must be an object") != std::string::npos);
+  CHECK(message({{"evaluation", {{"federated", "yes"}}}}).find("evaluation.federated") !=
+        std::string::npos);
+  CHECK(message({{"evaluation", {{"max_samples", -1}}}}).find("evaluation.max_samples") !=
+        std::string::npos);
+  CHECK(message({{"evaluation", {{"target", "client"}}}}).find("evaluation.target") !=
+        std::string::npos);
+  CHECK(message({{"evaluation", {{"every", 2}}}}).find("evaluation.every") != std::string::npos);
+  for (const char* uploaded : {"torchscript", "blob"}) {
+    CHECK(message({{"model", uploaded}, {"evaluation", {{"target", "server"}}}})
+              .find("built-in model") != std::string::npos);
+    CHECK(
+        message(
+            {{"model", uploaded}, {"target_accuracy", 0.9}, {"evaluation", {{"federated", false}}}})
+            .find("needs evaluation.federated") != std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace fedcase::rounds

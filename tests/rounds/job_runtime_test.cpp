@@ -252,6 +252,43 @@ TEST_CASE("no selection feedback for invitees that never fetched, or when nothin
   }
 }
 
+TEST_CASE("a conclusion holds the sample-weighted federated evaluation of the accepted updates") {
+  auto job = make_job(config_of({{"model", "blob"}, {"clients_per_round", 3}, {"min_clients", 3}}));
+  Fleet fleet = fleet_of(4);
+  auto opened = job->open_round(fleet.pool(4), 1000);
+  REQUIRE(opened->has_value());
+  Round& round = **opened;
+  REQUIRE(round.tasks().size() >= 4);  // ceil(3 x 1.5), at most the 4 available
+  const ClientId a = round.tasks()[0].client, b = round.tasks()[1].client,
+                 silent = round.tasks()[2].client, refused = round.tasks()[3].client;
+  const auto report = testing::report_of(10, 0.5, 0.25);
+  testing::upload(round, a, 1010, 1.0f, report, EvalReport{0, 10, 1.0, {{"accuracy", 0.5}}});
+  testing::upload(round, b, 1011, 1.0f, report,
+                  EvalReport{0, 30, 2.0, {{"accuracy", 0.9}, {"f1", 0.4}}});
+  // An upload refused after its reservation counts for nothing; one without a report is fine.
+  REQUIRE(round.reserve(refused, 1012).ok());
+  round.release(refused);
+  testing::upload(round, silent, 1013, 1.0f, report);
+
+  Conclusion c = job->conclude(round, 1013);
+  REQUIRE(c.state == RoundState::kCommitted);
+  const json& e = c.metrics["federated_evaluation"];
+  CHECK(e["model_version"] == 0);  // the round's base model
+  CHECK(e["clients"] == 2);
+  CHECK(e["samples"] == 40);
+  CHECK(e["loss"].get<double>() == doctest::Approx(1.75));                // (10 + 60) / 40
+  CHECK(e["metrics"]["accuracy"].get<double>() == doctest::Approx(0.8));  // (5 + 27) / 40
+  CHECK(e["metrics"]["f1"].get<double>() == doctest::Approx(0.4));
+  CHECK(recorded_accuracy(c.metrics, "federated") == doctest::Approx(0.8));
+
+  // A round without any report records no federated evaluation.
+  job->adopt(c);
+  auto next = job->open_round(fleet.pool(4), 1100);
+  REQUIRE(next->has_value());
+  upload(**next, (**next).tasks()[0].client, 1110, 1.0f, 10);
+  CHECK_FALSE(job->conclude(**next, 1160).metrics.contains("federated_evaluation"));
+}
+
 TEST_CASE("a non-finite aggregate fails the round instead of committing it") {
   auto job = make_job(config_of());
   Fleet fleet = fleet_of(3);

@@ -17,14 +17,16 @@ inline scheduling::RoundReport report_of(uint64_t samples, double mean_loss, dou
   return r;
 }
 
-// Reserves, folds and accepts `client`'s update at `at`; returns its profile change.
+// Reserves, folds and accepts `client`'s update at `at`, with its `evaluation` of the base
+// model if any; returns its profile change.
 inline ProfileChange upload(Round& round, ClientId client, double at, float value,
-                            const scheduling::RoundReport& report) {
+                            const scheduling::RoundReport& report,
+                            std::optional<EvalReport> evaluation = std::nullopt) {
   auto aggregate = round.reserve(client, at);
   REQUIRE(aggregate.ok());
   const float delta[2] = {value, value};
   REQUIRE((*aggregate)->add(delta, 2, double(report.samples)).ok());
-  return round.accept(client, report, at);
+  return round.accept(client, report, at, 0, std::move(evaluation));
 }
 
 }  // namespace fedcase::rounds::testing
