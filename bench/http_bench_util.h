@@ -65,7 +65,7 @@ inline void store_large_job(const char* bench, const std::string& database,
       encode_blob({0, {{{"w", {parameters}}}}, std::vector<float>(parameters, 0.5f)});
   auto id = (*store)->create_job(
       {0, config.value("name", "large"), config, JobState::kRunning, nlohmann::json::object(), 1},
-      {0, 0, blob, blob_checksum(blob), "", 1});
+      {0, 0, blob, blob_checksum(blob), "", 1}, "");
   if (!id.ok()) die(bench, "job: " + id.status().to_string());
 }
 

@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -70,6 +71,13 @@ std::string ModelLayout::describe() const {
     out += "]";
   }
   return out;
+}
+
+bool all_finite(const std::vector<float>& values) {
+  for (float v : values) {
+    if (!std::isfinite(v)) return false;
+  }
+  return true;
 }
 
 uint32_t crc32_of(std::string_view bytes) {

@@ -63,6 +63,9 @@ std::string encode_blob(const ModelBlob& blob);
 // (kTooLarge) input longer than `max_bytes`. Never reads outside `bytes`.
 Result<ModelBlob> decode_blob(std::string_view bytes, size_t max_bytes);
 
+// Whether every value is finite (no NaN, no infinity).
+bool all_finite(const std::vector<float>& values);
+
 // CRC-32 (zlib polynomial) of `bytes`.
 uint32_t crc32_of(std::string_view bytes);
 

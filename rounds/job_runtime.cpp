@@ -1,20 +1,12 @@
 #include "rounds/job_runtime.h"
 
 #include <algorithm>
-#include <cmath>
 #include <unordered_map>
 
 namespace fedcase::rounds {
 namespace {
 
 using nlohmann::json;
-
-bool all_finite(const std::vector<float>& values) {
-  for (float v : values) {
-    if (!std::isfinite(v)) return false;
-  }
-  return true;
-}
 
 }  // namespace
 

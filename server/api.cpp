@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "server/client_query.h"
 #include "server/dashboard.h"
+#include "server/multipart.h"
 #include "server/views.h"
 
 namespace fedcase::server {
@@ -126,6 +127,71 @@ Result<json> parse_json_body(const Request& req) {
   return j;
 }
 
+// A job creation's config and model file: the JSON body, or the multipart parts "config" and
+// "model" (a view into the request's body).
+struct JobSubmission {
+  json config;
+  std::optional<std::string_view> model_file;
+};
+
+bool is_multipart(const http::request_header<>& req) {
+  auto type = req.find(http::field::content_type);
+  return type != req.end() &&
+         is_multipart_form_data(std::string_view(type->value().data(), type->value().size()));
+}
+
+Result<JobSubmission> parse_job_submission(const Request& req) {
+  if (!is_multipart(req)) {
+    auto body = parse_json_body(req);
+    if (!body.ok()) return body.status();
+    return JobSubmission{std::move(body).value(), std::nullopt};
+  }
+  const auto type = req[http::field::content_type];
+  auto boundary = multipart_boundary(std::string_view(type.data(), type.size()));
+  if (!boundary.ok()) return boundary.status();
+  auto parts = parse_multipart(req.body(), *boundary);
+  if (!parts.ok()) return parts.status();
+  std::optional<std::string_view> config, model;
+  for (const MultipartPart& part : *parts) {
+    std::optional<std::string_view>* slot = part.name == "config"  ? &config
+                                            : part.name == "model" ? &model
+                                                                   : nullptr;
+    if (slot == nullptr) {
+      return invalid_argument("unknown multipart part '" + part.name +
+                              "': a job takes \"config\" and \"model\"");
+    }
+    if (*slot) return invalid_argument("multipart part '" + part.name + "' appears twice");
+    *slot = part.body;
+  }
+  if (!config) return invalid_argument("multipart job creation needs a \"config\" part");
+  auto parsed = parse_untrusted_json(*config);
+  if (!parsed.ok()) return invalid_argument("config part: " + parsed.status().message());
+  return JobSubmission{std::move(parsed).value(), model};
+}
+
+// An immutable body shared by every download (a model, a module), or 304 when the caller's
+// If-None-Match names its ETag "<checksum>".
+Reply immutable_reply(const Request& req, const std::string& checksum,
+                      std::shared_ptr<const std::string> body) {
+  const std::string etag = "\"" + checksum + "\"";
+  auto inm = req.find(http::field::if_none_match);
+  if (inm != req.end() && std::string_view(inm->value().data(), inm->value().size()) == etag) {
+    Response res{http::status::not_modified, req.version()};
+    res.set(http::field::etag, etag);
+    res.keep_alive(req.keep_alive());
+    res.prepare_payload();
+    return answer(std::move(res));
+  }
+  Response res{http::status::ok, req.version()};
+  res.set(http::field::content_type, "application/octet-stream");
+  res.set(http::field::etag, etag);
+  res.set(http::field::cache_control, "public, max-age=31536000, immutable");
+  res.keep_alive(req.keep_alive());
+  Reply reply = answer(std::move(res));
+  reply.shared_body = std::move(body);
+  return reply;
+}
+
 std::string_view bearer_token(const http::request_header<>& req) {
   auto it = req.find(http::field::authorization);
   if (it == req.end()) return {};
@@ -212,6 +278,7 @@ std::string_view Api::route_template(const http::request_header<>& header) {
   if (n == 2 && parts[1] == "task") return "/v1/task";
   if (n == 5 && parts[1] == "jobs" && parts[3] == "models")
     return "/v1/jobs/{job}/models/{version}";
+  if (n == 4 && parts[1] == "jobs" && parts[3] == "module") return "/v1/jobs/{job}/module";
   if (n == 6 && parts[1] == "jobs" && parts[3] == "rounds") {
     if (parts[5] == "status") return "/v1/jobs/{job}/rounds/{round}/status";
     if (parts[5] == "update") return "/v1/jobs/{job}/rounds/{round}/update";
@@ -268,8 +335,22 @@ std::optional<Reply> Api::dashboard(const Request& req) {
 }
 
 uint64_t Api::body_limit(const http::request_header<>& header) const {
-  return is_upload(header) ? coordinator_.config().max_upload_bytes
-                           : coordinator_.config().max_json_bytes;
+  const CoordinatorConfig& config = coordinator_.config();
+  if (is_upload(header)) return config.max_upload_bytes;
+  if (header.method() == http::verb::post && route_template(header) == "/v1/admin/jobs" &&
+      is_multipart(header)) {
+    const Role role = coordinator_.identify(bearer_token(header)).role;
+    if (role == Role::kAdmin || role == Role::kTenant) {
+      return config.max_model_bytes + config.max_json_bytes;
+    }
+  }
+  return config.max_json_bytes;
+}
+
+uint64_t Api::largest_body_limit() const {
+  const CoordinatorConfig& config = coordinator_.config();
+  return std::max<uint64_t>(config.max_upload_bytes,
+                            config.max_model_bytes + config.max_json_bytes);
 }
 
 std::optional<Response> Api::refuse_unknown(const Request& header, const std::string& peer,
@@ -355,10 +436,11 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
         return json_reply(jobs_json(coordinator_.list_jobs(scope)), req);
       }
       if (method != http::verb::post) return method_not_allowed();
-      auto body = parse_json_body(req);
-      if (!body.ok()) return error_reply(body.status(), req);
+      auto submission = parse_job_submission(req);
+      if (!submission.ok()) return error_reply(submission.status(), req);
       double retry_after = 0;
-      auto created = coordinator_.create_job(*body, tenant ? caller.tenant : 0, retry_after);
+      auto created = coordinator_.create_job(submission->config, tenant ? caller.tenant : 0,
+                                             retry_after, submission->model_file);
       if (!created.ok() && created.status().code() == Code::kResourceExhausted) {
         return answer(with_retry_after(
             error_response(created.status(), req.version(), req.keep_alive()), retry_after));
@@ -460,34 +542,29 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
     };
     return waiting;
   }
+  // Downloads (models, modules): clients, the admin, and a tenant for its own jobs.
+  const bool tenant = caller.role == Role::kTenant;
+  const Coordinator::Scope download_scope =
+      tenant ? Coordinator::Scope(caller.tenant) : Coordinator::Scope();
+  if (parts.size() == 4 && parts[1] == "jobs" && parts[3] == "module") {
+    auto job = parse_id(parts[2]);
+    if (!job) return error_reply(invalid_argument("job id must be a number"), req);
+    if (method != http::verb::get) return method_not_allowed();
+    if (!client && !admin && !tenant) return forbidden();
+    auto module = coordinator_.module(*job, download_scope);
+    if (!module.ok()) return error_reply(module.status(), req);
+    return immutable_reply(req, module->checksum, module->bytes);
+  }
   if (parts.size() >= 5 && parts[1] == "jobs") {
     auto job = parse_id(parts[2]);
     auto number = parse_id(parts[4]);
     if (!job || !number) return error_reply(invalid_argument("ids must be numbers"), req);
     if (parts.size() == 5 && parts[3] == "models") {
       if (method != http::verb::get) return method_not_allowed();
-      const bool tenant = caller.role == Role::kTenant;
       if (!client && !admin && !tenant) return forbidden();
-      auto model = coordinator_.model(
-          *job, *number, tenant ? Coordinator::Scope(caller.tenant) : Coordinator::Scope());
+      auto model = coordinator_.model(*job, *number, download_scope);
       if (!model.ok()) return error_reply(model.status(), req);
-      const std::string etag = "\"" + model->checksum + "\"";
-      auto inm = req.find(http::field::if_none_match);
-      if (inm != req.end() && std::string_view(inm->value().data(), inm->value().size()) == etag) {
-        Response res{http::status::not_modified, req.version()};
-        res.set(http::field::etag, etag);
-        res.keep_alive(req.keep_alive());
-        res.prepare_payload();
-        return answer(std::move(res));
-      }
-      Response res{http::status::ok, req.version()};
-      res.set(http::field::content_type, "application/octet-stream");
-      res.set(http::field::etag, etag);
-      res.set(http::field::cache_control, "public, max-age=31536000, immutable");
-      res.keep_alive(req.keep_alive());
-      Reply reply = answer(std::move(res));
-      reply.shared_body = model->blob;
-      return reply;
+      return immutable_reply(req, model->checksum, model->blob);
     }
     if (parts.size() == 6 && parts[3] == "rounds" && parts[5] == "status") {
       if (method != http::verb::get) return method_not_allowed();

@@ -50,9 +50,12 @@ class Api {
   // The route a request targets, as a template with its ids elided
   // ("/v1/jobs/{job}/rounds/{round}/update"), or "other": a bounded label for metrics.
   static std::string_view route_template(const http::request_header<>& header);
-  // The body limit for a request whose header has arrived: uploads may be large, everything
-  // else is JSON bounded by the config.
+  // The body limit for a request whose header has arrived: an update upload max_upload_bytes;
+  // a multipart job creation by the admin or a tenant (a config and a model file)
+  // max_model_bytes + max_json_bytes; everything else is JSON, max_json_bytes.
   uint64_t body_limit(const http::request_header<>& header) const;
+  // The largest body_limit() any request may get.
+  uint64_t largest_body_limit() const;
 
   // Checked as soon as an upload's header arrives, before its body takes a slot: the error
   // response unless the bearer token is a registered client's (401, 429 per address as in

@@ -39,12 +39,15 @@ struct CoordinatorConfig {
   size_t max_upload_bodies = 8;
   size_t max_json_bytes = 1 << 20;      // body limit of every JSON request
   size_t max_upload_bytes = 64u << 20;  // body limit of an update upload
-  double read_timeout_s = 30;           // to receive one whole request once it has begun
-  double idle_timeout_s = 60;           // a keep-alive connection without a request is closed
-  double drain_timeout_s = 30;          // on stop: longest wait for requests in flight
-  double long_poll_max_s = 30;          // longest wait a task poll may ask for
-  double client_timeout_s = 30;         // a client silent this long is offline (unavailable)
-  double requests_per_second = 50;      // per caller; beyond it 429 with Retry-After
+  // Largest model file a job may be created with (a multipart job creation's body may hold
+  // this plus max_json_bytes).
+  size_t max_model_bytes = 64u << 20;
+  double read_timeout_s = 30;       // to receive one whole request once it has begun
+  double idle_timeout_s = 60;       // a keep-alive connection without a request is closed
+  double drain_timeout_s = 30;      // on stop: longest wait for requests in flight
+  double long_poll_max_s = 30;      // longest wait a task poll may ask for
+  double client_timeout_s = 30;     // a client silent this long is offline (unavailable)
+  double requests_per_second = 50;  // per caller; beyond it 429 with Retry-After
   // Requests without a known token, per address; beyond it 429 (guesses at tokens).
   double unauthenticated_per_second = 10;
   std::string eval_data_dir = "/usr/share/datasets/fashion-mnist";

@@ -8,8 +8,10 @@
 #include "common/blob.h"
 #include "common/crypto.h"
 #include "common/log.h"
+#include "common/torchscript_archive.h"
 #include "ml/dataset.h"
 #include "ml/model.h"
+#include "rounds/evaluation.h"
 #include "rounds/job_config.h"
 #include "scheduling/round_plan.h"
 #include "scheduling/selection.h"
@@ -85,6 +87,37 @@ JobSummary summary_of(const JobEntry& job) {
           job.last_accuracy};
 }
 
+// The initial parameters of a job: its built-in architecture's, or those of the model file
+// uploaded with it (errors as Coordinator::create_job).
+Result<ModelBlob> initial_parameters(const rounds::JobConfig& config,
+                                     std::optional<std::string_view> file, size_t max_bytes) {
+  const std::string kind = "job.model \"" + config.model + "\"";
+  if (config.builtin_model()) {
+    if (file) return invalid_argument(kind + " is built in: it takes no model file");
+    auto built = ml::Model::create(config.model, config.seed);
+    if (!built.ok()) return built.status();
+    return ModelBlob{0, built->layout(), built->parameters()};
+  }
+  if (!file) {
+    return invalid_argument(kind + " needs its model file (the multipart part \"model\")");
+  }
+  if (file->size() > max_bytes) {
+    return too_large("the model file exceeds max_model_bytes (" + std::to_string(max_bytes) +
+                     " bytes)");
+  }
+  auto read = config.model == "torchscript" ? read_torchscript_parameters(*file, {})
+                                            : decode_blob(*file, max_bytes);
+  if (!read.ok()) {
+    return Status(read.status().code(), "the model file: " + read.status().message());
+  }
+  if (read->data.empty()) return invalid_argument("the model file holds no parameters");
+  if (!all_finite(read->data)) {
+    return unprocessable("the model file holds non-finite parameters");
+  }
+  read->model_version = 0;
+  return read;
+}
+
 std::shared_ptr<const rounds::GlobalModel> stored_model(const storage::ModelRecord& record,
                                                         Status& status) {
   auto blob = decode_blob(record.blob, record.blob.size());
@@ -138,11 +171,12 @@ struct Coordinator::State {
   // Sets the gauges of clients and jobs (at each scrape).
   void collect(Metrics& m);
 
-  // Installs a job (at creation or recovery) with its runtime and latest model.
+  // Installs a job (at creation or recovery) with its runtime, latest model and module (null:
+  // none).
   Status install(storage::JobRecord record, rounds::JobConfig config,
                  std::shared_ptr<const rounds::GlobalModel> model,
-                 const std::string& optimizer_state, RoundIndex last_round,
-                 const std::vector<storage::RoundRecord>& history);
+                 std::shared_ptr<const std::string> module, const std::string& optimizer_state,
+                 RoundIndex last_round, const std::vector<storage::RoundRecord>& history);
   // The driver's thread stops, then the evaluator finishes its queue (its callbacks use the
   // driver, the jobs and the store), before any of them is destroyed.
   ~State() {
@@ -157,6 +191,7 @@ struct Coordinator::State {
 
 Status Coordinator::State::install(storage::JobRecord record, rounds::JobConfig config,
                                    std::shared_ptr<const rounds::GlobalModel> model,
+                                   std::shared_ptr<const std::string> module,
                                    const std::string& optimizer_state, RoundIndex last_round,
                                    const std::vector<storage::RoundRecord>& history) {
   // A secret per job and process: DP noise cannot be regenerated from the job config.
@@ -169,10 +204,8 @@ Status Coordinator::State::install(storage::JobRecord record, rounds::JobConfig 
   for (const auto& r : history) {
     if (r.state == RoundState::kCommitted) {
       FEDCASE_RETURN_IF_ERROR((*runtime)->replay_privacy(r.metrics));
-      auto accuracy = r.metrics.find("test_accuracy");
-      if (accuracy != r.metrics.end() && accuracy->is_number()) {
-        job->last_accuracy = accuracy->get<double>();
-      }
+      auto accuracy = rounds::recorded_accuracy(r.metrics, config.evaluation.target);
+      if (accuracy) job->last_accuracy = accuracy;
     }
   }
   job->id = record.id;
@@ -181,6 +214,8 @@ Status Coordinator::State::install(storage::JobRecord record, rounds::JobConfig 
   job->config = std::move(config);
   job->created_at = record.created_at;
   job->tenant = record.tenant;
+  if (module) job->module_checksum = sha256_hex(*module);
+  job->module = std::move(module);
   job->state = record.state;
   job->model = std::move(model);
   job->last_round = (*runtime)->last_round();
@@ -225,8 +260,15 @@ Status Coordinator::State::recover() {
     const std::string name = record.name;
     auto config = rounds::parse_job_config(record.config);
     if (!config.ok()) return config.status();
+    std::shared_ptr<const std::string> module;
+    if (config->model == "torchscript") {
+      auto stored = store->get_job_module(id);
+      if (!stored.ok()) return stored.status();
+      module = std::make_shared<const std::string>(std::move(stored).value());
+    }
     FEDCASE_RETURN_IF_ERROR(install(std::move(record), std::move(config).value(), model,
-                                    latest->optimizer_state, last_round, *rounds));
+                                    std::move(module), latest->optimizer_state, last_round,
+                                    *rounds));
     log_info("job " + std::to_string(id) + " (" + name + ") resumes at model version " +
              std::to_string(model->version) + ", checksum " + model->checksum.substr(0, 12));
     FEDCASE_RETURN_IF_ERROR(evaluate_unscored(id, *rounds));
@@ -268,6 +310,7 @@ Status Coordinator::State::evaluate_unscored(JobId id,
     std::lock_guard<std::mutex> lock(jobs.mu);
     job = jobs.find(id);
   }
+  if (!job->config.builtin_model()) return ok_status();  // the server scores built-in models only
   for (const auto& r : rounds) {
     if (r.state != RoundState::kCommitted || r.metrics.contains("test_accuracy")) continue;
     auto stored = store->get_model(id, r.index);
@@ -355,9 +398,12 @@ Result<std::optional<TaskOffer>> Coordinator::next_task(ClientId client) {
     const scheduling::ClientTask* task = r.task_for(client);
     if (!task || r.admission(client, now) != rounds::Admission::kWanted) continue;
     r.hand_out(client, now);
-    return std::optional<TaskOffer>(TaskOffer{id, r.index(), job->config.model, r.base_version(),
-                                              job->model->checksum, r.deadline(),
-                                              job->config.training.local_epochs, *task});
+    const rounds::EvaluationConfig& evaluation = job->config.evaluation;
+    return std::optional<TaskOffer>(TaskOffer{
+        id, r.index(), job->config.model, job->config.loss, r.base_version(), job->model->checksum,
+        job->module_checksum, r.deadline(), job->config.training.local_epochs,
+        evaluation.federated ? std::optional<size_t>(evaluation.max_samples) : std::nullopt,
+        *task});
   }
   return std::optional<TaskOffer>();
 }
@@ -387,6 +433,17 @@ Result<ModelDownload> Coordinator::model(JobId job_id, uint64_t version, Scope s
   if (!record.ok()) return record.status();
   return ModelDownload{version, record->checksum,
                        std::make_shared<const std::string>(std::move(record->blob))};
+}
+
+Result<ModuleDownload> Coordinator::module(JobId job_id, Scope scope) {
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.jobs.mu);
+  JobEntry* job = s.jobs.find(job_id);
+  if (!job || (scope && job->tenant != *scope)) {
+    return not_found("job " + std::to_string(job_id) + " not found");
+  }
+  if (!job->module) return not_found("job " + std::to_string(job_id) + " has no module");
+  return ModuleDownload{job->module_checksum, job->module};
 }
 
 Result<rounds::Admission> Coordinator::task_status(ClientId client, JobId job_id,
@@ -446,6 +503,12 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
                                      std::to_string(blob->model_version) + ", round " +
                                      std::to_string(round_index) + " trains version " +
                                      std::to_string(base->version));
+  if (valid.ok() && meta->evaluation && meta->evaluation->model_version != base->version) {
+    valid = unprocessable("the evaluation scores model version " +
+                          std::to_string(meta->evaluation->model_version) + ", round " +
+                          std::to_string(round_index) + " evaluates version " +
+                          std::to_string(base->version));
+  }
   if (!valid.ok()) {
     release();
     return valid;
@@ -472,7 +535,7 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
     rounds::Round& r = *job->round;  // a round with a reservation in flight stays open
     completed =
         r.accept(client, completion_report(*meta, base->blob.size(), bytes.size(), upload_seconds),
-                 now, fold_s);
+                 now, fold_s, std::move(meta->evaluation));
     accepted.updates = r.accepted();
     filled = r.filled();
   }
@@ -489,12 +552,13 @@ Result<JobSummary> Coordinator::create_job(const json& request) {
 }
 
 Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
-                                           double& retry_after_s) {
+                                           double& retry_after_s,
+                                           std::optional<std::string_view> model_file) {
   State& s = *state_;
   auto config = rounds::parse_job_config(request);
   if (!config.ok()) return config.status();
-  auto built = ml::Model::create(config->model, config->seed);
-  if (!built.ok()) return built.status();
+  auto initial = initial_parameters(*config, model_file, s.config.max_model_bytes);
+  if (!initial.ok()) return initial.status();
   // One creation at a time: two submissions of a tenant cannot both pass its running-job cap.
   std::lock_guard<std::mutex> creating(s.create_mu);
   size_t running = 0;
@@ -512,18 +576,22 @@ Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
                               std::string("running jobs or job submissions; retry in ") +
                               std::to_string(int(std::ceil(retry_after_s))) + " s");
   }
-  auto model = rounds::make_global_model(0, built->layout(), built->parameters());
+  auto model = rounds::make_global_model(0, std::move(initial->layout), std::move(initial->data));
+  std::shared_ptr<const std::string> module;
+  if (config->model == "torchscript") module = std::make_shared<const std::string>(*model_file);
   const double now = s.clock();
   storage::JobRecord record{0,   config->name, request, JobState::kRunning, json::object(),
                             now, owner};
-  auto id = s.store->create_job(record, {0, 0, model->blob, model->checksum, std::string(), now});
+  static const std::string kNoModule;
+  auto id = s.store->create_job(record, {0, 0, model->blob, model->checksum, std::string(), now},
+                                module ? *module : kNoModule);
   if (!id.ok()) return id.status();
   record.id = *id;
   const std::string created = "job " + std::to_string(*id) + " (" + config->name +
                               ") created: " + config->model + ", " +
                               std::to_string(model->params.size()) + " parameters";
   FEDCASE_RETURN_IF_ERROR(
-      s.install(record, std::move(config).value(), model, std::string(), 0, {}));
+      s.install(record, std::move(config).value(), model, std::move(module), std::string(), 0, {}));
   log_info(created);
   s.driver.wake();
   std::lock_guard<std::mutex> lock(s.jobs.mu);
@@ -553,6 +621,8 @@ Result<JobDetail> Coordinator::job_detail(JobId id, Scope scope) {
     d.config = job->config_json;
     d.created_at = job->created_at;
     d.parameters = job->model->layout.element_count();
+    d.module_bytes = job->module ? job->module->size() : 0;
+    d.evaluation_target = job->config.evaluation.target;
     d.selection_policy = job->policy_name;
     d.aggregation = job->config.aggregation.rule;
     d.server_optimizer = job->optimizer_name;

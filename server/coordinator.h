@@ -44,6 +44,12 @@ struct ModelDownload {
   std::shared_ptr<const std::string> blob;  // encoded model blob
 };
 
+// A job's module: the TorchScript archive its clients run.
+struct ModuleDownload {
+  std::string checksum;                      // SHA-256 hex of the bytes, also the HTTP ETag
+  std::shared_ptr<const std::string> bytes;  // shared by every download, never changed
+};
+
 enum class Role { kNone, kAdmin, kEnrollment, kClient, kMetrics, kTenant };
 struct Caller {
   Role role = Role::kNone;
@@ -55,11 +61,16 @@ struct Caller {
 struct TaskOffer {
   JobId job = 0;
   RoundIndex round = 0;
-  std::string model;  // the job's architecture
+  std::string model;  // the job's model kind (rounds::JobConfig::model)
+  std::string loss;
   uint64_t model_version = 0;
   std::string model_checksum;
+  std::string module_checksum;  // a job with a module (torchscript): its checksum
   double deadline = 0;
   uint32_t local_epochs = 0;
+  // Federated evaluation: the held-out samples to score the base model on (0: all); nullopt
+  // when the job does not ask for one.
+  std::optional<size_t> evaluate_max_samples;
   scheduling::ClientTask task;
 };
 
@@ -72,14 +83,16 @@ struct JobSummary {
   JobId id = 0;
   std::string name;
   TenantId tenant = 0;
-  std::string model;             // the job's architecture
+  std::string model;             // the job's model kind (rounds::JobConfig::model)
   std::string selection_policy;  // the policy's name
   JobState state = JobState::kRunning;
   uint64_t model_version = 0;
   std::string model_checksum;
   RoundIndex round = 0;  // highest round index used
   bool round_open = false;
-  std::optional<double> test_accuracy;  // of the newest evaluated model
+  // Of the newest evaluated model: on the test set, or for a job whose evaluation target is
+  // "federated" the federated accuracy of its newest committed round's base model.
+  std::optional<double> test_accuracy;
 };
 
 struct JobDetail {
@@ -87,6 +100,8 @@ struct JobDetail {
   nlohmann::json config;
   double created_at = 0;
   size_t parameters = 0;
+  size_t module_bytes = 0;        // the size of its module (0: none)
+  std::string evaluation_target;  // "server" or "federated" (rounds::EvaluationConfig)
   std::string selection_policy, aggregation, server_optimizer;
   nlohmann::json policy_state;
   nlohmann::json privacy;  // null unless the job adds DP noise
@@ -171,12 +186,19 @@ class Coordinator {
   using Scope = std::optional<TenantId>;
   // A committed model of `job` (clients, the admin, or a tenant for its own jobs: `scope`).
   Result<ModelDownload> model(JobId job, uint64_t version, Scope scope = std::nullopt);
-  // A job owned by `owner` (0: the operator). While the fleet is overloaded, a tenant over its
+  // The module of `job` (callers as for model()); kNotFound for a job without one.
+  Result<ModuleDownload> module(JobId job, Scope scope = std::nullopt);
+  // A job owned by `owner` (0: the operator), with the model file uploaded with its config
+  // (`model_file`: a TorchScript archive or a model blob, as config.model says; none for a
+  // built-in model). Nothing is stored unless the config and the file are valid: kInvalidArgument
+  // for a bad config, a file with a built-in model or none with an uploaded one, or a file that
+  // does not decode or holds no parameters; kTooLarge for a file over max_model_bytes;
+  // kUnprocessable for non-finite parameters. While the fleet is overloaded, a tenant over its
   // running-job cap or submission window is refused with kResourceExhausted, and
   // `retry_after_s` says when to try again.
-  Result<JobSummary> create_job(const nlohmann::json& config, TenantId owner,
-                                double& retry_after_s);
-  // As the operator (never throttled).
+  Result<JobSummary> create_job(const nlohmann::json& config, TenantId owner, double& retry_after_s,
+                                std::optional<std::string_view> model_file = std::nullopt);
+  // As the operator (never throttled), with a built-in model.
   Result<JobSummary> create_job(const nlohmann::json& config);
   std::vector<JobSummary> list_jobs(Scope scope = std::nullopt);
   Result<JobDetail> job_detail(JobId job, Scope scope = std::nullopt);

@@ -226,8 +226,7 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
     parser_->header_limit(kHeaderLimit);
     // Beast checks Content-Length against the body limit as soon as the header is parsed, so
     // the route's own limit is applied in on_header; until then allow the largest one.
-    parser_->body_limit(
-        std::max(frontend_.config.max_upload_bytes, frontend_.config.max_json_bytes));
+    parser_->body_limit(frontend_.api.largest_body_limit());
     tcp().expires_after(to_ms(frontend_.config.read_timeout_s));
     http::async_read_header(
         stream_, buffer_, *parser_,

@@ -37,6 +37,9 @@ struct JobEntry {
   rounds::JobConfig config;
   double created_at = 0;
   TenantId tenant = 0;  // the job's owner (0: the operator)
+  // Its module, the TorchScript archive clients run (null: none), and the module's checksum.
+  std::shared_ptr<const std::string> module;
+  std::string module_checksum;
 
   // Used by the round driver's thread only, once the job is in the table.
   std::unique_ptr<rounds::JobRuntime> runtime;
@@ -49,10 +52,11 @@ struct JobEntry {
   JobState state = JobState::kRunning;
   std::shared_ptr<const rounds::GlobalModel> model;  // the latest committed model
   std::optional<rounds::Round> round;                // the open round
-  bool concluding = false;              // the driver is concluding a round: none opens meanwhile
-  RoundIndex last_round = 0;            // highest round index used
-  size_t evaluations_pending = 0;       // committed models not yet evaluated
-  std::optional<double> last_accuracy;  // of the newest evaluated model
+  bool concluding = false;         // the driver is concluding a round: none opens meanwhile
+  RoundIndex last_round = 0;       // highest round index used
+  size_t evaluations_pending = 0;  // committed models not yet evaluated
+  // Of the newest evaluated model, as config.evaluation.target says (rounds::recorded_accuracy).
+  std::optional<double> last_accuracy;
   std::string policy_name, optimizer_name;
   nlohmann::json policy_state = nlohmann::json::object();
   nlohmann::json privacy;  // for DP jobs: the privacy spent so far (null otherwise)

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/log.h"
+#include "rounds/evaluation.h"
 #include "scheduling/fair_share.h"
 #include "scheduling/round_plan.h"
 #include "scheduling/selection.h"
@@ -22,6 +23,14 @@ constexpr double kSaveContactsEvery = 30.0;
 constexpr double kFlushContactsEvery = 1.0;
 
 std::string job_prefix(const JobEntry& job) { return "job " + std::to_string(job.id) + ": "; }
+
+// Whether a round of `job` must wait for the server's evaluation of the previous model before
+// it may commit: the job has a target accuracy on the test set and that evaluation is pending.
+// Caller holds JobTable::mu.
+bool target_unknown(const JobEntry& job) {
+  return job.config.target_accuracy > 0 && job.config.evaluation.target == "server" &&
+         job.evaluations_pending > 0;
+}
 
 storage::RoundRecord open_record(JobId job, const rounds::Round& r) {
   return {job,          r.index(), RoundState::kOpen, r.base_version(), r.invited(), r.opened_at(),
@@ -106,8 +115,7 @@ void RoundDriver::tick() {
       if (!stop_reason.empty()) job.round->close();
       if (!job.round->due(now)) continue;
       // Whether the previous model reached the target decides whether this round may commit.
-      const bool target_unknown = job.config.target_accuracy > 0 && job.evaluations_pending > 0;
-      if (stop_reason.empty() && target_unknown) continue;
+      if (stop_reason.empty() && target_unknown(job)) continue;
       closing.push_back({&job, std::move(*job.round), stop_reason});
       job.round.reset();
       job.concluding = true;
@@ -135,8 +143,7 @@ void RoundDriver::conclude_all() {
       std::string stop_reason = "coordinator stopped";
       if (job.state == JobState::kCancelled) stop_reason = "job cancelled";
       if (job.state == JobState::kFinished) stop_reason = "job reached its target";
-      const bool target_unknown = job.config.target_accuracy > 0 && job.evaluations_pending > 0;
-      const bool may_commit = job.state == JobState::kRunning && !target_unknown &&
+      const bool may_commit = job.state == JobState::kRunning && !target_unknown(job) &&
                               job.round->accepted() >= job.config.min_updates;
       closing.push_back({&job, std::move(*job.round), may_commit ? "" : stop_reason});
       job.round.reset();
@@ -373,10 +380,12 @@ void RoundDriver::conclude(Closing& c, double now) {
     log_info(job_prefix(job) + "round " + std::to_string(record.index) + " committed with " +
              record.metrics["updates"].dump() + " updates after " +
              std::to_string(now - record.opened_at) + " s");
-    // The commit's duration (conclusion and store write) is recorded with the evaluation.
+    if (job.config.evaluation.target == "federated") on_federated_evaluation(job, record);
+    // The server scores built-in models only. The commit's duration (conclusion and store
+    // write) is recorded with the evaluation.
     const double commit_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    evaluate(job, runtime.model(), {{"commit_s", commit_s}});
+    if (job.config.builtin_model()) evaluate(job, runtime.model(), {{"commit_s", commit_s}});
   } else {
     log_warn(job_prefix(job) + "round " + std::to_string(record.index) + " failed: " + k.failure);
   }
@@ -420,16 +429,34 @@ void RoundDriver::on_evaluated(JobEntry& job, uint64_t version,
                 static_cast<unsigned long long>(job.id), static_cast<unsigned long long>(version),
                 e.accuracy, e.loss);
   log_info(line);
-  const bool reached = job.config.target_accuracy > 0 && e.accuracy >= job.config.target_accuracy;
+  const bool scored = job.config.evaluation.target == "server";  // else federated figures count
+  const bool reached =
+      scored && job.config.target_accuracy > 0 && e.accuracy >= job.config.target_accuracy;
   // Finished before the pending count drops: a round held back by this evaluation must see
   // the job finished, never a job with nothing pending that may commit it.
   if (reached) finish(job);
   {
     std::lock_guard<std::mutex> lock(jobs_.mu);
     job.evaluations_pending -= 1;
-    job.last_accuracy = e.accuracy;
+    if (scored) job.last_accuracy = e.accuracy;
   }
   wake();
+}
+
+void RoundDriver::on_federated_evaluation(JobEntry& job, const storage::RoundRecord& round) {
+  const std::optional<double> accuracy = rounds::recorded_accuracy(round.metrics, "federated");
+  if (!accuracy) return;
+  char line[160];
+  std::snprintf(line, sizeof(line), "job %llu: round %llu federated accuracy %.4f of model %llu",
+                static_cast<unsigned long long>(job.id),
+                static_cast<unsigned long long>(round.index), *accuracy,
+                static_cast<unsigned long long>(round.base_version));
+  log_info(line);
+  {
+    std::lock_guard<std::mutex> lock(jobs_.mu);
+    job.last_accuracy = accuracy;
+  }
+  if (job.config.target_accuracy > 0 && *accuracy >= job.config.target_accuracy) finish(job);
 }
 
 void RoundDriver::finish(JobEntry& job) {

@@ -9,9 +9,12 @@
 // tenant over its round-start limit waits); each opened round is charged to its tenant at
 // once, and corrected to the client-seconds it really used when it concludes.
 //
-// A job with a target accuracy does not commit its next round while the evaluation of its
-// previous model is pending: once a model is known to reach the target, the job finishes with
-// it, and a round opened meanwhile is failed ("job reached its target"), never committed.
+// A job with a target accuracy on the server's test set does not commit its next round while
+// the evaluation of its previous model is pending: once a model is known to reach the target,
+// the job finishes with it, and a round opened meanwhile is failed ("job reached its target"),
+// never committed. The server evaluates built-in models only. A job whose evaluation target is
+// "federated" finishes after a committed round whose federated accuracy (of the round's base
+// model, reported by its clients) reaches the target.
 //
 // Thread safety: start, stop, wake and tick may be called from any thread; tick runs on the
 // driver thread when started (tests without a thread may call it directly, one at a time).
@@ -53,8 +56,8 @@ class RoundDriver {
   // stopped and no upload being folded (the HTTP front end stopped).
   void conclude_all();
   // Queues the evaluation of `job`'s committed `model`; `timing` (seconds) is recorded in the
-  // round's metrics with the result and the evaluation's own eval_s. Used after each commit,
-  // and at start for committed models that a crash left unevaluated.
+  // round's metrics with the result and the evaluation's own eval_s. Used after each commit of
+  // a built-in model, and at start for committed models that a crash left unevaluated.
   void evaluate(JobEntry& job, std::shared_ptr<const rounds::GlobalModel> model,
                 nlohmann::json timing);
   // Whether the running jobs waiting to open a round, plus `extra_wanted` clients (a job being
@@ -98,6 +101,9 @@ class RoundDriver {
   // Records the evaluation of model `version` with `timing` (commit and evaluation seconds).
   void on_evaluated(JobEntry& job, uint64_t version, const Result<ml::EvalResult>& evaluation,
                     nlohmann::json timing);
+  // After `round` committed: its federated accuracy becomes the job's, and finishes the job if
+  // it reaches the target.
+  void on_federated_evaluation(JobEntry& job, const storage::RoundRecord& round);
 
   JobTable& jobs_;
   ClientRegistry& clients_;

@@ -30,10 +30,12 @@ class TimedStore : public Store {
   Status update_clients(const std::vector<ClientRecord>& clients) override {
     return timed_write(metrics_, "update_clients", [&] { return store_->update_clients(clients); });
   }
-  Result<JobId> create_job(const JobRecord& job, const ModelRecord& initial_model) override {
+  Result<JobId> create_job(const JobRecord& job, const ModelRecord& initial_model,
+                           const std::string& module) override {
     return timed_write(metrics_, "create_job",
-                       [&] { return store_->create_job(job, initial_model); });
+                       [&] { return store_->create_job(job, initial_model, module); });
   }
+  Result<std::string> get_job_module(JobId id) override { return store_->get_job_module(id); }
   Result<JobRecord> get_job(JobId id) override { return store_->get_job(id); }
   Result<TenantId> add_tenant(const TenantRecord& tenant) override {
     return timed_write(metrics_, "add_tenant", [&] { return store_->add_tenant(tenant); });

@@ -38,6 +38,11 @@ Result<UpdateMeta> parse_update_meta(const nlohmann::json& meta) {
   FEDCASE_RETURN_IF_ERROR(count("cache_hits", m.cache_hits));
   FEDCASE_RETURN_IF_ERROR(count("cache_misses", m.cache_misses));
   FEDCASE_RETURN_IF_ERROR(count("bytes_read", m.bytes_read));
+  if (auto evaluation = meta.find("evaluation"); evaluation != meta.end()) {
+    auto report = rounds::parse_eval_report(*evaluation);
+    if (!report.ok()) return report.status();
+    m.evaluation = std::move(report).value();
+  }
   return m;
 }
 

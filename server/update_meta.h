@@ -3,8 +3,10 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "common/status.h"
+#include "rounds/evaluation.h"
 
 namespace fedcase::server {
 
@@ -18,10 +20,13 @@ struct UpdateMeta {
   uint64_t cache_hits = 0;
   uint64_t cache_misses = 0;
   uint64_t bytes_read = 0;  // from local storage
+  // The client's federated evaluation of the base model (`evaluation`), when it sent one.
+  std::optional<rounds::EvalReport> evaluation;
 };
 
 // kInvalidArgument naming the field for a missing `samples`, a negative or non-finite number,
-// or a count that is not a non-negative integer. Unknown keys are ignored (newer SDKs).
+// a count that is not a non-negative integer, or a bad `evaluation` (rounds::parse_eval_report).
+// Unknown keys are ignored (newer SDKs).
 Result<UpdateMeta> parse_update_meta(const nlohmann::json& meta);
 
 }  // namespace fedcase::server

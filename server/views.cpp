@@ -1,5 +1,7 @@
 #include "server/views.h"
 
+#include "rounds/evaluation.h"
+
 namespace fedcase::server {
 
 using nlohmann::json;
@@ -7,6 +9,8 @@ using nlohmann::json;
 std::string model_url(JobId job, uint64_t version) {
   return "/v1/jobs/" + std::to_string(job) + "/models/" + std::to_string(version);
 }
+
+std::string module_url(JobId job) { return "/v1/jobs/" + std::to_string(job) + "/module"; }
 
 std::string update_url(JobId job, RoundIndex round) {
   return "/v1/jobs/" + std::to_string(job) + "/rounds/" + std::to_string(round) + "/update";
@@ -18,28 +22,35 @@ std::string status_url(JobId job, RoundIndex round) {
 
 json task_json(const TaskOffer& o) {
   const scheduling::ClientTask& t = o.task;
-  return {{"job_id", o.job},
-          {"round", o.round},
-          {"model", o.model},
-          {"model_version", o.model_version},
-          {"model_checksum", o.model_checksum},
-          {"model_url", model_url(o.job, o.model_version)},
-          {"upload_url", update_url(o.job, o.round)},
-          {"status_url", status_url(o.job, o.round)},
-          {"deadline", o.deadline},
-          {"train",
-           {{"epochs", o.local_epochs},
-            {"batch_size", t.batch_size},
-            {"lr", t.learning_rate},
-            {"momentum", t.momentum},
-            {"prox_mu", t.prox_mu}}},
-          {"sample_budget", t.samples},
-          {"sampling", t.sampling},
-          {"cache",
-           {{"policy", t.cache.policy},
-            {"budget_bytes", t.cache.budget_bytes},
-            {"repetition_factor", t.cache.repetition_factor}}},
-          {"expected_duration_s", t.expected_duration_s}};
+  json task = {{"job_id", o.job},
+               {"round", o.round},
+               {"model", o.model},
+               {"loss", o.loss},
+               {"model_version", o.model_version},
+               {"model_checksum", o.model_checksum},
+               {"model_url", model_url(o.job, o.model_version)},
+               {"upload_url", update_url(o.job, o.round)},
+               {"status_url", status_url(o.job, o.round)},
+               {"deadline", o.deadline},
+               {"train",
+                {{"epochs", o.local_epochs},
+                 {"batch_size", t.batch_size},
+                 {"lr", t.learning_rate},
+                 {"momentum", t.momentum},
+                 {"prox_mu", t.prox_mu}}},
+               {"sample_budget", t.samples},
+               {"sampling", t.sampling},
+               {"cache",
+                {{"policy", t.cache.policy},
+                 {"budget_bytes", t.cache.budget_bytes},
+                 {"repetition_factor", t.cache.repetition_factor}}},
+               {"expected_duration_s", t.expected_duration_s}};
+  if (!o.module_checksum.empty()) {
+    task["module_url"] = module_url(o.job);
+    task["module_checksum"] = o.module_checksum;
+  }
+  if (o.evaluate_max_samples) task["evaluate"] = {{"max_samples", *o.evaluate_max_samples}};
+  return task;
 }
 
 json registration_json(const ClientRegistry::Registration& r) {
@@ -90,6 +101,7 @@ json job_detail_json(const JobDetail& d) {
   out["config"] = d.config;
   out["created_at"] = d.created_at;
   out["parameters"] = d.parameters;
+  if (d.module_bytes > 0) out["module_bytes"] = d.module_bytes;
   out["selection_policy"] = d.selection_policy;
   out["policy_state"] = d.policy_state;
   out["aggregation"] = d.aggregation;
@@ -103,13 +115,18 @@ json job_detail_json(const JobDetail& d) {
   }
   out["rounds"] = json::array();
   const double target = d.config.value("target_accuracy", 0.0);
+  // A round's test accuracy scores the model it committed, its federated accuracy the model
+  // it trained from.
+  const bool federated = d.evaluation_target == "federated";
   json result;
   for (const auto& r : d.rounds) {
     out["rounds"].push_back(round_json(r));
-    auto accuracy = r.metrics.find("test_accuracy");
-    if (result.is_null() && target > 0 && r.state == RoundState::kCommitted &&
-        accuracy != r.metrics.end() && accuracy->is_number() && accuracy->get<double>() >= target) {
-      result = {{"model_version", r.index}, {"round", r.index}, {"test_accuracy", *accuracy}};
+    const auto accuracy = rounds::recorded_accuracy(r.metrics, d.evaluation_target);
+    if (result.is_null() && target > 0 && r.state == RoundState::kCommitted && accuracy &&
+        *accuracy >= target) {
+      result = {{"model_version", federated ? r.base_version : r.index},
+                {"round", r.index},
+                {"test_accuracy", *accuracy}};
     }
   }
   out["result"] = result;

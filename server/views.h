@@ -10,6 +10,7 @@
 namespace fedcase::server {
 
 std::string model_url(JobId job, uint64_t version);
+std::string module_url(JobId job);
 std::string update_url(JobId job, RoundIndex round);
 std::string status_url(JobId job, RoundIndex round);
 
@@ -20,7 +21,8 @@ nlohmann::json update_accepted_json(const UpdateAccepted& accepted);
 nlohmann::json job_summary_json(const JobSummary& job);
 nlohmann::json jobs_json(const std::vector<JobSummary>& jobs);
 nlohmann::json round_json(const storage::RoundRecord& round);
-// The job detail; `result` names the first committed model that reached the target accuracy.
+// The job detail; `result` names the first model that reached the target accuracy: a
+// committed model by its test accuracy, or a round's base model by its federated accuracy.
 nlohmann::json job_detail_json(const JobDetail& job);
 // A page of the fleet: {"clients": [...], "total", "matched", "expected_duration_histogram"}.
 nlohmann::json clients_json(const ClientPage& page);

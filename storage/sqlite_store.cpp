@@ -66,6 +66,11 @@ const char* const kMigrations[] = {
       created_at REAL NOT NULL);
     ALTER TABLE jobs ADD COLUMN tenant_id INTEGER NOT NULL DEFAULT 0;
     )sql",
+    R"sql(
+    CREATE TABLE job_modules (
+      job_id INTEGER PRIMARY KEY REFERENCES jobs(id),
+      module BLOB NOT NULL);
+    )sql",
 };
 constexpr int kSchemaVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 
@@ -232,7 +237,8 @@ class SqliteStore : public Store {
     });
   }
 
-  Result<JobId> create_job(const JobRecord& job, const ModelRecord& model) override {
+  Result<JobId> create_job(const JobRecord& job, const ModelRecord& model,
+                           const std::string& module) override {
     std::lock_guard<std::mutex> lock(mu_);
     JobId id = 0;
     Status s = transaction([&]() -> Status {
@@ -250,10 +256,26 @@ class SqliteStore : public Store {
       id = static_cast<JobId>(sqlite3_last_insert_rowid(db_));
       ModelRecord m = model;
       m.job = id;
-      return insert_model(m);
+      FEDCASE_RETURN_IF_ERROR(insert_model(m));
+      if (module.empty()) return ok_status();
+      auto insert = query("INSERT INTO job_modules(job_id, module) VALUES(?,?)");
+      if (!insert.ok()) return insert.status();
+      return insert->bind(id).bind_blob(module).run();
     });
     if (!s.ok()) return s;
     return id;
+  }
+
+  Result<std::string> get_job_module(JobId id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto q = query("SELECT module FROM job_modules WHERE job_id=?");
+    if (!q.ok()) return q.status();
+    q->bind(id);
+    if (!q->step()) {
+      if (!q->status().ok()) return q->status();
+      return not_found("job " + std::to_string(id) + " has no module");
+    }
+    return q->text(0);
   }
 
   Result<TenantId> add_tenant(const TenantRecord& t) override {

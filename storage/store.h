@@ -87,8 +87,12 @@ class Store {
   // saved) if any id is unknown.
   virtual Status update_clients(const std::vector<ClientRecord>& clients) = 0;
 
-  // Jobs. create_job stores the job and its initial model (version 0) together.
-  virtual Result<JobId> create_job(const JobRecord& job, const ModelRecord& initial_model) = 0;
+  // Jobs. create_job stores the job, its initial model (version 0) and its module (the
+  // TorchScript archive clients run; empty: none) together.
+  virtual Result<JobId> create_job(const JobRecord& job, const ModelRecord& initial_model,
+                                   const std::string& module) = 0;
+  // The module stored with the job; kNotFound when it has none.
+  virtual Result<std::string> get_job_module(JobId id) = 0;
   virtual Result<JobRecord> get_job(JobId id) = 0;
   virtual Result<std::vector<JobRecord>> list_jobs() = 0;
   virtual Status set_job_state(JobId id, JobState state) = 0;

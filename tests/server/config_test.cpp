@@ -18,7 +18,12 @@ TEST_CASE("coordinator config fills defaults and names the bad key") {
   CoordinatorConfig c = parse_coordinator_config(kTokens);
   CHECK(c.listen_address == "127.0.0.1");
   CHECK(c.max_upload_bytes == 64u << 20);
+  CHECK(c.max_model_bytes == 64u << 20);
   json bad = kTokens;
+  bad["max_model_bytes"] = 100;
+  CHECK_THROWS_WITH_AS(parse_coordinator_config(bad), doctest::Contains("max_model_bytes"),
+                       std::runtime_error);
+  bad = kTokens;
   bad["port"] = 70000;
   CHECK_THROWS_WITH_AS(parse_coordinator_config(bad), doctest::Contains("port"),
                        std::runtime_error);

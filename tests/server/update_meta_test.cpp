@@ -23,6 +23,23 @@ TEST_CASE("update metadata parses every reported statistic") {
   CHECK(m->io_s == 0.25);
   CHECK(m->cache_misses == 550);
   CHECK(m->bytes_read == 431200);
+  CHECK_FALSE(m->evaluation);
+}
+
+TEST_CASE("update metadata carries the client's evaluation of the base model") {
+  auto m = parse_update_meta(
+      {{"samples", 10},
+       {"evaluation",
+        {{"model_version", 2}, {"samples", 50}, {"loss", 0.4}, {"metrics", {{"accuracy", 0.9}}}}}});
+  REQUIRE(m.ok());
+  REQUIRE(m->evaluation);
+  CHECK(m->evaluation->model_version == 2);
+  CHECK(m->evaluation->samples == 50);
+  CHECK(m->evaluation->metrics.at("accuracy") == 0.9);
+  auto bad = parse_update_meta(
+      {{"samples", 10}, {"evaluation", {{"model_version", 2}, {"samples", 50}, {"loss", -1}}}});
+  CHECK(bad.status().code() == Code::kInvalidArgument);
+  CHECK(bad.status().message().find("evaluation.loss") != std::string::npos);
 }
 
 TEST_CASE("update metadata rejects what it cannot trust") {

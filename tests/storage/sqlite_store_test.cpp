@@ -53,7 +53,7 @@ TEST_CASE("clients, jobs, rounds and models persist across reopening") {
     CHECK(store->update_clients({faster, unknown}).code() == Code::kNotFound);  // all or nothing
 
     auto j = store->create_job({0, "demo", {{"rounds", 5}}, JobState::kRunning, json::object(), 5},
-                               model(0, "m0"));
+                               model(0, "m0"), "");
     REQUIRE(j.ok());
     job = *j;
     REQUIRE(store->open_round({job, 1, RoundState::kOpen, 0, {client}, 30, 90, 0, json::object()})
@@ -104,7 +104,7 @@ TEST_CASE("committing a round is all or nothing") {
   std::string path = dir.file("fedcase.db");
   auto store = open(path);
   auto job = store->create_job({0, "j", json::object(), JobState::kRunning, json::object(), 0},
-                               model(0, "m0"));
+                               model(0, "m0"), "");
   REQUIRE(job.ok());
   // Committing a round that was never opened must not leave its model behind.
   RoundRecord ghost{*job, 1, RoundState::kOpen, 0, {}, 0, 0, 1, json::object()};
@@ -128,7 +128,7 @@ TEST_CASE("the schema is versioned and a newer database is refused") {
   testing::TempDir dir;
   std::string path = dir.file("fedcase.db");
   { open(path); }
-  CHECK(scalar(path, "PRAGMA user_version") == 2);
+  CHECK(scalar(path, "PRAGMA user_version") == 3);
   {
     sqlite3* db = nullptr;
     REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
@@ -155,7 +155,7 @@ TEST_CASE("tenants persist with unique names, and jobs remember their tenant") {
     team.token_hash = "hash-a";
     CHECK(store->add_tenant(team).status().code() == Code::kConflict);  // same token
     JobRecord job{0, "owned", json::object(), JobState::kRunning, json::object(), 1.0, *a};
-    REQUIRE(store->create_job(job, model(0, "m")).ok());
+    REQUIRE(store->create_job(job, model(0, "m"), "").ok());
   }
   auto store = open(path);
   auto tenants = store->list_tenants();
@@ -185,13 +185,77 @@ TEST_CASE("a version-1 database gains tenants; its jobs belong to the operator")
     sqlite3_close(db);
   }
   auto store = open(path);
-  CHECK(scalar(path, "PRAGMA user_version") == 2);
+  CHECK(scalar(path, "PRAGMA user_version") == 3);
   auto jobs = store->list_jobs();
   REQUIRE(jobs.ok());
   REQUIRE(jobs->size() == 1);
   CHECK(jobs->at(0).name == "old");
   CHECK(jobs->at(0).tenant == 0);
   CHECK(store->list_tenants()->empty());
+}
+
+TEST_CASE("a job's module is stored with it, byte for byte, or not at all") {
+  testing::TempDir dir;
+  const std::string path = dir.file("fedcase.db");
+  const std::string module("PK\x03\x04\0archive\xff bytes", 20);
+  const JobRecord job{0, "scripted", json::object(), JobState::kRunning, json::object(), 1, 0};
+  JobId with = 0, without = 0;
+  {
+    auto store = open(path);
+    auto a = store->create_job(job, model(0, "m"), module);
+    auto b = store->create_job(job, model(0, "m"), "");
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    with = *a;
+    without = *b;
+  }
+  auto store = open(path);
+  auto stored = store->get_job_module(with);
+  REQUIRE(stored.ok());
+  CHECK(*stored == module);
+  CHECK(store->get_job_module(without).status().code() == Code::kNotFound);
+  CHECK(store->get_job_module(99).status().code() == Code::kNotFound);
+  // The job, its model and its module are one transaction: a module that cannot be stored
+  // (here a stale row in the way of the next job's id) leaves no job behind.
+  {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(db, "INSERT INTO job_modules(job_id, module) VALUES(3, 'stale')", nullptr,
+                         nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(db);
+  }
+  CHECK(store->create_job(job, model(0, "m"), module).status().code() == Code::kConflict);
+  CHECK(store->list_jobs()->size() == 2);
+  CHECK(scalar(path, "SELECT COUNT(*) FROM models") == 2);
+}
+
+TEST_CASE("a version-2 database gains module storage; its jobs have no module") {
+  testing::TempDir dir;
+  const std::string path = dir.file("fedcase.db");
+  JobId job = 0;
+  {
+    auto store = open(path);
+    auto id = store->create_job(
+        {0, "old", json::object(), JobState::kRunning, json::object(), 1, 0}, model(0, "m"), "");
+    REQUIRE(id.ok());
+    job = *id;
+  }
+  {
+    // Back to schema version 2, as an older coordinator left it.
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(db, "DROP TABLE job_modules; PRAGMA user_version=2;", nullptr, nullptr,
+                         nullptr) == SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto store = open(path);
+  CHECK(scalar(path, "PRAGMA user_version") == 3);
+  CHECK(store->list_jobs()->at(0).name == "old");
+  CHECK(store->get_job_module(job).status().code() == Code::kNotFound);
+  auto scripted = store->create_job(
+      {0, "new", json::object(), JobState::kRunning, json::object(), 2, 0}, model(0, "m"), "ts");
+  REQUIRE(scripted.ok());
+  CHECK(*store->get_job_module(*scripted) == "ts");
 }
 
 TEST_CASE("an unusable path gives a clear error") {
