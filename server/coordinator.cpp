@@ -105,7 +105,10 @@ Result<ModelBlob> initial_parameters(const rounds::JobConfig& config,
     return too_large("the model file exceeds max_model_bytes (" + std::to_string(max_bytes) +
                      " bytes)");
   }
-  auto read = config.model == "torchscript" ? read_torchscript_parameters(*file, {})
+  TorchScriptLimits limits;
+  limits.max_bytes = max_bytes;
+  limits.max_elements = max_bytes / sizeof(float);  // whatever the file's size allows
+  auto read = config.model == "torchscript" ? read_torchscript_parameters(*file, limits)
                                             : decode_blob(*file, max_bytes);
   if (!read.ok()) {
     return Status(read.status().code(), "the model file: " + read.status().message());

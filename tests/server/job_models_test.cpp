@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <thread>
 
@@ -92,6 +94,19 @@ json next_task_json(Harness& h, Api& api, ClientId client) {
 Reply create_multipart(Api& api, const json& config, const std::optional<std::string>& model) {
   return call(api, http::verb::post, "/v1/admin/jobs", kAdmin, multipart_body(config.dump(), model),
               multipart_type());
+}
+
+// A refused job creation: its status, and an error message that says `says`.
+void check_refused(const Reply& r, int status, const char* says) {
+  CAPTURE(r.response.body());
+  CHECK(r.response.result_int() == status);
+  CHECK(body_of(r)["error"]["message"].get<std::string>().find(says) != std::string::npos);
+}
+
+// Neither the coordinator nor the store holds a job.
+void check_no_job(Harness& h) {
+  CHECK(h.coordinator->list_jobs().empty());
+  CHECK(h.reader()->list_jobs()->empty());
 }
 
 // An evaluation report of the base model `version`.
@@ -321,53 +336,58 @@ TEST_CASE("a bad model upload is refused with a clear 4xx and creates no job") {
   };
   for (const Case& c : cases) {
     const std::string what = c.what;
-    Reply r = call(api, http::verb::post, "/v1/admin/jobs", kAdmin, c.body, c.content_type);
     CAPTURE(what);
-    CAPTURE(r.response.body());
-    CHECK(r.response.result_int() == c.status);
-    CHECK(body_of(r)["error"]["message"].get<std::string>().find(c.says) != std::string::npos);
+    check_refused(call(api, http::verb::post, "/v1/admin/jobs", kAdmin, c.body, c.content_type),
+                  c.status, c.says);
   }
-  CHECK(h.coordinator->list_jobs().empty());
-  CHECK(h.reader()->list_jobs()->empty());
+  check_no_job(h);
   // Within the limit it is created.
   CHECK(create_multipart(api, blob_job(), encode_blob(own_model())).response.result_int() == 201);
 }
 
-TEST_CASE("a TorchScript job's module is kept with it and served to its clients") {
+// A TorchScript archive of tests/fixtures/torchscript/ (make_fixtures.py).
+std::string torchscript_fixture(const std::string& file) {
+  std::ifstream in(FEDCASE_SOURCE_DIR "/tests/fixtures/torchscript/" + file, std::ios::binary);
+  REQUIRE(in);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST_CASE("a TorchScript job's parameters come from its archive, which it serves as its module") {
   testing::TempDir dir;
-  const std::string module("PK\x03\x04 a TorchScript archive \0\xff", 30);
-  const ModelBlob initial = own_model();
-  {
-    // A job as a TorchScript upload stores it: the module with its parameters as model 0.
-    auto store = storage::open_sqlite_store(dir.file("fedcase.db"));
-    REQUIRE(store.ok());
-    const std::string blob = encode_blob({0, initial.layout, initial.data});
-    const json config = blob_job({{"model", "torchscript"}, {"clients_per_round", 1}});
-    REQUIRE((*store)
-                ->create_job({0, "scripted", config, JobState::kRunning, json::object(), 1},
-                             {0, 0, blob, blob_checksum(blob), "", 1}, module)
-                .ok());
-    REQUIRE((*store)
-                ->create_job({0, "plain", job_config(), JobState::kRunning, json::object(), 1},
-                             {0, 0, blob, blob_checksum(blob), "", 1}, "")
-                .ok());
-  }
   Harness h(dir);
   Api api(*h.coordinator);
   auto tenant = h.coordinator->create_tenant({{"name", "other"}});
   REQUIRE(tenant.ok());
   const ClientId client = h.add_client();
+  const std::string module = torchscript_fixture("mlp.pt");
   const std::string checksum = sha256_hex(module);
+  Reply created =
+      create_multipart(api, blob_job({{"model", "torchscript"}, {"clients_per_round", 1}}), module);
+  REQUIRE_MESSAGE(created.response.result_int() == 201, created.response.body());
+  CHECK(body_of(created)["model"] == "torchscript");
+  REQUIRE(create_multipart(api, blob_job(), encode_blob(own_model())).response.result_int() == 201);
+  // Model 0 holds the module's parameters, in named_parameters order.
+  const ModelBlob v0 = base_model(*h.coordinator, 1, 0);
+  std::vector<std::string> names;
+  for (const TensorSpec& t : v0.layout.tensors) names.push_back(t.name);
+  CHECK(names == std::vector<std::string>{"body.0.weight", "body.0.bias", "body.2.0.weight",
+                                          "body.2.0.bias", "head.weight"});
+  CHECK(v0.layout.tensors[0].shape == std::vector<uint64_t>{8, 4});
+  CHECK(v0.data.size() == 8 * 4 + 8 + 6 * 8 + 6 + 3 * 6);
 
-  Reply served = call(api, http::verb::get, "/v1/jobs/1/module", kAdmin);
-  REQUIRE(served.response.result_int() == 200);
-  REQUIRE(served.shared_body);
-  CHECK(*served.shared_body == module);
-  CHECK(served.response[http::field::content_type] == "application/octet-stream");
-  CHECK(served.response[http::field::etag] == "\"" + checksum + "\"");
+  auto served_module = [&] {
+    Reply served = call(api, http::verb::get, "/v1/jobs/1/module", kAdmin);
+    REQUIRE(served.response.result_int() == 200);
+    REQUIRE(served.shared_body);
+    CHECK(*served.shared_body == module);
+    CHECK(served.response[http::field::content_type] == "application/octet-stream");
+    CHECK(served.response[http::field::etag] == "\"" + checksum + "\"");
+    return served.shared_body;
+  };
+  const auto first = served_module();
   Reply by_client = call(api, http::verb::get, "/v1/jobs/1/module", h.tokens[client]);
   CHECK(by_client.response.result_int() == 200);
-  CHECK(by_client.shared_body == served.shared_body);  // one copy for every download
+  CHECK(by_client.shared_body == first);  // one copy for every download
   CHECK(call(api, http::verb::get, "/v1/jobs/1/module", h.tokens[client], "", "",
              {{"If-None-Match", "\"" + checksum + "\""}})
             .response.result_int() == 304);
@@ -380,7 +400,9 @@ TEST_CASE("a TorchScript job's module is kept with it and served to its clients"
   CHECK(Api::route_template(head) == "/v1/jobs/{job}/module");
 
   const json task = next_task_json(h, api, client);
+  CHECK(task["job_id"] == 1);
   CHECK(task["model"] == "torchscript");
+  CHECK(task["loss"] == "mse");
   CHECK(task["module_url"] == "/v1/jobs/1/module");
   CHECK(task["module_checksum"] == checksum);
   CHECK(task["evaluate"] == json{{"max_samples", 50}});
@@ -389,6 +411,41 @@ TEST_CASE("a TorchScript job's module is kept with it and served to its clients"
   CHECK(detail["module_bytes"] == module.size());
   CHECK_FALSE(
       body_of(call(api, http::verb::get, "/v1/admin/jobs/2", kAdmin)).contains("module_bytes"));
+  // The module is kept with the job: after a restart it is served as before.
+  h.reopen();
+  Api reopened(*h.coordinator);
+  Reply again = call(reopened, http::verb::get, "/v1/jobs/1/module", kAdmin);
+  REQUIRE(again.response.result_int() == 200);
+  CHECK(*again.shared_body == module);
+  CHECK(again.response[http::field::etag] == "\"" + checksum + "\"");
+}
+
+TEST_CASE("a TorchScript archive that cannot be a job's model is refused and creates no job") {
+  testing::TempDir dir;
+  // The smallest fixture archives are about 3 KiB; mlp.pt is 10.6 KiB.
+  Harness h(dir, [](CoordinatorConfig& c) { c.max_model_bytes = 8192; });
+  Api api(*h.coordinator);
+  const json scripted = blob_job({{"model", "torchscript"}});
+  struct Case {
+    const char* file;
+    int status;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"nan.pt", 422, "model file"},         // a parameter holds NaN
+      {"float64.pt", 400, "float64"},        // not float32
+      {"no_params.pt", 400, "parameters"},   // a module without parameters
+      {"mlp.pt", 413, "max_model_bytes"},    // over the limit
+      {"checkpoint.pt", 400, "model file"},  // a zip, but not TorchScript
+  };
+  for (const Case& c : cases) {
+    const std::string file = c.file;
+    CAPTURE(file);
+    check_refused(create_multipart(api, scripted, torchscript_fixture(file)), c.status, c.says);
+  }
+  check_no_job(h);
+  CHECK(create_multipart(api, scripted, torchscript_fixture("scalar.pt")).response.result_int() ==
+        201);
 }
 
 TEST_CASE("only a multipart job creation by the admin or a tenant may send a model's bytes") {
