@@ -1,9 +1,5 @@
 #include "client_sdk/sample_source.h"
 
-#include <algorithm>
-#include <filesystem>
-#include <fstream>
-
 namespace fedcase::client {
 namespace {
 
@@ -49,39 +45,19 @@ uint64_t MemorySource::fingerprint() const {
 }
 
 Result<std::unique_ptr<FolderSource>> FolderSource::open(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return not_found("sample folder " + dir + " is not a folder");
-  std::vector<File> files;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
-       it.increment(ec)) {
-    if (!it->is_regular_file(ec) || it->is_symlink(ec)) continue;
-    const uint64_t bytes = it->file_size(ec);
-    if (ec) break;
-    files.push_back({it->path().string(), fs::relative(it->path(), dir, ec).string(), bytes});
-  }
-  if (ec) return internal_error("cannot list sample folder " + dir + ": " + ec.message());
-  if (files.empty()) return invalid_argument("sample folder " + dir + " holds no files");
-  std::sort(files.begin(), files.end(),
-            [](const File& a, const File& b) { return a.relative < b.relative; });
-  return std::unique_ptr<FolderSource>(new FolderSource(std::move(files)));
+  auto files = ml::list_sample_files(dir);
+  if (!files.ok()) return files.status();
+  return std::unique_ptr<FolderSource>(new FolderSource(std::move(files).value()));
 }
 
 Status FolderSource::read(size_t id, std::string& out) {
   if (id >= files_.size()) return out_of_range(id, files_.size());
-  const File& file = files_[id];
-  std::ifstream in(file.path, std::ios::binary);
-  out.resize(file.bytes);
-  if (!in.read(out.data(), std::streamsize(file.bytes)) || in.peek() != EOF) {
-    return internal_error("cannot read sample file " + file.path +
-                          " (missing, unreadable or resized since the folder was listed)");
-  }
-  return ok_status();
+  return ml::read_sample_file(files_[id], out);
 }
 
 uint64_t FolderSource::fingerprint() const {
   uint64_t h = fnv1a(kFnvOffset, uint64_t(files_.size()));
-  for (const File& f : files_) h = fnv1a(fnv1a(h, f.relative), f.bytes);
+  for (const ml::SampleFile& f : files_) h = fnv1a(fnv1a(h, f.relative), f.bytes);
   return h;
 }
 

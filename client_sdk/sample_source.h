@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "ml/sample_files.h"
 
 namespace fedcase::client {
 
@@ -69,13 +70,8 @@ class FolderSource final : public SampleSource {
   uint64_t fingerprint() const override;  // hashes the relative paths and sizes
 
  private:
-  struct File {
-    std::string path;
-    std::string relative;
-    uint64_t bytes = 0;
-  };
-  explicit FolderSource(std::vector<File> files) : files_(std::move(files)) {}
-  std::vector<File> files_;
+  explicit FolderSource(std::vector<ml::SampleFile> files) : files_(std::move(files)) {}
+  std::vector<ml::SampleFile> files_;
 };
 
 }  // namespace fedcase::client

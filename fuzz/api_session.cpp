@@ -58,7 +58,7 @@ std::unique_ptr<server::Coordinator> open_coordinator(
 class DeferredEvaluator final : public server::ModelEvaluator {
  public:
   ~DeferredEvaluator() override { run(); }
-  void submit(const std::string&, std::vector<float>, Done done) override {
+  void submit(const server::EvaluatedModel&, std::vector<float>, Done done) override {
     queue_.push_back(std::move(done));
   }
   void run() {

@@ -1,5 +1,7 @@
 #include "rounds/job_config.h"
 
+#include <cctype>
+
 #include "aggregation/server_optimizer.h"
 #include "common/json_read.h"
 #include "scheduling/selection.h"
@@ -17,23 +19,71 @@ Status check_range(const char* key, size_t value, size_t min, size_t max) {
                           std::to_string(max) + "]");
 }
 
-// The `evaluation` section, whose defaults depend on whether the model is built in.
-Result<EvaluationConfig> parse_evaluation(const json& j, bool builtin_model) {
+// A server dataset's name: a plain folder name, so it cannot leave datasets_dir.
+bool valid_dataset_name(const std::string& name) {
+  if (name.empty() || name.size() > 64 || name[0] == '.') return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+// One sample's input shape: 1 to 8 dimensions of 1 to 2^24 each.
+Result<std::vector<int64_t>> parse_input_shape(const json& shape) {
+  if (!shape.is_array() || shape.empty() || shape.size() > 8) {
+    return invalid_argument("evaluation.input_shape must be an array of 1 to 8 dimensions");
+  }
+  std::vector<int64_t> out;
+  for (const json& d : shape) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > (1 << 24)) {
+      return invalid_argument("evaluation.input_shape dimensions must be integers in [1, 2^24]");
+    }
+    out.push_back(d.get<int64_t>());
+  }
+  return out;
+}
+
+// The `evaluation` section, whose defaults depend on the model.
+Result<EvaluationConfig> parse_evaluation(const json& j, const std::string& model,
+                                          bool builtin_model) {
   EvaluationConfig e;
-  e.federated = !builtin_model;
-  e.target = builtin_model ? "server" : "federated";
   ObjectReader r(j, "evaluation");
-  r.boolean("federated", e.federated)
-      .integer("max_samples", e.max_samples)
-      .text("target", e.target);
+  r.boolean("federated", e.federated).integer("max_samples", e.max_samples);
+  r.text("server_dataset", e.server_dataset);
+  if (const json* shape = r.member("input_shape")) {
+    auto parsed = parse_input_shape(*shape);
+    if (!parsed.ok()) return parsed.status();
+    e.input_shape = std::move(parsed).value();
+  }
+  if (!j.is_object() || !j.contains("federated")) e.federated = !builtin_model;
+  const bool server = builtin_model || !e.server_dataset.empty();
+  e.target = server ? "server" : "federated";
+  r.text("target", e.target);
   FEDCASE_RETURN_IF_ERROR(r.strict_status());
+  if (!e.server_dataset.empty()) {
+    if (model != "torchscript") {
+      return invalid_argument("evaluation.server_dataset is for TorchScript models");
+    }
+    if (!valid_dataset_name(e.server_dataset)) {
+      return invalid_argument(
+          "evaluation.server_dataset must be a folder name of 1 to 64 letters, digits, '.', '_' "
+          "or '-', not starting with '.'");
+    }
+    if (e.input_shape.empty()) {
+      return invalid_argument("evaluation.server_dataset needs evaluation.input_shape");
+    }
+  } else if (!e.input_shape.empty()) {
+    return invalid_argument("evaluation.input_shape goes with evaluation.server_dataset");
+  }
   if (e.target != "server" && e.target != "federated") {
     return invalid_argument("evaluation.target must be \"server\" or \"federated\"");
   }
-  if (e.target == "server" && !builtin_model) {
+  if (e.target == "server" && !server) {
     return invalid_argument(
-        "evaluation.target \"server\" needs a built-in model: the coordinator does not run "
-        "uploaded models");
+        "evaluation.target \"server\" needs a built-in model or, for a TorchScript model, "
+        "evaluation.server_dataset: the coordinator has nothing to score this model on");
   }
   return e;
 }
@@ -104,7 +154,7 @@ Result<JobConfig> parse_job_config(const json& j) {
   if (c.loss != "cross_entropy" && c.loss != "mse") {
     return invalid_argument("job.loss must be \"cross_entropy\" or \"mse\"");
   }
-  auto evaluation_config = parse_evaluation(evaluation, c.builtin_model());
+  auto evaluation_config = parse_evaluation(evaluation, c.model, c.builtin_model());
   if (!evaluation_config.ok()) return evaluation_config.status();
   c.evaluation = std::move(evaluation_config).value();
   if (c.target_accuracy > 0 && c.evaluation.target == "federated" && !c.evaluation.federated) {

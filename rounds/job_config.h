@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "aggregation/aggregator.h"
 #include "common/status.h"
@@ -18,11 +19,19 @@ namespace fedcase::rounds {
 
 // How a job's models are scored. Federated evaluation: each task asks its client to score the
 // round's base model on its held-out samples before training and to report it with its update.
+// Server evaluation: the coordinator scores each committed model itself, a built-in one on its
+// Fashion-MNIST test set, a TorchScript one on `server_dataset`, a folder of sample records
+// under the coordinator's datasets_dir (docs/protocol.md, "Server evaluation").
 struct EvaluationConfig {
   bool federated = false;  // default: true for an uploaded model, false for a built-in one
   size_t max_samples = 0;  // held-out samples a client scores at most; 0: all of them
-  // Whose accuracy target_accuracy is compared with: "server" (the coordinator's test set,
-  // built-in models only) or "federated". Default: "server" for a built-in model.
+  // TorchScript models: the dataset the server scores them on (a folder name: letters,
+  // digits, '.', '_', '-'; 1 to 64 characters, not starting with '.'), and the shape of one
+  // sample's input, which the records do not carry. Empty: no server evaluation.
+  std::string server_dataset;
+  std::vector<int64_t> input_shape;
+  // Whose accuracy target_accuracy is compared with: "server" or "federated". Default:
+  // "server" when the server evaluates the model, else "federated".
   std::string target = "server";
 };
 
@@ -53,6 +62,9 @@ struct JobConfig {
 
   // Whether `model` names a built-in architecture (no model file is uploaded with the job).
   bool builtin_model() const { return model == "cnn" || model == "mlp"; }
+  // Whether the coordinator scores the job's committed models (built-in, or TorchScript with
+  // a server dataset).
+  bool server_evaluated() const { return builtin_model() || !evaluation.server_dataset.empty(); }
 };
 
 // Client labels ({"region": "eu", "tier": "phone"}): at most 16, keys and values strings of 1

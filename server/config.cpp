@@ -63,6 +63,7 @@ CoordinatorConfig parse_coordinator_config(const json& j) {
       .number("requests_per_second", c.requests_per_second, 0.1, 1e6)
       .number("unauthenticated_per_second", c.unauthenticated_per_second, 0.1, 1e6)
       .text("eval_data_dir", c.eval_data_dir)
+      .text("datasets_dir", c.datasets_dir)
       .integer("eval_samples", c.eval_samples)
       .integer("torch_threads", c.torch_threads);
   Status s = r.strict_status();

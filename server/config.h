@@ -51,7 +51,10 @@ struct CoordinatorConfig {
   // Requests without a known token, per address; beyond it 429 (guesses at tokens).
   double unauthenticated_per_second = 10;
   std::string eval_data_dir = "/usr/share/datasets/fashion-mnist";
-  size_t eval_samples = 10000;  // test-set samples used to evaluate each model
+  size_t eval_samples = 10000;  // test-set samples (or server dataset records) per evaluation
+  // Where the server datasets of TorchScript jobs live: evaluation.server_dataset names a
+  // folder here (docs/protocol.md, "Server evaluation").
+  std::string datasets_dir = "var/datasets";
   int torch_threads = 1;
 };
 

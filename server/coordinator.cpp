@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 
 #include "aggregation/validation.h"
 #include "common/blob.h"
@@ -85,6 +86,12 @@ JobSummary summary_of(const JobEntry& job) {
           job.last_round,
           job.round.has_value(),
           job.last_accuracy};
+}
+
+// The folder of a job's server dataset, or "" without one.
+std::string server_dataset_dir(const CoordinatorConfig& coordinator, const rounds::JobConfig& job) {
+  if (job.evaluation.server_dataset.empty()) return std::string();
+  return (std::filesystem::path(coordinator.datasets_dir) / job.evaluation.server_dataset).string();
 }
 
 // The initial parameters of a job: its built-in architecture's, or those of the model file
@@ -219,6 +226,12 @@ Status Coordinator::State::install(storage::JobRecord record, rounds::JobConfig 
   job->tenant = record.tenant;
   if (module) job->module_checksum = sha256_hex(*module);
   job->module = std::move(module);
+  job->evaluated = {job->config.model,
+                    job->module,
+                    job->module_checksum,
+                    job->config.loss,
+                    server_dataset_dir(this->config, job->config),
+                    job->config.evaluation.input_shape};
   job->state = record.state;
   job->model = std::move(model);
   job->last_round = (*runtime)->last_round();
@@ -313,7 +326,7 @@ Status Coordinator::State::evaluate_unscored(JobId id,
     std::lock_guard<std::mutex> lock(jobs.mu);
     job = jobs.find(id);
   }
-  if (!job->config.builtin_model()) return ok_status();  // the server scores built-in models only
+  if (!job->config.server_evaluated()) return ok_status();
   for (const auto& r : rounds) {
     if (r.state != RoundState::kCommitted || r.metrics.contains("test_accuracy")) continue;
     auto stored = store->get_model(id, r.index);
@@ -560,6 +573,11 @@ Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
   State& s = *state_;
   auto config = rounds::parse_job_config(request);
   if (!config.ok()) return config.status();
+  if (const std::string dataset = server_dataset_dir(s.config, *config);
+      !dataset.empty() && !std::filesystem::is_directory(dataset)) {
+    return invalid_argument("evaluation.server_dataset \"" + config->evaluation.server_dataset +
+                            "\" is not a folder under the coordinator's datasets_dir");
+  }
   auto initial = initial_parameters(*config, model_file, s.config.max_model_bytes);
   if (!initial.ok()) return initial.status();
   // One creation at a time: two submissions of a tenant cannot both pass its running-job cap.

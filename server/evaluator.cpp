@@ -1,9 +1,11 @@
 #include "server/evaluator.h"
 
+#include <algorithm>
 #include <exception>
 
 #include "common/log.h"
 #include "common/status.h"
+#include "ml/sample_files.h"
 
 namespace fedcase::server {
 
@@ -22,10 +24,10 @@ TestSetEvaluator::~TestSetEvaluator() {
   thread_.join();
 }
 
-void TestSetEvaluator::submit(const std::string& arch, std::vector<float> params, Done done) {
+void TestSetEvaluator::submit(const EvaluatedModel& model, std::vector<float> params, Done done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back({arch, std::move(params), std::move(done)});
+    queue_.push_back({model, std::move(params), std::move(done)});
   }
   cv_.notify_one();
 }
@@ -57,14 +59,54 @@ void TestSetEvaluator::run() {
 }
 
 Result<ml::EvalResult> TestSetEvaluator::evaluate(const Task& task) {
-  auto it = models_.find(task.arch);
+  if (task.model.kind == "torchscript") return evaluate_torchscript(task);
+  const std::string& arch = task.model.kind;
+  auto it = models_.find(arch);
   if (it == models_.end()) {
-    auto model = ml::Model::create(task.arch, 0);
+    auto model = ml::Model::create(arch, 0);
     if (!model.ok()) return model.status();
-    it = models_.emplace(task.arch, std::move(model).value()).first;
+    it = models_.emplace(arch, std::move(model).value()).first;
   }
   FEDCASE_RETURN_IF_ERROR(it->second.set_parameters(task.params));
   return it->second.evaluate(data_, samples_);
+}
+
+Result<ml::EvalResult> TestSetEvaluator::evaluate_torchscript(const Task& task) {
+  const EvaluatedModel& m = task.model;
+  if (!m.module || m.dataset_dir.empty()) return invalid_argument("no module or dataset");
+  auto loss = ml::parse_loss(m.loss);
+  if (!loss.ok()) return loss.status();
+  auto module = modules_.find(m.module_checksum);
+  if (module == modules_.end()) {
+    auto loaded = ml::TorchScriptModel::load(*m.module);
+    if (!loaded.ok()) return loaded.status();
+    module = modules_.emplace(m.module_checksum, std::move(loaded).value()).first;
+  }
+  auto dataset = datasets_.find(m.dataset_dir);
+  if (dataset == datasets_.end()) {
+    auto files = ml::list_sample_files(m.dataset_dir);
+    if (!files.ok()) return files.status();
+    std::vector<std::string> records(std::min(files->size(), samples_));
+    for (size_t i = 0; i < records.size(); ++i) {
+      FEDCASE_RETURN_IF_ERROR(ml::read_sample_file((*files)[i], records[i]));
+    }
+    dataset = datasets_.emplace(m.dataset_dir, std::move(records)).first;
+  }
+  FEDCASE_RETURN_IF_ERROR(module->second.set_parameters(task.params));
+  const std::vector<std::string>& records = dataset->second;
+  constexpr size_t kBatch = 128;
+  size_t next = 0;
+  return module->second.evaluate(*loss, [&](ml::TensorBatch& batch) -> Result<bool> {
+    if (next >= records.size()) return false;
+    batch.sample_shape = m.input_shape;
+    for (const size_t end = std::min(records.size(), next + kBatch); next < end; ++next) {
+      Status s = ml::append_record(records[next], *loss, batch);
+      if (!s.ok())
+        return invalid_argument("server dataset record " + std::to_string(next) + ": " +
+                                s.message());
+    }
+    return true;
+  });
 }
 
 }  // namespace fedcase::server

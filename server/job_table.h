@@ -21,6 +21,7 @@
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "rounds/job_runtime.h"
+#include "server/evaluator.h"
 #include "storage/store.h"
 
 namespace fedcase::server {
@@ -40,6 +41,8 @@ struct JobEntry {
   // Its module, the TorchScript archive clients run (null: none), and the module's checksum.
   std::shared_ptr<const std::string> module;
   std::string module_checksum;
+  // What the server evaluator scores the job's models as (config.server_evaluated() jobs).
+  EvaluatedModel evaluated;
 
   // Used by the round driver's thread only, once the job is in the table.
   std::unique_ptr<rounds::JobRuntime> runtime;

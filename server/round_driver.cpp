@@ -381,11 +381,10 @@ void RoundDriver::conclude(Closing& c, double now) {
              record.metrics["updates"].dump() + " updates after " +
              std::to_string(now - record.opened_at) + " s");
     if (job.config.evaluation.target == "federated") on_federated_evaluation(job, record);
-    // The server scores built-in models only. The commit's duration (conclusion and store
-    // write) is recorded with the evaluation.
+    // The commit's duration (conclusion and store write) is recorded with the evaluation.
     const double commit_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (job.config.builtin_model()) evaluate(job, runtime.model(), {{"commit_s", commit_s}});
+    if (job.config.server_evaluated()) evaluate(job, runtime.model(), {{"commit_s", commit_s}});
   } else {
     log_warn(job_prefix(job) + "round " + std::to_string(record.index) + " failed: " + k.failure);
   }
@@ -400,7 +399,7 @@ void RoundDriver::evaluate(JobEntry& job, std::shared_ptr<const rounds::GlobalMo
   const uint64_t version = model->version;
   const auto submitted = std::chrono::steady_clock::now();
   evaluator_.submit(
-      job.config.model, model->params,
+      job.evaluated, model->params,
       [this, &job, version, timing, submitted](const Result<ml::EvalResult>& e) {
         json with_eval = timing;
         with_eval["eval_s"] =

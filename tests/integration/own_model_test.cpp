@@ -50,6 +50,41 @@ Reply create_job(uint16_t port, const json& config, const std::string& module) {
   return admin.call(request.method, request.target, request.body, request.headers);
 }
 
+// SDK sessions of TorchScript devices, each on a thread of its own; halted at destruction.
+struct Devices {
+  std::atomic<bool> stop{false};
+  std::vector<std::unique_ptr<client::Session>> sessions;
+  std::vector<std::thread> threads;
+
+  // Starts a device training on `train` (and scoring on `held_out`, if any) with the images'
+  // input shape.
+  void start(uint16_t port, const std::string& name, std::shared_ptr<client::SampleSource> train,
+             std::shared_ptr<client::SampleSource> held_out, const std::string& state_dir) {
+    client::SessionConfig s;
+    s.coordinator.port = port;
+    s.enrollment_token = kEnrollmentToken;
+    s.name = name;
+    s.trainer = std::move(client::make_torchscript_trainer({{1, 28, 28}})).value();
+    s.train_data = std::move(train);
+    s.eval_data = std::move(held_out);
+    s.state_dir = state_dir;
+    s.poll_wait_s = 1;
+    auto session = client::Session::create(std::move(s));
+    REQUIRE_MESSAGE(session.ok(), session.status().to_string());
+    sessions.push_back(std::move(session).value());
+    threads.emplace_back([session = sessions.back().get(), this] {
+      ml::set_torch_threads(1);
+      session->run(stop);
+    });
+  }
+  void halt() {
+    stop = true;
+    for (auto& t : threads) t.join();
+    threads.clear();
+  }
+  ~Devices() { halt(); }
+};
+
 }  // namespace
 
 TEST_CASE("a TorchScript job trains on the clients' own files and its federated accuracy rises") {
@@ -86,28 +121,11 @@ TEST_CASE("a TorchScript job trains on the clients' own files and its federated 
   REQUIRE(blob.ok());
   CHECK(blob->data == read_torchscript_parameters(module, {})->data);
 
-  std::atomic<bool> stop{false};
-  std::vector<std::unique_ptr<client::Session>> sessions;
-  std::vector<std::thread> threads;
+  Devices devices;
   for (size_t i = 0; i < 3; ++i) {
-    client::SessionConfig s;
-    s.coordinator.port = port;
-    s.enrollment_token = kEnrollmentToken;
-    s.name = "device-" + std::to_string(i);
-    s.trainer = std::move(client::make_torchscript_trainer({{1, 28, 28}})).value();
-    s.train_data = image_folder(dir.path() / s.name / "train", i * 400, 400);
-    s.eval_data = image_folder(dir.path() / s.name / "held-out", 20000 + i * 100, 100);
-    s.state_dir = (dir.path() / s.name / "state").string();
-    s.poll_wait_s = 1;
-    auto session = client::Session::create(std::move(s));
-    REQUIRE_MESSAGE(session.ok(), session.status().to_string());
-    sessions.push_back(std::move(session).value());
-  }
-  for (auto& session : sessions) {
-    threads.emplace_back([&session, &stop] {
-      ml::set_torch_threads(1);
-      session->run(stop);
-    });
+    const std::filesystem::path home = dir.path() / ("device-" + std::to_string(i));
+    devices.start(port, home.filename().string(), image_folder(home / "train", i * 400, 400),
+                  image_folder(home / "held-out", 20000 + i * 100, 100), (home / "state").string());
   }
   json detail;
   const bool finished = wait_until(
@@ -116,8 +134,7 @@ TEST_CASE("a TorchScript job trains on the clients' own files and its federated 
         return detail.value("state", "") == "finished";
       },
       180);
-  stop = true;
-  for (auto& t : threads) t.join();
+  devices.halt();
   REQUIRE_MESSAGE(finished, detail.dump());
 
   const auto rounds = committed_rounds(detail);
@@ -133,8 +150,67 @@ TEST_CASE("a TorchScript job trains on the clients' own files and its federated 
   }
   MESSAGE("federated accuracy by round: " << json(accuracy).dump());
   CHECK(accuracy.back() > accuracy.front() + 0.2);
-  for (const auto& session : sessions) {
+  for (const auto& session : devices.sessions) {
     CHECK(session->stats().updates_accepted == 4);
     CHECK(session->stats().model_downloads >= 4);
   }
+}
+
+TEST_CASE("the coordinator scores a TorchScript job on its server dataset") {
+  TempDir dir;
+  // The server dataset: Fashion-MNIST test-like records (here from the training set's tail,
+  // which no client trains on) in a folder under datasets_dir.
+  image_folder(dir.path() / "datasets" / "fmnist-eval", 50000, 300);
+  auto service = start_coordinator(
+      dir, [&](server::CoordinatorConfig& c) { c.datasets_dir = dir.file("datasets"); });
+  const uint16_t port = service->port();
+  const std::string module = classifier_module(784, 32, 10, 9);
+  json config = {
+      {"name", "server-scored"},
+      {"model", "torchscript"},
+      {"rounds", 3},
+      {"clients_per_round", 2},
+      {"selection", {{"policy", "random"}, {"overcommit", 1.0}}},
+      {"training", {{"lr", 0.1}, {"momentum", 0.9}}},
+      {"evaluation",
+       {{"federated", false}, {"server_dataset", "fmnist-eval"}, {"input_shape", {1, 28, 28}}}}};
+
+  // A dataset the coordinator does not have is refused before anything is stored.
+  json missing = config;
+  missing["evaluation"]["server_dataset"] = "no-such-dataset";
+  Reply refused = create_job(port, missing, module);
+  CHECK(refused.status == 400);
+  CHECK(refused.raw.find("not a folder") != std::string::npos);
+  Caller admin(port, kAdminToken);
+  CHECK(admin.get("/v1/admin/jobs").body["jobs"].empty());
+
+  Reply created = create_job(port, config, module);
+  REQUIRE_MESSAGE(created.status == 201, created.raw);
+  const uint64_t job = created.body["job_id"];
+  Devices devices;
+  for (size_t i = 0; i < 2; ++i) {
+    const std::filesystem::path home = dir.path() / ("device-" + std::to_string(i));
+    devices.start(port, home.filename().string(), image_folder(home, i * 500, 500), nullptr, "");
+  }
+  json detail;
+  // Finished, and the last model scored (the evaluation runs after the commit).
+  const bool scored = wait_until(
+      [&] {
+        detail = admin.get("/v1/admin/jobs/" + std::to_string(job)).body;
+        const auto rounds = committed_rounds(detail);
+        return detail.value("state", "") == "finished" && rounds.size() == 3 &&
+               rounds.back()["metrics"].contains("test_accuracy");
+      },
+      180);
+  devices.halt();
+  REQUIRE_MESSAGE(scored, detail.dump());
+  std::vector<double> accuracy;
+  for (const json& r : committed_rounds(detail)) {
+    CHECK(r["metrics"]["test_samples"] == 300);
+    CHECK_FALSE(r["metrics"].contains("federated_evaluation"));  // the clients were not asked
+    accuracy.push_back(r["metrics"]["test_accuracy"].get<double>());
+  }
+  MESSAGE("server accuracy by round: " << json(accuracy).dump());
+  CHECK(accuracy.back() > 0.5);
+  CHECK(detail["test_accuracy"] == accuracy.back());
 }

@@ -120,6 +120,49 @@ TEST_CASE("model, loss and evaluation errors name what is wrong") {
             {{"model", uploaded}, {"target_accuracy", 0.9}, {"evaluation", {{"federated", false}}}})
             .find("needs evaluation.federated") != std::string::npos);
   }
+  const json torchscript = {{"model", "torchscript"}};
+  auto with = [&](json evaluation) {
+    json patch = torchscript;
+    patch["evaluation"] = std::move(evaluation);
+    return message(patch);
+  };
+  CHECK(with({{"server_dataset", "eval"}}).find("needs evaluation.input_shape") !=
+        std::string::npos);
+  CHECK(with({{"input_shape", {8}}}).find("goes with evaluation.server_dataset") !=
+        std::string::npos);
+  for (const char* name : {"../etc", ".hidden", "a/b", "x y"}) {
+    CHECK(with({{"server_dataset", name}, {"input_shape", {8}}}).find("folder name") !=
+          std::string::npos);
+  }
+  CHECK(with({{"server_dataset", "eval"}, {"input_shape", json::array()}}).find("input_shape") !=
+        std::string::npos);
+  CHECK(with({{"server_dataset", "eval"}, {"input_shape", {0}}}).find("input_shape") !=
+        std::string::npos);
+  CHECK(message(
+            {{"model", "blob"}, {"evaluation", {{"server_dataset", "eval"}, {"input_shape", {8}}}}})
+            .find("for TorchScript models") != std::string::npos);
+}
+
+TEST_CASE("a TorchScript job with a server dataset is scored by the server by default") {
+  auto job = parse_job_config(
+      {{"name", "j"},
+       {"model", "torchscript"},
+       {"evaluation", {{"server_dataset", "sensor-eval_1.0"}, {"input_shape", {1, 28, 28}}}}});
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  CHECK(job->server_evaluated());
+  CHECK(job->evaluation.target == "server");
+  CHECK(job->evaluation.federated);  // an uploaded model still asks its clients by default
+  CHECK(job->evaluation.input_shape == std::vector<int64_t>{1, 28, 28});
+  auto federated_target = parse_job_config(
+      {{"name", "j"},
+       {"model", "torchscript"},
+       {"evaluation",
+        {{"server_dataset", "eval"}, {"input_shape", {8}}, {"target", "federated"}}}});
+  REQUIRE(federated_target.ok());
+  CHECK(federated_target->evaluation.target == "federated");
+  auto plain = parse_job_config({{"name", "j"}, {"model", "torchscript"}});
+  REQUIRE(plain.ok());
+  CHECK_FALSE(plain->server_evaluated());
 }
 
 }  // namespace
