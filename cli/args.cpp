@@ -175,6 +175,9 @@ Result<Invocation> parse_args(const std::vector<std::string>& args,
     if (inv.command != Command::kJobsCreate)
       return invalid_argument("--model goes with 'jobs create'");
     if (model->second.empty()) return invalid_argument("--model needs a file");
+    if (model->second == "-" && inv.job_file == "-") {
+      return invalid_argument("the job file and --model cannot both be standard input");
+    }
     inv.model_file = model->second;
   }
   if (auto timeout = flags.find("--timeout"); timeout != flags.end()) {

@@ -56,6 +56,7 @@ class BuiltinTrainer final : public Trainer {
   Result<std::vector<float>> train(const std::vector<float>& parameters, RoundSamples& samples,
                                    const TrainSettings& settings) override {
     if (!model_) return internal_error("train() before prepare()");
+    FEDCASE_RETURN_IF_ERROR(ml::validate_train_options(settings));
     FEDCASE_RETURN_IF_ERROR(model_->set_parameters(parameters));
     const size_t n = samples.size(), batch = std::max<size_t>(1, settings.batch_size);
     ml::Dataset buffer = batch_buffer(batch);
@@ -67,8 +68,10 @@ class BuiltinTrainer final : public Trainer {
     Status read_status;
     model_->train(buffer, positions, settings,
                   [&](const std::vector<size_t>&, const std::vector<float>& losses) {
+                    // After a failed read the buffer is stale: its losses are not reported.
+                    if (!read_status.ok()) return;
                     samples.report_losses(next - batch, losses);
-                    if (next < n && read_status.ok()) {
+                    if (next < n) {
                       read_status = stage(samples, next, std::min(batch, n - next), buffer);
                     }
                     next += batch;

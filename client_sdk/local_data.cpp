@@ -18,6 +18,8 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kStateFile = "state.bin";
+// The most samples one round may train on (repeats included): a bound on the plan's memory.
+constexpr uint64_t kMaxRoundSamples = 100'000'000;
 
 Status read_count(const json& object, const char* key, const std::string& where, uint64_t& out) {
   auto it = object.find(key);
@@ -106,7 +108,17 @@ class Samples final : public RoundSamples {
   }
 
   void report_losses(size_t first, const std::vector<float>& losses) override {
-    if (!sampler_ || first + losses.size() > order_.size()) return;
+    if (!sampler_ || !bad_report.ok()) return;
+    if (first > order_.size() || losses.size() > order_.size() - first) {
+      bad_report = internal_error("the trainer reported losses outside the round's positions");
+      return;
+    }
+    for (float loss : losses) {
+      if (!std::isfinite(loss) || loss < 0) {
+        bad_report = internal_error("the trainer reported a loss that is not finite and >= 0");
+        return;
+      }
+    }
     ids_.assign(order_.begin() + first, order_.begin() + first + losses.size());
     sampler_->observe_batch(ids_, losses);
     for (size_t k = 0; k < losses.size(); ++k) {
@@ -122,6 +134,7 @@ class Samples final : public RoundSamples {
   uint64_t bytes_read = 0;
   uint64_t reported = 0;
   double loss_sum = 0, loss_sq_sum = 0;
+  Status bad_report;  // the first report that broke the contract; later ones are ignored
 
  private:
   static double seconds_since(Clock::time_point start) {
@@ -194,6 +207,10 @@ Result<LocalData::Trained> LocalData::train_round(Trainer& trainer,
   }
   const uint64_t budget = d.sample_budget ? d.sample_budget : d.epochs * size();
   if (budget == 0) return invalid_argument("the round has no samples to train on");
+  if (budget > kMaxRoundSamples || (!d.sample_budget && d.epochs > kMaxRoundSamples / size())) {
+    return invalid_argument("the round asks for more than " + std::to_string(kMaxRoundSamples) +
+                            " samples");
+  }
   prepare_cache(d);
   const CacheStats cache_before = cache_->stats();
   const double device_before = config_.source->device_seconds();
@@ -205,6 +222,7 @@ Result<LocalData::Trained> LocalData::train_round(Trainer& trainer,
   auto trained = trainer.train(parameters, samples, settings);
   const double wall_s = std::chrono::duration<double>(Clock::now() - start).count();
   if (!trained.ok()) return trained.status();
+  FEDCASE_RETURN_IF_ERROR(samples.bad_report);
   if (trained->size() != parameters.size()) {
     return internal_error("the trainer returned " + std::to_string(trained->size()) +
                           " parameters for a model of " + std::to_string(parameters.size()));

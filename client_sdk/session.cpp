@@ -1,7 +1,9 @@
 #include "client_sdk/session.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -44,15 +46,36 @@ struct CachedModule {
   std::shared_ptr<const std::string> bytes;
 };
 
-TrainSettings train_settings(const json& task) {
-  const json& t = task["train"];
+// The task's training settings; kInvalidArgument naming the field for a value no trainer
+// should be given (a coordinator never sends one).
+Result<TrainSettings> train_settings(const json& task) {
+  const json& t = task.at("train");
   TrainSettings s;
-  s.batch_size = t.value("batch_size", size_t(32));
+  const int64_t batch_size = t.value("batch_size", int64_t(32));
+  s.batch_size = batch_size < 1 ? 0 : size_t(batch_size);
   s.lr = t.value("lr", 0.05);
   s.momentum = t.value("momentum", 0.0);
   s.weight_decay = t.value("weight_decay", 0.0);
   s.prox_mu = t.value("prox_mu", 0.0);
+  Status valid = ml::validate_train_options(s);
+  if (!valid.ok()) return invalid_argument("task " + valid.message());
   return s;
+}
+
+// Whether `e` keeps the Evaluation contract (trainer.h), which the coordinator enforces: a
+// report that breaks it would get the whole update refused.
+bool valid_evaluation(const Evaluation& e) {
+  if (e.samples == 0 || !std::isfinite(e.loss) || e.loss < 0 || e.metrics.size() > 16) {
+    return false;
+  }
+  for (const auto& [name, value] : e.metrics) {
+    if (name.empty() || name.size() > 64 || !std::isfinite(value) || value < 0) return false;
+    for (char c : name) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+    }
+    if (name == "accuracy" && value > 1) return false;
+  }
+  return true;
 }
 
 json evaluation_json(uint64_t version, const Evaluation& e) {
@@ -70,8 +93,9 @@ struct Session::Impl {
   ClientId id = 0;
   std::optional<CachedModel> cached;
   std::optional<CachedModule> module;
-  std::string prepared;              // what the trainer is prepared for (model_key)
-  std::unique_ptr<LocalData> local;  // opened at the first task
+  std::string prepared;                    // the model the trainer is prepared for (its key)
+  std::pair<std::string, Status> refused;  // the last model the trainer refused, and why
+  std::unique_ptr<LocalData> local;
   std::mt19937_64 rng;
   double backoff_s = 0.1;
 
@@ -101,7 +125,9 @@ struct Session::Impl {
   // Error statuses from the coordinator's JSON error body.
   static std::string error_text(const HttpResponse& r) {
     json j = json::parse(r.body, nullptr, false);
-    if (j.is_object() && j.contains("error")) return j["error"].value("message", r.body);
+    if (j.is_object() && j.contains("error") && j["error"].is_object()) {
+      return j["error"].value("message", r.body);
+    }
     return "HTTP " + std::to_string(r.status);
   }
 
@@ -119,7 +145,10 @@ struct Session::Impl {
     if (!r.ok()) return r.status();
     if (r->status != 201) return unavailable("registration refused: " + error_text(*r));
     json j = json::parse(r->body, nullptr, false);
-    if (!j.is_object() || !j.contains("token")) return internal_error("bad registration reply");
+    if (!j.is_object() || !j.contains("token") || !j["token"].is_string() ||
+        !j.contains("client_id") || !j["client_id"].is_number_unsigned()) {
+      return internal_error("bad registration reply");
+    }
     token = j["token"].get<std::string>();
     id = j["client_id"].get<ClientId>();
     log(LogLevel::kDebug, "registered as client " + std::to_string(id));
@@ -128,13 +157,13 @@ struct Session::Impl {
 
   // Downloads the task's model unless the cached version matches.
   Status fetch_model(const json& task) {
-    uint64_t version = task["model_version"].get<uint64_t>();
-    std::string checksum = task["model_checksum"].get<std::string>();
+    uint64_t version = task.at("model_version").get<uint64_t>();
+    std::string checksum = task.at("model_checksum").get<std::string>();
     if (cached && cached->version == version && cached->checksum == checksum) return ok_status();
     std::map<std::string, std::string> headers;
     if (cached && cached->checksum == checksum) headers["If-None-Match"] = "\"" + checksum + "\"";
     auto r =
-        call("GET", task["model_url"].get<std::string>(), "", headers, config.request_timeout_s);
+        call("GET", task.at("model_url").get<std::string>(), "", headers, config.request_timeout_s);
     if (!r.ok()) return r.status();
     if (r->status != 200) return unavailable("model download refused: " + error_text(*r));
     auto blob = decode_blob(r->body, r->body.size());
@@ -147,9 +176,10 @@ struct Session::Impl {
 
   // Downloads the task's TorchScript module unless the cached one has its checksum.
   Status fetch_module(const json& task) {
-    const std::string checksum = task["module_checksum"].get<std::string>();
+    const std::string checksum = task.at("module_checksum").get<std::string>();
     if (module && module->checksum == checksum) return ok_status();
-    auto r = call("GET", task["module_url"].get<std::string>(), "", {}, config.request_timeout_s);
+    auto r =
+        call("GET", task.at("module_url").get<std::string>(), "", {}, config.request_timeout_s);
     if (!r.ok()) return r.status();
     if (r->status != 200) return unavailable("module download refused: " + error_text(*r));
     if (sha256_hex(r->body) != checksum) return unavailable("module checksum mismatch");
@@ -159,8 +189,8 @@ struct Session::Impl {
 
   // Prepares the trainer for the task's model unless it is prepared for it already.
   Status prepare_trainer(const json& task) {
-    ModelInfo info{task["model"].get<std::string>(), task.value("loss", "cross_entropy"), nullptr,
-                   cached->blob.layout};
+    ModelInfo info{task.at("model").get<std::string>(), task.value("loss", "cross_entropy"),
+                   nullptr, cached->blob.layout};
     if (info.kind == "torchscript") {
       FEDCASE_RETURN_IF_ERROR(fetch_module(task));
       info.module = module->bytes;
@@ -169,8 +199,13 @@ struct Session::Impl {
                             (info.module ? module->checksum : std::string()) + "|" +
                             info.layout.describe();
     if (key == prepared) return ok_status();
+    if (key == refused.first) return refused.second;  // the trainer said no to this model
     prepared.clear();
-    FEDCASE_RETURN_IF_ERROR(config.trainer->prepare(info));
+    Status s = config.trainer->prepare(info);
+    if (!s.ok()) {
+      refused = {key, s};
+      return s;
+    }
     prepared = key;
     return ok_status();
   }
@@ -186,6 +221,12 @@ struct Session::Impl {
       log(LogLevel::kWarn, "evaluation failed: " + e.status().to_string());
       return nullptr;
     }
+    if (!valid_evaluation(*e)) {
+      log(LogLevel::kWarn,
+          "evaluation not reported: the trainer's figures break the contract "
+          "(samples >= 1, finite non-negative loss and metrics, accuracy <= 1)");
+      return nullptr;
+    }
     return evaluation_json(cached->version, *e);
   }
 
@@ -193,12 +234,13 @@ struct Session::Impl {
   Result<std::pair<std::string, json>> train(const json& task) {
     auto directives = parse_data_directives(task);
     if (!directives.ok()) return directives.status();
+    auto settings = train_settings(task);
+    if (!settings.ok()) return settings.status();
     FEDCASE_RETURN_IF_ERROR(prepare_trainer(task));
     std::optional<ComputeSlots::Hold> slot;
     if (config.compute_slots) slot.emplace(*config.compute_slots);
     json evaluation = evaluate(task);
-    auto round =
-        local->train_round(*config.trainer, cached->blob.data, train_settings(task), *directives);
+    auto round = local->train_round(*config.trainer, cached->blob.data, *settings, *directives);
     slot.reset();
     if (!round.ok()) return round.status();
     std::vector<float>& delta = round->parameters;
@@ -229,7 +271,7 @@ struct Session::Impl {
     meta["download_s"] = download_s;
     if (task.contains("status_url")) {  // is the update still needed? (a straggler's may not be)
       auto status =
-          call("GET", task["status_url"].get<std::string>(), "", {}, config.request_timeout_s);
+          call("GET", task.at("status_url").get<std::string>(), "", {}, config.request_timeout_s);
       if (!status.ok()) return status.status();
       json answer = json::parse(status->body, nullptr, false);
       if (status->status == 200 && answer.is_object() && answer.value("needed", true) == false) {
@@ -243,7 +285,7 @@ struct Session::Impl {
     const double deadline = task.value("deadline", 0.0);
     Result<HttpResponse> r = unavailable("no upload attempted");
     for (int attempt = 0; attempt < kUploadAttempts; ++attempt) {
-      r = call("POST", task["upload_url"].get<std::string>(), body,
+      r = call("POST", task.at("upload_url").get<std::string>(), body,
                {{"Content-Type", "application/octet-stream"}, {"X-Fedcase-Meta", meta.dump()}},
                config.request_timeout_s);
       if (!r.ok()) return r.status();
@@ -319,6 +361,8 @@ struct Session::Impl {
         s = do_task(task);
       } catch (const json::exception& e) {  // a task without the fields we need
         s = internal_error(std::string("malformed task: ") + e.what());
+      } catch (const std::exception& e) {  // the app's trainer or source threw
+        s = internal_error(std::string("task failed: ") + e.what());
       }
       if (!s.ok()) {
         log(LogLevel::kDebug, "task: " + s.to_string());

@@ -96,8 +96,13 @@ std::string float_record(const std::vector<float>& input, const std::vector<floa
 
 Result<std::unique_ptr<Trainer>> make_torchscript_trainer(TorchScriptTrainerOptions options) {
   if (options.input_shape.empty()) return invalid_argument("the input shape is empty");
+  int64_t values = 1;
   for (int64_t d : options.input_shape) {
     if (d < 1) return invalid_argument("input shape dimensions must be >= 1");
+    if (d > (int64_t(1) << 31) / values) {
+      return invalid_argument("an input of that shape holds more than 2^31 values");
+    }
+    values *= d;
   }
   return std::unique_ptr<Trainer>(new TorchScriptTrainer(std::move(options)));
 }

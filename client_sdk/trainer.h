@@ -30,14 +30,17 @@ class RoundSamples {
  public:
   virtual ~RoundSamples() = default;
   virtual size_t size() const = 0;
-  // The sample id at `position` (an index into the app's SampleSource).
+  // The sample id at `position` (an index into the app's SampleSource). Precondition:
+  // position < size().
   virtual size_t id(size_t position) const = 0;
   // The record of the sample at `position`, read through the SDK's cache. The view is valid
-  // until the next read(). kInternal when the read fails: stop and return the error.
+  // until the next read(). An error (the source's, or kInvalidArgument for a position out of
+  // range): stop and return it.
   virtual Result<std::string_view> read(size_t position) = 0;
   // The training losses of the samples at positions [first, first + losses.size()), one per
   // sample, reported once per batch in training order right after the batch's optimizer step
-  // (and before the next batch is read). Evaluation reports nothing.
+  // (and before the next batch is read). Losses must be finite and >= 0, within the round's
+  // positions: a bad report fails the round. Evaluation reports nothing.
   virtual void report_losses(size_t first, const std::vector<float>& losses) = 0;
 };
 
@@ -67,7 +70,9 @@ class Trainer {
 
   // Gets ready for `model`; called before the first task and whenever a task's model differs
   // from the last one's (another job, a new module). kInvalidArgument saying why when this
-  // trainer cannot train that model: the session then declines the task.
+  // trainer cannot train that model: the session then logs it, sends no update and backs off
+  // (it asks again only for another model). Give the clients of such an app labels and the
+  // jobs they can train client_labels, so they are not invited to others.
   virtual Status prepare(const ModelInfo& model) = 0;
 
   // Trains from `parameters` (model.layout order) over every position of `samples`, reporting

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 
@@ -59,6 +60,20 @@ std::pair<torch::Tensor, torch::Tensor> make_batch(const Dataset& data,
 }
 
 }  // namespace
+
+Status validate_train_options(const TrainOptions& o) {
+  auto in = [](double v, double max) { return std::isfinite(v) && v >= 0 && v <= max; };
+  if (o.batch_size < 1 || o.batch_size > 65536) {
+    return invalid_argument("train.batch_size must be in [1, 65536]");
+  }
+  if (!in(o.lr, 1e3)) return invalid_argument("train.lr must be in [0, 1000]");
+  if (!in(o.momentum, 1) || o.momentum >= 1) {
+    return invalid_argument("train.momentum must be in [0, 1)");
+  }
+  if (!in(o.weight_decay, 1e3)) return invalid_argument("train.weight_decay must be in [0, 1000]");
+  if (!in(o.prox_mu, 1e6)) return invalid_argument("train.prox_mu must be in [0, 10^6]");
+  return ok_status();
+}
 
 struct Model::Impl {
   std::string arch;

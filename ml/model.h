@@ -22,10 +22,15 @@ struct TrainOptions {
   double prox_mu = 0.0;  // FedProx: adds mu/2 * ||w - w_start||^2 to the loss when > 0
 };
 
+// kInvalidArgument naming the field ("train.lr must be ...") unless batch_size is in
+// [1, 65536], lr and weight_decay in [0, 1000], momentum in [0, 1) and prox_mu in [0, 10^6],
+// all finite: the ranges any trainer accepts.
+Status validate_train_options(const TrainOptions& options);
+
 struct TrainStats {
-  size_t samples = 0;         // samples processed (with repeats)
-  double loss_sum = 0;        // sum of per-sample losses
-  double loss_sq_sum = 0;     // sum of squared per-sample losses (Oort utility)
+  size_t samples = 0;      // samples processed (with repeats)
+  double loss_sum = 0;     // sum of per-sample losses
+  double loss_sq_sum = 0;  // sum of squared per-sample losses (Oort utility)
   double compute_seconds = 0;
 };
 
@@ -36,8 +41,8 @@ struct EvalResult {
 };
 
 // Called after each batch's forward pass with the batch's sample indices and their losses.
-using BatchObserver = std::function<void(const std::vector<size_t>& indices,
-                                         const std::vector<float>& losses)>;
+using BatchObserver =
+    std::function<void(const std::vector<size_t>& indices, const std::vector<float>& losses)>;
 
 class Model {
  public:

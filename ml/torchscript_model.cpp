@@ -24,8 +24,12 @@ Status append_record(std::string_view record, Loss loss, TensorBatch& batch) {
     return invalid_argument("a sample record of " + std::to_string(record.size()) +
                             " bytes is not a whole number of float32 values");
   }
+  // The input's size, saturating: a shape larger than any record is refused below.
   size_t input = 1;
-  for (int64_t d : batch.sample_shape) input *= static_cast<size_t>(std::max<int64_t>(d, 0));
+  for (int64_t d : batch.sample_shape) {
+    const size_t n = static_cast<size_t>(std::max<int64_t>(d, 0));
+    input = n != 0 && input > SIZE_MAX / n ? SIZE_MAX : input * n;
+  }
   const size_t values = record.size() / sizeof(float);
   if (values <= input) {
     return invalid_argument("a sample record of " + std::to_string(values) +
@@ -180,6 +184,7 @@ Status TorchScriptModel::set_parameters(const std::vector<float>& values) {
 
 Result<TrainStats> TorchScriptModel::train(Loss loss, const TrainOptions& options,
                                            const NextBatch& next, const LossObserver& observer) {
+  FEDCASE_RETURN_IF_ERROR(validate_train_options(options));
   const auto start = std::chrono::steady_clock::now();
   auto params = impl_->params();
   for (auto& p : params) p.requires_grad_(true);  // a module may be saved with them off
@@ -208,7 +213,7 @@ Result<TrainStats> TorchScriptModel::train(Loss loss, const TrainOptions& option
       sgd.zero_grad();
       objective.backward();
       sgd.step();
-      losses = per_sample.detach().contiguous();
+      losses = per_sample.detach().to(torch::kFloat32).contiguous();
     } catch (const std::exception& e) {
       return failed("training", e);
     }
@@ -236,7 +241,7 @@ Result<EvalResult> TorchScriptModel::evaluate(Loss loss, const NextBatch& next) 
     try {
       auto [x, y] = to_tensors(batch, loss);
       auto outputs = impl_->forward(x);
-      loss_sum += per_sample_loss(outputs, y, loss).sum().item<double>();
+      loss_sum += per_sample_loss(outputs, y, loss).sum().item<double>();  // any float dtype
       if (loss == Loss::kCrossEntropy) {
         correct += static_cast<size_t>(outputs.argmax(1).eq(y).sum().item<int64_t>());
       }

@@ -28,7 +28,7 @@ Status read_score(const json& value, const std::string& name, double max, double
   const double x = value.is_number() ? value.get<double>() : std::nan("");
   if (!std::isfinite(x) || x < 0 || x > max) {
     return invalid_argument(field(name) + " must be a finite number >= 0" +
-                            (std::isinf(max) ? std::string() : " and <= 1"));
+                            (max == 1 ? std::string(" and <= 1") : std::string(" and <= 10^12")));
   }
   out = x;
   return ok_status();
@@ -55,7 +55,8 @@ Result<EvalReport> parse_eval_report(const json& j) {
   FEDCASE_RETURN_IF_ERROR(read_count(j["model_version"], "model_version", 0,
                                      std::numeric_limits<int64_t>::max(), report.model_version));
   FEDCASE_RETURN_IF_ERROR(read_count(j["samples"], "samples", 1, kMaxEvalSamples, report.samples));
-  const double unbounded = std::numeric_limits<double>::infinity();
+  // Losses and metrics up to 10^12: their sums over reports stay finite.
+  const double unbounded = 1e12;
   FEDCASE_RETURN_IF_ERROR(read_score(j["loss"], "loss", unbounded, report.loss));
   auto metrics = j.find("metrics");
   if (metrics == j.end()) return report;

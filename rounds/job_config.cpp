@@ -154,6 +154,12 @@ Result<JobConfig> parse_job_config(const json& j) {
   if (c.loss != "cross_entropy" && c.loss != "mse") {
     return invalid_argument("job.loss must be \"cross_entropy\" or \"mse\"");
   }
+  if (c.loss == "mse" && c.builtin_model()) {
+    return invalid_argument("job.loss \"mse\" is for uploaded models: the built-in ones classify");
+  }
+  if (c.loss == "mse" && c.target_accuracy > 0) {
+    return invalid_argument("job.target_accuracy needs a classifier: loss \"mse\" has no accuracy");
+  }
   auto evaluation_config = parse_evaluation(evaluation, c.model, c.builtin_model());
   if (!evaluation_config.ok()) return evaluation_config.status();
   c.evaluation = std::move(evaluation_config).value();

@@ -77,8 +77,9 @@ jq -r '.[] | select(.state == "committed") |
   "$dir/rounds.json"
 first=$(jq '[.[] | select(.state == "committed")][0].metrics.federated_evaluation.metrics.accuracy' "$dir/rounds.json")
 last=$(jq '[.[] | select(.state == "committed")][-1].metrics.federated_evaluation.metrics.accuracy' "$dir/rounds.json")
-if [ "$state" != finished ] || [ "$committed" -lt 2 ]; then
-  echo "example_test: the job is $state after $committed committed rounds" >&2
+reached=$(jq '.result != null' "$dir/job.json")
+if [ "$state" != finished ] || [ "$reached" != true ] || [ "$committed" -lt 2 ]; then
+  echo "example_test: the job is $state after $committed committed rounds (target reached: $reached)" >&2
   exit 1
 fi
 if ! jq -n --argjson a "$first" --argjson b "$last" '$b > $a' | grep -q true; then

@@ -483,6 +483,7 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
   std::shared_ptr<const rounds::GlobalModel> base;
   JobEntry* job = nullptr;
   double max_norm = 0;
+  size_t max_eval_samples = 0;
   {
     std::lock_guard<std::mutex> lock(s.jobs.mu);
     job = s.jobs.find(job_id);
@@ -496,6 +497,7 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
     aggregate = *reserved;
     base = job->model;
     max_norm = job->config.max_update_norm;
+    max_eval_samples = job->config.evaluation.max_samples;
   }
   auto release = [&] {
     std::lock_guard<std::mutex> lock(s.jobs.mu);
@@ -524,6 +526,13 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
                           std::to_string(meta->evaluation->model_version) + ", round " +
                           std::to_string(round_index) + " evaluates version " +
                           std::to_string(base->version));
+  }
+  // A client scores at most max_samples held-out samples: a larger count is no honest report
+  // (and would outweigh the others in the round's means).
+  if (valid.ok() && meta->evaluation && max_eval_samples > 0 &&
+      meta->evaluation->samples > max_eval_samples) {
+    valid = unprocessable("the evaluation reports " + std::to_string(meta->evaluation->samples) +
+                          " samples, the job asks at most " + std::to_string(max_eval_samples));
   }
   if (!valid.ok()) {
     release();
@@ -573,8 +582,14 @@ Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
   State& s = *state_;
   auto config = rounds::parse_job_config(request);
   if (!config.ok()) return config.status();
+  if (owner != 0 && !config->evaluation.server_dataset.empty()) {
+    return permission_denied(
+        "evaluation.server_dataset is for the admin's jobs: the coordinator runs the module to "
+        "score it");
+  }
+  std::error_code ec;
   if (const std::string dataset = server_dataset_dir(s.config, *config);
-      !dataset.empty() && !std::filesystem::is_directory(dataset)) {
+      !dataset.empty() && !std::filesystem::is_directory(dataset, ec)) {
     return invalid_argument("evaluation.server_dataset \"" + config->evaluation.server_dataset +
                             "\" is not a folder under the coordinator's datasets_dir");
   }

@@ -265,13 +265,16 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
         refusal->keep_alive(false);  // its body is not read
         return send(std::move(*refusal));
       }
-      if (!take_body_slot()) return wait_for_body_slot();
     }
+    // Update uploads, and job creations with a model file (admin and tenants only: body_limit
+    // gave anyone else the JSON limit), share the body slots: large bodies are few at once.
+    const bool large = Api::is_upload(header) || limit > frontend_.config.max_json_bytes;
+    if (large && !take_body_slot()) return wait_for_body_slot();
     continue_to_body();
   }
 
-  // At most max_upload_bodies update bodies are in memory at once: an upload beyond them waits
-  // for a slot before its body is read (the peer's TCP window holds the rest).
+  // At most max_upload_bodies large bodies (updates, model files) are in memory at once: one
+  // beyond them waits for a slot before its body is read (the peer's TCP window holds the rest).
   bool take_body_slot() {
     std::weak_ptr<Session> weak = this->shared_from_this();
     holds_body_slot_ = frontend_.upload_bodies.acquire([weak] {

@@ -12,7 +12,8 @@
 // A job with a target accuracy on the server's test set does not commit its next round while
 // the evaluation of its previous model is pending: once a model is known to reach the target,
 // the job finishes with it, and a round opened meanwhile is failed ("job reached its target"),
-// never committed. The server evaluates built-in models only. A job whose evaluation target is
+// never committed. The server evaluates built-in models, and TorchScript models with a server
+// dataset (rounds::JobConfig::server_evaluated). A job whose evaluation target is
 // "federated" finishes after a committed round whose federated accuracy (of the round's base
 // model, reported by its clients) reaches the target.
 //
@@ -57,7 +58,7 @@ class RoundDriver {
   void conclude_all();
   // Queues the evaluation of `job`'s committed `model`; `timing` (seconds) is recorded in the
   // round's metrics with the result and the evaluation's own eval_s. Used after each commit of
-  // a built-in model, and at start for committed models that a crash left unevaluated.
+  // a server-evaluated job, and at start for committed models that a crash left unevaluated.
   void evaluate(JobEntry& job, std::shared_ptr<const rounds::GlobalModel> model,
                 nlohmann::json timing);
   // Whether the running jobs waiting to open a round, plus `extra_wanted` clients (a job being

@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -271,6 +272,21 @@ class ShortTrainer final : public Trainer {
   }
 };
 
+// An app's trainer with a bug: it reports a NaN loss for its first batch.
+class NanLossTrainer final : public Trainer {
+ public:
+  Status prepare(const ModelInfo&) override { return ok_status(); }
+  Result<std::vector<float>> train(const std::vector<float>& parameters, RoundSamples& samples,
+                                   const TrainSettings&) override {
+    samples.report_losses(0, {std::nanf(""), 1.0f});
+    samples.report_losses(samples.size(), {1.0f});  // and past the round's end
+    return parameters;
+  }
+  Result<Evaluation> evaluate(const std::vector<float>&, RoundSamples&) override {
+    return Evaluation();
+  }
+};
+
 TEST_CASE("cache capacity, bad directives, bad sources and bad trainers") {
   auto source = in_memory();
   auto local = open_local(*source, "", 10 * 785);
@@ -292,6 +308,17 @@ TEST_CASE("cache capacity, bad directives, bad sources and bad trainers") {
   CHECK(code(*mlp.trainer, bad) == Code::kInvalidArgument);
   ShortTrainer short_trainer;
   CHECK(code(short_trainer, DataDirectives()) == Code::kInternal);
+  const SamplerState before = local->sampler().state();
+  NanLossTrainer nan_trainer;
+  CHECK(code(nan_trainer, DataDirectives()) == Code::kInternal);
+  CHECK(local->sampler().state().weights == before.weights);  // the bad report changed nothing
+  bad = DataDirectives();
+  bad.sample_budget = 200'000'000;  // beyond what one round may plan
+  CHECK(code(*mlp.trainer, bad) == Code::kInvalidArgument);
+  TrainSettings negative{32, -0.1};
+  CHECK(local->train_round(*mlp.trainer, mlp.parameters, negative, DataDirectives())
+            .status()
+            .code() == Code::kInvalidArgument);
 
   CHECK(LocalData::open(LocalDataConfig()).status().code() == Code::kInvalidArgument);
   MemorySource empty({});

@@ -104,6 +104,10 @@ TEST_CASE("model, loss and evaluation errors name what is wrong") {
   CHECK(message({{"model", "onnx"}}).find("torchscript") != std::string::npos);
   CHECK(message({{"loss", "hinge"}}).find("job.loss") != std::string::npos);
   CHECK(message({{"loss", 1}}).find("job.loss") != std::string::npos);
+  CHECK(message({{"loss", "mse"}}).find("uploaded models") != std::string::npos);  // built-in
+  CHECK(
+      message({{"model", "blob"}, {"loss", "mse"}, {"target_accuracy", 0.9}}).find("classifier") !=
+      std::string::npos);
   CHECK(message({{"evaluation", 1}}).find("evaluation must be an object") != std::string::npos);
   CHECK(message({{"evaluation", {{"federated", "yes"}}}}).find("evaluation.federated") !=
         std::string::npos);

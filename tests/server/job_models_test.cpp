@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -38,7 +39,7 @@ json blob_job(json patch = json::object()) {
   json j = job_config({{"name", "keyboard"},
                        {"model", "blob"},
                        {"loss", "mse"},
-                       {"evaluation", {{"max_samples", 50}}},
+                       {"evaluation", {{"max_samples", 100}}},
                        {"selection", {{"overcommit", 1.0}}}});
   j.merge_patch(patch);
   return j;
@@ -140,7 +141,7 @@ TEST_CASE("a blob job is created from a multipart upload; its tasks ask for fede
   const json task = next_task_json(h, api, a);
   CHECK(task["model"] == "blob");
   CHECK(task["loss"] == "mse");
-  CHECK(task["evaluate"] == json{{"max_samples", 50}});
+  CHECK(task["evaluate"] == json{{"max_samples", 100}});
   CHECK_FALSE(task.contains("module_url"));
   CHECK_FALSE(task.contains("module_checksum"));
   auto detail = h.coordinator->job_detail(job);
@@ -243,7 +244,8 @@ TEST_CASE("a federated target finishes the job after the round whose clients rea
   Harness h(dir);
   Api api(*h.coordinator);
   std::vector<ClientId> clients = {h.add_client(), h.add_client()};
-  REQUIRE(create_multipart(api, blob_job({{"target_accuracy", 0.75}}), encode_blob(own_model()))
+  REQUIRE(create_multipart(api, blob_job({{"target_accuracy", 0.75}, {"loss", "cross_entropy"}}),
+                           encode_blob(own_model()))
               .response.result_int() == 201);
   const JobId job = 1;
   auto round_with_accuracy = [&](RoundIndex round, uint64_t base, double accuracy) {
@@ -405,7 +407,7 @@ TEST_CASE("a TorchScript job's parameters come from its archive, which it serves
   CHECK(task["loss"] == "mse");
   CHECK(task["module_url"] == "/v1/jobs/1/module");
   CHECK(task["module_checksum"] == checksum);
-  CHECK(task["evaluate"] == json{{"max_samples", 50}});
+  CHECK(task["evaluate"] == json{{"max_samples", 100}});
   const json detail = body_of(call(api, http::verb::get, "/v1/admin/jobs/1", kAdmin));
   CHECK(detail["model"] == "torchscript");
   CHECK(detail["module_bytes"] == module.size());
@@ -418,6 +420,50 @@ TEST_CASE("a TorchScript job's parameters come from its archive, which it serves
   REQUIRE(again.response.result_int() == 200);
   CHECK(*again.shared_body == module);
   CHECK(again.response[http::field::etag] == "\"" + checksum + "\"");
+}
+
+TEST_CASE("a report of more held-out samples than the job asks for is refused") {
+  testing::TempDir dir;
+  Harness h(dir);
+  Api api(*h.coordinator);
+  const ClientId a = h.add_client();
+  h.add_client();  // the round waits for two
+  const json config = blob_job({{"evaluation", {{"max_samples", 50}}}});
+  REQUIRE(create_multipart(api, config, encode_blob(own_model())).response.result_int() == 201);
+  const ModelBlob v0 = base_model(*h.coordinator, 1, 0);
+  h.coordinator->tick();
+  auto reader = h.reader();
+  const json before = store_view(*reader, 1);
+  // One client claiming a huge held-out set would outweigh every other in the round's mean.
+  auto r = h.coordinator->submit_update(
+      a, 1, 1, meta_with(10, report(0, 1000000, 0.1, {{"accuracy", 1.0}})), delta_blob(v0, 0.1f));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kUnprocessable);
+  CHECK(r.status().message().find("at most 50") != std::string::npos);
+  CHECK(store_view(*reader, 1) == before);
+  CHECK(h.coordinator
+            ->submit_update(a, 1, 1, meta_with(10, report(0, 50, 0.1, {{"accuracy", 0.5}})),
+                            delta_blob(v0, 0.1f))
+            .ok());
+}
+
+TEST_CASE("only the admin's TorchScript jobs may be scored on a server dataset") {
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir.path() / "datasets" / "eval");
+  Harness h(dir, [&](CoordinatorConfig& c) { c.datasets_dir = dir.file("datasets"); });
+  json config = blob_job({{"model", "torchscript"},
+                          {"evaluation", {{"server_dataset", "eval"}, {"input_shape", {4}}}}});
+  const std::string module = torchscript_fixture("mlp.pt");
+  double retry_after = 0;
+  auto tenant = h.coordinator->create_job(config, 5, retry_after, module);
+  CHECK(tenant.status().code() == Code::kPermissionDenied);
+  config["evaluation"]["server_dataset"] = "missing";
+  auto missing = h.coordinator->create_job(config, 0, retry_after, module);
+  CHECK(missing.status().code() == Code::kInvalidArgument);
+  check_no_job(h);
+  config["evaluation"]["server_dataset"] = "eval";
+  auto admin = h.coordinator->create_job(config, 0, retry_after, module);
+  REQUIRE_MESSAGE(admin.ok(), admin.status().to_string());
 }
 
 TEST_CASE("a TorchScript archive that cannot be a job's model is refused and creates no job") {
@@ -522,7 +568,7 @@ TEST_CASE("over real HTTP: a multipart job creation, its task, and evaluated upl
         10));
     CHECK(task.body["model"] == "blob");
     CHECK(task.body["loss"] == "mse");
-    CHECK(task.body["evaluate"]["max_samples"] == 50);
+    CHECK(task.body["evaluate"]["max_samples"] == 100);
     testing::Reply download = clients[i].get(task.body["model_url"].get<std::string>());
     REQUIRE(download.status == 200);
     auto base = decode_blob(download.raw, download.raw.size());
