@@ -1,6 +1,7 @@
 #include "client_sdk/torchscript_trainer.h"
 
 #include <cstring>
+#include <functional>
 #include <optional>
 
 #include "ml/torchscript_model.h"
@@ -8,24 +9,23 @@
 namespace fedcase::client {
 namespace {
 
-// Batches of `batch_size` records from positions [0, samples.size()) of `samples`.
-ml::NextBatch batches_of(RoundSamples& samples, ml::Loss loss, size_t batch_size,
-                         const std::vector<int64_t>& shape, size_t& next) {
-  return [&samples, loss, batch_size, &shape, &next](ml::TensorBatch& batch) -> Result<bool> {
-    if (next >= samples.size()) return false;
-    batch.sample_shape = shape;
-    const size_t end = std::min(samples.size(), next + std::max<size_t>(1, batch_size));
-    for (; next < end; ++next) {
-      auto record = samples.read(next);
-      if (!record.ok()) return record.status();
-      Status s = ml::append_record(*record, loss, batch);
-      if (!s.ok()) {
-        return invalid_argument("sample " + std::to_string(samples.id(next)) + ": " + s.message());
-      }
-    }
-    return true;
-  };
-}
+// The records of `samples` in batches of `batch_size`, for the model's passes.
+class Batches {
+ public:
+  Batches(RoundSamples& samples, ml::Loss loss, size_t batch_size,
+          const std::vector<int64_t>& shape)
+      : read_([&samples](size_t i) { return samples.read(i); }),
+        what_([&samples](size_t i) { return "sample " + std::to_string(samples.id(i)); }),
+        next_(ml::record_batches(read_, samples.size(), batch_size, loss, shape, what_)) {}
+  Batches(const Batches&) = delete;  // next_ refers to the members
+  Batches& operator=(const Batches&) = delete;
+  const ml::NextBatch& next() const { return next_; }
+
+ private:
+  ml::ReadRecord read_;
+  std::function<std::string(size_t)> what_;
+  ml::NextBatch next_;
+};
 
 class TorchScriptTrainer final : public Trainer {
  public:
@@ -52,14 +52,13 @@ class TorchScriptTrainer final : public Trainer {
                                    const TrainSettings& settings) override {
     if (!model_) return internal_error("train() before prepare()");
     FEDCASE_RETURN_IF_ERROR(model_->set_parameters(parameters));
-    size_t next = 0, reported = 0;
+    size_t reported = 0;
+    const Batches batches(samples, loss_, settings.batch_size, options_.input_shape);
     auto trained =
-        model_->train(loss_, settings,
-                      batches_of(samples, loss_, settings.batch_size, options_.input_shape, next),
-                      [&](const std::vector<float>& losses) {
-                        samples.report_losses(reported, losses);
-                        reported += losses.size();
-                      });
+        model_->train(loss_, settings, batches.next(), [&](const std::vector<float>& losses) {
+          samples.report_losses(reported, losses);
+          reported += losses.size();
+        });
     if (!trained.ok()) return trained.status();
     return model_->parameters();
   }
@@ -68,10 +67,9 @@ class TorchScriptTrainer final : public Trainer {
                               RoundSamples& samples) override {
     if (!model_) return internal_error("evaluate() before prepare()");
     FEDCASE_RETURN_IF_ERROR(model_->set_parameters(parameters));
-    size_t next = 0;
     constexpr size_t kEvalBatch = 128;
-    auto scored =
-        model_->evaluate(loss_, batches_of(samples, loss_, kEvalBatch, options_.input_shape, next));
+    const Batches batches(samples, loss_, kEvalBatch, options_.input_shape);
+    auto scored = model_->evaluate(loss_, batches.next());
     if (!scored.ok()) return scored.status();
     Evaluation e{scored->samples, scored->loss, {}};
     if (loss_ == ml::Loss::kCrossEntropy) e.metrics["accuracy"] = scored->accuracy;

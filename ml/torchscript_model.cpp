@@ -59,6 +59,25 @@ Status append_record(std::string_view record, Loss loss, TensorBatch& batch) {
   return ok_status();
 }
 
+NextBatch record_batches(const ReadRecord& read, size_t count, size_t batch_size, Loss loss,
+                         const std::vector<int64_t>& sample_shape,
+                         const std::function<std::string(size_t)>& what) {
+  auto next = std::make_shared<size_t>(0);
+  return [&read, count, batch_size, loss, &sample_shape, &what,
+          next](TensorBatch& batch) -> Result<bool> {
+    size_t& i = *next;
+    if (i >= count) return false;
+    batch.sample_shape = sample_shape;
+    for (const size_t end = std::min(count, i + std::max<size_t>(1, batch_size)); i < end; ++i) {
+      auto record = read(i);
+      if (!record.ok()) return record.status();
+      Status s = append_record(*record, loss, batch);
+      if (!s.ok()) return invalid_argument(what(i) + ": " + s.message());
+    }
+    return true;
+  };
+}
+
 namespace {
 
 std::pair<torch::Tensor, torch::Tensor> to_tensors(const TensorBatch& batch, Loss loss) {

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -56,6 +57,16 @@ Status append_record(std::string_view record, Loss loss, TensorBatch& batch);
 // Supplies batches: fills `batch` (cleared by the caller, sample_shape kept) and returns true,
 // returns false when there are no more, or an error that stops the pass.
 using NextBatch = std::function<Result<bool>(TensorBatch& batch)>;
+// Reads record `i` of a pass (valid until the next call), or an error that stops the pass.
+using ReadRecord = std::function<Result<std::string_view>(size_t i)>;
+// Batches of up to `batch_size` records (at least 1) of `count` read in order by `read`,
+// decoded with append_record for `loss` and `sample_shape`; a record that does not decode
+// stops the pass with kInvalidArgument naming `what(i)` ("sample 17"). The returned function
+// keeps references to its arguments.
+NextBatch record_batches(const ReadRecord& read, size_t count, size_t batch_size, Loss loss,
+                         const std::vector<int64_t>& sample_shape,
+                         const std::function<std::string(size_t)>& what);
+
 // Gets each training batch's per-sample losses after its optimizer step.
 using LossObserver = std::function<void(const std::vector<float>& losses)>;
 

@@ -8,6 +8,12 @@
 #include "ml/sample_files.h"
 
 namespace fedcase::server {
+namespace {
+
+// Modules and datasets the evaluator keeps loaded at most.
+constexpr size_t kMaxCached = 8;
+
+}  // namespace
 
 TestSetEvaluator::TestSetEvaluator(ml::Dataset data, size_t samples, int torch_threads)
     : data_(std::move(data)),
@@ -77,12 +83,14 @@ Result<ml::EvalResult> TestSetEvaluator::evaluate_torchscript(const Task& task) 
   auto loss = ml::parse_loss(m.loss);
   if (!loss.ok()) return loss.status();
   auto module = modules_.find(m.module_checksum);
+  if (module == modules_.end() && modules_.size() >= kMaxCached) modules_.clear();
   if (module == modules_.end()) {
     auto loaded = ml::TorchScriptModel::load(*m.module);
     if (!loaded.ok()) return loaded.status();
     module = modules_.emplace(m.module_checksum, std::move(loaded).value()).first;
   }
   auto dataset = datasets_.find(m.dataset_dir);
+  if (dataset == datasets_.end() && datasets_.size() >= kMaxCached) datasets_.clear();
   if (dataset == datasets_.end()) {
     auto files = ml::list_sample_files(m.dataset_dir);
     if (!files.ok()) return files.status();
@@ -95,18 +103,12 @@ Result<ml::EvalResult> TestSetEvaluator::evaluate_torchscript(const Task& task) 
   FEDCASE_RETURN_IF_ERROR(module->second.set_parameters(task.params));
   const std::vector<std::string>& records = dataset->second;
   constexpr size_t kBatch = 128;
-  size_t next = 0;
-  return module->second.evaluate(*loss, [&](ml::TensorBatch& batch) -> Result<bool> {
-    if (next >= records.size()) return false;
-    batch.sample_shape = m.input_shape;
-    for (const size_t end = std::min(records.size(), next + kBatch); next < end; ++next) {
-      Status s = ml::append_record(records[next], *loss, batch);
-      if (!s.ok())
-        return invalid_argument("server dataset record " + std::to_string(next) + ": " +
-                                s.message());
-    }
-    return true;
-  });
+  const ml::ReadRecord read = [&records](size_t i) { return std::string_view(records[i]); };
+  const std::function<std::string(size_t)> what = [](size_t i) {
+    return "server dataset record " + std::to_string(i);
+  };
+  return module->second.evaluate(
+      *loss, ml::record_batches(read, records.size(), kBatch, *loss, m.input_shape, what));
 }
 
 }  // namespace fedcase::server

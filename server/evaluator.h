@@ -66,7 +66,8 @@ class TestSetEvaluator final : public ModelEvaluator {
   size_t samples_;
   int torch_threads_;
   // The evaluator thread's own: one reusable model per built-in arch and per module checksum,
-  // the records of each dataset folder read so far.
+  // the records of each dataset folder read so far (each cache dropped whole when it would
+  // pass kMaxCached entries, so jobs that come and go do not pile up).
   std::map<std::string, ml::Model> models_;
   std::map<std::string, ml::TorchScriptModel> modules_;
   std::map<std::string, std::vector<std::string>> datasets_;
