@@ -1,5 +1,5 @@
 #pragma once
-// Small helpers for the SDK's binary files (sample store, client state): little-endian field
+// Small helpers for the SDK's binary files (record files, client state): little-endian field
 // encoding, whole-file reads, and atomic replacement (write a temporary file next to the
 // target, flush it to disk, rename it over the target). Not thread-safe per object.
 

@@ -1,5 +1,5 @@
 #pragma once
-// In-memory caches of sample records (the bytes read from the sample store), behind one
+// In-memory caches of sample records (the bytes read from the SampleSource), behind one
 // interface with a byte budget. Pure logic: a cache never reads storage; the caller looks a
 // sample up, reads it on a miss and offers the record back.
 //
