@@ -214,15 +214,13 @@ Outcome run(const Config& config, const Options& o, uint64_t seed,
     for (size_t k : parts[i]) records.push_back(fedcase::client::fashion_record(train, k));
     fedcase::client::MemorySource memory(std::move(records));
     std::filesystem::create_directories(client_dir);
-    const std::string path = (client_dir / "samples.bin").string();
-    const fedcase::Status written = fedcase::client::write_record_file(
-        path, memory, std::max<uint64_t>(o.sample_bytes, memory.sample_bytes(0)));
-    if (!written.ok()) fail(written);
     fedcase::client::StorageEmulation device;
     device.read_bytes_per_s = o.read_mbps * 1e6;
     device.read_latency_s = o.read_latency_ms / 1e3;
     device.sleep = o.sleep;
-    auto source = fedcase::client::RecordFile::open(path, device);
+    auto source = fedcase::client::record_file_of(
+        (client_dir / "samples.bin").string(), memory,
+        std::max<uint64_t>(o.sample_bytes, memory.sample_bytes(0)), device);
     if (!source.ok()) fail(source.status());
     LocalDataConfig c;
     c.source = source->get();

@@ -1,6 +1,5 @@
 #include "client_sdk/fleet.h"
 
-#include <cmath>
 #include <filesystem>
 
 #include "client_sdk/builtin_trainer.h"
@@ -9,10 +8,9 @@
 namespace fedcase::client {
 namespace {
 
-std::vector<std::string> records_of(const ml::Dataset& data, const std::vector<size_t>& indices,
-                                    size_t first, size_t last) {
+std::vector<std::string> records_of(const ml::Dataset& data, const std::vector<size_t>& indices) {
   std::vector<std::string> records;
-  for (size_t k = first; k < last; ++k) records.push_back(fashion_record(data, indices[k]));
+  for (size_t i : indices) records.push_back(fashion_record(data, i));
   return records;
 }
 
@@ -26,15 +24,9 @@ Result<std::shared_ptr<SampleSource>> training_source(std::vector<std::string> r
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return internal_error("cannot create " + dir + ": " + ec.message());
-  const std::string path = (std::filesystem::path(dir) / "samples.bin").string();
-  const uint64_t record_bytes = config.sample_bytes ? config.sample_bytes : memory->sample_bytes(0);
-  auto file = RecordFile::open(path, config.storage);
-  if (!file.ok() || (*file)->fingerprint() != memory->fingerprint() ||
-      (*file)->record_bytes() != record_bytes || (*file)->count() != memory->count()) {
-    FEDCASE_RETURN_IF_ERROR(write_record_file(path, *memory, record_bytes));
-    file = RecordFile::open(path, config.storage);
-    if (!file.ok()) return file.status();
-  }
+  auto file = record_file_of((std::filesystem::path(dir) / "samples.bin").string(), *memory,
+                             config.sample_bytes, config.storage);
+  if (!file.ok()) return file.status();
   return std::shared_ptr<SampleSource>(std::move(file).value());
 }
 
@@ -42,9 +34,6 @@ Result<std::shared_ptr<SampleSource>> training_source(std::vector<std::string> r
 
 Result<std::unique_ptr<Fleet>> Fleet::start(const FleetConfig& config) {
   if (!config.data) return invalid_argument("fleet needs a dataset");
-  if (!(config.held_out_fraction >= 0 && config.held_out_fraction < 1)) {
-    return invalid_argument("the held-out fraction must be in [0, 1)");
-  }
   FEDCASE_RETURN_IF_ERROR(validate(config.storage));
   auto parts =
       ml::dirichlet_partition(config.data->labels, config.clients, config.alpha, config.seed);
@@ -55,8 +44,6 @@ Result<std::unique_ptr<Fleet>> Fleet::start(const FleetConfig& config) {
                    : nullptr;
   for (size_t i = 0; i < config.clients; ++i) {
     const std::vector<size_t>& part = (*parts)[i];
-    size_t held_out = size_t(std::ceil(config.held_out_fraction * double(part.size())));
-    held_out = std::min(held_out, part.size() - 1);
     SessionConfig s;
     s.coordinator = config.coordinator;
     s.enrollment_token = config.enrollment_token;
@@ -70,13 +57,9 @@ Result<std::unique_ptr<Fleet>> Fleet::start(const FleetConfig& config) {
         s.device["storage_read_bytes_per_s"] = config.storage.read_bytes_per_s;
       }
     }
-    auto train =
-        training_source(records_of(*config.data, part, held_out, part.size()), config, dir);
+    auto train = training_source(records_of(*config.data, part), config, dir);
     if (!train.ok()) return train.status();
     s.train_data = std::move(train).value();
-    if (held_out > 0) {
-      s.eval_data = std::make_shared<MemorySource>(records_of(*config.data, part, 0, held_out));
-    }
     s.seed = config.seed * 1000003 + i;
     s.poll_wait_s = config.poll_wait_s;
     s.compute_slots = slots;

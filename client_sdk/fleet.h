@@ -24,9 +24,6 @@ struct FleetConfig {
   uint64_t seed = 1;
   double poll_wait_s = 10;
   const ml::Dataset* data = nullptr;  // read while the fleet starts
-  // Every client keeps this fraction of its partition out of training, for federated
-  // evaluation (at least one sample when > 0).
-  double held_out_fraction = 0;
   // Per-client record files and state under <state_dir>/client-<i>; empty = samples in memory.
   std::string state_dir;
   uint64_t sample_bytes = 0;          // record file records (padded); 0 = the record size

@@ -77,6 +77,23 @@ Status write_record_file(const std::string& path, SampleSource& source, uint64_t
   return file->commit();
 }
 
+Result<std::unique_ptr<RecordFile>> record_file_of(const std::string& path, SampleSource& source,
+                                                   uint64_t record_bytes,
+                                                   const StorageEmulation& emulation) {
+  if (record_bytes == 0) {
+    for (size_t id = 0; id < source.count(); ++id) {
+      record_bytes = std::max(record_bytes, source.sample_bytes(id));
+    }
+  }
+  auto file = RecordFile::open(path, emulation);
+  if (file.ok() && (*file)->fingerprint() == source.fingerprint() &&
+      (*file)->record_bytes() == record_bytes && (*file)->count() == source.count()) {
+    return file;
+  }
+  FEDCASE_RETURN_IF_ERROR(write_record_file(path, source, record_bytes));
+  return RecordFile::open(path, emulation);
+}
+
 RecordFile::RecordFile(int fd, const StorageEmulation& emulation)
     : fd_(fd), emulation_(emulation) {}
 

@@ -40,6 +40,16 @@ Status validate(const StorageEmulation& emulation);
 // record_bytes above 2^32 - 1; kInternal on I/O failure.
 Status write_record_file(const std::string& path, SampleSource& source, uint64_t record_bytes);
 
+class RecordFile;
+
+// The record file at `path` holding `source`'s records padded to `record_bytes` (0: the
+// largest record), opened with `emulation`: the file there is reused when it already holds
+// them (same fingerprint, count and record size), else it is written first. Errors as
+// write_record_file and RecordFile::open.
+Result<std::unique_ptr<RecordFile>> record_file_of(const std::string& path, SampleSource& source,
+                                                   uint64_t record_bytes,
+                                                   const StorageEmulation& emulation);
+
 struct ReadStats {
   uint64_t reads = 0;
   uint64_t bytes = 0;

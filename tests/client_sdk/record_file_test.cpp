@@ -138,3 +138,23 @@ TEST_CASE("throttled reads take and account the emulated device time") {
   CHECK((*plain)->stats().io_seconds > 0);
   CHECK((*plain)->stats().io_seconds < expected);
 }
+
+TEST_CASE("record_file_of reuses a file holding the source's records and rewrites any other") {
+  TempDir dir;
+  MemorySource source = some_records();
+  const std::string path = dir.file("samples.bin");
+  auto first = record_file_of(path, source, 1000, {});
+  REQUIRE_MESSAGE(first.ok(), first.status().to_string());
+  CHECK((*first)->record_bytes() == 1000);
+  const auto written = std::filesystem::last_write_time(path);
+  CHECK((*record_file_of(path, source, 1000, {}))->count() == source.count());
+  CHECK(std::filesystem::last_write_time(path) == written);  // reused, not rewritten
+
+  // Another record size, or other records, get a new file.
+  CHECK((*record_file_of(path, source, 0, {}))->record_bytes() == 785);
+  MemorySource fewer({"abc", "de"});
+  auto other = record_file_of(path, fewer, 0, {});
+  REQUIRE(other.ok());
+  CHECK((*other)->count() == 2);
+  CHECK((*other)->fingerprint() == fewer.fingerprint());
+}
