@@ -3,13 +3,11 @@
 #include <cmath>
 #include <string>
 
+#include "aggregation/vector_ops.h"
+
 namespace fedcase::aggregation {
 
-double l2_norm(const float* values, size_t n) {
-  double s = 0;
-  for (size_t i = 0; i < n; ++i) s += static_cast<double>(values[i]) * values[i];
-  return std::sqrt(s);
-}
+double l2_norm(const float* values, size_t n) { return std::sqrt(squared_norm(values, n)); }
 
 Status check_update_arguments(size_t count, size_t parameter_count, double weight) {
   if (count != parameter_count) {
@@ -28,10 +26,9 @@ Status validate_update(const ModelLayout& expected, const ModelBlob& update,
     return unprocessable("update layout [" + update.layout.describe() +
                          "] does not match the model [" + expected.describe() + "]");
   }
-  for (size_t i = 0; i < update.data.size(); ++i) {
-    if (!std::isfinite(update.data[i])) {
-      return unprocessable("update value " + std::to_string(i) + " is not finite");
-    }
+  if (size_t i = first_non_finite(update.data.data(), update.data.size());
+      i != update.data.size()) {
+    return unprocessable("update value " + std::to_string(i) + " is not finite");
   }
   if (bounds.max_l2_norm > 0) {
     double norm = l2_norm(update.data.data(), update.data.size());

@@ -20,7 +20,7 @@ Status validate_update(const ModelLayout& expected, const ModelBlob& update,
 // (kInvalidArgument).
 Status check_update_arguments(size_t count, size_t parameter_count, double weight);
 
-// L2 norm of `n` floats (accumulated in double).
+// L2 norm of `n` finite floats (squared_norm of vector_ops.h).
 double l2_norm(const float* values, size_t n);
 
 }  // namespace fedcase::aggregation

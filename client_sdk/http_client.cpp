@@ -25,6 +25,7 @@ namespace net = boost::asio;
 namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
 using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+using Request = http::request<http::span_body<const char>>;  // the body is the caller's
 
 std::string HttpResponse::header(const std::string& name) const {
   auto it = headers.find(name);
@@ -149,8 +150,8 @@ struct HttpClient::Impl {
     return ok_status();
   }
 
-  beast::error_code exchange(http::request<http::string_body>& req,
-                             http::response_parser<http::string_body>& parser, double timeout_s) {
+  beast::error_code exchange(Request& req, http::response_parser<http::string_body>& parser,
+                             double timeout_s) {
     beast::error_code ec;
     bool done = false;
     std::visit(
@@ -187,11 +188,11 @@ Result<HttpResponse> HttpClient::request(const std::string& method, const std::s
                                          double timeout_s) {
   Impl& s = *impl_;
   if (!s.tls.ok()) return s.tls.status();
-  http::request<http::string_body> req{http::string_to_verb(method), target, 11};
+  Request req{http::string_to_verb(method), target, 11};
   req.set(http::field::host, s.options.host);
   req.set(http::field::user_agent, "fedcase-client");
   for (const auto& [k, v] : headers) req.set(k, v);
-  req.body() = body;
+  req.body() = {body.data(), body.size()};  // sent from the caller's string, not a copy
   req.prepare_payload();
 
   // A kept-alive connection may have been closed by the server: retry once on a fresh one.

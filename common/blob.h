@@ -62,9 +62,16 @@ std::string encode_blob(const ModelBlob& blob);
 // dtype, truncated or trailing bytes, inconsistent counts, and a wrong checksum; rejects
 // (kTooLarge) input longer than `max_bytes`. Never reads outside `bytes`.
 Result<ModelBlob> decode_blob(std::string_view bytes, size_t max_bytes);
+// The same, into `into`, whose storage is reused (no allocation when its data already holds
+// as many values): for callers that decode many blobs of one size. On an error `into` holds
+// no meaningful blob.
+Status decode_blob(std::string_view bytes, size_t max_bytes, ModelBlob& into);
 
-// Whether every value is finite (no NaN, no infinity).
-bool all_finite(const std::vector<float>& values);
+// The index of the first value of `values[0, n)` that is NaN or infinite; n when all are finite.
+size_t first_non_finite(const float* values, size_t n);
+inline bool all_finite(const std::vector<float>& values) {
+  return first_non_finite(values.data(), values.size()) == values.size();
+}
 
 // CRC-32 (zlib polynomial) of `bytes`.
 uint32_t crc32_of(std::string_view bytes);

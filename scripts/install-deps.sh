@@ -9,6 +9,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   libboost-dev libboost-system-dev nlohmann-json3-dev libsqlite3-dev libssl-dev zlib1g-dev
+  libisal-dev
   libtorch-dev doctest-dev dataset-fashion-mnist
   curl jq sqlite3 openssl
   libjs-chart.js chromium prometheus python3-torch

@@ -46,4 +46,18 @@ void BodySlots::release() {
   }
 }
 
+std::string BodySlots::take_buffer() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (buffers_.empty()) return {};
+  std::string buffer = std::move(buffers_.back());
+  buffers_.pop_back();
+  return buffer;
+}
+
+void BodySlots::keep_buffer(std::string&& buffer) {
+  buffer.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (buffers_.size() < capacity_) buffers_.push_back(std::move(buffer));
+}
+
 }  // namespace fedcase::server

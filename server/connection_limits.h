@@ -1,6 +1,6 @@
 #pragma once
 // Limits the HTTP front end applies before a request reaches the API, as pure logic:
-// open connections per client address, and update bodies held in memory at once.
+// open connections per client address, and large bodies held in memory at once.
 // Thread-safe: the front end calls both from every I/O thread.
 
 #include <cstddef>
@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "common/thread_annotations.h"
 
@@ -50,7 +51,7 @@ class AddressConnections {
 // at once, the others queued in arrival order.
 class BodySlots {
  public:
-  explicit BodySlots(size_t capacity) : free_(capacity) {}
+  explicit BodySlots(size_t capacity) : capacity_(capacity), free_(capacity) {}
 
   // Takes a slot and returns true when one is free. Otherwise queues `granted` and returns
   // false: `granted` is called later, with a slot already taken for it, on the thread that
@@ -60,10 +61,19 @@ class BodySlots {
   // Gives a slot back: to the oldest waiter that still wants one, else to the free count.
   void release();
 
+  // The memory of bodies read before, so that a slot's holder reads into pages already
+  // mapped instead of allocating (and faulting in) a new buffer per body. take_buffer gives
+  // a kept buffer (empty, with its capacity) or a new empty one; keep_buffer takes one back.
+  // At most `capacity` are kept: the memory the slots bound anyway.
+  std::string take_buffer();
+  void keep_buffer(std::string&& buffer);
+
  private:
+  const size_t capacity_;
   std::mutex mu_;
   size_t free_ FEDCASE_GUARDED_BY(mu_);
   std::deque<std::function<bool()>> waiters_ FEDCASE_GUARDED_BY(mu_);
+  std::vector<std::string> buffers_ FEDCASE_GUARDED_BY(mu_);
 };
 
 }  // namespace fedcase::server

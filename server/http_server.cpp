@@ -336,19 +336,24 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
                      beast::bind_front_handler(&Session::on_read, this->shared_from_this()));
   }
 
-  // An update body of known length (already checked against its limit) is read straight into
-  // the request's body with large reads, instead of through the parser's 64 KB reads and a
-  // copy out of the read buffer.
+  // A large body of known length (already checked against its limit) is read straight into
+  // the request's body, in a buffer kept from an earlier body, with reads as large as the
+  // socket holds (asio's own completion conditions stop each read at 64 KB), instead of
+  // through the parser's 64 KB reads and a copy out of the read buffer.
   void read_upload_body(uint64_t length) {
     request_.emplace(parser_->release());
     std::string& body = request_->body();
+    body = frontend_.upload_bodies.take_buffer();
     body.resize(length);
     const size_t buffered = std::min<size_t>(buffer_.size(), length);
     net::buffer_copy(net::buffer(body.data(), buffered), buffer_.data());
     buffer_.consume(buffered);
     frontend_.metrics.add(metric::kHttpReceivedBytes, {}, double(buffered));
-    net::async_read(stream_, net::buffer(body.data() + buffered, length - buffered),
-                    beast::bind_front_handler(&Session::on_read, this->shared_from_this()));
+    const size_t rest = length - buffered;
+    net::async_read(
+        stream_, net::buffer(body.data() + buffered, rest),
+        [rest](const beast::error_code& ec, size_t read) { return ec ? 0 : rest - read; },
+        beast::bind_front_handler(&Session::on_read, this->shared_from_this()));
   }
 
   void on_read_error(beast::error_code ec) {
@@ -396,6 +401,7 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
   }
 
   void on_reply(Reply reply) {
+    if (holds_body_slot_) frontend_.upload_bodies.keep_buffer(std::move(request_->body()));
     request_.reset();  // the body is no longer needed
     parser_.reset();
     release_body_slot();

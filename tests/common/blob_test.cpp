@@ -39,6 +39,41 @@ TEST_CASE("blob round-trips exactly") {
   CHECK(blob_checksum(bytes).size() == 64);
 }
 
+TEST_CASE("decoding into a blob reuses its storage and replaces every field") {
+  ModelBlob into;
+  into.model_version = 7;
+  into.layout.tensors = {{"old", {9, 9}}, {"x", {1}}, {"y", {2}}};
+  into.data.assign(100, 3.0f);
+  const float* storage = into.data.data();
+  REQUIRE(decode_blob(encode_blob(sample_blob()), 1 << 20, into).ok());
+  CHECK(into.model_version == 42);
+  CHECK(into.layout == sample_blob().layout);
+  CHECK(into.data == sample_blob().data);
+  CHECK(into.data.data() == storage);  // no new allocation for a smaller blob
+  CHECK(decode_blob("FCMB junk", 1 << 20, into).code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("first_non_finite finds the first NaN or infinity wherever it is") {
+  std::vector<float> values(3000, 1.5f);
+  CHECK(first_non_finite(values.data(), values.size()) == values.size());
+  CHECK(first_non_finite(values.data(), 0) == 0);
+  // Before, at and after a block boundary (1024 values), in the tail, and with two of them.
+  for (size_t at : {0u, 1u, 1023u, 1024u, 1025u, 2047u, 2048u, 2999u}) {
+    for (float bad : {NAN, INFINITY, -INFINITY}) {
+      std::vector<float> v = values;
+      v[at] = bad;
+      CHECK(first_non_finite(v.data(), v.size()) == at);
+      if (at + 7 < v.size()) v[at + 7] = NAN;
+      CHECK(first_non_finite(v.data(), v.size()) == at);
+      CHECK_FALSE(all_finite(v));
+    }
+  }
+  values[5] = 3.4e38f;  // the largest floats and subnormals are finite
+  values[6] = 1e-45f;
+  values[7] = -0.0f;
+  CHECK(all_finite(values));
+}
+
 TEST_CASE("blob parser rejects every truncation") {
   std::string bytes = encode_blob(sample_blob());
   for (size_t n = 0; n < bytes.size(); ++n) {
