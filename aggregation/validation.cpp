@@ -21,14 +21,13 @@ Status check_update_arguments(size_t count, size_t parameter_count, double weigh
 }
 
 Status validate_update(const ModelLayout& expected, const ModelBlob& update,
-                       const UpdateBounds& bounds) {
+                       size_t first_non_finite, const UpdateBounds& bounds) {
   if (update.layout != expected) {
     return unprocessable("update layout [" + update.layout.describe() +
                          "] does not match the model [" + expected.describe() + "]");
   }
-  if (size_t i = first_non_finite(update.data.data(), update.data.size());
-      i != update.data.size()) {
-    return unprocessable("update value " + std::to_string(i) + " is not finite");
+  if (first_non_finite < update.data.size()) {
+    return unprocessable("update value " + std::to_string(first_non_finite) + " is not finite");
   }
   if (bounds.max_l2_norm > 0) {
     double norm = l2_norm(update.data.data(), update.data.size());

@@ -12,8 +12,10 @@ struct UpdateBounds {
 };
 
 // kUnprocessable with a message naming the first problem found; OK when the update may be used.
+// `first_non_finite` is the index of the update's first value that is NaN or infinite (its
+// size when none is), as decode_blob into a blob reports it.
 Status validate_update(const ModelLayout& expected, const ModelBlob& update,
-                       const UpdateBounds& bounds);
+                       size_t first_non_finite, const UpdateBounds& bounds);
 
 // The checks every aggregate makes before reading an update: `count` must equal
 // `parameter_count` (kUnprocessable) and `weight` must be positive and finite

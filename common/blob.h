@@ -63,9 +63,10 @@ std::string encode_blob(const ModelBlob& blob);
 // (kTooLarge) input longer than `max_bytes`. Never reads outside `bytes`.
 Result<ModelBlob> decode_blob(std::string_view bytes, size_t max_bytes);
 // The same, into `into`, whose storage is reused (no allocation when its data already holds
-// as many values): for callers that decode many blobs of one size. On an error `into` holds
-// no meaningful blob.
-Status decode_blob(std::string_view bytes, size_t max_bytes, ModelBlob& into);
+// as many values): for callers that decode many blobs of one size. Returns the index of the
+// first value that is not finite (into.data.size() when all are), found in the same pass
+// over the bytes as the checksum and the copy. On an error `into` holds no meaningful blob.
+Result<size_t> decode_blob(std::string_view bytes, size_t max_bytes, ModelBlob& into);
 
 // The index of the first value of `values[0, n)` that is NaN or infinite; n when all are finite.
 size_t first_non_finite(const float* values, size_t n);

@@ -55,7 +55,6 @@ std::string BodySlots::take_buffer() {
 }
 
 void BodySlots::keep_buffer(std::string&& buffer) {
-  buffer.clear();
   std::lock_guard<std::mutex> lock(mu_);
   if (buffers_.size() < capacity_) buffers_.push_back(std::move(buffer));
 }

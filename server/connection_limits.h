@@ -63,8 +63,9 @@ class BodySlots {
 
   // The memory of bodies read before, so that a slot's holder reads into pages already
   // mapped instead of allocating (and faulting in) a new buffer per body. take_buffer gives
-  // a kept buffer (empty, with its capacity) or a new empty one; keep_buffer takes one back.
-  // At most `capacity` are kept: the memory the slots bound anyway.
+  // a kept buffer, still holding its last body (resizing it to a body of the same length
+  // writes nothing), or a new empty one; keep_buffer takes one back. At most `capacity` are
+  // kept: the memory the slots bound anyway.
   std::string take_buffer();
   void keep_buffer(std::string&& buffer);
 

@@ -513,12 +513,14 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
   // Each upload thread decodes into its own buffer, kept for the next upload: no allocation
   // and no page faults per update (memory: one update per upload thread).
   thread_local ModelBlob decoded;
-  if (Status read = decode_blob(bytes, s.config.max_upload_bytes, decoded); !read.ok()) {
+  auto first_non_finite = decode_blob(bytes, s.config.max_upload_bytes, decoded);
+  if (!first_non_finite.ok()) {
     release();
-    return read;
+    return first_non_finite.status();
   }
   Status valid = decoded.model_version == base->version
-                     ? aggregation::validate_update(base->layout, decoded, {max_norm})
+                     ? aggregation::validate_update(base->layout, decoded, *first_non_finite,
+                                                    {max_norm})
                      : unprocessable("update was trained on model version " +
                                      std::to_string(decoded.model_version) + ", round " +
                                      std::to_string(round_index) + " trains version " +

@@ -45,20 +45,22 @@ TEST_CASE("decoding into a blob reuses its storage and replaces every field") {
   into.layout.tensors = {{"old", {9, 9}}, {"x", {1}}, {"y", {2}}};
   into.data.assign(100, 3.0f);
   const float* storage = into.data.data();
-  REQUIRE(decode_blob(encode_blob(sample_blob()), 1 << 20, into).ok());
+  auto first_non_finite = decode_blob(encode_blob(sample_blob()), 1 << 20, into);
+  REQUIRE(first_non_finite.ok());
+  CHECK(*first_non_finite == 9);  // all finite
   CHECK(into.model_version == 42);
   CHECK(into.layout == sample_blob().layout);
   CHECK(into.data == sample_blob().data);
   CHECK(into.data.data() == storage);  // no new allocation for a smaller blob
-  CHECK(decode_blob("FCMB junk", 1 << 20, into).code() == Code::kInvalidArgument);
+  CHECK(decode_blob("FCMB junk", 1 << 20, into).status().code() == Code::kInvalidArgument);
 }
 
 TEST_CASE("first_non_finite finds the first NaN or infinity wherever it is") {
-  std::vector<float> values(3000, 1.5f);
+  std::vector<float> values(9000, 1.5f);
   CHECK(first_non_finite(values.data(), values.size()) == values.size());
   CHECK(first_non_finite(values.data(), 0) == 0);
-  // Before, at and after a block boundary (1024 values), in the tail, and with two of them.
-  for (size_t at : {0u, 1u, 1023u, 1024u, 1025u, 2047u, 2048u, 2999u}) {
+  // Before, at and after block boundaries (1024 and 4096 values), in the tail, and with two.
+  for (size_t at : {0u, 1u, 1023u, 1024u, 1025u, 4095u, 4096u, 8191u, 8999u}) {
     for (float bad : {NAN, INFINITY, -INFINITY}) {
       std::vector<float> v = values;
       v[at] = bad;
@@ -66,6 +68,14 @@ TEST_CASE("first_non_finite finds the first NaN or infinity wherever it is") {
       if (at + 7 < v.size()) v[at + 7] = NAN;
       CHECK(first_non_finite(v.data(), v.size()) == at);
       CHECK_FALSE(all_finite(v));
+      // Decoding finds it in the same pass, across its blocks of 4096 values; a bad checksum
+      // still wins over a non-finite value.
+      ModelBlob blob{1, {{{"v", {v.size()}}}}, v};
+      std::string bytes = encode_blob(blob);
+      ModelBlob decoded;
+      CHECK(*decode_blob(bytes, 1 << 20, decoded) == at);
+      bytes[bytes.size() - 1] ^= 1;
+      CHECK(decode_blob(bytes, 1 << 20, decoded).status().code() == Code::kInvalidArgument);
     }
   }
   values[5] = 3.4e38f;  // the largest floats and subnormals are finite
