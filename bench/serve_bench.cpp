@@ -6,12 +6,14 @@
 //
 // A coordinator (SQLite in a temporary directory) serves one job whose model is one tensor of
 // P floats (default 1,000,000: 4 MB), all C clients (default 50) invited every round. The
-// clients run in a forked process, one thread and keep-alive connection each: each registers,
-// long-polls for its task, downloads the model, waits until every client has it, then uploads
-// a delta, so that the uploads of a round arrive together. Reported:
+// clients run in a forked process: they register, then one thread drives every client's
+// keep-alive connection (bench/event_fleet.h): each long-polls for its task, downloads the
+// model, waits until every client has it, then uploads a delta, so that the uploads of a
+// round arrive together. Reported:
 //   (a) ingest: bytes of accepted updates (received, decoded, validated, folded) per second,
 //       from a round's first upload to its last answer, against one TCP stream's loopback
-//       throughput (target >= 0.5x; with --tls >= 0.3x the plain loopback figure);
+//       throughput measured just before that round's uploads; the median over rounds of
+//       the ratio (target >= 0.5x; with --tls >= 0.3x the plain loopback figure);
 //   (b) dispatch: from a round's opening to each invited client whose poll was waiting
 //       holding its task, p50 / p99 (target p99 < 50 ms; --clients 1000 for a fleet-sized
 //       figure);
@@ -43,6 +45,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/event_fleet.h"
 #include "bench/http_bench_util.h"
 #include "client_sdk/http_client.h"
 #include "common/blob.h"
@@ -64,10 +67,6 @@ constexpr const char* kEnroll = fedcase::bench::kEnrollmentToken;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // A /proc/self/status field in MiB ("VmRSS", "VmHWM").
@@ -120,30 +119,6 @@ double loopback_bytes_per_s(size_t bytes) {
 struct Client : fedcase::bench::Caller {
   Client(fedcase::client::ConnectionOptions connection, std::string token)
       : Caller(kBench, std::move(connection), std::move(token)) {}
-};
-
-// Waits until `parties` threads have arrived. Reusable.
-class Barrier {
- public:
-  explicit Barrier(size_t parties) : parties_(parties) {}
-  void arrive_and_wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    const uint64_t generation = generation_;
-    if (++arrived_ == parties_) {
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(lock, [&] { return generation_ != generation; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  const size_t parties_;
-  size_t arrived_ = 0;
-  uint64_t generation_ = 0;
 };
 
 // Opens `n` keep-alive connections that each make one request and then stay idle.
@@ -210,7 +185,7 @@ class Channel {
 
 struct Plan {
   size_t clients = 50, parameters = 1'000'000, idle = 1000;
-  int rounds = 3;
+  int rounds = 5;
   bool tls = false;
 };
 constexpr double kDeadline = 3600;  // the job's round deadline: a round opened at deadline - this
@@ -236,14 +211,14 @@ json run_clients(fedcase::client::ConnectionOptions connection, const Plan& plan
     for (int fd : fds) close(fd);
   }
 
-  std::vector<std::unique_ptr<Client>> fleet;
+  std::vector<std::string> tokens;
   {
     Client enroll(connection, kEnroll);
     for (size_t i = 0; i < plan.clients; ++i) {
       auto r = enroll.call("POST", "/v1/clients/register", json{{"dataset_size", 100}}.dump(),
                            {{"Content-Type", "application/json"}});
       if (r.status != 201) die("register: " + r.body);
-      fleet.push_back(std::make_unique<Client>(connection, json::parse(r.body)["token"]));
+      tokens.push_back(json::parse(r.body)["token"]);
     }
   }
   std::fprintf(stderr, "%zu clients registered; %d rounds of %zu-float updates\n", plan.clients,
@@ -254,59 +229,22 @@ json run_clients(fedcase::client::ConnectionOptions connection, const Plan& plan
     deltas.push_back(fedcase::encode_blob(
         {uint64_t(r), {{{"w", {plan.parameters}}}}, std::vector<float>(plan.parameters, 0.001f)}));
   }
-  std::mutex mu;
-  std::vector<double> dispatch_s;
-  std::vector<Clock::time_point> first_upload(plan.rounds, Clock::time_point::max());
-  std::vector<Clock::time_point> last_answer(plan.rounds, Clock::time_point::min());
-  std::atomic<int> uploads_in_flight{0};
+  // One TCP stream's loopback throughput swings by 2x over seconds on a shared machine: it is
+  // measured in every round, while the clients hold the model and the coordinator waits,
+  // just before that round's uploads, and each round's ingest is compared with its own.
+  std::vector<double> loopbacks;
+  fedcase::bench::EventFleet clients(
+      kBench, connection.port, connection.ca_file, tokens, deltas,
+      [](const json& task) { return task["deadline"].get<double>() - kDeadline; },
+      [&](size_t) { loopbacks.push_back(loopback_bytes_per_s(size_t(512) << 20)); });
   std::atomic<bool> rounds_done{false};
-  Barrier downloaded(plan.clients);
-
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < plan.clients; ++i) {
-    threads.emplace_back([&, i] {
-      Client& c = *fleet[i];
-      for (int r = 0; r < plan.rounds; ++r) {
-        json task;
-        double poll_started = 0;
-        while (true) {
-          poll_started = unix_now();
-          auto polled = c.call("GET", "/v1/task?wait=600");
-          if (polled.status == 200) {
-            task = json::parse(polled.body);
-            break;
-          }
-        }
-        // Dispatch counts for polls that were waiting when the round opened.
-        const double opened = task["deadline"].get<double>() - kDeadline;
-        const double waited = poll_started < opened ? unix_now() - opened : -1;
-        if (task["model_version"] != uint64_t(r)) die("unexpected model version");
-        auto model = c.call("GET", task["model_url"]);
-        if (model.status != 200) die("download: " + std::to_string(model.status));
-        downloaded.arrive_and_wait();
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          if (waited >= 0) dispatch_s.push_back(waited);
-          first_upload[r] = std::min(first_upload[r], Clock::now());
-        }
-        ++uploads_in_flight;
-        auto up = c.call("POST", task["upload_url"], deltas[r],
-                         {{"Content-Type", "application/octet-stream"},
-                          {"X-Fedcase-Meta", json{{"samples", 10}}.dump()}});
-        --uploads_in_flight;
-        if (up.status != 200) die("upload: " + std::to_string(up.status) + " " + up.body);
-        std::lock_guard<std::mutex> lock(mu);
-        last_answer[r] = std::max(last_answer[r], Clock::now());
-      }
-    });
-  }
   // Heartbeats while uploads are in flight, from the first client on a second connection (a
   // client of its own would join the pool and could take an invitation it never answers).
   std::vector<double> busy_heartbeats;
   std::thread beater([&] {
-    Client c(connection, fleet[0]->token());
+    Client c(connection, tokens[0]);
     while (!rounds_done) {
-      if (uploads_in_flight == 0) {
+      if (clients.uploads_in_flight() == 0) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
         continue;
       }
@@ -316,22 +254,29 @@ json run_clients(fedcase::client::ConnectionOptions connection, const Plan& plan
     }
   });
   const auto run_start = Clock::now();
-  for (auto& t : threads) t.join();
+  const auto windows = clients.run();
   rounds_done = true;
   beater.join();
   const double run_s = seconds_since(run_start);
+  const std::vector<double>& dispatch_s = clients.dispatch_seconds();
 
-  // Ingest per round and overall.
-  double ingest_bytes = 0, ingest_s = 0;
+  // Ingest per round against the loopback of the same round; the figure is the median ratio.
+  std::vector<double> ingests, ratios;
+  json per_round = json::array();
   for (int r = 0; r < plan.rounds; ++r) {
-    const double s = std::chrono::duration<double>(last_answer[r] - first_upload[r]).count();
-    const double bytes = double(plan.clients) * double(deltas[r].size());
-    std::fprintf(stderr, "round %d: %.2f GB of updates in %.3f s: %.2f GB/s\n", r + 1, bytes / 1e9,
-                 s, bytes / s / 1e9);
-    ingest_bytes += bytes;
-    ingest_s += s;
+    const double s =
+        std::chrono::duration<double>(windows[r].last_answer - windows[r].first_upload).count();
+    const double ingest = double(plan.clients) * double(deltas[r].size()) / s;
+    std::fprintf(stderr, "round %d: ingest %.2f GB/s, loopback %.2f GB/s: %.2fx\n", r + 1,
+                 ingest / 1e9, loopbacks[r] / 1e9, ingest / loopbacks[r]);
+    ingests.push_back(ingest);
+    ratios.push_back(ingest / loopbacks[r]);
+    per_round.push_back({{"ingest_gbps", ingest / 1e9}, {"loopback_gbps", loopbacks[r] / 1e9}});
   }
-  figures["ingest_bytes_per_s"] = ingest_bytes / ingest_s;
+  figures["ingest_bytes_per_s"] = percentile(ingests, 0.5);
+  figures["loopback_bytes_per_s"] = percentile(loopbacks, 0.5);
+  figures["ingest_vs_loopback"] = percentile(ratios, 0.5);
+  figures["per_round"] = per_round;
   figures["update_bytes"] = deltas[0].size();
   figures["run_s"] = run_s;
   figures["dispatch_p50_ms"] = percentile(dispatch_s, 0.5) * 1e3;
@@ -378,19 +323,6 @@ int main(int argc, char** argv) {
   getrlimit(RLIMIT_NOFILE, &files);
   files.rlim_cur = files.rlim_max;
   setrlimit(RLIMIT_NOFILE, &files);
-
-  // The loopback figure of one stream swings by 2x between runs on a shared machine: the
-  // median of five.
-  std::vector<double> loopbacks;
-  for (int i = 0; i < 5; ++i) loopbacks.push_back(loopback_bytes_per_s(size_t(512) << 20));
-  const double loopback = percentile(loopbacks, 0.5);
-  std::fprintf(stderr, "loopback TCP, one stream: %.2f GB/s (median of", loopback / 1e9);
-  json loopback_samples_gbps = json::array();
-  for (double l : loopbacks) {
-    std::fprintf(stderr, " %.2f", l / 1e9);
-    loopback_samples_gbps.push_back(l / 1e9);
-  }
-  std::fprintf(stderr, ")\n");
 
   fedcase::testing::TempDir dir;
   const std::string database = dir.file("bench.db");
@@ -461,7 +393,8 @@ int main(int argc, char** argv) {
   service.reset();
 
   const double ingest = figures["ingest_bytes_per_s"];
-  const double ratio = ingest / loopback;
+  const double loopback = figures["loopback_bytes_per_s"];
+  const double ratio = figures["ingest_vs_loopback"];
   const double target = plan.tls ? 0.3 : 0.5;
   std::printf("serve_bench: %zu clients, %zu-float updates (%.1f MB), %d rounds, %s, %.1f s\n",
               plan.clients, plan.parameters, figures["update_bytes"].get<double>() / 1e6,
@@ -484,6 +417,7 @@ int main(int argc, char** argv) {
   std::printf("\n");
   json out = figures;
   out.erase("ingest_bytes_per_s");
+  out.erase("loopback_bytes_per_s");
   out.update({{"bench", "serve"},
               {"clients", plan.clients},
               {"parameters", plan.parameters},
@@ -492,7 +426,6 @@ int main(int argc, char** argv) {
               {"io_threads", io_threads},
               {"upload_threads", upload_threads},
               {"loopback_gbps", loopback / 1e9},
-              {"loopback_samples_gbps", loopback_samples_gbps},
               {"ingest_gbps", ingest / 1e9},
               {"ingest_vs_loopback", ratio},
               {"ingest_target", target},

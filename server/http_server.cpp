@@ -424,9 +424,10 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
 
   // Arranges a wake-up for when a task may appear, then polls once, so that a task that
   // appeared before the watch is not missed. A wake-up comes from another thread and is
-  // posted onto this session's strand; a watch fires once, so each wake-up re-arms it.
-  // The wake-up keeps only a weak reference (the notifier outlives the I/O threads), and
-  // carries its poll's number, so a late wake-up of an earlier poll does nothing.
+  // posted onto this session's strand, where it polls, and re-arms the watch (which fires
+  // once) only when that poll finds nothing. The wake-up keeps only a weak reference (the
+  // notifier outlives the I/O threads), and carries its poll's number, so a late wake-up of
+  // an earlier poll does nothing.
   void watch_and_poll() {
     std::weak_ptr<Session> weak = this->shared_from_this();
     const uint64_t poll = polls_;
@@ -435,10 +436,15 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
       if (!session) return;
       net::post(session->executor_, [weak, poll] {
         auto self = weak.lock();
-        if (self && self->pending_ && self->polls_ == poll) self->watch_and_poll();
+        if (self && self->pending_ && self->polls_ == poll) self->on_wake();
       });
     });
     if (std::optional<Response> ready = pending_->poll()) finish_poll(std::move(*ready));
+  }
+
+  void on_wake() {
+    if (std::optional<Response> ready = pending_->poll()) return finish_poll(std::move(*ready));
+    watch_and_poll();
   }
 
   void finish_poll(Response response) {

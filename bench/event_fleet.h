@@ -1,0 +1,326 @@
+#pragma once
+// serve_bench's fleet: every client's keep-alive connection driven from one thread, with
+// non-blocking sockets and edge-triggered epoll, plain or TLS (OpenSSL directly on the
+// socket). The clients stand for devices on other machines; driven this way, they cost the
+// two shared cores little beside the coordinator (a thread and an asio client per device cost
+// more than the coordinator's answer, and decided the dispatch figure).
+//
+// Each client, every round: long-polls for its task, downloads the model (counted, not kept),
+// waits until every client holds it, then uploads the round's delta, so that the uploads of a
+// round arrive together. Requests are written by hand; answers are parsed just enough (status,
+// Content-Length). Any failure ends the benchmark (die): its figures would be wrong.
+// Not thread-safe: run() on one thread; uploads_in_flight() may be read from any.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bench/http_bench_util.h"
+
+namespace fedcase::bench {
+
+class EventFleet {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Round {
+    Clock::time_point first_upload = Clock::time_point::max();
+    Clock::time_point last_answer = Clock::time_point::min();
+  };
+  // `tokens`: one registered client each; `deltas[r]`: the update every client uploads in
+  // round r; `ca_file` non-empty: TLS, the coordinator verified against it as 127.0.0.1;
+  // `opened_at(task)`: when the task's round opened (unix seconds); `before_uploads(r)` runs
+  // when every client holds round r's model, just before the uploads (the coordinator idle).
+  EventFleet(const char* bench, uint16_t port, const std::string& ca_file,
+             std::vector<std::string> tokens, const std::vector<std::string>& deltas,
+             std::function<double(const nlohmann::json&)> opened_at,
+             std::function<void(size_t)> before_uploads)
+      : bench_(bench),
+        deltas_(deltas),
+        opened_at_(std::move(opened_at)),
+        before_uploads_(std::move(before_uploads)),
+        rounds_(deltas.size()) {
+    if (!ca_file.empty() && !(tls_ = make_context(ca_file))) die(bench, "CA file " + ca_file);
+    epoll_ = epoll_create1(0);
+    if (epoll_ < 0) fail("epoll_create1");
+    connections_.resize(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) open(connections_[i], port, std::move(tokens[i]));
+  }
+  ~EventFleet() {
+    for (Connection& c : connections_) {
+      if (c.ssl) SSL_free(c.ssl);
+      if (c.fd >= 0) close(c.fd);
+    }
+    if (tls_) SSL_CTX_free(tls_);
+    if (epoll_ >= 0) close(epoll_);
+  }
+
+  // Runs every round; returns the rounds' upload windows. dispatch_seconds() holds, for each
+  // poll that was waiting when its round opened, the time until the task arrived.
+  std::vector<Round> run() {
+    rounds_seen_.assign(rounds_, Round{});
+    for (Connection& c : connections_) send_poll(c);
+    std::vector<epoll_event> events(256);
+    while (done_ < connections_.size()) {
+      while (!ready_.empty()) {
+        Connection* c = ready_.back();
+        ready_.pop_back();
+        pump(*c);
+      }
+      if (done_ == connections_.size()) break;
+      const int n = epoll_wait(epoll_, events.data(), int(events.size()), 1000);
+      if (n < 0 && errno != EINTR) fail("epoll_wait");
+      for (int i = 0; i < n; ++i) pump(connections_[events[i].data.u32]);
+    }
+    return rounds_seen_;
+  }
+  const std::vector<double>& dispatch_seconds() const { return dispatch_s_; }
+  int uploads_in_flight() const { return uploads_in_flight_; }
+
+ private:
+  enum class Stage { kPolling, kDownloading, kHolding, kUploading, kDone };
+  struct Connection {
+    int fd = -1;
+    SSL* ssl = nullptr;
+    std::string token;
+    Stage stage = Stage::kPolling;
+    size_t round = 0;
+    double poll_sent = 0;  // unix seconds
+    std::string upload_url;
+    // The request being written: its head, then a body it does not own.
+    std::string head;
+    std::string_view body;
+    size_t written = 0;  // of head + body
+    bool writing = false;
+    // The answer being read: the head (and a small body) kept, a large body only counted.
+    std::string in;
+    size_t head_end = 0, content_length = 0, body_read = 0;
+    int status = 0;
+  };
+  static constexpr size_t kKeptBody = size_t(1) << 20;
+
+  [[noreturn]] void fail(const std::string& what) {
+    die(bench_, what + ": " + (errno ? std::strerror(errno) : "failed"));
+  }
+
+  static SSL_CTX* make_context(const std::string& ca_file) {
+    SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+    if (SSL_CTX_load_verify_locations(ctx, ca_file.c_str(), nullptr) == 1) return ctx;
+    SSL_CTX_free(ctx);
+    return nullptr;
+  }
+
+  // Connects (and shakes hands) blocking, then switches to non-blocking for the rounds.
+  void open(Connection& c, uint16_t port, std::string token) {
+    c.token = std::move(token);
+    c.fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(port);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (c.fd < 0 || connect(c.fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+      fail("connect");
+    }
+    if (tls_) {
+      c.ssl = SSL_new(tls_);
+      SSL_set_fd(c.ssl, c.fd);
+      X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c.ssl), "127.0.0.1");
+      SSL_set_mode(c.ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+      if (SSL_connect(c.ssl) != 1) die(bench_, "TLS handshake failed");
+    }
+    fcntl(c.fd, F_SETFL, fcntl(c.fd, F_GETFL) | O_NONBLOCK);
+    epoll_event event{};
+    event.events = EPOLLIN | EPOLLOUT | EPOLLET;
+    event.data.u32 = uint32_t(&c - connections_.data());
+    if (epoll_ctl(epoll_, EPOLL_CTL_ADD, c.fd, &event) != 0) fail("epoll_ctl");
+  }
+
+  // Bytes moved, or 0 when the socket would block.
+  size_t write_some(Connection& c, const char* data, size_t n) {
+    if (c.ssl) {
+      const int r = SSL_write(c.ssl, data, int(std::min<size_t>(n, 1 << 30)));
+      if (r > 0) return size_t(r);
+      const int e = SSL_get_error(c.ssl, r);
+      if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) return 0;
+      die(bench_, "TLS write failed");
+    }
+    const ssize_t r = send(c.fd, data, n, MSG_NOSIGNAL);
+    if (r > 0) return size_t(r);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    fail("send");
+  }
+  size_t read_some(Connection& c, char* data, size_t n) {
+    if (c.ssl) {
+      const int r = SSL_read(c.ssl, data, int(n));
+      if (r > 0) return size_t(r);
+      const int e = SSL_get_error(c.ssl, r);
+      if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return 0;
+      die(bench_, "TLS read failed (the coordinator closed the connection?)");
+    }
+    const ssize_t r = recv(c.fd, data, n, 0);
+    if (r > 0) return size_t(r);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    die(bench_, "the coordinator closed a connection");
+  }
+
+  void begin(Connection& c, std::string head, std::string_view body = {}) {
+    c.head = std::move(head);
+    c.body = body;
+    c.written = 0;
+    c.writing = true;
+    ready_.push_back(&c);
+  }
+  std::string request_head(const Connection& c, const std::string& method,
+                           const std::string& target) const {
+    return method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
+           c.token + "\r\n";
+  }
+  void send_poll(Connection& c) {
+    c.stage = Stage::kPolling;
+    c.poll_sent = unix_now();
+    begin(c, request_head(c, "GET", "/v1/task?wait=600") + "\r\n");
+  }
+
+  // Writes what it can, then reads what has come; an answer may start the next request.
+  void pump(Connection& c) {
+    for (bool moved = true; moved;) {
+      moved = false;
+      while (c.writing) {
+        const size_t total = c.head.size() + c.body.size();
+        const char* from = c.written < c.head.size() ? c.head.data() + c.written
+                                                     : c.body.data() + (c.written - c.head.size());
+        const size_t left =
+            c.written < c.head.size() ? c.head.size() - c.written : total - c.written;
+        const size_t n = write_some(c, from, left);
+        if (n == 0) break;
+        c.written += n;
+        if (c.written == total) c.writing = false;
+      }
+      if (c.writing || c.stage == Stage::kHolding || c.stage == Stage::kDone) return;
+      static char buffer[1 << 18];
+      if (size_t n = read_some(c, buffer, sizeof(buffer)); n > 0) {
+        take(c, buffer, n);
+        moved = true;
+      }
+    }
+  }
+
+  // Feeds answer bytes in; completes the answer when it is whole.
+  void take(Connection& c, const char* data, size_t n) {
+    if (c.head_end == 0) {
+      c.in.append(data, n);
+      const size_t end = c.in.find("\r\n\r\n");
+      if (end == std::string::npos) return;
+      c.head_end = end + 4;
+      c.status = std::atoi(c.in.c_str() + 9);  // "HTTP/1.1 200"
+      std::string head = c.in.substr(0, c.head_end);
+      std::transform(head.begin(), head.end(), head.begin(), ::tolower);
+      if (head.find("transfer-encoding:") != std::string::npos) die(bench_, "chunked answer");
+      const size_t length = head.find("\r\ncontent-length:");
+      c.content_length = length == std::string::npos ? 0 : std::stoull(head.substr(length + 17));
+      c.body_read = std::min(c.in.size() - c.head_end, c.content_length);
+      if (c.in.size() - c.head_end > c.content_length) die(bench_, "bytes after an answer");
+      if (c.content_length > kKeptBody) c.in.resize(c.head_end);
+    } else {
+      const size_t take = std::min(n, c.content_length - c.body_read);
+      if (take != n) die(bench_, "bytes after an answer");
+      if (c.content_length <= kKeptBody) c.in.append(data, take);
+      c.body_read += take;
+    }
+    if (c.body_read < c.content_length) return;
+    const int status = c.status;
+    std::string body = c.content_length <= kKeptBody ? c.in.substr(c.head_end) : std::string();
+    c.in.clear();
+    c.head_end = c.content_length = c.body_read = 0;
+    answered(c, status, body);
+  }
+
+  void answered(Connection& c, int status, const std::string& body) {
+    switch (c.stage) {
+      case Stage::kPolling: {
+        if (status == 204) return send_poll(c);
+        if (status != 200) die(bench_, "poll: " + std::to_string(status) + " " + body);
+        const nlohmann::json task = nlohmann::json::parse(body);
+        if (task["model_version"] != c.round) die(bench_, "unexpected model version");
+        const double opened = opened_at_(task);
+        if (c.poll_sent < opened) dispatch_s_.push_back(unix_now() - opened);
+        c.upload_url = task["upload_url"];
+        c.stage = Stage::kDownloading;
+        return begin(c, request_head(c, "GET", task["model_url"]) + "\r\n");
+      }
+      case Stage::kDownloading:
+        if (status != 200) die(bench_, "download: " + std::to_string(status));
+        c.stage = Stage::kHolding;
+        if (++holding_ == connections_.size()) start_uploads();
+        return;
+      case Stage::kUploading:
+        if (status != 200) die(bench_, "upload: " + std::to_string(status) + " " + body);
+        rounds_seen_[c.round].last_answer = Clock::now();
+        --uploads_in_flight_;
+        if (++c.round < rounds_) return send_poll(c);
+        c.stage = Stage::kDone;
+        ++done_;
+        return;
+      case Stage::kHolding:
+      case Stage::kDone:
+        die(bench_, "an answer nobody asked for");
+    }
+  }
+
+  // Every client holds the model: all upload at once.
+  void start_uploads() {
+    holding_ = 0;
+    const size_t round = connections_.front().round;
+    before_uploads_(round);
+    rounds_seen_[round].first_upload = Clock::now();
+    uploads_in_flight_ = int(connections_.size());
+    const std::string& delta = deltas_[round];
+    for (Connection& c : connections_) {
+      c.stage = Stage::kUploading;
+      begin(c,
+            request_head(c, "POST", c.upload_url) +
+                "Content-Type: application/octet-stream\r\nX-Fedcase-Meta: {\"samples\":10}\r\n"
+                "Content-Length: " +
+                std::to_string(delta.size()) + "\r\n\r\n",
+            delta);
+    }
+  }
+
+  static double unix_now() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
+
+  const char* bench_;
+  const std::vector<std::string>& deltas_;
+  std::function<double(const nlohmann::json&)> opened_at_;
+  std::function<void(size_t)> before_uploads_;
+  const size_t rounds_;
+  SSL_CTX* tls_ = nullptr;
+  int epoll_ = -1;
+  std::vector<Connection> connections_;
+  std::vector<Connection*> ready_;
+  size_t holding_ = 0, done_ = 0;
+  std::atomic<int> uploads_in_flight_{0};
+  std::vector<Round> rounds_seen_;
+  std::vector<double> dispatch_s_;
+};
+
+}  // namespace fedcase::bench
