@@ -98,7 +98,7 @@ class FedAvgAggregator : public Aggregator {
   size_t parameter_count() const override { return fedavg_.parameter_count(); }
   size_t updates() const override { return fedavg_.updates(); }
 
-  Status add(const float* values, size_t count, double weight) override {
+  Status add(const UnalignedFloat* values, size_t count, double weight) override {
     FEDCASE_RETURN_IF_ERROR(check_update_arguments(count, parameter_count(), weight));
     auto factor = clip_factor(values, count, clip_norm_, *pool_);
     if (!factor.ok()) return factor.status();
@@ -135,7 +135,7 @@ class BufferedAggregator : public Aggregator {
   size_t parameter_count() const override { return parameter_count_; }
   size_t updates() const override { return buffers_.size(); }
 
-  Status add(const float* values, size_t count, double weight) override {
+  Status add(const UnalignedFloat* values, size_t count, double weight) override {
     FEDCASE_RETURN_IF_ERROR(check_update_arguments(count, parameter_count_, weight));
     if (buffers_.size() >= config_.max_buffered_updates) {
       return resource_exhausted(config_.rule + " aggregation already holds its maximum of " +

@@ -17,13 +17,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "aggregation/worker_pool.h"
+#include "common/blob.h"
 #include "common/status.h"
 
 namespace fedcase::aggregation {
@@ -36,10 +36,11 @@ class Aggregator {
   virtual size_t updates() const = 0;  // updates accepted so far
 
   // Takes in one update that passed validate_update() (finite values), of parameter_count
-  // floats, with its weight (> 0, finite; e.g. sample count). Refuses it, leaving the aggregate
-  // unchanged: kUnprocessable for a size mismatch or a non-finite norm, kInvalidArgument for a
-  // bad weight, kResourceExhausted when a buffered rule already holds max_buffered_updates.
-  virtual Status add(const float* values, size_t count, double weight) = 0;
+  // floats at any alignment (read, never kept), with its weight (> 0, finite; e.g. sample count).
+  // Refuses it, leaving the aggregate unchanged: kUnprocessable for a size mismatch or a non-finite
+  // norm, kInvalidArgument for a bad weight, kResourceExhausted when a buffered rule already holds
+  // max_buffered_updates.
+  virtual Status add(const UnalignedFloat* values, size_t count, double weight) = 0;
 
   // The aggregate of every update added so far; calling it again gives the same values (the
   // DP noise comes from the configured seed). kConflict when nothing was added or when the

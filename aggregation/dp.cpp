@@ -37,7 +37,8 @@ void add_noise_range(float* data, size_t begin, size_t end, double stddev, uint6
 
 }  // namespace
 
-Result<double> clip_factor(const float* values, size_t n, double clip_norm, WorkerPool& pool) {
+Result<double> clip_factor(const UnalignedFloat* values, size_t n, double clip_norm,
+                           WorkerPool& pool) {
   if (clip_norm <= 0) return 1.0;
   const double norm = std::sqrt(squared_norm(pool, values, n));
   if (!std::isfinite(norm)) return unprocessable("update L2 norm is not finite");

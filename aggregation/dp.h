@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "aggregation/worker_pool.h"
+#include "common/blob.h"
 #include "common/status.h"
 
 namespace fedcase::aggregation {
@@ -20,7 +21,8 @@ namespace fedcase::aggregation {
 // min(1, clip_norm / ||values||_2): the factor that brings the update within L2 norm
 // clip_norm; 1 when clip_norm is 0 (clipping off) or the update is zero. kUnprocessable when
 // the norm is not finite.
-Result<double> clip_factor(const float* values, size_t n, double clip_norm, WorkerPool& pool);
+Result<double> clip_factor(const UnalignedFloat* values, size_t n, double clip_norm,
+                           WorkerPool& pool);
 
 // Adds independent N(0, stddev^2) noise to data[0..n). The noise at each coordinate is a pure
 // function of (seed, index) (counter-based draws), so it does not depend on the thread count,

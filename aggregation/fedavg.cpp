@@ -15,11 +15,12 @@ StreamingFedAvg::StreamingFedAvg(size_t parameter_count, size_t threads)
 StreamingFedAvg::StreamingFedAvg(size_t parameter_count, std::shared_ptr<WorkerPool> pool)
     : parameter_count_(parameter_count), pool_(std::move(pool)) {}
 
-Status StreamingFedAvg::add(const float* values, size_t count, double weight) {
+Status StreamingFedAvg::add(const UnalignedFloat* values, size_t count, double weight) {
   return add_scaled(values, count, weight, 1.0);
 }
 
-Status StreamingFedAvg::add_scaled(const float* values, size_t count, double weight, double scale) {
+Status StreamingFedAvg::add_scaled(const UnalignedFloat* values, size_t count, double weight,
+                                   double scale) {
   FEDCASE_RETURN_IF_ERROR(check_update_arguments(count, parameter_count_, weight));
   const double coefficient = weight * scale;
   if (!(coefficient >= 0) || coefficient > std::numeric_limits<float>::max()) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "aggregation/worker_pool.h"
+#include "common/blob.h"
 #include "common/status.h"
 
 namespace fedcase::aggregation {
@@ -32,11 +33,11 @@ class StreamingFedAvg {
   // Folds `values` (parameter_count floats) in with `weight` (> 0, finite; e.g. sample count).
   // Rejects a size mismatch (kUnprocessable) or a bad weight (kInvalidArgument) without
   // changing the running sum; kResourceExhausted when the first add cannot allocate the sum.
-  Status add(const float* values, size_t count, double weight);
+  Status add(const UnalignedFloat* values, size_t count, double weight);
 
   // Folds scale * values in with `weight`: the update counts for `weight` in total_weight()
   // while its values are scaled by `scale` (finite, >= 0), e.g. the factor of norm clipping.
-  Status add_scaled(const float* values, size_t count, double weight, double scale);
+  Status add_scaled(const UnalignedFloat* values, size_t count, double weight, double scale);
 
   size_t updates() const { return updates_; }
   double total_weight() const { return total_weight_; }

@@ -7,7 +7,9 @@
 
 namespace fedcase::aggregation {
 
-double l2_norm(const float* values, size_t n) { return std::sqrt(squared_norm(values, n)); }
+double l2_norm(const UnalignedFloat* values, size_t n) {
+  return std::sqrt(squared_norm(values, n));
+}
 
 Status check_update_arguments(size_t count, size_t parameter_count, double weight) {
   if (count != parameter_count) {
@@ -20,17 +22,18 @@ Status check_update_arguments(size_t count, size_t parameter_count, double weigh
   return ok_status();
 }
 
-Status validate_update(const ModelLayout& expected, const ModelBlob& update,
-                       size_t first_non_finite, const UpdateBounds& bounds) {
+Status validate_update(const ModelLayout& expected, const BlobView& update,
+                       const UpdateBounds& bounds) {
   if (update.layout != expected) {
     return unprocessable("update layout [" + update.layout.describe() +
                          "] does not match the model [" + expected.describe() + "]");
   }
-  if (first_non_finite < update.data.size()) {
-    return unprocessable("update value " + std::to_string(first_non_finite) + " is not finite");
+  if (update.first_non_finite < update.count) {
+    return unprocessable("update value " + std::to_string(update.first_non_finite) +
+                         " is not finite");
   }
   if (bounds.max_l2_norm > 0) {
-    double norm = l2_norm(update.data.data(), update.data.size());
+    double norm = l2_norm(update.values, update.count);
     if (norm > bounds.max_l2_norm) {
       return unprocessable("update L2 norm " + std::to_string(norm) + " exceeds the bound " +
                            std::to_string(bounds.max_l2_norm));

@@ -12,10 +12,8 @@ struct UpdateBounds {
 };
 
 // kUnprocessable with a message naming the first problem found; OK when the update may be used.
-// `first_non_finite` is the index of the update's first value that is NaN or infinite (its
-// size when none is), as decode_blob into a blob reports it.
-Status validate_update(const ModelLayout& expected, const ModelBlob& update,
-                       size_t first_non_finite, const UpdateBounds& bounds);
+Status validate_update(const ModelLayout& expected, const BlobView& update,
+                       const UpdateBounds& bounds);
 
 // The checks every aggregate makes before reading an update: `count` must equal
 // `parameter_count` (kUnprocessable) and `weight` must be positive and finite
@@ -23,6 +21,6 @@ Status validate_update(const ModelLayout& expected, const ModelBlob& update,
 Status check_update_arguments(size_t count, size_t parameter_count, double weight);
 
 // L2 norm of `n` finite floats (squared_norm of vector_ops.h).
-double l2_norm(const float* values, size_t n);
+double l2_norm(const UnalignedFloat* values, size_t n);
 
 }  // namespace fedcase::aggregation

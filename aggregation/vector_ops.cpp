@@ -36,15 +36,15 @@ double blocked_sum(size_t n, Term term) {
 
 }  // namespace
 
-void scale_copy(float* __restrict dst, const float* __restrict src, float a, size_t n) {
+void scale_copy(float* __restrict dst, const UnalignedFloat* __restrict src, float a, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = a * src[i];
 }
 
-void scale_add(float* __restrict dst, const float* __restrict src, float a, size_t n) {
+void scale_add(float* __restrict dst, const UnalignedFloat* __restrict src, float a, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] += a * src[i];
 }
 
-double squared_norm(const float* x, size_t n) {
+double squared_norm(const UnalignedFloat* x, size_t n) {
   return blocked_sum(n, [x](size_t i) { return x[i] * x[i]; });
 }
 
@@ -55,7 +55,7 @@ double squared_distance(const float* x, const float* y, size_t n) {
   });
 }
 
-double squared_norm(WorkerPool& pool, const float* x, size_t n) {
+double squared_norm(WorkerPool& pool, const UnalignedFloat* x, size_t n) {
   std::vector<double> partial(pool.threads(), 0.0);
   pool.for_ranges(n, kMinParallelRange, [&](size_t part, size_t begin, size_t end) {
     partial[part] = squared_norm(x + begin, end - begin);

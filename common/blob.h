@@ -55,21 +55,34 @@ struct ModelBlob {
   std::vector<float> data;  // layout.element_count() values, tensors concatenated in order
 };
 
+// One float32 of a blob's values where it lies in the encoded bytes, at any alignment (a GCC
+// and Clang type attribute). Kernels that take `const UnalignedFloat*` read such values in
+// place, and any float array too.
+typedef float UnalignedFloat __attribute__((aligned(1), may_alias));
+
+// A checked blob whose values stay in the encoded bytes: no copy, valid while they live.
+struct BlobView {
+  uint64_t model_version = 0;
+  ModelLayout layout;
+  const UnalignedFloat* values = nullptr;
+  size_t count = 0;             // layout.element_count()
+  size_t first_non_finite = 0;  // index of the first NaN or infinite value; count when none
+};
+
 // Serialises `blob`. Precondition: blob.data.size() == blob.layout.element_count().
 std::string encode_blob(const ModelBlob& blob);
 
 // Parses `bytes` strictly. Rejects (kInvalidArgument) bad magic, unknown format version or
 // dtype, truncated or trailing bytes, inconsistent counts, and a wrong checksum; rejects
-// (kTooLarge) input longer than `max_bytes`. Never reads outside `bytes`.
+// (kTooLarge) input longer than `max_bytes`. Never reads outside `bytes`. The checksum and
+// the finite check run in one pass over the values, block by block while a block is in
+// cache; `into`'s layout storage is reused. On an error `into` holds no meaningful view.
+Status view_blob(std::string_view bytes, size_t max_bytes, BlobView& into);
+// The same, with the values copied out.
 Result<ModelBlob> decode_blob(std::string_view bytes, size_t max_bytes);
-// The same, into `into`, whose storage is reused (no allocation when its data already holds
-// as many values): for callers that decode many blobs of one size. Returns the index of the
-// first value that is not finite (into.data.size() when all are), found in the same pass
-// over the bytes as the checksum and the copy. On an error `into` holds no meaningful blob.
-Result<size_t> decode_blob(std::string_view bytes, size_t max_bytes, ModelBlob& into);
 
 // The index of the first value of `values[0, n)` that is NaN or infinite; n when all are finite.
-size_t first_non_finite(const float* values, size_t n);
+size_t first_non_finite(const UnalignedFloat* values, size_t n);
 inline bool all_finite(const std::vector<float>& values) {
   return first_non_finite(values.data(), values.size()) == values.size();
 }

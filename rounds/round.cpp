@@ -7,7 +7,7 @@ namespace fedcase::rounds {
 RoundAggregate::RoundAggregate(std::unique_ptr<aggregation::Aggregator> aggregator)
     : aggregator_(std::move(aggregator)) {}
 
-Status RoundAggregate::add(const float* values, size_t count, double weight) {
+Status RoundAggregate::add(const UnalignedFloat* values, size_t count, double weight) {
   std::lock_guard<std::mutex> lock(mu_);
   return aggregator_->add(values, count, weight);
 }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "aggregation/aggregator.h"
+#include "common/blob.h"
 #include "common/ids.h"
 #include "common/status.h"
 #include "rounds/evaluation.h"
@@ -38,7 +39,7 @@ class RoundAggregate {
   explicit RoundAggregate(std::unique_ptr<aggregation::Aggregator> aggregator);
 
   // Folds in one validated update (see Aggregator::add for the errors).
-  Status add(const float* values, size_t count, double weight);
+  Status add(const UnalignedFloat* values, size_t count, double weight);
   // The aggregate of everything added (see Aggregator::result).
   Result<std::vector<float>> result() const;
   std::string rule() const;

@@ -510,17 +510,14 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
     release();
     return meta.status();
   }
-  // Each upload thread decodes into its own buffer, kept for the next upload: no allocation
-  // and no page faults per update (memory: one update per upload thread).
-  thread_local ModelBlob decoded;
-  auto first_non_finite = decode_blob(bytes, s.config.max_upload_bytes, decoded);
-  if (!first_non_finite.ok()) {
+  // The update's values are validated and folded where they lie in the request body.
+  BlobView decoded;
+  if (Status read = view_blob(bytes, s.config.max_upload_bytes, decoded); !read.ok()) {
     release();
-    return first_non_finite.status();
+    return read;
   }
   Status valid = decoded.model_version == base->version
-                     ? aggregation::validate_update(base->layout, decoded, *first_non_finite,
-                                                    {max_norm})
+                     ? aggregation::validate_update(base->layout, decoded, {max_norm})
                      : unprocessable("update was trained on model version " +
                                      std::to_string(decoded.model_version) + ", round " +
                                      std::to_string(round_index) + " trains version " +
@@ -547,7 +544,7 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
   double fold_s = 0;
   if (written.ok()) {
     const auto fold_start = std::chrono::steady_clock::now();
-    written = aggregate->add(decoded.data.data(), decoded.data.size(), meta->samples);
+    written = aggregate->add(decoded.values, decoded.count, meta->samples);
     fold_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - fold_start).count();
     s.metrics.observe(metric::kFoldSeconds, {}, fold_s);
   }

@@ -10,12 +10,12 @@ using namespace fedcase::aggregation;
 
 namespace {
 
-// Validates `update` as the coordinator does: encoded, decoded into a blob, then checked.
+// Validates `update` as the coordinator does: encoded, viewed, then checked.
 Status validate(const ModelLayout& expected, const ModelBlob& update, UpdateBounds bounds) {
-  ModelBlob decoded;
-  auto first_non_finite = decode_blob(encode_blob(update), 1 << 20, decoded);
-  REQUIRE(first_non_finite.ok());
-  return validate_update(expected, decoded, *first_non_finite, bounds);
+  const std::string bytes = encode_blob(update);
+  BlobView view;
+  REQUIRE(view_blob(bytes, 1 << 20, view).ok());
+  return validate_update(expected, view, bounds);
 }
 
 }  // namespace

@@ -39,20 +39,20 @@ TEST_CASE("blob round-trips exactly") {
   CHECK(blob_checksum(bytes).size() == 64);
 }
 
-TEST_CASE("decoding into a blob reuses its storage and replaces every field") {
-  ModelBlob into;
-  into.model_version = 7;
-  into.layout.tensors = {{"old", {9, 9}}, {"x", {1}}, {"y", {2}}};
-  into.data.assign(100, 3.0f);
-  const float* storage = into.data.data();
-  auto first_non_finite = decode_blob(encode_blob(sample_blob()), 1 << 20, into);
-  REQUIRE(first_non_finite.ok());
-  CHECK(*first_non_finite == 9);  // all finite
-  CHECK(into.model_version == 42);
-  CHECK(into.layout == sample_blob().layout);
-  CHECK(into.data == sample_blob().data);
-  CHECK(into.data.data() == storage);  // no new allocation for a smaller blob
-  CHECK(decode_blob("FCMB junk", 1 << 20, into).status().code() == Code::kInvalidArgument);
+TEST_CASE("a blob view checks the blob and reads its values where they lie") {
+  const std::string bytes = encode_blob(sample_blob());
+  BlobView view;
+  view.layout.tensors = {{"old", {9, 9}}, {"x", {1}}, {"y", {2}}};  // replaced
+  REQUIRE(view_blob(bytes, 1 << 20, view).ok());
+  CHECK(view.model_version == 42);
+  CHECK(view.layout == sample_blob().layout);
+  REQUIRE(view.count == 9);
+  CHECK(view.first_non_finite == 9);  // all finite
+  // The values are the blob's own bytes (here at an odd offset), not a copy.
+  const char* at = reinterpret_cast<const char*>(view.values);
+  CHECK(at == bytes.data() + bytes.size() - 4 - 9 * sizeof(float));
+  CHECK(std::vector<float>(view.values, view.values + view.count) == sample_blob().data);
+  CHECK(view_blob("FCMB junk", 1 << 20, view).code() == Code::kInvalidArgument);
 }
 
 TEST_CASE("first_non_finite finds the first NaN or infinity wherever it is") {
@@ -68,14 +68,14 @@ TEST_CASE("first_non_finite finds the first NaN or infinity wherever it is") {
       if (at + 7 < v.size()) v[at + 7] = NAN;
       CHECK(first_non_finite(v.data(), v.size()) == at);
       CHECK_FALSE(all_finite(v));
-      // Decoding finds it in the same pass, across its blocks of 4096 values; a bad checksum
-      // still wins over a non-finite value.
-      ModelBlob blob{1, {{{"v", {v.size()}}}}, v};
-      std::string bytes = encode_blob(blob);
-      ModelBlob decoded;
-      CHECK(*decode_blob(bytes, 1 << 20, decoded) == at);
+      // A view finds it in the same pass as the checksum, across its blocks of 4096 values;
+      // a bad checksum still wins over a non-finite value.
+      std::string bytes = encode_blob({1, {{{"v", {v.size()}}}}, v});
+      BlobView view;
+      REQUIRE(view_blob(bytes, 1 << 20, view).ok());
+      CHECK(view.first_non_finite == at);
       bytes[bytes.size() - 1] ^= 1;
-      CHECK(decode_blob(bytes, 1 << 20, decoded).status().code() == Code::kInvalidArgument);
+      CHECK(view_blob(bytes, 1 << 20, view).code() == Code::kInvalidArgument);
     }
   }
   values[5] = 3.4e38f;  // the largest floats and subnormals are finite
