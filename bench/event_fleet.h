@@ -71,7 +71,8 @@ class EventFleet {
   }
 
   // Runs every round; returns the rounds' upload windows. dispatch_seconds() holds, for each
-  // poll that was waiting when its round opened, the time until the task arrived.
+  // poll that was waiting when its round opened (after the first round), the time until the
+  // task arrived.
   std::vector<Round> run() {
     rounds_seen_.assign(rounds_, Round{});
     for (Connection& c : connections_) send_poll(c);
@@ -101,6 +102,7 @@ class EventFleet {
     Stage stage = Stage::kPolling;
     size_t round = 0;
     double poll_sent = 0;  // unix seconds
+    double read_at = 0;    // unix seconds of the last read: when an answer arrived
     std::string upload_url;
     // The request being written: its head, then a body it does not own.
     std::string head;
@@ -216,6 +218,7 @@ class EventFleet {
       if (c.writing || c.stage == Stage::kHolding || c.stage == Stage::kDone) return;
       static char buffer[1 << 18];
       if (size_t n = read_some(c, buffer, sizeof(buffer)); n > 0) {
+        c.read_at = unix_now();
         take(c, buffer, n);
         moved = true;
       }
@@ -260,7 +263,9 @@ class EventFleet {
         const nlohmann::json task = nlohmann::json::parse(body);
         if (task["model_version"] != c.round) die(bench_, "unexpected model version");
         const double opened = opened_at_(task);
-        if (c.poll_sent < opened) dispatch_s_.push_back(unix_now() - opened);
+        // The first round opens as the fleet registers, while its connections are still being
+        // accepted: its polls are not settled waiting ones, and do not count.
+        if (c.round > 0 && c.poll_sent < opened) dispatch_s_.push_back(c.read_at - opened);
         c.upload_url = task["upload_url"];
         c.stage = Stage::kDownloading;
         return begin(c, request_head(c, "GET", task["model_url"]) + "\r\n");

@@ -15,8 +15,8 @@
 //       throughput measured just before that round's uploads; the median over rounds of
 //       the ratio (target >= 0.5x; with --tls >= 0.3x the plain loopback figure);
 //   (b) dispatch: from a round's opening to each invited client whose poll was waiting
-//       holding its task, p50 / p99 (target p99 < 50 ms; --clients 1000 for a fleet-sized
-//       figure);
+//       holding its task, p50 / p99, rounds after the first (target p99 < 50 ms;
+//       --clients 1000 for a fleet-sized figure);
 //   (c) heartbeat p99 while uploads are in flight, sent on a connection of its own
 //       (target < 20 ms);
 //   (d) the coordinator process's peak RSS, and with --idle N (default 1,000; 10,000 for the
