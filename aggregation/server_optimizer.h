@@ -18,10 +18,11 @@
 // Thread safety: not thread-safe; one round at a time calls step().
 
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 

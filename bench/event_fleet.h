@@ -11,10 +11,7 @@
 // Content-Length). Any failure ends the benchmark (die): its figures would be wrong.
 // Not thread-safe: run() on one thread; uploads_in_flight() may be read from any.
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <sys/epoll.h>
@@ -133,11 +130,8 @@ class EventFleet {
   void open(Connection& c, uint16_t port, std::string token) {
     c.token = std::move(token);
     c.fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(port);
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (c.fd < 0 || connect(c.fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    const sockaddr_in address = loopback_address(port);
+    if (c.fd < 0 || connect(c.fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
       fail("connect");
     }
     if (tls_) {

@@ -1,9 +1,13 @@
-// Fuzzes decode_blob (common/blob.h), the decoder of every uploaded update and stored model.
+// Fuzzes view_blob and decode_blob (common/blob.h), the decoders of every uploaded update and
+// stored model.
 // Input: the bytes of a blob. Each input is decoded twice: as it is (so the checksum check
 // runs), and with its last four bytes replaced by the right CRC-32 (so mutations reach the
 // success path instead of stopping at the checksum). A blob that decodes must encode back to
-// exactly the same bytes: the format has one encoding per blob.
+// exactly the same bytes (the format has one encoding per blob), and the view's first
+// non-finite value must be the one a plain scan of the decoded values finds.
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -22,6 +26,15 @@ void decode_and_check(std::string_view bytes) {
   }
   if (fedcase::encode_blob(*blob) != bytes) {
     fedcase::fuzz::fuzz_fail("a decoded blob does not encode back to its bytes");
+  }
+  fedcase::BlobView view;
+  if (!fedcase::view_blob(bytes, kMaxBytes, view).ok()) {
+    fedcase::fuzz::fuzz_fail("a blob that decodes does not view");
+  }
+  const auto bad =
+      std::find_if(blob->data.begin(), blob->data.end(), [](float v) { return !std::isfinite(v); });
+  if (view.first_non_finite != size_t(bad - blob->data.begin())) {
+    fedcase::fuzz::fuzz_fail("the view's first non-finite value is not the first one");
   }
 }
 

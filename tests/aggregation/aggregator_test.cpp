@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -128,6 +129,32 @@ TEST_CASE("each rule fed one update at a time equals its batch computation") {
     CHECK(agg->updates() == updates.size());
     REQUIRE(c.expected.ok());
     CHECK(*agg->result() == *c.expected);
+  }
+}
+
+TEST_CASE("every rule reads updates at any alignment, as they lie in their blobs") {
+  const size_t params = 40001;
+  auto updates = random_updates(7, params, 5);
+  const nlohmann::json configs[] = {{{"rule", "fedavg"}},
+                                    {{"rule", "fedavg"}, {"clip_norm", 5.0}},
+                                    {{"rule", "median"}},
+                                    {{"rule", "multi_krum"}, {"byzantine_f", 1}}};
+  for (const nlohmann::json& config : configs) {
+    CAPTURE(config.dump());
+    auto aligned = make(config, params);
+    add_all(*aligned, updates);
+    // The same values 1, 2 and 3 bytes past an aligned address.
+    for (size_t offset = 1; offset < sizeof(float); ++offset) {
+      CAPTURE(offset);
+      auto shifted = make(config, params);
+      for (size_t i = 0; i < updates.size(); ++i) {
+        std::vector<char> bytes(params * sizeof(float) + offset);
+        std::memcpy(bytes.data() + offset, updates[i].data(), params * sizeof(float));
+        const auto* values = reinterpret_cast<const UnalignedFloat*>(bytes.data() + offset);
+        REQUIRE(shifted->add(values, params, 1.0 + static_cast<double>(i)).ok());
+      }
+      CHECK(*shifted->result() == *aligned->result());
+    }
   }
 }
 
