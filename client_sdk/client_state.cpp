@@ -8,6 +8,7 @@ namespace {
 
 constexpr std::string_view kMagic = "FCSTATE1";
 constexpr uint32_t kVersion = 1;
+constexpr uint32_t kLossFell = 1;  // flag: the sampler's last round lowered its loss
 
 }  // namespace
 
@@ -15,7 +16,7 @@ std::string encode_client_state(const ClientState& state) {
   ByteWriter w;
   w.bytes(kMagic);
   w.u32(kVersion);
-  w.u32(0);
+  w.u32(state.sampler.loss_fell ? kLossFell : 0);
   w.u64(state.source_fingerprint);
   w.u64(state.sampler.rounds);
   w.f64(state.sampler.smoothing);
@@ -37,8 +38,9 @@ Result<ClientState> decode_client_state(std::string_view bytes) {
                               ByteReader(bytes.substr(bytes.size() - 4)).u32()) {
     return invalid_argument("checksum mismatch");
   }
-  r.u32();  // reserved
+  const uint32_t flags = r.u32();
   ClientState state;
+  state.sampler.loss_fell = (flags & kLossFell) != 0;
   state.source_fingerprint = r.u64();
   state.sampler.rounds = r.u64();
   state.sampler.smoothing = r.f64();

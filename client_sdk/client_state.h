@@ -3,7 +3,8 @@
 // sampler's state for one SampleSource.
 //
 // Format (little-endian):
-//   magic "FCSTATE1", u32 version (1), u32 reserved (0), u64 source fingerprint,
+//   magic "FCSTATE1", u32 version (1), u32 flags (bit 0: the last round lowered the loss;
+//   files that predate it hold 0), u64 source fingerprint,
 //   u64 rounds, f64 smoothing, f64 previous loss, u64 count, count x f64 weights,
 //   u32 CRC-32 of everything before it.
 // Files are replaced atomically (temporary file, flush, rename), so a crash leaves the old

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
 #include <unordered_map>
 
 namespace fedcase::client {
@@ -19,6 +20,18 @@ uint64_t splitmix64(uint64_t x) {
 bool finite_non_negative(double v) { return std::isfinite(v) && v >= 0; }
 
 }  // namespace
+
+const char* frequency_order_name(FrequencyOrder order) {
+  return order == FrequencyOrder::kWhileImproving ? "while_improving" : "periodic";
+}
+
+Result<FrequencyOrder> parse_frequency_order(std::string_view name) {
+  for (FrequencyOrder o : {FrequencyOrder::kPeriodic, FrequencyOrder::kWhileImproving}) {
+    if (name == frequency_order_name(o)) return o;
+  }
+  return invalid_argument("unknown frequency order '" + std::string(name) +
+                          "' (expected periodic or while_improving)");
+}
 
 ImportanceSampler::ImportanceSampler(size_t samples, SamplerOptions options) : options_(options) {
   state_.weights.assign(samples, 1.0);
@@ -55,6 +68,7 @@ void ImportanceSampler::observe_batch(const std::vector<size_t>& ids,
 
 void ImportanceSampler::end_round(double mean_loss) {
   if (finite_non_negative(mean_loss)) {
+    state_.loss_fell = state_.rounds > 0 && mean_loss < state_.previous_loss;
     if (state_.rounds == 0) {
       state_.smoothing = options_.smoothing_factor * mean_loss;
     } else if (state_.previous_loss > 0) {
@@ -86,6 +100,7 @@ std::vector<size_t> ImportanceSampler::draw(size_t count) const {
 }
 
 bool ImportanceSampler::orders_by_frequency() const {
+  if (options_.frequency_order == FrequencyOrder::kWhileImproving) return state_.loss_fell;
   const uint32_t k = options_.frequency_order_period;
   return k > 0 && (state_.rounds + 1) % k == 0;
 }

@@ -8,22 +8,37 @@
 // round's mean loss and is then scaled after every round by exp((L_now - L_prev) / L_prev):
 // it shrinks while the loss falls, keeping rarely-seen samples in play, and grows back if the
 // loss rises. Every `frequency_order_period`-th round orders its draws by draw frequency
-// (order_by_frequency) so the most important samples are read, and cached, first.
+// (order_by_frequency) so the most important samples are read, and cached, first; or, with
+// FrequencyOrder::kWhileImproving (SHADE's `ShadeSampler.__iter__`, which sorts only while its
+// score improves), exactly the rounds after one whose mean loss fell, the others keeping the
+// draws' random order.
 //
 // Pure logic: no I/O, no clock. Draws depend only on the seed, the round number and the
 // weights, so a restored sampler draws what the saved one would have. Not thread-safe.
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
 
 namespace fedcase::client {
 
+enum class FrequencyOrder {
+  kPeriodic,        // every frequency_order_period-th round
+  kWhileImproving,  // after a round whose mean loss fell below the round before's
+};
+
+// "periodic", "while_improving".
+const char* frequency_order_name(FrequencyOrder order);
+// The ordering named `name`; kInvalidArgument for any other name.
+Result<FrequencyOrder> parse_frequency_order(std::string_view name);
+
 struct SamplerOptions {
   uint64_t seed = 1;
   double smoothing_factor = 1e-2;       // s = factor x the first round's mean loss
-  uint32_t frequency_order_period = 1;  // order by frequency every k-th round; 0 = never
+  uint32_t frequency_order_period = 1;  // kPeriodic: every k-th round; 0 = never
+  FrequencyOrder frequency_order = FrequencyOrder::kPeriodic;
 };
 
 // What persists between runs (see client_state.h).
@@ -31,6 +46,7 @@ struct SamplerState {
   uint64_t rounds = 0;          // rounds completed
   double smoothing = 0;         // current smoothing term
   double previous_loss = 0;     // mean loss of the last round (meaningful when rounds > 0)
+  bool loss_fell = false;       // the last round's mean loss was below the round before's
   std::vector<double> weights;  // one per sample
 };
 

@@ -1,8 +1,10 @@
 #include "client_sdk/round_order.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
+#include <unordered_map>
 
 namespace fedcase::client {
 
@@ -35,8 +37,47 @@ std::vector<size_t> plan_round_order(const ImportanceSampler& sampler, Sampling 
                    pass.begin() + std::min<uint64_t>(pass.size(), budget - order.size()));
     }
   }
-  if (cache) cache->plan_reuse(order, repetition_factor);
+  if (cache) {
+    const size_t reused = plan_reuse(order, *cache, sampler, repetition_factor);
+    cache->adopt_plan(order, reused);
+  }
   return order;
+}
+
+size_t plan_reuse(std::vector<size_t>& order, const SampleCache& cache,
+                  const ImportanceSampler& sampler, double repetition_factor) {
+  if (!std::isfinite(repetition_factor) || repetition_factor < 1) return 0;
+  const size_t factor = size_t(std::floor(std::min(repetition_factor, 1e6)));
+  std::unordered_map<size_t, size_t> draws;  // of each cached sample: the hits
+  std::vector<size_t> hit;                   // the hit samples, by first draw
+  std::vector<size_t> misses;                // positions of draws that would miss
+  for (size_t p = 0; p < order.size(); ++p) {
+    if (!cache.contains(order[p])) {
+      misses.push_back(p);
+    } else if (draws[order[p]]++ == 0) {
+      hit.push_back(order[p]);
+    }
+  }
+  auto weight = [&](size_t id) { return sampler.weight(id); };
+  std::stable_sort(misses.begin(), misses.end(),
+                   [&](size_t a, size_t b) { return weight(order[a]) < weight(order[b]); });
+  std::stable_sort(hit.begin(), hit.end(),
+                   [&](size_t a, size_t b) { return weight(a) > weight(b); });
+  // Repeats in passes over the hit samples: each pass gives one more use to every sample
+  // below factor x its draws.
+  std::unordered_map<size_t, size_t> uses = draws;
+  size_t replaced = 0;
+  for (bool granted = true; granted && replaced < misses.size();) {
+    granted = false;
+    for (size_t c : hit) {
+      if (replaced == misses.size()) break;
+      if (uses[c] >= factor * draws[c]) continue;
+      uses[c]++;
+      order[misses[replaced++]] = c;
+      granted = true;
+    }
+  }
+  return replaced;
 }
 
 }  // namespace fedcase::client

@@ -1,7 +1,6 @@
 #include "client_sdk/sample_cache.h"
 
 #include <algorithm>
-#include <cmath>
 #include <list>
 #include <unordered_map>
 
@@ -10,7 +9,7 @@ namespace {
 
 class NoCache final : public SampleCache {
  public:
-  NoCache() : SampleCache(0) {}
+  NoCache() : SampleCache(0, 0) {}
   CachePolicy policy() const override { return CachePolicy::kNone; }
   size_t entries() const override { return 0; }
   bool contains(size_t) const override { return false; }
@@ -23,7 +22,7 @@ class NoCache final : public SampleCache {
 
 class LruCache final : public SampleCache {
  public:
-  explicit LruCache(uint64_t budget_bytes) : SampleCache(budget_bytes) {}
+  LruCache(uint64_t budget_bytes, size_t samples) : SampleCache(budget_bytes, samples) {}
   CachePolicy policy() const override { return CachePolicy::kLru; }
   size_t entries() const override { return entries_.size(); }
   bool contains(size_t id) const override { return entries_.count(id) > 0; }
@@ -35,23 +34,33 @@ class LruCache final : public SampleCache {
       return nullptr;
     }
     stats_.hits++;
+    serve_pin(id);
     recency_.splice(recency_.begin(), recency_, it->second.position);
     return &it->second.record;
   }
 
   void offer(size_t id, std::string record) override {
     if (contains(id)) return;
-    if (record.size() > budget_bytes_) {
+    // The least recent unpinned records, until the newcomer fits.
+    std::vector<std::list<size_t>::iterator> victims;
+    uint64_t freed = 0;
+    auto short_of_room = [&] { return used_bytes_ - freed + record.size() > budget_bytes_; };
+    for (auto it = recency_.end();
+         record.size() <= budget_bytes_ && short_of_room() && it != recency_.begin();) {
+      if (pinned(*--it)) continue;
+      victims.push_back(it);
+      freed += entries_.at(*it).record.size();
+    }
+    if (record.size() > budget_bytes_ || short_of_room()) {
       stats_.rejections++;
       return;
     }
-    while (used_bytes_ + record.size() > budget_bytes_) {
-      auto victim = entries_.find(recency_.back());
-      used_bytes_ -= victim->second.record.size();
-      entries_.erase(victim);
-      recency_.pop_back();
-      stats_.evictions++;
+    for (auto victim : victims) {
+      entries_.erase(*victim);
+      recency_.erase(victim);
     }
+    stats_.evictions += victims.size();
+    used_bytes_ -= freed;
     used_bytes_ += record.size();
     recency_.push_front(id);
     entries_[id] = Entry{recency_.begin(), std::move(record)};
@@ -70,11 +79,10 @@ class LruCache final : public SampleCache {
 class ImportanceCache final : public SampleCache {
  public:
   ImportanceCache(uint64_t budget_bytes, size_t samples)
-      : SampleCache(budget_bytes),
+      : SampleCache(budget_bytes, samples),
         ghost_(samples),
         records_(samples),
-        slot_(samples, kAbsent),
-        pins_(samples, 0) {}
+        slot_(samples, kAbsent) {}
   CachePolicy policy() const override { return CachePolicy::kImportance; }
   size_t entries() const override { return heap_.size(); }
   bool contains(size_t id) const override { return slot_[id] != kAbsent; }
@@ -86,7 +94,7 @@ class ImportanceCache final : public SampleCache {
       return nullptr;
     }
     stats_.hits++;
-    if (pins_[id] > 0) pins_[id]--;
+    serve_pin(id);
     fix(id);
     return &records_[id];
   }
@@ -123,48 +131,9 @@ class ImportanceCache final : public SampleCache {
     if (contains(id)) fix(id);
   }
 
-  size_t plan_reuse(std::vector<size_t>& order, double repetition_factor) override {
-    for (size_t id : heap_) pins_[id] = 0;  // the previous plan's leftovers
-    rebuild_heap();
-    if (!std::isfinite(repetition_factor) || repetition_factor < 1) return 0;
-    const size_t factor = size_t(std::floor(std::min(repetition_factor, 1e6)));
-    std::unordered_map<size_t, size_t> draws;  // of each cached sample: the hits
-    std::vector<size_t> hit;                   // the hit samples, by first draw
-    std::vector<size_t> misses;                // positions of draws that would miss
-    for (size_t p = 0; p < order.size(); ++p) {
-      if (!contains(order[p])) {
-        misses.push_back(p);
-      } else if (draws[order[p]]++ == 0) {
-        hit.push_back(order[p]);
-      }
-    }
-    std::stable_sort(misses.begin(), misses.end(),
-                     [&](size_t a, size_t b) { return less(order[a], order[b]); });
-    std::stable_sort(hit.begin(), hit.end(), [&](size_t a, size_t b) { return less(b, a); });
-    // Repeats in passes over the hit samples, most important first: each pass gives one more
-    // use to every sample below factor x its draws.
-    std::unordered_map<size_t, size_t> uses = draws;
-    size_t replaced = 0;
-    for (bool granted = true; granted && replaced < misses.size();) {
-      granted = false;
-      for (size_t c : hit) {
-        if (replaced == misses.size()) break;
-        if (uses[c] >= factor * draws[c]) continue;
-        uses[c]++;
-        order[misses[replaced++]] = c;
-        granted = true;
-      }
-    }
-    // Pin every cached sample the plan reads until its planned uses are served.
-    for (size_t id : order) {
-      if (contains(id)) pins_[id]++;
-    }
-    rebuild_heap();
-    stats_.reused += replaced;
-    return replaced;
-  }
-
  private:
+  void pins_changed() override { rebuild_heap(); }
+
   static constexpr size_t kAbsent = SIZE_MAX;
   struct Ghost {
     double weight = 1;
@@ -173,7 +142,7 @@ class ImportanceCache final : public SampleCache {
 
   // Key order: pinned samples above all others, then weight, then frequency.
   bool less(size_t a, size_t b) const {
-    const bool pa = pins_[a] > 0, pb = pins_[b] > 0;
+    const bool pa = pinned(a), pb = pinned(b);
     if (pa != pb) return pb;
     const Ghost& x = ghost_[a];
     const Ghost& y = ghost_[b];
@@ -230,10 +199,18 @@ class ImportanceCache final : public SampleCache {
   std::vector<std::string> records_;  // by id; empty when not cached
   std::vector<size_t> heap_;          // cached ids, a min-heap by key
   std::vector<size_t> slot_;          // position of each id in heap_, or kAbsent
-  std::vector<uint32_t> pins_;        // planned uses not yet served, by id
 };
 
 }  // namespace
+
+void SampleCache::adopt_plan(const std::vector<size_t>& plan, uint64_t reused) {
+  std::fill(pins_.begin(), pins_.end(), 0);
+  for (size_t id : plan) {
+    if (contains(id)) pins_[id]++;
+  }
+  stats_.reused += reused;
+  pins_changed();
+}
 
 const char* cache_policy_name(CachePolicy policy) {
   switch (policy) {
@@ -258,7 +235,7 @@ Result<CachePolicy> parse_cache_policy(std::string_view name) {
 std::unique_ptr<SampleCache> make_cache(CachePolicy policy, uint64_t budget_bytes, size_t samples) {
   switch (policy) {
     case CachePolicy::kLru:
-      return std::make_unique<LruCache>(budget_bytes);
+      return std::make_unique<LruCache>(budget_bytes, samples);
     case CachePolicy::kImportance:
       return std::make_unique<ImportanceCache>(budget_bytes, samples);
     case CachePolicy::kNone:

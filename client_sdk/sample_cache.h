@@ -9,11 +9,12 @@
 //               every sample, cached or not: the sampler's weight and the number of lookups.
 //               Cached samples sit in a min-heap keyed by (weight, frequency), compared in
 //               that order. A record offered to a full cache replaces the heap minimum only
-//               if its own key is larger. plan_reuse() repeats the round's hits, up to the
-//               repetition factor, in place of the least important misses, so more of the
-//               sample budget is served from memory; the cached samples a plan reads are
-//               pinned (they rank above every unpinned key) until their planned uses are
-//               served, so a newcomer admitted mid-round cannot turn a planned hit into a miss.
+//               if its own key is larger.
+//
+// Every policy honours a round's read plan (adopt_plan): the cached samples the plan reads
+// are pinned until their planned reads are served, so a record admitted mid-round cannot turn
+// a planned hit into a miss (LRU evicts the least recent unpinned record; the importance
+// cache ranks pinned samples above every unpinned key).
 //
 // Samples are ids in [0, samples). Not thread-safe: one cache per client.
 
@@ -40,7 +41,7 @@ struct CacheStats {
   uint64_t admissions = 0;  // records taken in
   uint64_t evictions = 0;   // records dropped to make room
   uint64_t rejections = 0;  // records offered but not taken
-  uint64_t reused = 0;      // draws replaced by cached samples (plan_reuse)
+  uint64_t reused = 0;      // draws a plan replaced by repeats of cached samples
 };
 
 class SampleCache {
@@ -66,20 +67,29 @@ class SampleCache {
   // The sampler's weight of sample `id` changed. Only the importance policy uses weights.
   virtual void set_importance(size_t id, double weight) {}
 
-  // Rewrites a round's draws before they are read so hits are repeated in place of misses:
-  // every draw of a cached sample may be used up to floor(repetition_factor) times (a sample
-  // drawn k times serves up to k x floor(repetition_factor) draws), and the draws the repeats
-  // replace are the least important misses. Repeats are handed out in passes over the hit
-  // samples, most important first, so one sample's repeats spread over the round. Only the
-  // importance policy reuses (and pins, see above; a new plan drops the previous plan's
-  // pins); the others leave `order` unchanged. Returns the number of draws replaced.
-  virtual size_t plan_reuse(std::vector<size_t>& order, double repetition_factor) { return 0; }
+  // Takes a round's read plan (sample ids in reading order; ids < samples) before it is read:
+  // drops the previous plan's pins and pins every cached sample of `plan` once per planned
+  // read. A hit on a pinned sample serves one of its pins; a pinned sample is never evicted.
+  // `reused` of the plan's draws are repeats in place of misses (stats().reused).
+  void adopt_plan(const std::vector<size_t>& plan, uint64_t reused);
+  bool pinned(size_t id) const { return id < pins_.size() && pins_[id] > 0; }
 
  protected:
-  explicit SampleCache(uint64_t budget_bytes) : budget_bytes_(budget_bytes) {}
+  SampleCache(uint64_t budget_bytes, size_t samples)
+      : budget_bytes_(budget_bytes), pins_(samples, 0) {}
+  // A hit on `id`: serves one of its pins.
+  void serve_pin(size_t id) {
+    if (pinned(id)) pins_[id]--;
+  }
+  // Called when adopt_plan changed the pins.
+  virtual void pins_changed() {}
+
   uint64_t budget_bytes_;
   uint64_t used_bytes_ = 0;
   CacheStats stats_;
+
+ private:
+  std::vector<uint32_t> pins_;  // planned reads not yet served, by id
 };
 
 // A cache of `policy` holding at most `budget_bytes` of records of samples [0, samples).

@@ -24,6 +24,12 @@ Result<SimConfig> parse_sim_config(const nlohmann::json& config) {
       .number("idle_wait_s", c.idle_wait_s, 1e-3, kInf)
       .number("duration_sigma", c.duration_sigma, 0, 10)
       .require("job");
+  if (const nlohmann::json* order = r.member("frequency_order")) {
+    if (!order->is_string()) return invalid_argument("sim.frequency_order must be a string");
+    auto parsed = client::parse_frequency_order(order->get<std::string>());
+    if (!parsed.ok()) return invalid_argument("sim.frequency_order: " + parsed.status().message());
+    c.frequency_order = *parsed;
+  }
   if (const nlohmann::json* stop = r.member("stop_at_target")) {
     if (!stop->is_boolean()) return invalid_argument("sim.stop_at_target must be a boolean");
     c.stop_at_target = stop->get<bool>();

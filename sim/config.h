@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "client_sdk/importance_sampler.h"
 #include "common/ids.h"
 #include "common/status.h"
 #include "rounds/job_config.h"
@@ -26,8 +27,9 @@ struct SimConfig {
   // Its seed also seeds the clients' samplers and the duration noise; its `rounds` caps the
   // run and its `target_accuracy` is the accuracy whose time the run reports.
   rounds::JobConfig job;
-  // The clients' sampler: order draws by frequency every k-th round (0 = never).
-  uint32_t frequency_order_period = 1;
+  // The clients' sampler: when to order draws by frequency (client::SamplerOptions).
+  client::FrequencyOrder frequency_order = client::FrequencyOrder::kPeriodic;
+  uint32_t frequency_order_period = 1;  // periodic: every k-th round (0 = never)
 
   // The simulation.
   bool stop_at_target = true;

@@ -231,6 +231,7 @@ Result<std::unique_ptr<Simulator>> Simulator::create(const SimConfig& config,
             d.storage_mb_per_s * 1e6}));
     client::SamplerOptions sampler;
     sampler.seed = config.job.seed * 1000003 + c.id;
+    sampler.frequency_order = config.frequency_order;
     sampler.frequency_order_period = config.frequency_order_period;
     s->devices.emplace_back(client::ImportanceSampler(c.samples.size(), sampler));
   }

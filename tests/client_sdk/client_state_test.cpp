@@ -21,6 +21,7 @@ ClientState sample_state(double scale) {
   state.sampler.rounds = 7;
   state.sampler.smoothing = 0.0123 * scale;
   state.sampler.previous_loss = 0.456;
+  state.sampler.loss_fell = scale > 1;
   for (int i = 0; i < 1000; ++i) state.sampler.weights.push_back(1.0 + i * 0.001 * scale);
   return state;
 }
@@ -30,6 +31,7 @@ void check_equal(const ClientState& a, const ClientState& b) {
   CHECK(a.sampler.rounds == b.sampler.rounds);
   CHECK(a.sampler.smoothing == b.sampler.smoothing);
   CHECK(a.sampler.previous_loss == b.sampler.previous_loss);
+  CHECK(a.sampler.loss_fell == b.sampler.loss_fell);
   CHECK(a.sampler.weights == b.sampler.weights);
 }
 
@@ -49,11 +51,13 @@ TEST_CASE("client state round-trips through its file") {
   TempDir dir;
   const std::string path = dir.file("state.bin");
   CHECK(load_client_state(path).status().code() == Code::kNotFound);
-  ClientState state = sample_state(1);
-  REQUIRE(save_client_state(path, state).ok());
-  auto loaded = load_client_state(path);
-  REQUIRE_MESSAGE(loaded.ok(), loaded.status().to_string());
-  check_equal(*loaded, state);
+  for (double scale : {2.0, 1.0}) {  // the loss trend flag set, then clear
+    ClientState state = sample_state(scale);
+    REQUIRE(save_client_state(path, state).ok());
+    auto loaded = load_client_state(path);
+    REQUIRE_MESSAGE(loaded.ok(), loaded.status().to_string());
+    check_equal(*loaded, state);
+  }
   // 8 magic + 2 x 4 + 5 x 8 header fields + weights + 4 checksum.
   CHECK(std::filesystem::file_size(path) == 8 + 8 + 40 + 8 * 1000 + 4);
 

@@ -137,3 +137,28 @@ TEST_CASE("ordering by frequency puts frequent draws first, in passes") {
   ImportanceSampler never(4, {1, 1e-2, 0});
   CHECK_FALSE(never.orders_by_frequency());
 }
+
+TEST_CASE("ordering while improving follows the last round's loss") {
+  for (FrequencyOrder o : {FrequencyOrder::kPeriodic, FrequencyOrder::kWhileImproving}) {
+    auto parsed = parse_frequency_order(frequency_order_name(o));
+    REQUIRE(parsed.ok());
+    CHECK(*parsed == o);
+  }
+  CHECK(parse_frequency_order("always").status().code() == Code::kInvalidArgument);
+
+  ImportanceSampler s(4, {1, 1e-2, 1, FrequencyOrder::kWhileImproving});
+  CHECK_FALSE(s.orders_by_frequency());  // no trend before two rounds
+  s.end_round(2.0);
+  CHECK_FALSE(s.orders_by_frequency());
+  s.end_round(1.5);  // fell
+  CHECK(s.orders_by_frequency());
+  CHECK(s.state().loss_fell);
+  s.end_round(1.5);  // flat
+  CHECK_FALSE(s.orders_by_frequency());
+  s.end_round(1.0);
+  CHECK(s.orders_by_frequency());
+  s.end_round(std::nan(""));  // an unknown loss keeps the last trend
+  CHECK(s.orders_by_frequency());
+  s.end_round(1.2);  // rose
+  CHECK_FALSE(s.orders_by_frequency());
+}

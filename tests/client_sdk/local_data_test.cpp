@@ -201,11 +201,10 @@ TEST_CASE("the importance cache serves more of the budget than lru at equal capa
     }
     CHECK(with_importance->cache()->used_bytes() <= 60 * kRecordBytes);
     CHECK(with_lru->cache()->used_bytes() <= 60 * kRecordBytes);
-    CHECK(rl.reused == 0);
     if (r > 0) {
-      // A warm importance cache repeats each hit up to 3 more times (factor 4).
+      // A warm cache's hits are repeated up to 3 more times (factor 4), whatever its policy.
       CHECK(ri.reused > 0);
-      CHECK(ri.reused <= 3 * (ri.cache_hits - ri.reused));
+      for (const RoundStats* s : {&ri, &rl}) CHECK(s->reused <= 3 * (s->cache_hits - s->reused));
       importance_hits += ri.cache_hits;
       lru_hits += rl.cache_hits;
     }
@@ -213,7 +212,7 @@ TEST_CASE("the importance cache serves more of the budget than lru at equal capa
     last_loss = ri.loss_sum / ri.samples;
   }
   MESSAGE("warm-round hits: importance " << importance_hits << ", lru " << lru_hits);
-  CHECK(importance_hits > 3 * lru_hits);
+  CHECK(importance_hits > lru_hits);
   CHECK(last_loss < first_loss);
   CHECK(with_importance->cache()->entries() == 60);
 }

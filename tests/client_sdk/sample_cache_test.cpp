@@ -135,50 +135,16 @@ TEST_CASE("the importance cache admits a record only if its key beats the heap m
   CHECK(small->stats().rejections == 1);
 }
 
-TEST_CASE("hits are repeated in place of the least important misses, up to the factor") {
-  auto cache = make_cache(CachePolicy::kImportance, 200, 20);
-  cache->set_importance(10, 9);
-  cache->set_importance(11, 8);
-  access(*cache, 10);
-  access(*cache, 11);
-  for (size_t id = 1; id <= 8; ++id) cache->set_importance(id, double(id));
-  auto plan = [&](std::vector<size_t> order, double factor) {
-    cache->plan_reuse(order, factor);
-    return order;
-  };
-  using Ids = std::vector<size_t>;
-  // Sample 10 is drawn once: floor(3.7) = 3 uses, so two repeats, in place of the two least
-  // important misses. Sample 11 is cached but not drawn: it is not used.
-  CHECK(plan({10, 3, 1, 4, 2, 5}, 3.7) == Ids{10, 3, 10, 4, 10, 5});
-  CHECK(cache->stats().reused == 2);
-  // A factor of 1 repeats nothing.
-  CHECK(plan({10, 3, 1, 4, 2, 5}, 1) == Ids{10, 3, 1, 4, 2, 5});
-  // A sample drawn twice may serve twice as many draws.
-  CHECK(plan({10, 1, 10, 2, 3, 4, 5}, 2) == Ids{10, 10, 10, 10, 3, 4, 5});
-  // Repeats go round the hit samples, most important first.
-  CHECK(plan({11, 10, 1, 2, 3, 4, 5, 6}, 3) == Ids{11, 10, 10, 11, 10, 11, 5, 6});
-  // Never more repeats than misses.
-  CHECK(plan({10, 1}, 50) == Ids{10, 10});
-  CHECK(cache->stats().reused == 2 + 2 + 4 + 1);
-
-  // Other policies do not reuse.
-  for (CachePolicy p : {CachePolicy::kNone, CachePolicy::kLru}) {
-    auto other = make_cache(p, 200, 20);
-    access(*other, 10);
-    std::vector<size_t> order = {10, 1, 2};
-    CHECK(other->plan_reuse(order, 5) == 0);
-    CHECK(order == Ids{10, 1, 2});
-  }
-}
-
 TEST_CASE("cached samples a plan relies on are pinned until their planned uses are served") {
   auto cache = make_cache(CachePolicy::kImportance, 200, 20);
   access(*cache, 10);
   access(*cache, 11);
   for (size_t id = 1; id <= 7; ++id) cache->set_importance(id, 5);  // all beat the cached
-  std::vector<size_t> order = {10, 11, 1, 2, 3, 4, 5, 6};
-  REQUIRE(cache->plan_reuse(order, 2) == 2);
-  CHECK(order == std::vector<size_t>{10, 11, 10, 11, 3, 4, 5, 6});
+  const std::vector<size_t> order = {10, 11, 10, 11, 3, 4, 5, 6};
+  cache->adopt_plan(order, 2);
+  CHECK(cache->stats().reused == 2);
+  CHECK(cache->pinned(10));
+  CHECK_FALSE(cache->pinned(3));
   // Read the remaining draws first: they rank above the cached samples but cannot evict
   // them while their planned uses are pending.
   const uint64_t hits_before = cache->stats().hits;
@@ -188,7 +154,33 @@ TEST_CASE("cached samples a plan relies on are pinned until their planned uses a
   CHECK(cache->contains(11));
   CHECK(cache->stats().rejections == 4);
   // Served: unpinned, they are ordinary low keys again.
+  CHECK_FALSE(cache->pinned(10));
   access(*cache, 7);
   CHECK(cache->stats().evictions == 1);
   CHECK(cache->contains(7));
+}
+
+TEST_CASE("LRU evicts the least recent unpinned record and never a planned hit") {
+  auto cache = make_cache(CachePolicy::kLru, 300, 20);
+  for (size_t id : {1, 2, 3}) access(*cache, id);  // recency: 3, 2, 1
+  cache->adopt_plan({9, 1, 8, 1}, 0);              // 1 is the least recent, but planned twice
+  access(*cache, 9);
+  CHECK_FALSE(cache->contains(2));  // the least recent unpinned
+  CHECK(cache->contains(1));
+  CHECK(access(*cache, 1));
+  CHECK(cache->pinned(1));  // one planned read left
+  access(*cache, 8);
+  CHECK_FALSE(cache->contains(3));
+  CHECK(access(*cache, 1));
+  CHECK_FALSE(cache->pinned(1));
+  // With every record pinned, a newcomer is turned away rather than a plan broken.
+  cache->adopt_plan({1, 8, 9, 4}, 0);
+  access(*cache, 4);
+  CHECK_FALSE(cache->contains(4));
+  CHECK(cache->stats().rejections == 1);
+  CHECK(cache->entries() == 3);
+  // A new plan drops the old pins.
+  cache->adopt_plan({4}, 0);
+  access(*cache, 4);
+  CHECK(cache->contains(4));
 }
