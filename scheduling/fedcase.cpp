@@ -2,15 +2,24 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "common/json_read.h"
+#include "scheduling/regression_forest.h"
 #include "scheduling/selection_util.h"
 
 namespace fedcase::scheduling {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kMaxFinite = std::numeric_limits<double>::max();
 constexpr const char* kName = "fedcase";
+constexpr const char* kPerturbName = "perturb";
+constexpr const char* kLearnedName = "learned";
+
+const char* controller_name(RhoController controller) {
+  return controller == RhoController::kLearned ? kLearnedName : kPerturbName;
+}
 
 // ceil(k * factor) for factor >= 0.
 size_t scaled(size_t k, double factor) {
@@ -24,10 +33,27 @@ double normalised(double x, double lo, double hi) {
   return std::clamp((x - lo) / (hi - lo), 0.0, 1.0);
 }
 
+// The sample standard deviation (n - 1 in the denominator); 0 for fewer than two values.
+double sample_deviation(const std::vector<double>& xs) {
+  if (xs.size() < 2) return 0;
+  double mean = 0;
+  for (double x : xs) mean += x;
+  mean /= static_cast<double>(xs.size());
+  double squares = 0;
+  for (double x : xs) squares += (x - mean) * (x - mean);
+  return std::sqrt(squares / static_cast<double>(xs.size() - 1));
+}
+
+// What the learned controller's forest reads of a round.
+std::vector<double> rho_features(double loss_decrease, double duration_s) {
+  return {loss_decrease, duration_s, loss_decrease / duration_s};
+}
+
 }  // namespace
 
 Result<FedCaseConfig> parse_fedcase_config(const nlohmann::json& selection) {
   FedCaseConfig c;
+  std::string controller = kPerturbName;
   ObjectReader r(selection, "selection");
   r.skip("policy")
       .skip("overcommit")
@@ -38,8 +64,14 @@ Result<FedCaseConfig> parse_fedcase_config(const nlohmann::json& selection) {
       .number("rho_max", c.rho_max, 1e-3, 100)
       .number("rho_step", c.rho_step, 1, 10)
       .integer("warmup_rounds", c.warmup_rounds)
-      .number("min_survival", c.min_survival, 0, 1);
+      .number("min_survival", c.min_survival, 0, 1)
+      .text("rho_controller", controller);
   FEDCASE_RETURN_IF_ERROR(r.strict_status());
+  if (controller == kLearnedName) {
+    c.rho_controller = RhoController::kLearned;
+  } else if (controller != kPerturbName) {
+    return invalid_argument("selection.rho_controller must be \"perturb\" or \"learned\"");
+  }
   if (!(c.rho_min <= c.rho_initial && c.rho_initial <= c.rho_max)) {
     return invalid_argument("selection: need rho_min <= rho_initial <= rho_max");
   }
@@ -138,18 +170,26 @@ void FedCasePolicy::on_round_end(const RoundOutcome& outcome) {
     if (c.duration_s > 0 && std::isfinite(c.duration_s)) state_.duration_s.add(c.duration_s);
     if (c.utility >= 0 && std::isfinite(c.utility)) state_.utility.add(c.utility);
   }
-  std::optional<double> progress;
+  std::optional<double> loss_decrease;
   if (std::isfinite(outcome.loss)) {
-    if (state_.last_loss && outcome.duration_s > 0) {
-      progress = (*state_.last_loss - outcome.loss) / outcome.duration_s;
-    }
+    if (state_.last_loss) loss_decrease = *state_.last_loss - outcome.loss;
     state_.last_loss = outcome.loss;
   }
   ++state_.rounds;
-  step_rho(progress);
+  if (config_.rho_controller == RhoController::kLearned) {
+    learn_rho(loss_decrease, outcome.duration_s);
+    return;
+  }
+  std::optional<double> progress;
+  if (loss_decrease && outcome.duration_s > 0) progress = *loss_decrease / outcome.duration_s;
+  perturb_rho(progress);
 }
 
-void FedCasePolicy::step_rho(std::optional<double> progress) {
+double FedCasePolicy::random_rho() {
+  return config_.rho_min + state_.rng.unit() * (config_.rho_max - config_.rho_min);
+}
+
+void FedCasePolicy::perturb_rho(std::optional<double> progress) {
   State& s = state_;
   if (s.rounds <= config_.warmup_rounds) {
     if (progress && (!s.best_warmup_progress || *progress > *s.best_warmup_progress)) {
@@ -157,7 +197,7 @@ void FedCasePolicy::step_rho(std::optional<double> progress) {
       s.best_warmup_progress = progress;
     }
     if (s.rounds < config_.warmup_rounds) {
-      s.rho = config_.rho_min + s.rng.unit() * (config_.rho_max - config_.rho_min);
+      s.rho = random_rho();
     } else if (s.best_warmup_rho) {
       s.rho = *s.best_warmup_rho;
     }
@@ -169,9 +209,57 @@ void FedCasePolicy::step_rho(std::optional<double> progress) {
   if (progress) s.last_progress = progress;
 }
 
+void FedCasePolicy::learn_rho(std::optional<double> loss_decrease, double duration_s) {
+  State& s = state_;
+  const bool observed =
+      loss_decrease && add_rho_observation(s, {*loss_decrease, duration_s, s.rho});
+  if (s.rounds < config_.warmup_rounds) {
+    s.rho = random_rho();
+  } else if (observed) {
+    if (std::optional<double> rho = predicted_rho()) s.rho = *rho;
+  }
+}
+
+bool FedCasePolicy::add_rho_observation(State& s, const RhoObservation& o) const {
+  const bool usable = std::isfinite(o.loss_decrease) && o.duration_s > 0 &&
+                      std::isfinite(o.duration_s) &&
+                      std::isfinite(o.loss_decrease / o.duration_s) && o.rho >= config_.rho_min &&
+                      o.rho <= config_.rho_max;
+  if (!usable) return false;
+  s.rho_observations.push_back(o);
+  if (s.rho_observations.size() > kMaxRhoObservations) s.rho_observations.pop_front();
+  s.max_loss_decrease = std::max(s.max_loss_decrease.value_or(-kInf), o.loss_decrease);
+  s.min_round_duration_s = std::min(s.min_round_duration_s.value_or(kInf), o.duration_s);
+  return true;
+}
+
+std::optional<double> FedCasePolicy::predicted_rho() {
+  State& s = state_;
+  if (s.rho_observations.size() < kMinRhoObservations) return std::nullopt;
+  std::vector<std::vector<double>> rows;
+  std::vector<double> rhos, loss_decreases, durations;
+  for (const RhoObservation& o : s.rho_observations) {
+    rows.push_back(rho_features(o.loss_decrease, o.duration_s));
+    rhos.push_back(o.rho);
+    loss_decreases.push_back(o.loss_decrease);
+    durations.push_back(o.duration_s);
+  }
+  const double aim_loss_decrease = *s.max_loss_decrease + sample_deviation(loss_decreases);
+  double aim_duration = *s.min_round_duration_s - sample_deviation(durations);
+  // A tree compares each feature with thresholds between observed values, so every aim
+  // duration in (0, shortest] takes the same branches; one at or below 0 would turn the aim's
+  // decrease per second negative, below the rounds it should lie beyond.
+  if (!(aim_duration > 0)) aim_duration = *s.min_round_duration_s;
+  Result<RegressionForest> forest = RegressionForest::fit(rows, rhos, ForestParams{}, s.rng.next());
+  if (!forest.ok()) return std::nullopt;
+  return std::clamp(forest->predict(rho_features(aim_loss_decrease, aim_duration)), config_.rho_min,
+                    config_.rho_max);
+}
+
 nlohmann::json FedCasePolicy::save_state() const {
   const State& s = state_;
   nlohmann::json out = policy_state(kName, s.rng);
+  out["rho_controller"] = controller_name(config_.rho_controller);
   out["rho"] = s.rho;
   out["direction"] = s.direction;
   out["rounds"] = s.rounds;
@@ -187,20 +275,30 @@ nlohmann::json FedCasePolicy::save_state() const {
   put("last_progress", s.last_progress);
   put("best_warmup_rho", s.best_warmup_rho);
   put("best_warmup_progress", s.best_warmup_progress);
+  for (const RhoObservation& o : s.rho_observations) {
+    out["rho_observations"].push_back({o.loss_decrease, o.duration_s, o.rho});
+  }
+  put("max_loss_decrease", s.max_loss_decrease);
+  put("min_round_duration", s.min_round_duration_s);
   return out;
 }
 
 Status FedCasePolicy::load_state(const nlohmann::json& json) {
   State s(state_.rng, config_.rho_initial);
+  std::string controller = kPerturbName;  // a state saved before there was a choice
   ObjectReader r(json, "fedcase state");
   FEDCASE_RETURN_IF_ERROR(read_policy_state(r, kName, s.rng));
-  r.number("rho", s.rho, config_.rho_min, config_.rho_max)
+  r.text("rho_controller", controller)
+      .number("rho", s.rho, config_.rho_min, config_.rho_max)
       .number("direction", s.direction, -1, 1)
       .integer("rounds", s.rounds)
       .number("last_loss", s.last_loss, -kInf, kInf)
       .number("last_progress", s.last_progress, -kInf, kInf)
       .number("best_warmup_rho", s.best_warmup_rho, config_.rho_min, config_.rho_max)
-      .number("best_warmup_progress", s.best_warmup_progress, -kInf, kInf);
+      .number("best_warmup_progress", s.best_warmup_progress, -kInf, kInf)
+      .number("max_loss_decrease", s.max_loss_decrease, -kMaxFinite, kMaxFinite)
+      .number("min_round_duration", s.min_round_duration_s,
+              std::numeric_limits<double>::denorm_min(), kMaxFinite);
   for (auto [key, range] : {std::pair<const char*, Range*>{"duration_range", &s.duration_s},
                             {"utility_range", &s.utility}}) {
     const nlohmann::json* v = r.member(key);
@@ -212,9 +310,29 @@ Status FedCasePolicy::load_state(const nlohmann::json& json) {
     range->add((*v)[0].get<double>());
     range->add((*v)[1].get<double>());
   }
+  if (const nlohmann::json* rows = r.member("rho_observations")) {
+    const std::string bad_rows =
+        r.path("rho_observations") + " must be at most " + std::to_string(kMaxRhoObservations) +
+        " rows [loss_decrease, duration_s > 0, rho in [rho_min, rho_max]] of finite numbers";
+    if (!rows->is_array() || rows->size() > kMaxRhoObservations) return invalid_argument(bad_rows);
+    for (const nlohmann::json& row : *rows) {
+      if (!row.is_array() || row.size() != 3 ||
+          !std::all_of(row.begin(), row.end(),
+                       [](const nlohmann::json& x) { return x.is_number(); }) ||
+          !add_rho_observation(
+              s, {row[0].get<double>(), row[1].get<double>(), row[2].get<double>()})) {
+        return invalid_argument(bad_rows);
+      }
+    }
+  }
   FEDCASE_RETURN_IF_ERROR(r.status());
   if (s.direction != 1 && s.direction != -1) {
     return invalid_argument("fedcase state.direction must be 1 or -1");
+  }
+  if (controller != controller_name(config_.rho_controller)) {
+    return invalid_argument("fedcase state.rho_controller is \"" + controller +
+                            "\", the config's is \"" + controller_name(config_.rho_controller) +
+                            "\"");
   }
   state_ = std::move(s);
   return ok_status();

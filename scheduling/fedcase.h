@@ -18,17 +18,28 @@
 // With rho <= 1 at most rho * K of the random draw are displaced, so with the default
 // explore_factor = overcommit = 1.3 at least (1.3 - rho) * K invitations stay random.
 //
-// rho adapts to progress, the round's loss decrease per second of round time:
-//   - warm-up (warmup_rounds rounds): rho is drawn uniformly in [rho_min, rho_max] each round,
-//     and the rho that gave the best progress is kept as the starting point;
-//   - then perturb-and-observe: rho is multiplied by rho_step^direction each round, and the
+// rho adapts to the round outcomes, by one of two controllers (rho_controller). Both start
+// with a warm-up of warmup_rounds rounds in which rho is drawn uniformly in [rho_min, rho_max]
+// each round; a round's progress is its loss decrease per second of round time.
+//   - perturb (the default): the rho that gave the best warm-up progress is kept as the
+//     starting point; then rho is multiplied by rho_step^direction each round, and the
 //     direction flips whenever progress fell compared with the round before; clamped to
-//     [rho_min, rho_max].
-// The controller needs no model of how rho maps to progress (the map is unknown, drifts as
-// training goes on, and is noisy); it climbs towards the rho that makes the loss fall fastest
-// per second and keeps probing around it.
+//     [rho_min, rho_max]. It needs no model of how rho maps to progress (the map is unknown,
+//     drifts as training goes on, and is noisy); it climbs towards the rho that makes the loss
+//     fall fastest per second and keeps probing around it.
+//   - learned: every round with a known loss decrease is remembered as (loss decrease, round
+//     duration, rho), the last kMaxRhoObservations of them. After the warm-up, each such round
+//     refits a regression forest (regression_forest.h, seeded from the policy's generator)
+//     from (loss decrease, duration, decrease per second) to rho, and takes the rho it
+//     predicts for an aim point past the best rounds seen: the largest loss decrease plus its
+//     standard deviation, in the shortest duration minus its standard deviation (the shortest
+//     duration itself if that is not positive). An inverse model: the rho that went with the
+//     largest loss decrease in the least time. Clamped to [rho_min, rho_max]; with fewer than
+//     kMinRhoObservations remembered rounds, rho stays.
 
+#include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -40,6 +51,8 @@
 
 namespace fedcase::scheduling {
 
+enum class RhoController { kPerturb, kLearned };
+
 struct FedCaseConfig {
   double time_weight = 0.1;
   double explore_factor = 1.3;
@@ -49,6 +62,7 @@ struct FedCaseConfig {
   double rho_step = 1.25;  // > 1
   uint32_t warmup_rounds = 5;
   double min_survival = 0.5;
+  RhoController rho_controller = RhoController::kPerturb;
 };
 
 // Reads the FedCaSe keys of a `selection` config (docs/scheduling.md); kInvalidArgument for an
@@ -57,6 +71,11 @@ Result<FedCaseConfig> parse_fedcase_config(const nlohmann::json& selection);
 
 class FedCasePolicy : public SelectionPolicy {
  public:
+  // The learned controller's memory, in rounds, and the fewest rounds it fits a forest on (the
+  // fewest a tree with ForestParams' leaves of at least 2 can split).
+  static constexpr size_t kMaxRhoObservations = 256;
+  static constexpr size_t kMinRhoObservations = 4;
+
   FedCasePolicy(const FedCaseConfig& config, uint64_t seed);
 
   std::string name() const override { return "fedcase"; }
@@ -78,6 +97,12 @@ class FedCasePolicy : public SelectionPolicy {
     double hi = -std::numeric_limits<double>::infinity();
     void add(double x);
   };
+  // A round as the learned controller remembers it.
+  struct RhoObservation {
+    double loss_decrease;  // the last known loss before the round minus the round's
+    double duration_s;     // > 0
+    double rho;            // the rho the round was selected with
+  };
   struct State {
     State(const Rng& generator, double initial_rho) : rng(generator), rho(initial_rho) {}
     Rng rng;
@@ -90,9 +115,20 @@ class FedCasePolicy : public SelectionPolicy {
     std::optional<double> last_progress;
     std::optional<double> best_warmup_rho;
     std::optional<double> best_warmup_progress;
+    std::deque<RhoObservation> rho_observations;  // the latest, oldest first
+    // Over every observation, also those dropped since.
+    std::optional<double> max_loss_decrease;
+    std::optional<double> min_round_duration_s;
   };
 
-  void step_rho(std::optional<double> progress);
+  double random_rho();
+  void perturb_rho(std::optional<double> progress);
+  void learn_rho(std::optional<double> loss_decrease, double duration_s);
+  // Adds the observation to `state` unless it is unusable (a non-finite value, a duration not
+  // above 0, a rho out of range); returns whether it was added.
+  bool add_rho_observation(State& state, const RhoObservation& observation) const;
+  // The learned controller's rho; nullopt while it cannot fit.
+  std::optional<double> predicted_rho();
 
   FedCaseConfig config_;
   State state_;

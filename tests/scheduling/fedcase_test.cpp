@@ -177,3 +177,169 @@ TEST_CASE("FedCaSe state round-trips") {
   bad["rho"] = 7;
   CHECK_FALSE(b.load_state(bad).ok());
 }
+
+namespace {
+
+FedCaseConfig learned_config(uint32_t warmup_rounds) {
+  FedCaseConfig config;
+  config.rho_controller = RhoController::kLearned;
+  config.rho_min = 0.1;
+  config.rho_max = 0.9;
+  config.warmup_rounds = warmup_rounds;
+  return config;
+}
+
+// A round whose outcome the rho it was selected with decides: from 0.5 up the loss falls by 1
+// in 10 s (0.1 /s), below it by 0.2 in 30 s (about 0.0067 /s).
+RoundOutcome round_with_rho(RoundIndex round, double rho, double& loss) {
+  const bool fast = rho >= 0.5;
+  loss -= fast ? 1.0 : 0.2;
+  return {round, fast ? 10.0 : 30.0, loss, {}};
+}
+
+}  // namespace
+
+TEST_CASE("the learned controller draws rho at random during the warm-up") {
+  const FedCaseConfig config = learned_config(8);
+  FedCasePolicy policy(config, 9);
+  CHECK(policy.rho() == config.rho_initial);
+  std::set<double> drawn;
+  double loss = 100;
+  for (RoundIndex r = 1; r < 8; ++r) {
+    policy.on_round_end(round_with_rho(r, policy.rho(), loss));
+    CHECK(policy.rho() >= config.rho_min);
+    CHECK(policy.rho() <= config.rho_max);
+    drawn.insert(policy.rho());
+  }
+  CHECK(drawn.size() == 7);
+}
+
+TEST_CASE("the learned controller picks the rho that went with the fastest loss decrease") {
+  const FedCaseConfig config = learned_config(20);
+  FedCasePolicy policy(config, 10);
+  double loss = 100;
+  std::vector<double> fast_rhos, slow_rhos;
+  for (RoundIndex r = 1; r <= 20; ++r) {
+    const double rho = policy.rho();
+    policy.on_round_end(round_with_rho(r, rho, loss));
+    if (r > 1) (rho >= 0.5 ? fast_rhos : slow_rhos).push_back(rho);  // round 1 has no decrease
+  }
+  REQUIRE(fast_rhos.size() >= 4);
+  REQUIRE(slow_rhos.size() >= 4);
+  // The aim point lies past the fast rounds in every feature, so each tree whose sample drew
+  // enough fast rounds to split them off (here every one) ends in a leaf of fast rounds: the
+  // prediction is a mean of their rhos.
+  const double predicted = policy.rho();
+  CHECK(predicted >= *std::min_element(fast_rhos.begin(), fast_rhos.end()));
+  CHECK(predicted <= *std::max_element(fast_rhos.begin(), fast_rhos.end()));
+  // It keeps to the fast rounds as its own rounds join them.
+  for (RoundIndex r = 21; r <= 30; ++r) {
+    policy.on_round_end(round_with_rho(r, policy.rho(), loss));
+    CHECK(policy.rho() >= 0.5);
+    CHECK(policy.rho() <= config.rho_max);
+  }
+  // Nothing to learn from: rho stays.
+  const double kept = policy.rho();
+  policy.on_round_end({31, 10, std::numeric_limits<double>::quiet_NaN(), {}});
+  CHECK(policy.rho() == kept);
+  policy.on_round_end({32, 0, loss - 1, {}});  // a round of no duration
+  CHECK(policy.rho() == kept);
+}
+
+TEST_CASE("the learned controller needs a few observations before it fits") {
+  FedCasePolicy policy(learned_config(0), 11);
+  double loss = 100;
+  // Round 1 has no previous loss; rounds 2 to 4 give three observations, one short.
+  for (RoundIndex r = 1; r <= 4; ++r) {
+    policy.on_round_end(round_with_rho(r, policy.rho(), loss));
+    CHECK(policy.rho() == 0.5);
+  }
+  policy.on_round_end(round_with_rho(5, policy.rho(), loss));
+  CHECK(policy.rho() == doctest::Approx(0.5));  // every observation so far was at 0.5
+}
+
+TEST_CASE("the learned controller's state round-trips and stays bounded") {
+  const FedCaseConfig config = learned_config(5);
+  FedCasePolicy a(config, 12);
+  double loss = 1000;
+  for (RoundIndex r = 1; r <= 300; ++r) a.on_round_end(round_with_rho(r, a.rho(), loss));
+  const nlohmann::json saved = a.save_state();
+  CHECK(saved["rho_controller"] == "learned");
+  CHECK(saved["rho_observations"].size() == FedCasePolicy::kMaxRhoObservations);
+  CHECK(saved["max_loss_decrease"] == 1.0);
+  CHECK(saved["min_round_duration"] == 10.0);
+
+  FedCasePolicy b(config, 13);
+  REQUIRE(b.load_state(nlohmann::json::parse(saved.dump())).ok());
+  CHECK(b.save_state() == saved);
+  CHECK(b.rho() == a.rho());
+  // The next refit draws its seed from the restored generator: the same rho follows.
+  double loss_b = loss;
+  a.on_round_end(round_with_rho(301, a.rho(), loss));
+  b.on_round_end(round_with_rho(301, b.rho(), loss_b));
+  CHECK(b.rho() == a.rho());
+  CHECK(b.save_state() == a.save_state());
+}
+
+TEST_CASE("a bad learned controller state is refused") {
+  const FedCaseConfig config = learned_config(2);
+  FedCasePolicy a(config, 14);
+  double loss = 100;
+  for (RoundIndex r = 1; r <= 6; ++r) a.on_round_end(round_with_rho(r, a.rho(), loss));
+  const nlohmann::json good = a.save_state();
+  FedCasePolicy b(config, 15);
+  REQUIRE(b.load_state(good).ok());
+  auto refused = [&](const char* key, const nlohmann::json& value) {
+    nlohmann::json bad = good;
+    bad[key] = value;
+    CAPTURE(bad.dump());
+    CHECK_FALSE(b.load_state(bad).ok());
+  };
+  refused("rho_observations", {{1, 10, 0.95}});  // rho beyond rho_max
+  refused("rho_observations", {{1, 0, 0.5}});    // no duration
+  refused("rho_observations", {{1, -10, 0.5}});
+  refused("rho_observations", {{1, 10}});
+  refused("rho_observations", {{1, "10", 0.5}});
+  refused("rho_observations", {{1, 10, 0.5}, 7});
+  refused("rho_observations", 3);
+  refused("rho_observations",
+          std::vector<std::vector<double>>(FedCasePolicy::kMaxRhoObservations + 1, {1, 10, 0.5}));
+  refused("rho_observations", {{std::numeric_limits<double>::infinity(), 10, 0.5}});
+  refused("max_loss_decrease", std::numeric_limits<double>::infinity());
+  refused("max_loss_decrease", "1");
+  refused("min_round_duration", 0);
+  refused("rho_controller", "perturb");  // saved by the other controller
+  refused("rho_controller", "fancy");
+  refused("rho_controller", 1);
+  // The refusals left b as it was.
+  CHECK(b.save_state() == good);
+  CHECK(b.load_state(good).ok());
+
+  // A state of the perturb controller is not the learned one's, and the other way round; a
+  // perturb state saved before the controller was named loads as a perturb state.
+  FedCasePolicy perturb(FedCaseConfig{}, 16);
+  nlohmann::json unnamed = perturb.save_state();
+  CHECK_FALSE(b.load_state(unnamed).ok());
+  CHECK_FALSE(perturb.load_state(good).ok());
+  unnamed.erase("rho_controller");
+  CHECK(perturb.load_state(unnamed).ok());
+  CHECK_FALSE(b.load_state(unnamed).ok());
+}
+
+TEST_CASE("rho_controller selects the controller; other values are refused") {
+  CHECK(parse_fedcase_config(nlohmann::json::object())->rho_controller == RhoController::kPerturb);
+  CHECK(parse_fedcase_config({{"rho_controller", "perturb"}})->rho_controller ==
+        RhoController::kPerturb);
+  CHECK(parse_fedcase_config({{"rho_controller", "learned"}})->rho_controller ==
+        RhoController::kLearned);
+  for (const nlohmann::json& bad : {nlohmann::json("Learned"), nlohmann::json(""),
+                                    nlohmann::json(1), nlohmann::json(nullptr)}) {
+    CAPTURE(bad.dump());
+    Result<FedCaseConfig> parsed = parse_fedcase_config({{"rho_controller", bad}});
+    REQUIRE_FALSE(parsed.ok());
+    CHECK(parsed.status().code() == Code::kInvalidArgument);
+  }
+  CHECK(make_selection_policy({{"policy", "fedcase"}, {"rho_controller", "learned"}}, 1).ok());
+  CHECK_FALSE(make_selection_policy({{"policy", "fedcase"}, {"rho_controller", "pid"}}, 1).ok());
+  CHECK_FALSE(make_selection_policy({{"policy", "oort"}, {"rho_controller", "learned"}}, 1).ok());
+}

@@ -208,3 +208,14 @@ TEST_CASE("every policy replays the recorded fleet within its invariants") {
   CHECK(fedcase.utility > random.utility);
   CHECK(fedcase.total_round_s < random.total_round_s);
 }
+
+TEST_CASE("FedCaSe with the learned rho controller replays the recorded fleet") {
+  const Trace trace = load_trace();
+  const ReplaySummary random = replay({{"policy", "random"}}, trace);
+  const ReplaySummary learned =
+      replay({{"policy", "fedcase"}, {"rho_controller", "learned"}}, trace);
+  MESSAGE("learned rho: total round time " << learned.total_round_s << " s, " << learned.updates
+                                           << " accepted updates, utility " << learned.utility);
+  CHECK(learned.utility > random.utility);
+  CHECK(learned.total_round_s < random.total_round_s);
+}
