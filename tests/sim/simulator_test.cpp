@@ -31,27 +31,26 @@ const Data& data() {
 
 // 50 clients with short on/off spells, so some go offline during their tasks.
 SimConfig small_config(const std::string& policy) {
-  nlohmann::json j = {
-      {"eval_samples", 500},
-      {"stop_at_target", false},
-      {"fleet",
-       {{"clients", 50},
-        {"min_samples", 20},
-        {"max_samples", 200},
-        {"availability", {{"median_online_s", 120}, {"median_offline_s", 60}}}}},
-      {"job",
-       {{"name", "sim-test"},
-        {"model", "mlp"},
-        {"seed", 7},
-        {"clients_per_round", 5},
-        {"min_clients", 1},
-        {"rounds", 6},
-        {"selection", {{"policy", policy}}},
-        {"training",
-         {{"sample_budget", 20},
-          {"batch_size", 10},
-          {"sampling", "importance"},
-          {"cache", {{"policy", "importance"}, {"repetition_factor", 2}}}}}}}};
+  nlohmann::json j = {{"eval_samples", 500},
+                      {"stop_at_target", false},
+                      {"fleet",
+                       {{"clients", 50},
+                        {"min_samples", 20},
+                        {"max_samples", 200},
+                        {"availability", {{"median_online_s", 120}, {"median_offline_s", 60}}}}},
+                      {"job",
+                       {{"name", "sim-test"},
+                        {"model", "mlp"},
+                        {"seed", 7},
+                        {"clients_per_round", 5},
+                        {"min_clients", 1},
+                        {"rounds", 6},
+                        {"selection", {{"policy", policy}}},
+                        {"training",
+                         {{"sample_budget", 20},
+                          {"batch_size", 10},
+                          {"sampling", "importance"},
+                          {"cache", {{"policy", "importance"}, {"repetition_factor", 2}}}}}}}};
   auto c = parse_sim_config(j);
   REQUIRE(c.ok());
   return *c;
@@ -148,14 +147,38 @@ TEST_CASE("clients offline at the open or before finishing never report") {
   CHECK(offline_invitees > 0);
 }
 
+TEST_CASE("an LRU cache's hits are repeated at the task's repetition factor") {
+  double hit_ratio[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    SimConfig config = small_config("random");
+    config.job.training.sampling = "uniform";
+    config.job.training.cache.policy = "lru";
+    config.job.training.cache.repetition_factor = k == 0 ? 1 : 4;
+    auto sim = make_simulator(config);
+    for (const RoundRecord& r : run_rounds(*sim, 6)) hit_ratio[k] += r.hit_ratio;
+  }
+  MESSAGE("summed hit ratio over 6 rounds: R = 1 " << hit_ratio[0] << ", R = 4 " << hit_ratio[1]);
+  CHECK(hit_ratio[1] > hit_ratio[0]);
+}
+
+TEST_CASE("the sampler's frequency order is a sim option") {
+  nlohmann::json j = {{"job", {{"name", "j"}, {"model", "mlp"}}}};
+  CHECK(parse_sim_config(j)->frequency_order == client::FrequencyOrder::kPeriodic);
+  j["frequency_order"] = "while_improving";
+  CHECK(parse_sim_config(j)->frequency_order == client::FrequencyOrder::kWhileImproving);
+  j["frequency_order"] = "sometimes";
+  CHECK(parse_sim_config(j).status().code() == Code::kInvalidArgument);
+  j["frequency_order"] = 1;
+  CHECK(parse_sim_config(j).status().code() == Code::kInvalidArgument);
+}
+
 TEST_CASE("CSV rows and the JSON summary are well formed") {
   SimConfig config = small_config("fedcase");
   config.job.rounds = 3;
   auto sim = make_simulator(config);
   std::vector<std::string> rows;
-  auto summary = run_simulation(*sim, config, [&](const RoundRecord& r) {
-    rows.push_back(round_csv_row(r));
-  });
+  auto summary =
+      run_simulation(*sim, config, [&](const RoundRecord& r) { rows.push_back(round_csv_row(r)); });
   REQUIRE(summary.ok());
   REQUIRE(rows.size() == 3);
   CHECK(round_csv_header() == "virtual_s,round,accuracy,loss,participants,dropped,hit_ratio");
