@@ -53,7 +53,7 @@ std::vector<double> rho_features(double loss_decrease, double duration_s) {
 
 Result<FedCaseConfig> parse_fedcase_config(const nlohmann::json& selection) {
   FedCaseConfig c;
-  std::string controller = kPerturbName;
+  std::string controller = controller_name(c.rho_controller);
   ObjectReader r(selection, "selection");
   r.skip("policy")
       .skip("overcommit")
@@ -69,7 +69,9 @@ Result<FedCaseConfig> parse_fedcase_config(const nlohmann::json& selection) {
   FEDCASE_RETURN_IF_ERROR(r.strict_status());
   if (controller == kLearnedName) {
     c.rho_controller = RhoController::kLearned;
-  } else if (controller != kPerturbName) {
+  } else if (controller == kPerturbName) {
+    c.rho_controller = RhoController::kPerturb;
+  } else {
     return invalid_argument("selection.rho_controller must be \"perturb\" or \"learned\"");
   }
   if (!(c.rho_min <= c.rho_initial && c.rho_initial <= c.rho_max)) {
@@ -285,7 +287,9 @@ nlohmann::json FedCasePolicy::save_state() const {
 
 Status FedCasePolicy::load_state(const nlohmann::json& json) {
   State s(state_.rng, config_.rho_initial);
-  std::string controller = kPerturbName;  // a state saved before there was a choice
+  // A state saved before there was a choice holds what both controllers share (and no
+  // observations): either controller continues from it.
+  std::string controller = controller_name(config_.rho_controller);
   ObjectReader r(json, "fedcase state");
   FEDCASE_RETURN_IF_ERROR(read_policy_state(r, kName, s.rng));
   r.text("rho_controller", controller)

@@ -115,6 +115,7 @@ TEST_CASE("FedCaSe keeps exploring fresh clients") {
 
 TEST_CASE("rho follows perturb-and-observe on loss decrease per second") {
   FedCaseConfig config;
+  config.rho_controller = RhoController::kPerturb;
   config.warmup_rounds = 0;
   config.rho_initial = 0.5;
   config.rho_step = 2;
@@ -136,6 +137,7 @@ TEST_CASE("rho follows perturb-and-observe on loss decrease per second") {
 
 TEST_CASE("warm-up draws rho at random, then starts from the best one seen") {
   FedCaseConfig config;
+  config.rho_controller = RhoController::kPerturb;
   config.warmup_rounds = 4;
   FedCasePolicy policy(config, 6);
   std::map<double, double> progress_by_rho;
@@ -158,10 +160,12 @@ TEST_CASE("warm-up draws rho at random, then starts from the best one seen") {
 }
 
 TEST_CASE("FedCaSe state round-trips") {
-  FedCasePolicy a(FedCaseConfig{}, 7);
+  FedCaseConfig perturb;
+  perturb.rho_controller = RhoController::kPerturb;
+  FedCasePolicy a(perturb, 7);
   teach_ranges(a);
   a.on_round_end({2, 20, 1.5, {}});
-  FedCasePolicy b(FedCaseConfig{}, 8);
+  FedCasePolicy b(perturb, 8);
   REQUIRE(b.load_state(nlohmann::json::parse(a.save_state().dump())).ok());
   CHECK(b.save_state() == a.save_state());
   CHECK(b.rho() == a.rho());
@@ -316,18 +320,21 @@ TEST_CASE("a bad learned controller state is refused") {
   CHECK(b.load_state(good).ok());
 
   // A state of the perturb controller is not the learned one's, and the other way round; a
-  // perturb state saved before the controller was named loads as a perturb state.
-  FedCasePolicy perturb(FedCaseConfig{}, 16);
+  // state saved before the controller was named loads into either.
+  FedCaseConfig perturb_config;
+  perturb_config.rho_controller = RhoController::kPerturb;
+  FedCasePolicy perturb(perturb_config, 16);
   nlohmann::json unnamed = perturb.save_state();
   CHECK_FALSE(b.load_state(unnamed).ok());
   CHECK_FALSE(perturb.load_state(good).ok());
   unnamed.erase("rho_controller");
   CHECK(perturb.load_state(unnamed).ok());
-  CHECK_FALSE(b.load_state(unnamed).ok());
+  CHECK(b.load_state(unnamed).ok());
+  CHECK(b.rho() == perturb.rho());
 }
 
 TEST_CASE("rho_controller selects the controller; other values are refused") {
-  CHECK(parse_fedcase_config(nlohmann::json::object())->rho_controller == RhoController::kPerturb);
+  CHECK(parse_fedcase_config(nlohmann::json::object())->rho_controller == RhoController::kLearned);
   CHECK(parse_fedcase_config({{"rho_controller", "perturb"}})->rho_controller ==
         RhoController::kPerturb);
   CHECK(parse_fedcase_config({{"rho_controller", "learned"}})->rho_controller ==
