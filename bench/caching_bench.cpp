@@ -25,7 +25,7 @@
 //   importance/none        SHADE sampling, every sample read from the device: the control for
 //                          the accuracy effect of reuse
 //   uniform/lru@R          shuffled epochs through an LRU cache, the references' LRU baseline
-//   importance/lru@R       SHADE sampling through an LRU cache (the same reads as below)
+//   importance/lru@R       SHADE sampling through an LRU cache (the same draws as below)
 //   importance/importance@R  SHADE sampling through the importance cache
 // At R > 1 every cache repeats its hits in place of misses the same way (the read plan's
 // plan_reuse); at R = 1 a cache changes only I/O, never training, so importance/lru@1 and
@@ -39,12 +39,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -122,14 +125,14 @@ struct Outcome {
   Totals all, warm;                    // warm: rounds after the first
   std::vector<double> round_accuracy;  // summed over seeds
   std::vector<double> accuracies;      // one per seed
-  double wall_s = 0;
+  double run_s = 0;                    // the runs' own durations, summed (they run side by side)
   void add(const Outcome& o) {
     all.add(o.all);
     warm.add(o.warm);
     round_accuracy.resize(o.round_accuracy.size());
     for (size_t r = 0; r < o.round_accuracy.size(); ++r) round_accuracy[r] += o.round_accuracy[r];
     accuracies.insert(accuracies.end(), o.accuracies.begin(), o.accuracies.end());
-    wall_s += o.wall_s;
+    run_s += o.run_s;
   }
   double accuracy() const {
     double sum = 0;
@@ -210,9 +213,9 @@ std::optional<Options> parse_options(int argc, char** argv) {
   return o;
 }
 
+// A run that cannot go on throws; the workers hand the first failure to main.
 [[noreturn]] void fail(const fedcase::Status& status) {
-  std::cerr << "caching_bench: " << status.to_string() << "\n";
-  std::exit(1);
+  throw std::runtime_error(status.to_string());
 }
 
 // Runs the federated training of one configuration with one seed; every client keeps its
@@ -284,12 +287,12 @@ Outcome run(const Config& config, const Options& o, uint64_t seed,
       weight += double(stats.samples);
     }
     for (size_t k = 0; k < global.size(); ++k) global[k] = float(sum[k] / weight);
-    if (!model->set_parameters(global).ok()) std::exit(1);
+    if (auto set = model->set_parameters(global); !set.ok()) fail(set);
     out.round_accuracy.push_back(
         model->evaluate(test, std::min<size_t>(o.eval_samples, 2000)).accuracy);
   }
   out.accuracies.push_back(model->evaluate(test, o.eval_samples).accuracy);
-  out.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
+  out.run_s = std::chrono::duration<double>(Clock::now() - start).count();
   std::error_code ec;
   std::filesystem::remove_all(run_dir, ec);
   return out;
@@ -334,8 +337,10 @@ int main(int argc, char** argv) {
 
   std::vector<Config> configs = {{"uniform/none", Sampling::kUniform, CachePolicy::kNone, 1},
                                  {"importance/none", Sampling::kImportance, CachePolicy::kNone, 1}};
+  // A cached draw serves floor(R) reads (plan_reuse): R = 4.5 runs, and is named, as 4.
+  const double factor = std::floor(o.repetition_factor);
   char r_name[32];
-  for (double r : {1.0, o.repetition_factor}) {
+  for (double r : {1.0, factor}) {
     std::snprintf(r_name, sizeof(r_name), "@%g", r);
     configs.push_back(
         {std::string("uniform/lru") + r_name, Sampling::kUniform, CachePolicy::kLru, r});
@@ -343,7 +348,7 @@ int main(int argc, char** argv) {
         {std::string("importance/lru") + r_name, Sampling::kImportance, CachePolicy::kLru, r});
     configs.push_back({std::string("importance/importance") + r_name, Sampling::kImportance,
                        CachePolicy::kImportance, r});
-    if (o.repetition_factor == 1) break;
+    if (factor == 1) break;
   }
   auto index_of = [&](const std::string& name) {
     for (size_t k = 0; k < configs.size(); ++k) {
@@ -357,47 +362,65 @@ int main(int argc, char** argv) {
       "local samples, repetition factors 1 and %g, %zu seed(s) from %llu\n\n",
       o.clients, o.rounds, o.samples_per_client, o.alpha, o.model.c_str(),
       static_cast<unsigned long long>(o.sample_bytes), o.read_mbps, o.read_latency_ms,
-      o.cache_fraction * 100, o.repetition_factor, o.seeds,
-      static_cast<unsigned long long>(o.seed));
+      o.cache_fraction * 100, factor, o.seeds, static_cast<unsigned long long>(o.seed));
 
   // Every (seed, configuration) run is independent: spread them over the workers, then pool
   // each configuration's runs in seed order.
   std::vector<std::vector<std::vector<size_t>>> parts;
   for (size_t k = 0; k < o.seeds; ++k) {
     auto p = fedcase::ml::dirichlet_partition(train.labels, o.clients, o.alpha, o.seed + k);
-    if (!p.ok()) fail(p.status());
+    if (!p.ok()) {
+      std::cerr << "caching_bench: " << p.status().to_string() << "\n";
+      return 1;
+    }
     parts.push_back(std::move(p).value());
   }
+  const auto started = Clock::now();
   std::vector<Outcome> per_run(o.seeds * configs.size());
   std::atomic<size_t> next{0}, done{0};
+  std::mutex failure_mu;
+  std::string failure;
   auto worker = [&] {
     fedcase::ml::set_torch_threads(1);
     for (size_t i; (i = next++) < per_run.size();) {
       const size_t seed_index = i / configs.size();
       const Config& c = configs[i % configs.size()];
-      per_run[i] = run(c, o, o.seed + seed_index, train, parts[seed_index], *test, dir);
+      try {
+        per_run[i] = run(c, o, o.seed + seed_index, train, parts[seed_index], *test, dir);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(failure_mu);
+        if (failure.empty()) failure = c.name + ": " + e.what();
+        next = per_run.size();
+        return;
+      }
       std::fprintf(stderr, "[%zu/%zu] %s seed %llu: accuracy %.4f (%.0f s)\n", ++done,
                    per_run.size(), c.name.c_str(),
                    static_cast<unsigned long long>(o.seed + seed_index),
-                   per_run[i].accuracies.front(), per_run[i].wall_s);
+                   per_run[i].accuracies.front(), per_run[i].run_s);
     }
   };
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < o.threads; ++t) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
+  const double wall_s = std::chrono::duration<double>(Clock::now() - started).count();
+  std::error_code ec;
+  if (!failure.empty()) {
+    std::filesystem::remove_all(dir, ec);
+    std::cerr << "caching_bench: " << failure << "\n";
+    return 1;
+  }
   std::vector<Outcome> outcomes(configs.size());
   for (size_t i = 0; i < per_run.size(); ++i) outcomes[i % configs.size()].add(per_run[i]);
-  std::error_code ec;
   std::filesystem::remove_all(dir, ec);
 
   std::printf("%-26s %7s %8s %8s %9s %9s %23s %8s\n", "sampling/cache@R", "hit", "warm hit",
-              "reused", "io s/rnd", "warm io s", "accuracy mean (min-max)", "wall s");
+              "reused", "io s/rnd", "warm io s", "accuracy mean (min-max)", "run s");
   for (size_t c = 0; c < configs.size(); ++c) {
     const Outcome& r = outcomes[c];
     std::printf("%-26s %7.3f %8.3f %8llu %9.4f %9.4f %9.4f (%.4f-%.4f) %8.1f\n",
                 configs[c].name.c_str(), r.all.hit_ratio(), r.warm.hit_ratio(),
                 static_cast<unsigned long long>(r.all.reused), r.all.io_per_round(),
-                r.warm.io_per_round(), r.accuracy(), r.min_accuracy(), r.max_accuracy(), r.wall_s);
+                r.warm.io_per_round(), r.accuracy(), r.min_accuracy(), r.max_accuracy(), r.run_s);
   }
 
   const Outcome& uniform = outcomes[index_of("uniform/none")];
@@ -483,10 +506,11 @@ int main(int argc, char** argv) {
     j["accuracy"] = r.accuracy();
     j["accuracy_per_seed"] = r.accuracies;
     j["round_accuracy"] = r.mean_round_accuracy();
-    j["wall_s"] = r.wall_s;
+    j["run_s"] = r.run_s;
     runs[configs[k].name] = j;
   }
   result["runs"] = runs;
+  result["wall_s"] = wall_s;
   result["comparisons"] = comparisons;
   result["targets_met"] = {{"hit_ratio_2x_lru", hit_target},
                            {"io_1_5x_lower_than_lru", io_target},

@@ -8,7 +8,8 @@
 //
 // Each fleet (configs/sim/tta.json and configs/sim/tta-skewed.json by default) is drawn once
 // from its config; every variant runs the same job on it with seeds 1..N (default 5). Only
-// the selection policy, the sampling, the cache policy and the rho controller differ: every
+// the selection policy, the pipeline (sampling and cache policy together) and the rho
+// controller differ: every
 // cache reads at the same repetition factor (the config's, or --repetition), and durations
 // come from the same device profiles. --full runs 5,000 clients with 50 per round. Runs are
 // spread over --threads workers (default 2), one torch thread each. Writes DIR/tta_curves.csv
@@ -16,7 +17,7 @@
 // last line one JSON object with, per fleet and variant, the median and interquartile range
 // of time to target, rounds to target and mean round duration, the sanity gate
 // oort_beats_random and FedCaSe's speed-ups. Unreached targets count as infinitely late (the
-// median then may be null). The default run takes about 15 minutes on 2 cores.
+// median then may be null). The default run takes about 18 minutes on 2 cores.
 
 #include <algorithm>
 #include <atomic>
@@ -175,7 +176,9 @@ std::optional<double> quantile(const std::vector<double>& t, double q) {
   if (t.empty()) return std::nullopt;
   const double at = q * double(t.size() - 1);
   const size_t lo = size_t(std::floor(at)), hi = std::min(t.size() - 1, lo + 1);
-  const double v = t[lo] + (at - double(lo)) * (t[hi] - t[lo]);
+  const double fraction = at - double(lo);
+  // A neighbour that is not needed must not turn an infinite (missed) one into a NaN.
+  const double v = fraction == 0 ? t[lo] : t[lo] + fraction * (t[hi] - t[lo]);
   if (!std::isfinite(v)) return std::nullopt;
   return v;
 }
@@ -400,8 +403,15 @@ Json fleet_report(const std::vector<Run>& runs, const Fleet& fleet,
 
 int run(const Args& args) {
   const auto start = std::chrono::steady_clock::now();
+  if (args.configs.empty()) throw std::runtime_error("--configs names no config");
   std::vector<Fleet> fleets;
-  for (const std::string& config : args.configs) fleets.push_back(load_fleet(args, config));
+  for (const std::string& config : args.configs) {
+    fleets.push_back(load_fleet(args, config));
+    for (size_t k = 0; k + 1 < fleets.size(); ++k) {
+      if (fleets[k].name == fleets.back().name)
+        throw std::runtime_error("two configs are named " + fleets[k].name);
+    }
+  }
 
   std::vector<std::vector<Variant>> variants;  // per fleet (its repetition factor)
   for (const Fleet& f : fleets) variants.push_back(make_variants(f.repetition_factor));

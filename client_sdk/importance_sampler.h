@@ -10,8 +10,8 @@
 // loss rises. Every `frequency_order_period`-th round orders its draws by draw frequency
 // (order_by_frequency) so the most important samples are read, and cached, first; or, with
 // FrequencyOrder::kWhileImproving (SHADE's `ShadeSampler.__iter__`, which sorts only while its
-// score improves), exactly the rounds after one whose mean loss fell, the others keeping the
-// draws' random order.
+// score improves), the rounds after one whose mean loss fell (a round without a known loss
+// keeps the last trend), the others keeping the draws' random order.
 //
 // Pure logic: no I/O, no clock. Draws depend only on the seed, the round number and the
 // weights, so a restored sampler draws what the saved one would have. Not thread-safe.

@@ -28,7 +28,7 @@ struct DataDirectives {
   uint64_t epochs = 1;
   CachePolicy cache_policy = CachePolicy::kNone;
   uint64_t cache_budget_bytes = 0;
-  double repetition_factor = 1;  // uses a cached sample may serve per round (>= 1)
+  double repetition_factor = 1;  // uses each draw of a cached sample may serve (>= 1)
 };
 
 // Reads a task's directives: "sampling" ("uniform" | "importance"), "sample_budget",

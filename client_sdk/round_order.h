@@ -36,7 +36,8 @@ std::vector<size_t> plan_round_order(const ImportanceSampler& sampler, Sampling 
 // a sample `cache` holds may be used up to floor(repetition_factor) times (a sample drawn k
 // times serves up to k x floor(repetition_factor) draws). The draws replaced are the misses
 // of lowest sampler weight; repeats are handed out in passes over the hit samples, highest
-// weight first, so one sample's repeats spread over the round (ties keep the plan's order).
+// weight first (ties keep the plan's order), so the hit samples share the repeats evenly.
+// A repeat takes the replaced miss's position, so repeats may sit next to each other.
 // It depends only on which samples are cached, never on the cache's policy. A factor below 1
 // or not finite changes nothing. Returns the number of draws replaced.
 size_t plan_reuse(std::vector<size_t>& order, const SampleCache& cache,

@@ -41,7 +41,8 @@ class LruCache final : public SampleCache {
 
   void offer(size_t id, std::string record) override {
     if (contains(id)) return;
-    // The least recent unpinned records, until the newcomer fits.
+    // The least recent unpinned records, until the newcomer fits. Pinned records are stepped
+    // over, so a mostly pinned cache costs a walk over its pins per miss.
     std::vector<std::list<size_t>::iterator> victims;
     uint64_t freed = 0;
     auto short_of_room = [&] { return used_bytes_ - freed + record.size() > budget_bytes_; };
@@ -206,7 +207,7 @@ class ImportanceCache final : public SampleCache {
 void SampleCache::adopt_plan(const std::vector<size_t>& plan, uint64_t reused) {
   std::fill(pins_.begin(), pins_.end(), 0);
   for (size_t id : plan) {
-    if (contains(id)) pins_[id]++;
+    if (id < pins_.size() && contains(id)) pins_[id]++;
   }
   stats_.reused += reused;
   pins_changed();

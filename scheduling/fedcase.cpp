@@ -246,6 +246,9 @@ std::optional<double> FedCasePolicy::predicted_rho() {
     loss_decreases.push_back(o.loss_decrease);
     durations.push_back(o.duration_s);
   }
+  // The reference's aim point. Past the observations' extremes the standard-deviation
+  // offsets take the same branches as the extremes themselves (docs/scheduling.md); they are
+  // kept so that the point is the reference's.
   const double aim_loss_decrease = *s.max_loss_decrease + sample_deviation(loss_decreases);
   double aim_duration = *s.min_round_duration_s - sample_deviation(durations);
   // A tree compares each feature with thresholds between observed values, so every aim

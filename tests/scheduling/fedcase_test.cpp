@@ -251,15 +251,26 @@ TEST_CASE("the learned controller picks the rho that went with the fastest loss 
 }
 
 TEST_CASE("the learned controller needs a few observations before it fits") {
+  // Two remembered rounds of different rho, loaded as a saved state: a fast one at 0.9 and a
+  // slow one at 0.2; the policy's rho is 0.5 and the last loss 100.
   FedCasePolicy policy(learned_config(0), 11);
-  double loss = 100;
-  // Round 1 has no previous loss; rounds 2 to 4 give three observations, one short.
-  for (RoundIndex r = 1; r <= 4; ++r) {
-    policy.on_round_end(round_with_rho(r, policy.rho(), loss));
-    CHECK(policy.rho() == 0.5);
-  }
-  policy.on_round_end(round_with_rho(5, policy.rho(), loss));
-  CHECK(policy.rho() == doctest::Approx(0.5));  // every observation so far was at 0.5
+  nlohmann::json state = policy.save_state();
+  state["rho"] = 0.5;
+  state["rounds"] = 3;
+  state["last_loss"] = 100.0;
+  state["rho_observations"] = {{1.0, 10.0, 0.9}, {0.2, 30.0, 0.2}};
+  state["max_loss_decrease"] = 1.0;
+  state["min_round_duration"] = 10.0;
+  REQUIRE(policy.load_state(state).ok());
+  // A third observation (fast, at 0.5): still too few to fit, rho stays.
+  policy.on_round_end({4, 10, 99, {}});
+  CHECK(policy.rho() == 0.5);
+  // The fourth (fast, at 0.5) lets the forest fit: the aim point lies with the fast rounds, whose
+  // rhos are 0.9, 0.5 and 0.5, so rho moves off 0.5 towards 0.9 (the slow round's 0.2 is not
+  // among them).
+  policy.on_round_end({5, 10, 98, {}});
+  CHECK(policy.rho() > 0.5);
+  CHECK(policy.rho() <= 0.9);
 }
 
 TEST_CASE("the learned controller's state round-trips and stays bounded") {
