@@ -542,16 +542,19 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
     };
     return waiting;
   }
-  // Downloads (models, modules): clients, the admin, and a tenant for its own jobs.
+  // Downloads (models, modules): the admin, a tenant for its own jobs, and a client for the
+  // job of a task it holds.
   const bool tenant = caller.role == Role::kTenant;
   const Coordinator::Scope download_scope =
       tenant ? Coordinator::Scope(caller.tenant) : Coordinator::Scope();
+  const std::optional<ClientId> downloader =
+      client ? std::optional<ClientId>(caller.client) : std::nullopt;
   if (parts.size() == 4 && parts[1] == "jobs" && parts[3] == "module") {
     auto job = parse_id(parts[2]);
     if (!job) return error_reply(invalid_argument("job id must be a number"), req);
     if (method != http::verb::get) return method_not_allowed();
     if (!client && !admin && !tenant) return forbidden();
-    auto module = coordinator_.module(*job, download_scope);
+    auto module = coordinator_.module(*job, download_scope, downloader);
     if (!module.ok()) return error_reply(module.status(), req);
     return immutable_reply(req, module->checksum, module->bytes);
   }
@@ -562,7 +565,7 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
     if (parts.size() == 5 && parts[3] == "models") {
       if (method != http::verb::get) return method_not_allowed();
       if (!client && !admin && !tenant) return forbidden();
-      auto model = coordinator_.model(*job, *number, download_scope);
+      auto model = coordinator_.model(*job, *number, download_scope, downloader);
       if (!model.ok()) return error_reply(model.status(), req);
       return immutable_reply(req, model->checksum, model->blob);
     }

@@ -432,7 +432,25 @@ void Coordinator::unwatch_tasks(ClientId client, uint64_t handle) {
   state_->tasks_ready.cancel(client, handle);
 }
 
-Result<ModelDownload> Coordinator::model(JobId job_id, uint64_t version, Scope scope) {
+namespace {
+
+// Whether `client` (when a client asks) holds a task of `job`'s open round, for a model of
+// `version` (when one is asked for); kPermissionDenied otherwise.
+Status check_participant(const JobEntry& job, JobId job_id, std::optional<ClientId> client,
+                         std::optional<uint64_t> version) {
+  if (!client) return ok_status();
+  const bool holds = job.round && job.round->holds_task(*client) &&
+                     (!version || *version == job.round->base_version());
+  if (holds) return ok_status();
+  return permission_denied("client " + std::to_string(*client) + " holds no task of job " +
+                           std::to_string(job_id) +
+                           (version ? " on model version " + std::to_string(*version) : ""));
+}
+
+}  // namespace
+
+Result<ModelDownload> Coordinator::model(JobId job_id, uint64_t version, Scope scope,
+                                         std::optional<ClientId> client) {
   State& s = *state_;
   {
     std::lock_guard<std::mutex> lock(s.jobs.mu);
@@ -440,6 +458,7 @@ Result<ModelDownload> Coordinator::model(JobId job_id, uint64_t version, Scope s
     if (!job || (scope && job->tenant != *scope)) {
       return not_found("job " + std::to_string(job_id) + " not found");
     }
+    FEDCASE_RETURN_IF_ERROR(check_participant(*job, job_id, client, version));
     if (job->model->version == version) {
       const auto& m = job->model;
       return ModelDownload{version, m->checksum, std::shared_ptr<const std::string>(m, &m->blob)};
@@ -451,13 +470,15 @@ Result<ModelDownload> Coordinator::model(JobId job_id, uint64_t version, Scope s
                        std::make_shared<const std::string>(std::move(record->blob))};
 }
 
-Result<ModuleDownload> Coordinator::module(JobId job_id, Scope scope) {
+Result<ModuleDownload> Coordinator::module(JobId job_id, Scope scope,
+                                           std::optional<ClientId> client) {
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.jobs.mu);
   JobEntry* job = s.jobs.find(job_id);
   if (!job || (scope && job->tenant != *scope)) {
     return not_found("job " + std::to_string(job_id) + " not found");
   }
+  FEDCASE_RETURN_IF_ERROR(check_participant(*job, job_id, client, std::nullopt));
   if (!job->module) return not_found("job " + std::to_string(job_id) + " has no module");
   return ModuleDownload{job->module_checksum, job->module};
 }

@@ -184,10 +184,16 @@ class Coordinator {
   // Jobs are seen through a scope: the admin's (nullopt: every job) or one tenant's (only its
   // own; another tenant's job is kNotFound, as if it did not exist).
   using Scope = std::optional<TenantId>;
-  // A committed model of `job` (clients, the admin, or a tenant for its own jobs: `scope`).
-  Result<ModelDownload> model(JobId job, uint64_t version, Scope scope = std::nullopt);
-  // The module of `job` (callers as for model()); kNotFound for a job without one.
-  Result<ModuleDownload> module(JobId job, Scope scope = std::nullopt);
+  // A committed model of `job`, for the admin or a tenant for its own jobs (`scope`), or for
+  // `client`: only the model of a task it holds (the open round's base version, until its
+  // update is accepted), kPermissionDenied otherwise, so that a job's models reach only its
+  // participants.
+  Result<ModelDownload> model(JobId job, uint64_t version, Scope scope = std::nullopt,
+                              std::optional<ClientId> client = std::nullopt);
+  // The module of `job` (callers as for model(); a client holding a task of the job); kNotFound
+  // for a job without one.
+  Result<ModuleDownload> module(JobId job, Scope scope = std::nullopt,
+                                std::optional<ClientId> client = std::nullopt);
   // A job owned by `owner` (0: the operator), with the model file uploaded with its config
   // (`model_file`: a TorchScript archive or a model blob, as config.model says; none for a
   // built-in model). Nothing is stored unless the config and the file are valid: kInvalidArgument

@@ -82,6 +82,13 @@ TEST_CASE("bad input is refused with the right status and changes nothing") {
   Reply model_reply = invited[0]->caller->get(invited[0]->task["model_url"]);
   REQUIRE(model_reply.status == 200);
   ModelBlob global = std::move(decode_blob(model_reply.raw, 1 << 24)).value();
+  // A job's models reach only its participants: a client without a task of the job, or one
+  // asking for a version other than its task's, is refused; the admin may download any.
+  CHECK(outsider->caller->get(invited[0]->task["model_url"]).status == 403);
+  CHECK(invited[1]->caller->get("/v1/jobs/1/models/7").status == 403);
+  CHECK(outsider->caller->get("/v1/jobs/1/module").status == 403);
+  CHECK(invited[1]->caller->get("/v1/jobs/1/module").status == 404);  // an MLP job has none
+  CHECK(admin.get(invited[0]->task["model_url"]).status == 200);
 
   auto update_body = [&](std::vector<float> values, uint64_t version, ModelLayout layout) {
     return encode_blob(ModelBlob{version, std::move(layout), std::move(values)});
@@ -115,7 +122,9 @@ TEST_CASE("bad input is refused with the right status and changes nothing") {
   wrong_layout.tensors.back().shape = {5, 2};
   std::vector<float> wrong_values(global.data.size(), 0.0f);
   ModelLayout bad_name_layout = global.layout;
-  bad_name_layout.tensors.front().name = "\xff\xfe" "conv";
+  bad_name_layout.tensors.front().name =
+      "\xff\xfe"
+      "conv";
   const std::vector<Case> cases = {
       {"no token", [&] { return anonymous.get("/v1/task"); }, 401, "unauthenticated"},
       {"unknown token",

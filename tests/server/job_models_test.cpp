@@ -387,12 +387,9 @@ TEST_CASE("a TorchScript job's parameters come from its archive, which it serves
     return served.shared_body;
   };
   const auto first = served_module();
-  Reply by_client = call(api, http::verb::get, "/v1/jobs/1/module", h.tokens[client]);
-  CHECK(by_client.response.result_int() == 200);
-  CHECK(by_client.shared_body == first);  // one copy for every download
-  CHECK(call(api, http::verb::get, "/v1/jobs/1/module", h.tokens[client], "", "",
-             {{"If-None-Match", "\"" + checksum + "\""}})
-            .response.result_int() == 304);
+  // A client holding no task of the job is refused its module.
+  CHECK(call(api, http::verb::get, "/v1/jobs/1/module", h.tokens[client]).response.result_int() ==
+        403);
   CHECK(call(api, http::verb::get, "/v1/jobs/1/module", tenant->token).response.result_int() ==
         404);
   CHECK(call(api, http::verb::get, "/v1/jobs/2/module", kAdmin).response.result_int() == 404);
@@ -408,6 +405,14 @@ TEST_CASE("a TorchScript job's parameters come from its archive, which it serves
   CHECK(task["module_url"] == "/v1/jobs/1/module");
   CHECK(task["module_checksum"] == checksum);
   CHECK(task["evaluate"] == json{{"max_samples", 100}});
+  // Holding the task, it downloads the module: the same copy as every download, 304 when it
+  // has it already.
+  Reply by_client = call(api, http::verb::get, "/v1/jobs/1/module", h.tokens[client]);
+  CHECK(by_client.response.result_int() == 200);
+  CHECK(by_client.shared_body == first);
+  CHECK(call(api, http::verb::get, "/v1/jobs/1/module", h.tokens[client], "", "",
+             {{"If-None-Match", "\"" + checksum + "\""}})
+            .response.result_int() == 304);
   const json detail = body_of(call(api, http::verb::get, "/v1/admin/jobs/1", kAdmin));
   CHECK(detail["model"] == "torchscript");
   CHECK(detail["module_bytes"] == module.size());
