@@ -13,7 +13,7 @@
 // cache reads at the same repetition factor (the config's, or --repetition), and durations
 // come from the same device profiles. --full runs 5,000 clients with 50 per round. Runs are
 // spread over --threads workers (default 2), one torch thread each. Writes DIR/tta_curves.csv
-// (every run's per-round curve) and DIR/tta_<fleet>.svg, prints a table per fleet, and as its
+// (DIR: --out, default var/bench/tta; every run's per-round curve) and DIR/tta_<fleet>.svg, prints a table per fleet, and as its
 // last line one JSON object with, per fleet and variant, the median and interquartile range
 // of time to target, rounds to target and mean round duration, the sanity gate
 // oort_beats_random and FedCaSe's speed-ups. Unreached targets count as infinitely late (the
@@ -101,7 +101,7 @@ std::vector<Variant> make_variants(double repetition_factor) {
 struct Args {
   std::string root = FEDCASE_SOURCE_DIR;
   std::vector<std::string> configs = {"configs/sim/tta.json", "configs/sim/tta-skewed.json"};
-  std::string out = "tta_out";
+  std::string out = "var/bench/tta";  // relative to the working directory
   uint64_t seeds = 5;
   std::optional<double> repetition_factor;
   unsigned threads = 2;
