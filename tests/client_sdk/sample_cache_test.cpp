@@ -183,4 +183,9 @@ TEST_CASE("LRU evicts the least recent unpinned record and never a planned hit")
   cache->adopt_plan({4}, 0);
   access(*cache, 4);
   CHECK(cache->contains(4));
+  // A record of an id beyond the cache's samples is kept but never pinned.
+  access(*cache, 25);
+  cache->adopt_plan({25}, 0);
+  CHECK(cache->contains(25));
+  CHECK_FALSE(cache->pinned(25));
 }

@@ -18,6 +18,13 @@ void teach_ranges(FedCasePolicy& policy) {
   policy.on_round_end({1, 30, 2.0, {{100, true, 10, 1}, {101, true, 30, 5}, {102, false, 0, 0}}});
 }
 
+// The defaults with the perturb-and-observe rho controller.
+FedCaseConfig perturb_config() {
+  FedCaseConfig config;
+  config.rho_controller = RhoController::kPerturb;
+  return config;
+}
+
 }  // namespace
 
 TEST_CASE("experience mixes normalised time (0.1) and utility (0.9) over running ranges") {
@@ -114,8 +121,7 @@ TEST_CASE("FedCaSe keeps exploring fresh clients") {
 }
 
 TEST_CASE("rho follows perturb-and-observe on loss decrease per second") {
-  FedCaseConfig config;
-  config.rho_controller = RhoController::kPerturb;
+  FedCaseConfig config = perturb_config();
   config.warmup_rounds = 0;
   config.rho_initial = 0.5;
   config.rho_step = 2;
@@ -136,8 +142,7 @@ TEST_CASE("rho follows perturb-and-observe on loss decrease per second") {
 }
 
 TEST_CASE("warm-up draws rho at random, then starts from the best one seen") {
-  FedCaseConfig config;
-  config.rho_controller = RhoController::kPerturb;
+  FedCaseConfig config = perturb_config();
   config.warmup_rounds = 4;
   FedCasePolicy policy(config, 6);
   std::map<double, double> progress_by_rho;
@@ -160,12 +165,10 @@ TEST_CASE("warm-up draws rho at random, then starts from the best one seen") {
 }
 
 TEST_CASE("FedCaSe state round-trips") {
-  FedCaseConfig perturb;
-  perturb.rho_controller = RhoController::kPerturb;
-  FedCasePolicy a(perturb, 7);
+  FedCasePolicy a(perturb_config(), 7);
   teach_ranges(a);
   a.on_round_end({2, 20, 1.5, {}});
-  FedCasePolicy b(perturb, 8);
+  FedCasePolicy b(perturb_config(), 8);
   REQUIRE(b.load_state(nlohmann::json::parse(a.save_state().dump())).ok());
   CHECK(b.save_state() == a.save_state());
   CHECK(b.rho() == a.rho());
@@ -332,9 +335,7 @@ TEST_CASE("a bad learned controller state is refused") {
 
   // A state of the perturb controller is not the learned one's, and the other way round; a
   // state saved before the controller was named loads into either.
-  FedCaseConfig perturb_config;
-  perturb_config.rho_controller = RhoController::kPerturb;
-  FedCasePolicy perturb(perturb_config, 16);
+  FedCasePolicy perturb(perturb_config(), 16);
   nlohmann::json unnamed = perturb.save_state();
   CHECK_FALSE(b.load_state(unnamed).ok());
   CHECK_FALSE(perturb.load_state(good).ok());
