@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <sys/resource.h>
+#include <sys/socket.h>
 
 #include <array>
 #include <atomic>
@@ -8,13 +9,10 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
-#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/beast/core.hpp>
-#include <boost/beast/core/detect_ssl.hpp>
-#include <boost/beast/ssl.hpp>
 #include <chrono>
 #include <list>
 #include <thread>
@@ -24,15 +22,14 @@
 #include "server/connection_limits.h"
 #include "server/metrics.h"
 #include "server/tls.h"
+#include "server/tls_stream.h"
 
 namespace fedcase::server {
 namespace {
 
 namespace beast = boost::beast;
 namespace net = boost::asio;
-namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
-using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 constexpr size_t kHeaderLimit = 16 * 1024;
 constexpr auto kLingerTime = std::chrono::seconds(2);
@@ -134,12 +131,12 @@ struct Frontend {
   net::thread_pool* upload_handlers = nullptr;
 };
 
-// One connection, plain (beast::tcp_stream) or TLS (TlsStream): reads a request (idle and
+// One connection, plain (beast::tcp_stream) or TLS (TlsSocketStream): reads a request (idle and
 // read timeouts, route body limits, upload admission), hands it to a handler thread, resumes
 // on its strand with the answer (or waits for a long poll's wake-up), and writes it back.
 template <class Stream>
 class Session : public Drainable, public std::enable_shared_from_this<Session<Stream>> {
-  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+  static constexpr bool kTls = std::is_same_v<Stream, TlsSocketStream>;
 
  public:
   // `lease` counts this connection against its address; null refuses the connection with 503.
@@ -187,21 +184,19 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
   }
 
  private:
-  beast::tcp_stream& tcp() { return beast::get_lowest_layer(stream_); }
+  // The socket with its deadline: the stream itself over TLS.
+  auto& tcp() { return beast::get_lowest_layer(stream_); }
 
   void start_handshake() {
     tcp().expires_after(to_ms(frontend_.config.read_timeout_s));
-    stream_.async_handshake(ssl::stream_base::server, buffer_.data(),
-                            [self = this->shared_from_this()](beast::error_code ec, size_t used) {
-                              if (ec) {
-                                self->frontend_.handshake_log.warn("TLS handshake with " +
-                                                                   self->peer_ +
-                                                                   " failed: " + ec.message());
-                                return self->close();
-                              }
-                              self->buffer_.consume(used);
-                              self->do_read_request();
-                            });
+    stream_.async_handshake([self = this->shared_from_this()](beast::error_code ec) {
+      if (ec) {
+        self->frontend_.handshake_log.warn("TLS handshake with " + self->peer_ +
+                                           " failed: " + ec.message());
+        return self->close();
+      }
+      self->do_read_request();
+    });
   }
 
   // Waits up to idle_timeout_s for the first byte of the next request (unless it has arrived
@@ -547,13 +542,14 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
   const bool plain_on_tls_port_;
 };
 
-// On a TLS port, the first bytes tell a TLS client hello from a plain-HTTP request, which gets
-// a readable 400 instead of a failed handshake.
+// On a TLS port, the first byte tells a TLS client hello (a handshake record, 0x16) from a
+// plain-HTTP request, which gets a readable 400 instead of a failed handshake. The byte is
+// peeked, not read, so either session starts from the connection's first byte.
 class TlsDetector : public std::enable_shared_from_this<TlsDetector> {
  public:
-  TlsDetector(tcp::socket&& socket, Frontend& frontend, ssl::context& context,
+  TlsDetector(tcp::socket&& socket, Frontend& frontend, SSL_CTX* context,
               std::unique_ptr<AddressConnections::Lease> lease, std::string peer)
-      : stream_(std::move(socket)),
+      : socket_(std::move(socket)),
         frontend_(frontend),
         context_(context),
         lease_(std::move(lease)),
@@ -563,33 +559,41 @@ class TlsDetector : public std::enable_shared_from_this<TlsDetector> {
   ~TlsDetector() { --frontend_.open_connections; }
 
   void run() {
-    stream_.expires_after(to_ms(frontend_.config.idle_timeout_s));
-    beast::async_detect_ssl(stream_, buffer_,
-                            [self = shared_from_this()](beast::error_code ec, bool tls) {
-                              if (ec) return;  // closed or timed out before saying anything
-                              self->start(tls);
-                            });
+    timer_.expires_after(to_ms(frontend_.config.idle_timeout_s));
+    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec) return;
+      beast::error_code ignored;
+      self->socket_.close(ignored);  // said nothing in time
+    });
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+      self->timer_.cancel();
+      if (ec) return;
+      unsigned char first = 0;
+      if (::recv(self->socket_.native_handle(), &first, 1, MSG_PEEK) != 1) return;  // closed
+      self->start(first == 0x16);
+    });
   }
 
  private:
   void start(bool tls) {
     if (tls) {
-      std::make_shared<Session<TlsStream>>(TlsStream(std::move(stream_), context_),
-                                           std::move(buffer_), frontend_, std::move(lease_),
-                                           std::move(peer_))
+      std::make_shared<Session<TlsSocketStream>>(TlsSocketStream(std::move(socket_), context_),
+                                                 beast::flat_buffer(), frontend_, std::move(lease_),
+                                                 std::move(peer_))
           ->run(nullptr);
     } else {
-      std::make_shared<Session<beast::tcp_stream>>(std::move(stream_), std::move(buffer_),
-                                                   frontend_, std::move(lease_), std::move(peer_),
+      std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket_)),
+                                                   beast::flat_buffer(), frontend_,
+                                                   std::move(lease_), std::move(peer_),
                                                    /*plain_on_tls_port=*/true)
           ->run(nullptr);
     }
   }
 
-  beast::tcp_stream stream_;
-  beast::flat_buffer buffer_;
+  tcp::socket socket_;
+  net::steady_timer timer_{socket_.get_executor()};
   Frontend& frontend_;
-  ssl::context& context_;
+  SSL_CTX* context_;
   std::unique_ptr<AddressConnections::Lease> lease_;
   std::string peer_;
 };
@@ -643,7 +647,8 @@ struct HttpServer::Impl {
     // A refusal is written in plain HTTP even on a TLS port: the handshake costs more than
     // the connection is worth, and a TLS client reports a clear protocol error.
     if (tls && !refusal) {
-      std::make_shared<TlsDetector>(std::move(socket), frontend, *tls, std::move(lease), peer)
+      std::make_shared<TlsDetector>(std::move(socket), frontend, tls->native_handle(),
+                                    std::move(lease), peer)
           ->run();
       return;
     }
@@ -680,8 +685,8 @@ struct HttpServer::Impl {
   // Member order matters: sessions (destroyed with the io_context's and the handler pool's
   // pending work) refer to the frontend, so it is declared first and destroyed last.
   Frontend frontend;
-  std::unique_ptr<Metrics::Registration> gauges;  // reads frontend
-  std::shared_ptr<ssl::context> tls;              // null: plain HTTP
+  std::unique_ptr<Metrics::Registration> gauges;   // reads frontend
+  std::shared_ptr<boost::asio::ssl::context> tls;  // null: plain HTTP
   net::io_context ioc;
   net::thread_pool handlers;
   net::thread_pool upload_handlers;

@@ -2,10 +2,20 @@
 // and every wrong pairing (plain to TLS, TLS to plain, an untrusted or misnamed certificate, a
 // missing client certificate) fails with a message that says what is wrong.
 
+#include <arpa/inet.h>
 #include <doctest/doctest.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <thread>
 
 #include "client_sdk/fleet.h"
 #include "tests/support/coordinator_harness.h"
+#include "tests/support/raw_connection.h"
 #include "tests/support/test_certificates.h"
 
 using namespace fedcase;
@@ -33,6 +43,66 @@ json small_job(int rounds) {
 
 size_t committed(Caller& admin) {
   return committed_rounds(admin.get("/v1/admin/jobs/1").body).size();
+}
+
+// A TLS connection driven by hand with blocking OpenSSL calls: what a misbehaving TLS peer
+// sends, byte for byte.
+class RawTlsConnection {
+ public:
+  RawTlsConnection(uint16_t port, const std::string& ca)
+      : context_(SSL_CTX_new(TLS_client_method())), fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    REQUIRE(SSL_CTX_load_verify_locations(context_, ca.c_str(), nullptr) == 1);
+    SSL_CTX_set_verify(context_, SSL_VERIFY_PEER, nullptr);
+    sockaddr_in remote{};
+    remote.sin_family = AF_INET;
+    remote.sin_port = htons(port);
+    inet_pton(AF_INET, "127.0.0.1", &remote.sin_addr);
+    REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&remote), sizeof(remote)) == 0);
+    timeval tv{10, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ssl_ = SSL_new(context_);
+    SSL_set_fd(ssl_, fd_);
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl_), "127.0.0.1");
+    REQUIRE(SSL_connect(ssl_) == 1);
+  }
+  ~RawTlsConnection() {
+    SSL_free(ssl_);
+    ::close(fd_);
+    SSL_CTX_free(context_);
+  }
+
+  bool send(const std::string& bytes) {
+    return SSL_write(ssl_, bytes.data(), static_cast<int>(bytes.size())) > 0;
+  }
+  // What arrives until the coordinator closes the connection or `max_bytes` have come.
+  std::string read(size_t max_bytes = std::string::npos) {
+    std::string out;
+    char buffer[4096];
+    while (out.size() < max_bytes) {
+      const int n = SSL_read(ssl_, buffer, sizeof(buffer));
+      if (n <= 0) break;
+      out.append(buffer, static_cast<size_t>(n));
+    }
+    return out;
+  }
+
+ private:
+  SSL_CTX* context_;
+  int fd_;
+  SSL* ssl_ = nullptr;
+};
+
+size_t count(const std::string& haystack, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = haystack.find(needle); at != std::string::npos;
+       at = haystack.find(needle, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace
@@ -116,6 +186,60 @@ TEST_CASE("mutual TLS: a client needs a certificate signed by the client CA") {
   // The bearer token is still required: a certificate identifies a device, not a role.
   Caller no_token(with_cert, "");
   CHECK(no_token.get("/v1/admin/jobs").status == 401);
+}
+
+TEST_CASE("TLS: pipelined requests are all answered; silent and trickling peers are cut in time") {
+  TempDir dir;
+  TestCertificates certs(dir);
+  auto use_tls = serving_tls(certs.server_cert, certs.server_key);
+  auto service = start_coordinator(dir, [&](server::CoordinatorConfig& c) {
+    use_tls(c);
+    c.idle_timeout_s = 0.5;
+    c.read_timeout_s = 1;
+  });
+  const uint16_t port = service->port();
+
+  // Three requests in one record: each is answered in order on the same connection.
+  {
+    RawTlsConnection c(port, certs.ca);
+    const std::string get = "GET /v1/admin/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                            std::string(kAdminToken) + "\r\n\r\n";
+    REQUIRE(c.send(get + get + get));
+    const std::string answers = c.read();  // until the idle timeout closes the connection
+    CHECK(count(answers, "HTTP/1.1 200 OK") == 3);
+  }
+  // A TCP connection that never starts its handshake is closed after idle_timeout_s.
+  {
+    RawConnection silent(port);
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(silent.read().empty());
+    CHECK(silent.closed());
+    CHECK(seconds_since(start) < 3);
+  }
+  // After the handshake: saying nothing ends at idle_timeout_s, and a request header
+  // trickled in pieces ends at read_timeout_s however often bytes come.
+  {
+    RawTlsConnection idle(port, certs.ca);
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(idle.read().empty());
+    CHECK(seconds_since(start) < 3);
+  }
+  {
+    std::signal(SIGPIPE, SIG_IGN);  // OpenSSL's socket writes to the closed connection
+    RawTlsConnection loris(port, certs.ca);
+    REQUIRE(loris.send("GET /v1/admin/jobs HTTP/1.1\r\n"));
+    const auto start = std::chrono::steady_clock::now();
+    bool open = true;
+    while (open && seconds_since(start) < 5) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      open = loris.send("X-Slow: 1\r\n");
+    }
+    CHECK_FALSE(open);
+    CHECK(seconds_since(start) < 3);
+  }
+  // The server still serves TLS clients afterwards.
+  Caller admin(tls_to(port, certs.ca), kAdminToken);
+  CHECK(admin.get("/v1/admin/jobs").status == 200);
 }
 
 TEST_CASE("TLS: a plain client on a plain port is told the port does not speak TLS") {
