@@ -69,9 +69,11 @@ class EventFleet {
     if (epoll_ >= 0) close(epoll_);
   }
 
-  // Runs every round; returns the rounds' upload windows. dispatch_seconds() holds, for each
-  // poll that was waiting when its round opened (after the first round), the time until the
-  // task arrived.
+  // Runs every round; returns the rounds' upload windows. For each poll that was waiting when
+  // its round opened (after the first round), dispatch_seconds() holds the time until the
+  // task's answer reached the client's socket (the kernel's receive timestamp of its last
+  // packet), and dispatch_read_seconds() the time until this thread read it, which adds the
+  // wait behind the other clients this one thread drives (their downloads, say).
   std::vector<Round> run() {
     rounds_seen_.assign(rounds_, Round{});
     for (Connection& c : connections_) send_poll(c);
@@ -90,6 +92,7 @@ class EventFleet {
     return rounds_seen_;
   }
   const std::vector<double>& dispatch_seconds() const { return dispatch_s_; }
+  const std::vector<double>& dispatch_read_seconds() const { return dispatch_read_s_; }
   int uploads_in_flight() const { return uploads_in_flight_; }
 
  private:
@@ -100,8 +103,9 @@ class EventFleet {
     std::string token;
     Stage stage = Stage::kPolling;
     size_t round = 0;
-    double poll_sent = 0;  // unix seconds
-    double read_at = 0;    // unix seconds of the last read: when an answer arrived
+    double poll_sent = 0;   // unix seconds
+    double read_at = 0;     // unix seconds of the last read
+    double arrived_at = 0;  // unix seconds: the kernel's receive time of the last packet read
     std::string upload_url;
     // The request being written: its head, then a body it does not own.
     std::string head;
@@ -147,25 +151,34 @@ class EventFleet {
       X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c.ssl), "127.0.0.1");
       SSL_set_mode(c.ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
       if (SSL_connect(c.ssl) != 1) die(bench_, "TLS handshake failed");
-      BIO* out = BIO_new(appending_bio());
-      BIO_set_data(out, &c.out);
-      BIO_set_init(out, 1);
-      SSL_set0_wbio(c.ssl, out);
+      BIO* bio = BIO_new(connection_bio());
+      BIO_set_data(bio, &c);
+      BIO_set_init(bio, 1);
+      SSL_set_bio(c.ssl, bio, bio);
     }
     fcntl(c.fd, F_SETFL, fcntl(c.fd, F_GETFL) | O_NONBLOCK);
+    const int on = 1;
+    setsockopt(c.fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof(on));
     epoll_event event{};
     event.events = EPOLLIN | EPOLLOUT | EPOLLET;
     event.data.u32 = uint32_t(&c - connections_.data());
     if (epoll_ctl(epoll_, EPOLL_CTL_ADD, c.fd, &event) != 0) fail("epoll_ctl");
   }
 
-  // A BIO that appends what OpenSSL writes to the std::string in its data.
-  static const BIO_METHOD* appending_bio() {
+  // The BIO of a TLS connection (its data): reads through receive(), and appends what OpenSSL
+  // writes to the connection's out, which flush() sends.
+  static const BIO_METHOD* connection_bio() {
     static BIO_METHOD* method = [] {
-      BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "append");
+      BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "connection");
       BIO_meth_set_write(m, [](BIO* bio, const char* data, int n) {
-        static_cast<std::string*>(BIO_get_data(bio))->append(data, size_t(n));
+        static_cast<Connection*>(BIO_get_data(bio))->out.append(data, size_t(n));
         return n;
+      });
+      BIO_meth_set_read(m, [](BIO* bio, char* data, int n) {
+        BIO_clear_retry_flags(bio);
+        const ssize_t r = receive(*static_cast<Connection*>(BIO_get_data(bio)), data, size_t(n));
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) BIO_set_retry_read(bio);
+        return int(r);
       });
       BIO_meth_set_ctrl(m, [](BIO*, int command, long, void*) -> long {
         return command == BIO_CTRL_FLUSH ? 1 : 0;
@@ -206,6 +219,25 @@ class EventFleet {
     c.out_sent = 0;
     return true;
   }
+  // recv(), noting the kernel's receive time of the last packet read in c.arrived_at.
+  static ssize_t receive(Connection& c, char* data, size_t n) {
+    iovec part{data, n};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(timespec))];
+    msghdr message{};
+    message.msg_iov = &part;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof(control);
+    const ssize_t r = recvmsg(c.fd, &message, 0);
+    if (r <= 0) return r;
+    for (cmsghdr* m = CMSG_FIRSTHDR(&message); m; m = CMSG_NXTHDR(&message, m)) {
+      if (m->cmsg_level != SOL_SOCKET || m->cmsg_type != SCM_TIMESTAMPNS) continue;
+      timespec stamp{};
+      std::memcpy(&stamp, CMSG_DATA(m), sizeof(stamp));
+      c.arrived_at = double(stamp.tv_sec) + double(stamp.tv_nsec) * 1e-9;
+    }
+    return r;
+  }
   size_t read_some(Connection& c, char* data, size_t n) {
     if (c.ssl) {
       const int r = SSL_read(c.ssl, data, int(n));
@@ -214,7 +246,7 @@ class EventFleet {
       if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return 0;
       die(bench_, "TLS read failed (the coordinator closed the connection?)");
     }
-    const ssize_t r = recv(c.fd, data, n, 0);
+    const ssize_t r = receive(c, data, n);
     if (r > 0) return size_t(r);
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
     die(bench_, "the coordinator closed a connection");
@@ -306,7 +338,10 @@ class EventFleet {
         const double opened = opened_at_(task);
         // The first round opens as the fleet registers, while its connections are still being
         // accepted: its polls are not settled waiting ones, and do not count.
-        if (c.round > 0 && c.poll_sent < opened) dispatch_s_.push_back(c.read_at - opened);
+        if (c.round > 0 && c.poll_sent < opened) {
+          dispatch_s_.push_back(c.arrived_at - opened);
+          dispatch_read_s_.push_back(c.read_at - opened);
+        }
         c.upload_url = task["upload_url"];
         c.stage = Stage::kDownloading;
         return begin(c, request_head(c, "GET", task["model_url"]) + "\r\n");
@@ -366,7 +401,7 @@ class EventFleet {
   size_t holding_ = 0, done_ = 0;
   std::atomic<int> uploads_in_flight_{0};
   std::vector<Round> rounds_seen_;
-  std::vector<double> dispatch_s_;
+  std::vector<double> dispatch_s_, dispatch_read_s_;
 };
 
 }  // namespace fedcase::bench
