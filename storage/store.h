@@ -103,6 +103,9 @@ class Store {
 
   // Rounds. open_round fails with kConflict if the round exists.
   virtual Status open_round(const RoundRecord& round) = 0;
+  // An accepted update's metadata. It is durable once its round concludes (commit_round or
+  // fail_round), not necessarily before: a crash before that leaves the round open, and the
+  // next start fails it, so no sync is spent on each of a round's many updates.
   virtual Status record_update(const UpdateRecord& update) = 0;
   // Atomically: the round becomes committed with its metrics, the model is stored, and the
   // job's policy state is saved. Either all of it is durable or none.
