@@ -9,8 +9,12 @@ namespace {
 
 namespace ssl = boost::asio::ssl;
 
-// ECDHE key exchange with AES-GCM or ChaCha20-Poly1305 for TLS 1.2 (TLS 1.3's suites are all
-// of that kind already).
+// The server's order, for TLS 1.3 and 1.2 alike: AES-128-GCM first (about 30% faster than
+// AES-256-GCM with AES instructions, on both ends), then AES-256-GCM, then ChaCha20-Poly1305,
+// which a client that lists it first gets anyway (devices without AES instructions do).
+constexpr const char* kTls13Suites =
+    "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
+// ECDHE key exchange with AES-GCM or ChaCha20-Poly1305 for TLS 1.2.
 constexpr const char* kTls12Ciphers =
     "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
     "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
@@ -25,9 +29,11 @@ Result<std::shared_ptr<ssl::context>> make_server_tls_context(const TlsConfig& t
                        ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
                        ssl::context::single_dh_use);
   SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
-  if (SSL_CTX_set_cipher_list(native, kTls12Ciphers) != 1) {
-    return internal_error("OpenSSL accepts none of the TLS 1.2 cipher suites");
+  if (SSL_CTX_set_cipher_list(native, kTls12Ciphers) != 1 ||
+      SSL_CTX_set_ciphersuites(native, kTls13Suites) != 1) {
+    return internal_error("OpenSSL accepts none of the cipher suites");
   }
+  SSL_CTX_set_options(native, SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_PRIORITIZE_CHACHA);
   boost::system::error_code ec;
   auto load = [&](const std::string& what, const std::string& file, auto&& step) -> Status {
     step(ec);

@@ -1,6 +1,7 @@
 #pragma once
 // The coordinator's TLS context (OpenSSL through Boost.Asio): TLS 1.2 and 1.3 only, forward-
-// secret AEAD cipher suites only, and with a client CA file, mutual TLS (a client without a
+// secret AEAD cipher suites only, in the server's order (AES-128-GCM first, ChaCha20-Poly1305
+// for a client that prefers it), and with a client CA file, mutual TLS (a client without a
 // certificate signed by that CA fails the handshake).
 
 #include <boost/asio/ssl/context.hpp>

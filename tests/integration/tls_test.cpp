@@ -49,9 +49,11 @@ size_t committed(Caller& admin) {
 // sends, byte for byte.
 class RawTlsConnection {
  public:
-  RawTlsConnection(uint16_t port, const std::string& ca)
+  // `suites`: the TLS 1.3 cipher suites the client offers, in its order (empty: OpenSSL's).
+  RawTlsConnection(uint16_t port, const std::string& ca, const std::string& suites = "")
       : context_(SSL_CTX_new(TLS_client_method())), fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
     REQUIRE(SSL_CTX_load_verify_locations(context_, ca.c_str(), nullptr) == 1);
+    if (!suites.empty()) REQUIRE(SSL_CTX_set_ciphersuites(context_, suites.c_str()) == 1);
     SSL_CTX_set_verify(context_, SSL_VERIFY_PEER, nullptr);
     sockaddr_in remote{};
     remote.sin_family = AF_INET;
@@ -70,6 +72,8 @@ class RawTlsConnection {
     ::close(fd_);
     SSL_CTX_free(context_);
   }
+
+  std::string cipher() const { return SSL_get_cipher_name(ssl_); }
 
   bool send(const std::string& bytes) {
     return SSL_write(ssl_, bytes.data(), static_cast<int>(bytes.size())) > 0;
@@ -188,7 +192,7 @@ TEST_CASE("mutual TLS: a client needs a certificate signed by the client CA") {
   CHECK(no_token.get("/v1/admin/jobs").status == 401);
 }
 
-TEST_CASE("TLS: pipelined requests are all answered; silent and trickling peers are cut in time") {
+TEST_CASE("TLS: the server's cipher order; pipelined requests; silent and trickling peers cut") {
   TempDir dir;
   TestCertificates certs(dir);
   auto use_tls = serving_tls(certs.server_cert, certs.server_key);
@@ -198,6 +202,14 @@ TEST_CASE("TLS: pipelined requests are all answered; silent and trickling peers 
     c.read_timeout_s = 1;
   });
   const uint16_t port = service->port();
+
+  // The server's order of cipher suites decides, unless the client prefers ChaCha20.
+  CHECK(RawTlsConnection(port, certs.ca).cipher() == "TLS_AES_128_GCM_SHA256");
+  CHECK(
+      RawTlsConnection(port, certs.ca, "TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256").cipher() ==
+      "TLS_AES_128_GCM_SHA256");
+  CHECK(RawTlsConnection(port, certs.ca, "TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256")
+            .cipher() == "TLS_CHACHA20_POLY1305_SHA256");
 
   // Three requests in one record: each is answered in order on the same connection.
   {
