@@ -1,20 +1,21 @@
 // Sharing one fleet between tenants' jobs: the real round engine (rounds::JobRuntime, Round)
 // and the real sharing decisions (scheduling::FairShare) in virtual time.
 //
-//   fairshare_bench [--clients N] [--seeds S] [--rounds R] [--clients-per-round K]
+//   fairshare_bench [--clients N] [--seeds S] [--rounds R] [--clients-per-round K[,K...]]
 //                   [--overcommit X] [--a-jobs N] [--min-clients M] [--jitter SIGMA]
 //
 // Three tenants of weight 1 share N = 500 clients: A submits 10 jobs, B and C one each, all at
 // t = 0, A's first. Every job needs R = 20 committed rounds ("time to target" is the time of
 // the R-th committed round: nothing is trained). A round opens when at least min_clients (the
-// job config's default, K = 120) clients are free and invites up to ceil(K x overcommit) = 156
-// of them (a client holds one task at a time across all jobs), so one job's round can use about
-// a third of the fleet; it closes at the K-th upload or at its deadline (the job config's
-// percentile deadline), and a client is free again once it uploaded or its round closed. A
-// task takes its expected duration (make_candidate over the client's known speeds) times a
-// log-normal jitter. Every scheduling step asks FairShare which waiting job opens next, as the
-// round driver does; submissions go through admit_job, a refused one is retried after its
-// retry_after.
+// job config's default, K) clients are free and invites up to ceil(K x overcommit) of them (a
+// client holds one task at a time across all jobs). Each job size K is run in turn (default
+// 120, 200 and 250: 156, 260 and 325 invited, below and above a third of the fleet, so that a
+// tenant with one job cannot or can use its equal share); a round closes at the K-th upload or at
+// its deadline (the job config's percentile deadline), and a client is free again once it uploaded
+// or its round closed. A task takes its expected duration (make_candidate over the client's known
+// speeds) times a log-normal jitter. Every scheduling step asks FairShare which waiting job opens
+// next, as the round driver does; submissions go through admit_job, a refused one is retried after
+// its retry_after.
 //
 // Per sharing mode, fleet and seed, while all three tenants have jobs running (until one
 // tenant's last job reaches its target): each tenant's share of client-seconds (each invitee
@@ -76,7 +77,8 @@ struct Options {
   size_t clients = 500;
   size_t seeds = 3;
   size_t rounds = 20;
-  size_t clients_per_round = 120;
+  size_t clients_per_round = 120;  // the job size of the current run
+  std::vector<size_t> job_sizes = {120, 200, 250};
   double overcommit = 1.3;
   size_t a_jobs = 10;
   size_t min_clients = 0;  // free clients a round needs to open; 0 = K
@@ -559,6 +561,12 @@ Json summarise(const std::vector<Json>& per_seed) {
   return summary;
 }
 
+// Which shares a variant's targets are judged on: client-seconds when every job costs the same,
+// normalised service when B's jobs cost more (what the counters equalise).
+const char* judged_kind(const Variant& variant) {
+  return variant.b_model_factor == 1 ? "client_s" : "service";
+}
+
 // The targets, judged on the medians, with shares of `kind` ("client_s" or "service").
 Json judge(const Json& summary, const std::string& kind) {
   auto med = [&](const std::string& key) { return summary[key]["median"].get<double>(); };
@@ -580,11 +588,11 @@ void print_row(const Variant& variant, const FleetSpec& fleet, Mode mode, const 
   auto med = [&](const char* key) { return summary[key]["median"].get<double>(); };
   std::printf(
       "%-12s %-9s %-11s client-s A %.3f B %.3f C %.3f jain %.3f | service B %.3f C %.3f jain "
-      "%.3f | tta B %.2fx C %.2fx | cut %.0f | targets %s\n",
+      "%.3f | tta B %.2fx C %.2fx | cut %.0f | targets (%s) %s\n",
       variant.name, fleet.name, mode_name(mode), med("client_s_share_A"), med("client_s_share_B"),
       med("client_s_share_C"), med("jain_client_s"), med("service_share_B"), med("service_share_C"),
       med("jain_service"), med("tta_ratio_B"), med("tta_ratio_C"), med("rounds_cut"),
-      targets["all"].get<bool>() ? "met" : "MISSED");
+      judged_kind(variant), targets["all"].get<bool>() ? "met" : "MISSED");
 }
 
 RunResult run_once(const Options& options, Mode mode, const std::vector<ClientProfile>& fleet,
@@ -609,7 +617,7 @@ Json run_mode(const Options& options, const Variant& variant, const FleetSpec& s
   }
   const Json summary = summarise(per_seed);
   Json targets = {{"client_s", judge(summary, "client_s")}, {"service", judge(summary, "service")}};
-  print_row(variant, spec, mode, summary, targets["client_s"]);
+  print_row(variant, spec, mode, summary, targets[judged_kind(variant)]);
   return {{"median", summary}, {"per_seed", per_seed}, {"targets", targets}};
 }
 
@@ -619,34 +627,38 @@ Json scenario_json(const Options& options) {
     fleets.push_back(
         {{"name", f.name}, {"compute_sigma", f.compute_sigma}, {"network_sigma", f.network_sigma}});
   }
-  return {
-      {"clients", options.clients},
-      {"seeds", options.seeds},
-      {"rounds_to_target", options.rounds},
-      {"time_to_target", "time of the R-th committed round (no training)"},
-      {"clients_per_round", options.clients_per_round},
-      {"overcommit", options.overcommit},
-      {"invited_per_round",
-       scheduling::invited_count(options.clients_per_round, options.overcommit)},
-      {"a_jobs", options.a_jobs},
-      {"min_clients", options.min_clients > 0 ? options.min_clients : options.clients_per_round},
-      {"jitter_sigma", options.jitter_sigma},
-      {"model_params", kModelParams},
-      {"samples_per_task", kSamplesPerTask},
-      {"tenant_limits", scheduling::tenant_limits_json(tenant_limits())},
-      {"fleets", fleets}};
+  return {{"clients", options.clients},
+          {"seeds", options.seeds},
+          {"rounds_to_target", options.rounds},
+          {"time_to_target", "time of the R-th committed round (no training)"},
+          {"job_sizes", options.job_sizes},
+          {"overcommit", options.overcommit},
+          {"a_jobs", options.a_jobs},
+          {"min_clients", options.min_clients > 0 ? Json(options.min_clients) : Json("K")},
+          {"jitter_sigma", options.jitter_sigma},
+          {"model_params", kModelParams},
+          {"samples_per_task", kSamplesPerTask},
+          {"tenant_limits", scheduling::tenant_limits_json(tenant_limits())},
+          {"fleets", fleets}};
 }
 
 bool parse_args(int argc, char** argv, Options& options) {
-  const std::map<std::string, size_t*> counts = {
-      {"--clients", &options.clients}, {"--seeds", &options.seeds},
-      {"--rounds", &options.rounds},   {"--clients-per-round", &options.clients_per_round},
-      {"--a-jobs", &options.a_jobs},   {"--min-clients", &options.min_clients}};
+  const std::map<std::string, size_t*> counts = {{"--clients", &options.clients},
+                                                 {"--seeds", &options.seeds},
+                                                 {"--rounds", &options.rounds},
+                                                 {"--a-jobs", &options.a_jobs},
+                                                 {"--min-clients", &options.min_clients}};
   const std::map<std::string, double*> reals = {{"--overcommit", &options.overcommit},
                                                 {"--jitter", &options.jitter_sigma}};
   for (int i = 1; i + 1 < argc; i += 2) {
     char* end = nullptr;
-    if (counts.count(argv[i])) {
+    if (std::string(argv[i]) == "--clients-per-round") {
+      options.job_sizes.clear();
+      end = argv[i + 1];
+      do {
+        options.job_sizes.push_back(std::strtoull(end + (*end == ','), &end, 10));
+      } while (*end == ',');
+    } else if (counts.count(argv[i])) {
       *counts.at(argv[i]) = std::strtoull(argv[i + 1], &end, 10);
     } else if (reals.count(argv[i])) {
       *reals.at(argv[i]) = std::strtod(argv[i + 1], &end);
@@ -654,8 +666,10 @@ bool parse_args(int argc, char** argv, Options& options) {
     if (end == nullptr || *end != '\0') return false;
   }
   return argc % 2 == 1 && options.clients > 0 && options.seeds > 0 && options.rounds > 0 &&
-         options.clients_per_round > 0 && options.a_jobs > 0 && options.overcommit >= 1 &&
-         options.jitter_sigma >= 0;
+         !options.job_sizes.empty() &&
+         std::find(options.job_sizes.begin(), options.job_sizes.end(), 0) ==
+             options.job_sizes.end() &&
+         options.a_jobs > 0 && options.overcommit >= 1 && options.jitter_sigma >= 0;
 }
 
 }  // namespace
@@ -665,31 +679,48 @@ int main(int argc, char** argv) {
   if (!parse_args(argc, argv, options)) {
     std::fprintf(stderr,
                  "usage: fairshare_bench [--clients N] [--seeds S] [--rounds R] "
-                 "[--clients-per-round K] [--overcommit X] [--a-jobs N] [--min-clients M] "
+                 "[--clients-per-round K[,K...]] [--overcommit X] [--a-jobs N] [--min-clients M] "
                  "[--jitter SIGMA]\n");
     return 2;
   }
   const auto start = std::chrono::steady_clock::now();
-  Json variants = Json::object();
-  bool per_tenant_met = true;
-  for (const Variant& variant : kVariants) {
-    Json fleets = Json::object();
-    for (const FleetSpec& fleet : kFleets) {
-      Json modes = Json::object();
-      for (Mode mode : kModes) modes[mode_name(mode)] = run_mode(options, variant, fleet, mode);
-      const char* kind = variant.b_model_factor == 1 ? "client_s" : "service";
-      per_tenant_met = per_tenant_met && modes["per_tenant"]["targets"][kind]["all"].get<bool>();
-      fleets[fleet.name] = modes;
+  Json job_sizes = Json::object();
+  for (size_t size : options.job_sizes) {
+    Options sized = options;
+    sized.clients_per_round = size;
+    Json variants = Json::object();
+    bool per_tenant_met = true;
+    for (const Variant& variant : kVariants) {
+      Json fleets = Json::object();
+      for (const FleetSpec& fleet : kFleets) {
+        Json modes = Json::object();
+        for (Mode mode : kModes) modes[mode_name(mode)] = run_mode(sized, variant, fleet, mode);
+        per_tenant_met = per_tenant_met &&
+                         modes["per_tenant"]["targets"][judged_kind(variant)]["all"].get<bool>();
+        fleets[fleet.name] = modes;
+      }
+      variants[variant.name] = fleets;
     }
-    variants[variant.name] = fleets;
+    // Whether one round of one job can hold a tenant's equal share of the fleet at all.
+    const size_t invited = scheduling::invited_count(size, options.overcommit);
+    const double of_equal_share =
+        double(invited) / (double(options.clients) / double(std::size(kTenants)));
+    std::printf(
+        "K = %zu (%zu invited: %.2f of a tenant's equal share of the fleet): per-tenant "
+        "targets %s\n",
+        size, invited, of_equal_share, per_tenant_met ? "met" : "MISSED");
+    job_sizes[std::to_string(size)] = {{"clients_per_round", size},
+                                       {"invited_per_round", invited},
+                                       {"invited_of_equal_share", of_equal_share},
+                                       {"variants", variants},
+                                       {"per_tenant_targets_met", per_tenant_met}};
   }
   const double wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("per-tenant targets %s (%.1f s)\n", per_tenant_met ? "met" : "MISSED", wall_s);
+  std::printf("(%.1f s)\n", wall_s);
   std::cout << Json{{"bench", "fairshare"},
                     {"scenario", scenario_json(options)},
-                    {"variants", variants},
-                    {"per_tenant_targets_met", per_tenant_met},
+                    {"job_sizes", job_sizes},
                     {"wall_s", wall_s}}
                    .dump()
             << std::endl;
