@@ -3,6 +3,7 @@
 #include <openssl/err.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <boost/asio/ssl/error.hpp>
 #include <cerrno>
 #include <cstdint>
@@ -15,6 +16,10 @@ namespace net = boost::asio;
 // OpenSSL's read buffer: with read-ahead, one receive takes up to this many bytes of records.
 // Released whenever it is empty (SSL_MODE_RELEASE_BUFFERS), so idle connections hold none.
 constexpr size_t kReadBufferBytes = 256 * 1024;
+// The most one read decrypts: while records keep arriving, a read would otherwise go on until
+// its buffer is full (a whole upload body) and hold its I/O thread from every other
+// connection's work meanwhile. Four records; the rest waits in the read buffer.
+constexpr size_t kMaxReadBytes = 64 * 1024;
 
 // OpenSSL's socket BIO writes with write(), which raises SIGPIPE when the peer has gone; this
 // one sends with MSG_NOSIGNAL instead (the descriptor is its data), so a closed peer is an
@@ -103,12 +108,13 @@ TlsSocketStream::Attempt TlsSocketStream::Core::attempt(Direction direction, net
       return result == 0 ? Attempt::wait(Want::kRead) : fail(result);
     }
     case Direction::kRead: {
-      // Decrypts the records already received (up to the buffer's size) before waiting again.
+      // Decrypts the records already received, up to kMaxReadBytes, before waiting again.
       char* data = static_cast<char*>(in.data());
+      const size_t wanted = std::min(in.size(), kMaxReadBytes);
       size_t total = 0;
-      while (total < in.size()) {
+      while (total < wanted) {
         size_t got = 0;
-        const int result = SSL_read_ex(ssl, data + total, in.size() - total, &got);
+        const int result = SSL_read_ex(ssl, data + total, wanted - total, &got);
         if (result != 1) {
           if (total > 0) break;  // the failure, if lasting, shows on the next read
           return fail(result);

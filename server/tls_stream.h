@@ -1,7 +1,8 @@
 #pragma once
 // A server-side TLS connection that OpenSSL reads and writes straight on the socket's
 // descriptor: records go from the kernel into OpenSSL's read buffer (several per system call)
-// and are decrypted there, with no intermediate copies through memory BIOs. Readiness waits
+// and are decrypted there, with no intermediate copies through memory BIOs; one read
+// decrypts at most 64 KB, so that a long upload does not hold its thread. Readiness waits
 // are asio's, so the stream serves Beast's HTTP reads and writes like beast::tcp_stream does,
 // with the same kind of deadline (expires_after / expires_never).
 //
