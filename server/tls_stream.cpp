@@ -95,6 +95,9 @@ TlsSocketStream::Core::~Core() { SSL_free(ssl); }
 TlsSocketStream::Attempt TlsSocketStream::Core::attempt(Direction direction, net::mutable_buffer in,
                                                         net::const_buffer out) {
   if (!ssl) return Attempt::finished(net::error::no_memory);
+  // OpenSSL holds the descriptor's number: once the socket is closed (by the session, or a
+  // deadline) that number may already belong to another connection.
+  if (!socket.is_open()) return Attempt::finished(net::error::bad_descriptor);
   ERR_clear_error();
   switch (direction) {
     case Direction::kHandshake: {
