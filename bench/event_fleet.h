@@ -2,7 +2,7 @@
 // serve_bench's fleet: every client's keep-alive connection driven from one thread, with
 // non-blocking sockets and edge-triggered epoll, plain or TLS (OpenSSL reading straight from
 // the socket; its records are written into the connection's own buffer and sent in batches of
-// up to kSendBatch bytes, one system call each instead of one a 16 KB record). The clients stand
+// about kSendBatch bytes, one system call each instead of one a 16 KB record). The clients stand
 // for devices on other machines; driven this way, they cost the two shared cores little beside the
 // coordinator (a thread and an asio client per device cost more than the coordinator's answer, and
 // decided the dispatch figure).
@@ -339,7 +339,8 @@ class EventFleet {
         // The first round opens as the fleet registers, while its connections are still being
         // accepted: its polls are not settled waiting ones, and do not count.
         if (c.round > 0 && c.poll_sent < opened) {
-          dispatch_s_.push_back(c.arrived_at - opened);
+          // A read without a timestamp (none yet on this socket) counts when it was read.
+          dispatch_s_.push_back((c.arrived_at > 0 ? c.arrived_at : c.read_at) - opened);
           dispatch_read_s_.push_back(c.read_at - opened);
         }
         c.upload_url = task["upload_url"];

@@ -27,6 +27,7 @@
 // object with every figure, the medians over the seeds with their spread, and the targets.
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -653,10 +654,15 @@ bool parse_args(int argc, char** argv, Options& options) {
   for (int i = 1; i + 1 < argc; i += 2) {
     char* end = nullptr;
     if (std::string(argv[i]) == "--clients-per-round") {
+      // Distinct positive sizes, comma-separated.
       options.job_sizes.clear();
       end = argv[i + 1];
       do {
-        options.job_sizes.push_back(std::strtoull(end + (*end == ','), &end, 10));
+        if (*end == ',') ++end;
+        if (!std::isdigit(static_cast<unsigned char>(*end))) return false;
+        const size_t size = std::strtoull(end, &end, 10);
+        if (std::count(options.job_sizes.begin(), options.job_sizes.end(), size)) return false;
+        options.job_sizes.push_back(size);
       } while (*end == ',');
     } else if (counts.count(argv[i])) {
       *counts.at(argv[i]) = std::strtoull(argv[i + 1], &end, 10);

@@ -13,6 +13,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/beast/core.hpp>
+#include <cerrno>
 #include <chrono>
 #include <list>
 #include <thread>
@@ -565,16 +566,27 @@ class TlsDetector : public std::enable_shared_from_this<TlsDetector> {
       beast::error_code ignored;
       self->socket_.close(ignored);  // said nothing in time
     });
+    wait_for_first_byte();
+  }
+
+ private:
+  void wait_for_first_byte() {
     socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
-      self->timer_.cancel();
-      if (ec) return;
+      if (ec) {  // closed, or timed out
+        self->timer_.cancel();
+        return;
+      }
       unsigned char first = 0;
-      if (::recv(self->socket_.native_handle(), &first, 1, MSG_PEEK) != 1) return;  // closed
+      const ssize_t peeked = ::recv(self->socket_.native_handle(), &first, 1, MSG_PEEK);
+      if (peeked < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        return self->wait_for_first_byte();  // a wake-up without data
+      }
+      self->timer_.cancel();
+      if (peeked != 1) return;  // closed
       self->start(first == 0x16);
     });
   }
 
- private:
   void start(bool tls) {
     if (tls) {
       std::make_shared<Session<TlsSocketStream>>(TlsSocketStream(std::move(socket_), context_),

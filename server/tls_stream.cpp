@@ -7,6 +7,7 @@
 #include <boost/asio/ssl/error.hpp>
 #include <cerrno>
 #include <cstdint>
+#include <utility>
 
 namespace fedcase::server {
 namespace {
@@ -71,9 +72,10 @@ void TlsSocketStream::expires_never() {
 
 TlsSocketStream::Core::Core(net::ip::tcp::socket socket_in, SSL_CTX* context)
     : socket(std::move(socket_in)), deadline(socket.get_executor()), ssl(SSL_new(context)) {
-  error_code ignored;
-  socket.non_blocking(true, ignored);
-  if (!ssl) return;  // out of memory: every attempt fails
+  error_code failed;
+  socket.non_blocking(true, failed);
+  if (failed) socket.close(failed);  // OpenSSL must never block the thread: every attempt fails
+  if (!ssl) return;                  // out of memory: every attempt fails
   const int fd = socket.native_handle();
   SSL_set0_rbio(ssl, BIO_new_socket(fd, BIO_NOCLOSE));
   if (BIO* writer = BIO_new(socket_writer())) {
@@ -98,46 +100,77 @@ TlsSocketStream::Attempt TlsSocketStream::Core::attempt(Direction direction, net
   // OpenSSL holds the descriptor's number: once the socket is closed (by the session, or a
   // deadline) that number may already belong to another connection.
   if (!socket.is_open()) return Attempt::finished(net::error::bad_descriptor);
-  ERR_clear_error();
   switch (direction) {
     case Direction::kHandshake: {
+      prepare();
       const int result = SSL_do_handshake(ssl);
       return result == 1 ? Attempt::finished() : fail(result);
     }
-    case Direction::kShutdown: {
-      // 0: our close_notify is out; the next call reads the peer's.
-      const int result = SSL_shutdown(ssl);
-      if (result == 1) return Attempt::finished();
-      return result == 0 ? Attempt::wait(Want::kRead) : fail(result);
-    }
+    case Direction::kShutdown:
+      return shut_down();
     case Direction::kRead: {
+      // A failure after some bytes was held back for the read after them.
+      if (deferred_error) return Attempt::finished(std::exchange(deferred_error, {}));
       // Decrypts the records already received, up to kMaxReadBytes, before waiting again.
       char* data = static_cast<char*>(in.data());
       const size_t wanted = std::min(in.size(), kMaxReadBytes);
       size_t total = 0;
       while (total < wanted) {
         size_t got = 0;
+        prepare();
         const int result = SSL_read_ex(ssl, data + total, wanted - total, &got);
         if (result != 1) {
-          if (total > 0) break;  // the failure, if lasting, shows on the next read
-          return fail(result);
+          Attempt failed = fail(result);
+          if (total == 0) return failed;
+          if (failed.want == Want::kNothing) deferred_error = failed.error;
+          break;
         }
         total += got;
         if (!SSL_has_pending(ssl)) break;
       }
-      ERR_clear_error();
       return Attempt::finished({}, total);
     }
     case Direction::kWrite: {
       if (out.size() == 0) return Attempt::finished();
       // Without partial writes, a write that had to wait is retried with the same buffer
-      // until all of it is sent.
+      // until all of it is sent (the operation keeps it).
       size_t written = 0;
+      prepare();
       const int result = SSL_write_ex(ssl, out.data(), out.size(), &written);
       return result == 1 ? Attempt::finished({}, written) : fail(result);
     }
   }
   return Attempt::finished();
+}
+
+// Sends close_notify (again after a wait, until it is out), then reads and discards what the
+// peer still sends (the rest of a refused body, say) until its close_notify or end of stream,
+// at most kMaxReadBytes an attempt; the deadline ends a peer that goes on.
+TlsSocketStream::Attempt TlsSocketStream::Core::shut_down() {
+  if (!close_notify_sent) {
+    prepare();
+    const int result = SSL_shutdown(ssl);
+    if (result < 0) return fail(result);
+    close_notify_sent = true;
+    if (result == 1) return Attempt::finished();  // the peer's had come already
+  }
+  char discarded[16 * 1024];
+  for (size_t total = 0; total < kMaxReadBytes;) {
+    size_t got = 0;
+    prepare();
+    const int result = SSL_read_ex(ssl, discarded, sizeof(discarded), &got);
+    if (result != 1) {
+      Attempt failed = fail(result);
+      return failed.error == net::error::eof ? Attempt::finished() : failed;
+    }
+    total += got;
+  }
+  return Attempt::wait(Want::kRead);
+}
+
+void TlsSocketStream::Core::prepare() {
+  ERR_clear_error();
+  errno = 0;
 }
 
 TlsSocketStream::Attempt TlsSocketStream::Core::fail(int result) {
@@ -156,9 +189,13 @@ TlsSocketStream::Attempt TlsSocketStream::Core::fail(int result) {
                                      : error_code(net::error::eof));
       }
       [[fallthrough]];
-    default:
+    default: {
+      // An empty error queue still ends the operation with an error, never a success.
+      const unsigned long code = ERR_get_error();
       return Attempt::finished(
-          error_code(static_cast<int>(ERR_get_error()), net::error::get_ssl_category()));
+          code ? error_code(static_cast<int>(code), net::error::get_ssl_category())
+               : error_code(net::error::connection_aborted));
+    }
   }
 }
 

@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <type_traits>
+#include <vector>
 
 namespace fedcase::server {
 
@@ -46,25 +47,30 @@ class TlsSocketStream {
   // Handler: void(error_code).
   template <class Token>
   auto async_handshake(Token&& token) {
-    return start<void(error_code)>(Direction::kHandshake, {}, {}, std::forward<Token>(token));
+    return start<void(error_code)>(Direction::kHandshake, {}, {}, {}, std::forward<Token>(token));
   }
   // Sends close_notify and waits for the peer's. Handler: void(error_code).
   template <class Token>
   auto async_shutdown(Token&& token) {
-    return start<void(error_code)>(Direction::kShutdown, {}, {}, std::forward<Token>(token));
+    return start<void(error_code)>(Direction::kShutdown, {}, {}, {}, std::forward<Token>(token));
   }
   // Reads at least one byte into the first non-empty buffer. Handler: void(error_code, size_t).
   template <class Buffers, class Token>
   auto async_read_some(const Buffers& buffers, Token&& token) {
-    return start<void(error_code, size_t)>(Direction::kRead, first_mutable(buffers), {},
-                                           std::forward<Token>(token));
+    return start<void(error_code, size_t)>(Direction::kRead,
+                                           first_nonempty<boost::asio::mutable_buffer>(buffers), {},
+                                           {}, std::forward<Token>(token));
   }
-  // Writes the first non-empty buffer, or the whole sequence when it is small (one record
-  // instead of one a buffer). Handler: void(error_code, size_t).
+  // Writes up to kMaxWriteBytes of the first non-empty buffer, or the whole sequence when it
+  // is small (one record instead of one a buffer). Handler: void(error_code, size_t).
   template <class Buffers, class Token>
   auto async_write_some(const Buffers& buffers, Token&& token) {
-    Core& core = *core_;
-    return start<void(error_code, size_t)>(Direction::kWrite, {}, core.gather(buffers),
+    std::vector<char> gathered = gather(buffers);
+    const boost::asio::const_buffer out =
+        gathered.empty() ? boost::asio::const_buffer(boost::asio::buffer(
+                               first_nonempty<boost::asio::const_buffer>(buffers), kMaxWriteBytes))
+                         : boost::asio::const_buffer(gathered.data(), gathered.size());
+    return start<void(error_code, size_t)>(Direction::kWrite, {}, out, std::move(gathered),
                                            std::forward<Token>(token));
   }
 
@@ -90,29 +96,40 @@ class TlsSocketStream {
     ~Core();
     Attempt attempt(Direction direction, boost::asio::mutable_buffer in,
                     boost::asio::const_buffer out);
+    Attempt shut_down();
+    // Before each OpenSSL call: its error queue and errno say only what that call did.
+    void prepare();
     Attempt fail(int result);
-    template <class Buffers>
-    boost::asio::const_buffer gather(const Buffers& buffers);
 
     boost::asio::ip::tcp::socket socket;
     boost::asio::steady_timer deadline;
     SSL* ssl;
     uint64_t deadline_generation = 0;
     bool timed_out = false;
-    // Small buffer sequences (an HTTP header and a short body) are sent as one record.
-    static constexpr size_t kGatherLimit = 16 * 1024;
-    char gathered[kGatherLimit];
+    bool close_notify_sent = false;
+    error_code deferred_error;  // a read's failure after some bytes, for the next read
   };
 
-  template <class Buffers>
-  static boost::asio::mutable_buffer first_mutable(const Buffers& buffers) {
+  // The most one write encrypts and sends, so that a long body (a model download) does not
+  // hold its thread from the other connections.
+  static constexpr size_t kMaxWriteBytes = 64 * 1024;
+  // Buffer sequences up to this size (an HTTP header and a short body) are sent as one record.
+  static constexpr size_t kGatherLimit = 16 * 1024;
+
+  // The first non-empty buffer of `buffers` (Buffer: mutable_buffer or const_buffer).
+  template <class Buffer, class Buffers>
+  static Buffer first_nonempty(const Buffers& buffers) {
     for (auto it = boost::asio::buffer_sequence_begin(buffers);
          it != boost::asio::buffer_sequence_end(buffers); ++it) {
-      boost::asio::mutable_buffer b(*it);
+      Buffer b(*it);
       if (b.size() > 0) return b;
     }
     return {};
   }
+  // A copy of a sequence of several buffers of kGatherLimit bytes at most in all; empty
+  // otherwise (the first buffer is sent as it is).
+  template <class Buffers>
+  static std::vector<char> gather(const Buffers& buffers);
 
   // Tries the operation at once and after each readiness wait the attempt asks for; an
   // operation that finishes without waiting completes through a post, never inline.
@@ -122,7 +139,8 @@ class TlsSocketStream {
     std::shared_ptr<Core> core;
     Direction direction;
     boost::asio::mutable_buffer in;
-    boost::asio::const_buffer out;
+    boost::asio::const_buffer out;  // into `gathered` when that is not empty
+    std::vector<char> gathered;     // moves with the operation; its bytes stay in place
     bool waited = false;
     std::optional<Attempt> result;  // set once finished (want is kNothing)
 
@@ -156,36 +174,30 @@ class TlsSocketStream {
 
   template <class Signature, class Token>
   auto start(Direction direction, boost::asio::mutable_buffer in, boost::asio::const_buffer out,
-             Token&& token) {
+             std::vector<char> gathered, Token&& token) {
     constexpr bool kTransfers = std::is_same_v<Signature, void(error_code, size_t)>;
     return boost::asio::async_compose<Token, Signature>(
-        Operation<kTransfers>{core_, direction, in, out, false, std::nullopt}, token,
-        core_->socket);
+        Operation<kTransfers>{core_, direction, in, out, std::move(gathered), false, std::nullopt},
+        token, core_->socket);
   }
 
   std::shared_ptr<Core> core_;
 };
 
 template <class Buffers>
-boost::asio::const_buffer TlsSocketStream::Core::gather(const Buffers& buffers) {
+std::vector<char> TlsSocketStream::gather(const Buffers& buffers) {
   size_t total = 0;
   size_t count = 0;
-  boost::asio::const_buffer first;
   for (auto it = boost::asio::buffer_sequence_begin(buffers);
        it != boost::asio::buffer_sequence_end(buffers); ++it) {
-    boost::asio::const_buffer b(*it);
-    if (b.size() == 0) continue;
-    if (count++ == 0) first = b;
-    total += b.size();
+    const size_t size = boost::asio::const_buffer(*it).size();
+    count += size > 0;
+    total += size;
   }
-  if (count <= 1 || total > kGatherLimit) return first;
-  size_t at = 0;
-  for (auto it = boost::asio::buffer_sequence_begin(buffers);
-       it != boost::asio::buffer_sequence_end(buffers); ++it) {
-    boost::asio::const_buffer b(*it);
-    at += boost::asio::buffer_copy(boost::asio::buffer(gathered + at, total - at), b);
-  }
-  return boost::asio::buffer(gathered, total);
+  if (count <= 1 || total > kGatherLimit) return {};
+  std::vector<char> gathered(total);
+  boost::asio::buffer_copy(boost::asio::buffer(gathered), buffers);
+  return gathered;
 }
 
 }  // namespace fedcase::server

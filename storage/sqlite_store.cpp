@@ -169,7 +169,12 @@ class SqliteStore : public Store {
   }
 
   Status init() {
-    FEDCASE_RETURN_IF_ERROR(exec("PRAGMA journal_mode=WAL"));
+    {
+      auto mode = prepared("PRAGMA journal_mode=WAL");
+      if (!mode.ok()) return mode.status();
+      if (mode->step()) wal_ = mode->text(0) == "wal";
+      FEDCASE_RETURN_IF_ERROR(mode->status());
+    }
     FEDCASE_RETURN_IF_ERROR(exec("PRAGMA synchronous=FULL"));
     FEDCASE_RETURN_IF_ERROR(exec("PRAGMA foreign_keys=ON"));
     sqlite3_busy_timeout(db_, 5000);
@@ -342,19 +347,22 @@ class SqliteStore : public Store {
         .run();
   }
 
-  // Without a sync of its own (see Store::record_update): commit_round and fail_round sync the
-  // log, and with it every write before them.
+  // Without a sync of its own (see Store::record_update) when the log is a WAL: commit_round
+  // and fail_round sync it, and with it every write before them.
   Status record_update(const UpdateRecord& u) override {
     std::lock_guard<std::mutex> lock(mu_);
-    FEDCASE_RETURN_IF_ERROR(exec("PRAGMA synchronous=NORMAL"));
-    const Status inserted = [&] {
-      auto q = query(
-          "INSERT INTO updates(job_id, round_idx, client_id, meta, received_at) VALUES(?,?,?,?,?)");
-      if (!q.ok()) return q.status();
-      return q->bind(u.job).bind(u.round).bind(u.client).bind(u.meta).bind(u.received_at).run();
-    }();
-    const Status restored = exec("PRAGMA synchronous=FULL");
-    return inserted.ok() ? restored : inserted;
+    FEDCASE_RETURN_IF_ERROR(restore_full_sync());
+    if (wal_) {
+      FEDCASE_RETURN_IF_ERROR(exec("PRAGMA synchronous=NORMAL"));
+      full_sync_ = false;
+    }
+    auto q = prepared(
+        "INSERT INTO updates(job_id, round_idx, client_id, meta, received_at) VALUES(?,?,?,?,?)");
+    const Status inserted =
+        q.ok() ? q->bind(u.job).bind(u.round).bind(u.client).bind(u.meta).bind(u.received_at).run()
+               : q.status();
+    (void)restore_full_sync();  // if it fails, the next statement tries again before it runs
+    return inserted;
   }
 
   Status commit_round(const RoundRecord& r, const ModelRecord& model,
@@ -457,6 +465,7 @@ class SqliteStore : public Store {
 
   // Runs `body` inside BEGIN IMMEDIATE .. COMMIT, rolling back if it fails.
   Status transaction(const std::function<Status()>& body) {
+    FEDCASE_RETURN_IF_ERROR(restore_full_sync());
     FEDCASE_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE"));
     Status s = body();
     if (s.ok()) s = exec("COMMIT");
@@ -466,7 +475,21 @@ class SqliteStore : public Store {
     return s;
   }
 
+  // Every statement but record_update's runs with every commit synced.
   Result<Query> query(const std::string& sql) {
+    FEDCASE_RETURN_IF_ERROR(restore_full_sync());
+    return prepared(sql);
+  }
+
+  Status restore_full_sync() {
+    if (full_sync_) return ok_status();
+    FEDCASE_RETURN_IF_ERROR(exec("PRAGMA synchronous=FULL"));
+    full_sync_ = true;
+    return ok_status();
+  }
+
+  // The cached statement for `sql`.
+  Result<Query> prepared(const std::string& sql) {
     auto it = statements_.find(sql);
     if (it == statements_.end()) {
       sqlite3_stmt* stmt = nullptr;
@@ -560,6 +583,8 @@ class SqliteStore : public Store {
   std::mutex mu_;
   sqlite3* db_;
   std::map<std::string, sqlite3_stmt*> statements_;
+  bool wal_ = false;       // the log is a WAL (a file system without one gets every sync)
+  bool full_sync_ = true;  // PRAGMA synchronous is FULL
 };
 
 }  // namespace

@@ -67,8 +67,12 @@ TEST_CASE("metrics and the dashboard show a live coordinator's jobs, rounds and 
                       [&] {
                         detail = admin.get(job_path).body;
                         auto rounds = committed_rounds(detail);
+                        // The evaluation is stored with its round before the job's figure
+                        // is published: wait for both.
                         return detail.value("state", "") == "finished" && rounds.size() == 3 &&
-                               rounds.back()["metrics"].contains("test_accuracy");
+                               rounds.back()["metrics"].contains("test_accuracy") &&
+                               detail.value("test_accuracy", -1.0) ==
+                                   rounds.back()["metrics"]["test_accuracy"].get<double>();
                       },
                       240),
                   detail.dump());
