@@ -142,11 +142,9 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
  public:
   // `lease` counts this connection against its address; null refuses the connection with 503.
   // `plain_on_tls_port`: a plain-HTTP request arrived on a TLS port; answer 400 and close.
-  Session(Stream&& stream, beast::flat_buffer&& buffer, Frontend& frontend,
-          std::unique_ptr<AddressConnections::Lease> lease, std::string peer,
-          bool plain_on_tls_port = false)
+  Session(Stream&& stream, Frontend& frontend, std::unique_ptr<AddressConnections::Lease> lease,
+          std::string peer, bool plain_on_tls_port = false)
       : stream_(std::move(stream)),
-        buffer_(std::move(buffer)),
         frontend_(frontend),
         lease_(std::move(lease)),
         peer_(std::move(peer)),
@@ -577,7 +575,8 @@ class TlsDetector : public std::enable_shared_from_this<TlsDetector> {
         return;
       }
       unsigned char first = 0;
-      const ssize_t peeked = ::recv(self->socket_.native_handle(), &first, 1, MSG_PEEK);
+      const ssize_t peeked =
+          ::recv(self->socket_.native_handle(), &first, 1, MSG_PEEK | MSG_DONTWAIT);
       if (peeked < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
         return self->wait_for_first_byte();  // a wake-up without data
       }
@@ -590,12 +589,10 @@ class TlsDetector : public std::enable_shared_from_this<TlsDetector> {
   void start(bool tls) {
     if (tls) {
       std::make_shared<Session<TlsSocketStream>>(TlsSocketStream(std::move(socket_), context_),
-                                                 beast::flat_buffer(), frontend_, std::move(lease_),
-                                                 std::move(peer_))
+                                                 frontend_, std::move(lease_), std::move(peer_))
           ->run(nullptr);
     } else {
-      std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket_)),
-                                                   beast::flat_buffer(), frontend_,
+      std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket_)), frontend_,
                                                    std::move(lease_), std::move(peer_),
                                                    /*plain_on_tls_port=*/true)
           ->run(nullptr);
@@ -664,9 +661,8 @@ struct HttpServer::Impl {
           ->run();
       return;
     }
-    std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket)),
-                                                 beast::flat_buffer(), frontend, std::move(lease),
-                                                 peer)
+    std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket)), frontend,
+                                                 std::move(lease), peer)
         ->run(refusal);
   }
 

@@ -17,10 +17,6 @@ namespace net = boost::asio;
 // OpenSSL's read buffer: with read-ahead, one receive takes up to this many bytes of records.
 // Released whenever it is empty (SSL_MODE_RELEASE_BUFFERS), so idle connections hold none.
 constexpr size_t kReadBufferBytes = 256 * 1024;
-// The most one read decrypts: while records keep arriving, a read would otherwise go on until
-// its buffer is full (a whole upload body) and hold its I/O thread from every other
-// connection's work meanwhile. Four records; the rest waits in the read buffer.
-constexpr size_t kMaxReadBytes = 64 * 1024;
 
 // OpenSSL's socket BIO writes with write(), which raises SIGPIPE when the peer has gone; this
 // one sends with MSG_NOSIGNAL instead (the descriptor is its data), so a closed peer is an
@@ -96,6 +92,7 @@ TlsSocketStream::Core::~Core() { SSL_free(ssl); }
 
 TlsSocketStream::Attempt TlsSocketStream::Core::attempt(Direction direction, net::mutable_buffer in,
                                                         net::const_buffer out) {
+  if (timed_out) return Attempt::finished(boost::beast::error::timeout);
   if (!ssl) return Attempt::finished(net::error::no_memory);
   // OpenSSL holds the descriptor's number: once the socket is closed (by the session, or a
   // deadline) that number may already belong to another connection.

@@ -1,10 +1,10 @@
 #pragma once
 // A server-side TLS connection that OpenSSL reads and writes straight on the socket's
 // descriptor: records go from the kernel into OpenSSL's read buffer (several per system call)
-// and are decrypted there, with no intermediate copies through memory BIOs; one read
-// decrypts at most 64 KB, so that a long upload does not hold its thread. Readiness waits
-// are asio's, so the stream serves Beast's HTTP reads and writes like beast::tcp_stream does,
-// with the same kind of deadline (expires_after / expires_never).
+// and are decrypted there, with no intermediate copies through memory BIOs; one read decrypts,
+// and one write encrypts, at most 64 KB, so that a long body does not hold its thread.
+// Readiness waits are asio's, so the stream serves Beast's HTTP reads and writes like
+// beast::tcp_stream does, with the same kind of deadline (expires_after / expires_never).
 //
 // Threads: every member, and every operation's completion, runs on the socket's executor (the
 // connection's strand); the stream is not safe for concurrent use. One operation of each
@@ -49,7 +49,8 @@ class TlsSocketStream {
   auto async_handshake(Token&& token) {
     return start<void(error_code)>(Direction::kHandshake, {}, {}, {}, std::forward<Token>(token));
   }
-  // Sends close_notify and waits for the peer's. Handler: void(error_code).
+  // Sends close_notify, then reads and drops what the peer still sends until its close_notify
+  // or end of stream (bounded by the deadline). Handler: void(error_code).
   template <class Token>
   auto async_shutdown(Token&& token) {
     return start<void(error_code)>(Direction::kShutdown, {}, {}, {}, std::forward<Token>(token));
@@ -110,8 +111,10 @@ class TlsSocketStream {
     error_code deferred_error;  // a read's failure after some bytes, for the next read
   };
 
-  // The most one write encrypts and sends, so that a long body (a model download) does not
-  // hold its thread from the other connections.
+  // The most one read decrypts and one write encrypts: while records keep arriving (or the
+  // socket keeps taking them), an operation would otherwise go on through a whole upload or
+  // download and hold its thread from every other connection's work. Four records.
+  static constexpr size_t kMaxReadBytes = 64 * 1024;
   static constexpr size_t kMaxWriteBytes = 64 * 1024;
   // Buffer sequences up to this size (an HTTP header and a short body) are sent as one record.
   static constexpr size_t kGatherLimit = 16 * 1024;
@@ -157,8 +160,7 @@ class TlsSocketStream {
         }
         return;
       }
-      Attempt attempt = core->timed_out ? Attempt::finished(boost::beast::error::timeout)
-                                        : core->attempt(direction, in, out);
+      Attempt attempt = core->attempt(direction, in, out);
       if (attempt.want == Want::kNothing) {
         result = attempt;
         if (waited) return (*this)(self);

@@ -351,17 +351,13 @@ class SqliteStore : public Store {
   // and fail_round sync it, and with it every write before them.
   Status record_update(const UpdateRecord& u) override {
     std::lock_guard<std::mutex> lock(mu_);
-    FEDCASE_RETURN_IF_ERROR(restore_full_sync());
-    if (wal_) {
-      FEDCASE_RETURN_IF_ERROR(exec("PRAGMA synchronous=NORMAL"));
-      full_sync_ = false;
-    }
+    FEDCASE_RETURN_IF_ERROR(set_full_sync(!wal_));
     auto q = prepared(
         "INSERT INTO updates(job_id, round_idx, client_id, meta, received_at) VALUES(?,?,?,?,?)");
     const Status inserted =
         q.ok() ? q->bind(u.job).bind(u.round).bind(u.client).bind(u.meta).bind(u.received_at).run()
                : q.status();
-    (void)restore_full_sync();  // if it fails, the next statement tries again before it runs
+    (void)set_full_sync(true);  // if it fails, the next statement tries again before it runs
     return inserted;
   }
 
@@ -465,7 +461,7 @@ class SqliteStore : public Store {
 
   // Runs `body` inside BEGIN IMMEDIATE .. COMMIT, rolling back if it fails.
   Status transaction(const std::function<Status()>& body) {
-    FEDCASE_RETURN_IF_ERROR(restore_full_sync());
+    FEDCASE_RETURN_IF_ERROR(set_full_sync(true));
     FEDCASE_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE"));
     Status s = body();
     if (s.ok()) s = exec("COMMIT");
@@ -477,14 +473,18 @@ class SqliteStore : public Store {
 
   // Every statement but record_update's runs with every commit synced.
   Result<Query> query(const std::string& sql) {
-    FEDCASE_RETURN_IF_ERROR(restore_full_sync());
+    FEDCASE_RETURN_IF_ERROR(set_full_sync(true));
     return prepared(sql);
   }
 
-  Status restore_full_sync() {
-    if (full_sync_) return ok_status();
-    FEDCASE_RETURN_IF_ERROR(exec("PRAGMA synchronous=FULL"));
-    full_sync_ = true;
+  // PRAGMA synchronous FULL or NORMAL, through cached statements (record_update sets it twice
+  // per accepted update).
+  Status set_full_sync(bool full) {
+    if (full_sync_ == full) return ok_status();
+    auto q = prepared(full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");
+    if (!q.ok()) return q.status();
+    FEDCASE_RETURN_IF_ERROR(q->run());
+    full_sync_ = full;
     return ok_status();
   }
 
