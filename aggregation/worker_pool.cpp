@@ -13,7 +13,7 @@ WorkerPool::WorkerPool(size_t threads) {
 
 WorkerPool::~WorkerPool() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     stopping_ = true;
   }
   start_cv_.notify_all();
@@ -34,7 +34,7 @@ void WorkerPool::for_ranges(size_t n, size_t min_range, const RangeBody& body) {
     ranges[p] = {begin, end};
   }
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     ranges_ = std::move(ranges);
     body_ = &body;
     pending_ = parts - 1;
@@ -42,26 +42,27 @@ void WorkerPool::for_ranges(size_t n, size_t min_range, const RangeBody& body) {
   }
   start_cv_.notify_all();
   body(0, ranges_[0].first, ranges_[0].second);
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_cv_.wait(lock, [this] { return pending_ == 0; });
+  MutexLock lock(mutex_);
+  while (pending_ != 0) done_cv_.wait(mutex_);
   body_ = nullptr;
 }
 
 void WorkerPool::worker_loop(size_t part) {
   size_t seen = 0;
-  std::unique_lock<std::mutex> lock(mutex_);
+  mutex_.lock();
   while (true) {
-    start_cv_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-    if (stopping_) return;
+    while (!stopping_ && generation_ == seen) start_cv_.wait(mutex_);
+    if (stopping_) break;
     seen = generation_;
     if (part >= ranges_.size()) continue;
     const auto [begin, end] = ranges_[part];
     const RangeBody* body = body_;
-    lock.unlock();
+    mutex_.unlock();
     (*body)(part, begin, end);
-    lock.lock();
+    mutex_.lock();
     if (--pending_ == 0) done_cv_.notify_one();
   }
+  mutex_.unlock();
 }
 
 }  // namespace fedcase::aggregation

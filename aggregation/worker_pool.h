@@ -3,13 +3,13 @@
 // index range. The calling thread takes part in every loop, so WorkerPool(1) starts no thread.
 // Thread safety: one caller at a time (the owner of the aggregate serialises its calls).
 
-#include <condition_variable>
 #include <cstddef>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace fedcase::aggregation {
 
@@ -39,14 +39,16 @@ class WorkerPool {
   void worker_loop(size_t part);
 
   std::vector<std::thread> workers_;
-  std::mutex mutex_;
-  std::condition_variable start_cv_;
-  std::condition_variable done_cv_;
-  const RangeBody* body_ = nullptr;                // the loop being run, guarded by mutex_
-  std::vector<std::pair<size_t, size_t>> ranges_;  // one per active part
-  size_t generation_ = 0;                          // bumped for each loop
-  size_t pending_ = 0;                             // workers still running the current loop
-  bool stopping_ = false;
+  Mutex mutex_;
+  CondVar start_cv_;
+  CondVar done_cv_;
+  const RangeBody* body_ FEDCASE_GUARDED_BY(mutex_) = nullptr;  // the loop being run
+  // One per active part; written under mutex_, read by the caller's own part without it while
+  // the loop runs (no worker writes it).
+  std::vector<std::pair<size_t, size_t>> ranges_;
+  size_t generation_ FEDCASE_GUARDED_BY(mutex_) = 0;  // bumped for each loop
+  size_t pending_ FEDCASE_GUARDED_BY(mutex_) = 0;     // workers still running the current loop
+  bool stopping_ FEDCASE_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace fedcase::aggregation

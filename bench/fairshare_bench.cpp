@@ -146,7 +146,7 @@ std::vector<ClientProfile> make_fleet(const FleetSpec& spec, size_t clients, uin
   return fleet;
 }
 
-rounds::JobConfig job_config(const Options& options, JobId job, uint64_t seed) {
+rounds::JobParts job_parts(const Options& options, JobId job, uint64_t seed) {
   const nlohmann::json config = {
       {"name", "job-" + std::to_string(job)},
       {"model", "mlp"},
@@ -161,12 +161,12 @@ rounds::JobConfig job_config(const Options& options, JobId job, uint64_t seed) {
         {"deadline", {{"mode", "percentile"}, {"percentile", 0.9}, {"slack", 1.5}}}}},
       {"aggregation", {{"rule", "fedavg"}}},
       {"server_optimizer", {{"name", "fedavg"}, {"lr", 1.0}}}};
-  auto parsed = rounds::parse_job_config(config);
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "job config: %s\n", parsed.status().to_string().c_str());
+  auto parts = rounds::build_job(config);
+  if (!parts.ok()) {
+    std::fprintf(stderr, "job config: %s\n", parts.status().to_string().c_str());
     std::exit(1);
   }
-  return *parsed;
+  return std::move(parts).value();
 }
 
 std::shared_ptr<const rounds::GlobalModel> initial_model(size_t params) {
@@ -278,7 +278,7 @@ class Simulation {
     Job job;
     job.spec = spec;
     auto runtime =
-        rounds::JobRuntime::create(job_config(options_, spec.id, seed),
+        rounds::JobRuntime::create(job_parts(options_, spec.id, seed),
                                    initial_model(spec.model_params), nlohmann::json::object(), "");
     if (!runtime.ok()) {
       std::fprintf(stderr, "job %llu: %s\n", (unsigned long long)spec.id,

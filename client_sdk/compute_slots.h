@@ -4,9 +4,9 @@
 // instead of slicing every core among all of them (which thrashes the caches and slows each
 // training by more than the share it gives up). Thread-safe.
 
-#include <condition_variable>
 #include <cstddef>
-#include <mutex>
+
+#include "common/mutex.h"
 
 namespace fedcase::client {
 
@@ -18,13 +18,13 @@ class ComputeSlots {
   class Hold {
    public:
     explicit Hold(ComputeSlots& slots) : slots_(slots) {
-      std::unique_lock<std::mutex> lock(slots_.mu_);
-      slots_.cv_.wait(lock, [&] { return slots_.free_ > 0; });
+      MutexLock lock(slots_.mu_);
+      while (slots_.free_ == 0) slots_.cv_.wait(slots_.mu_);
       --slots_.free_;
     }
     ~Hold() {
       {
-        std::lock_guard<std::mutex> lock(slots_.mu_);
+        MutexLock lock(slots_.mu_);
         ++slots_.free_;
       }
       slots_.cv_.notify_one();
@@ -37,9 +37,9 @@ class ComputeSlots {
   };
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  size_t free_;  // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  size_t free_ FEDCASE_GUARDED_BY(mu_);
 };
 
 }  // namespace fedcase::client

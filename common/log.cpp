@@ -4,8 +4,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <mutex>
 #include <string>
+
+#include "common/mutex.h"
 
 namespace fedcase {
 namespace {
@@ -21,10 +22,14 @@ LogLevel threshold_from_env() {
 
 const char* level_name(LogLevel level) {
   switch (level) {
-    case LogLevel::kDebug: return "DEBUG";
-    case LogLevel::kInfo: return "INFO";
-    case LogLevel::kWarn: return "WARN";
-    case LogLevel::kError: return "ERROR";
+    case LogLevel::kDebug:
+      return "DEBUG";
+    case LogLevel::kInfo:
+      return "INFO";
+    case LogLevel::kWarn:
+      return "WARN";
+    case LogLevel::kError:
+      return "ERROR";
   }
   return "INFO";
 }
@@ -33,7 +38,7 @@ const char* level_name(LogLevel level) {
 
 void log_message(LogLevel level, std::string_view message) {
   static const LogLevel threshold = threshold_from_env();
-  static std::mutex mu;
+  static Mutex mu;
   if (level < threshold) return;
   auto now = std::chrono::system_clock::now();
   std::time_t secs = std::chrono::system_clock::to_time_t(now);
@@ -43,7 +48,7 @@ void log_message(LogLevel level, std::string_view message) {
   gmtime_r(&secs, &tm);
   char stamp[32];
   std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
-  std::lock_guard<std::mutex> lock(mu);
+  MutexLock lock(mu);
   std::fprintf(stderr, "%s.%03dZ %s %.*s\n", stamp, millis, level_name(level),
                static_cast<int>(message.size()), message.data());
 }

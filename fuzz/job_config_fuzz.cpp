@@ -1,6 +1,6 @@
-// Fuzzes parse_job_config (rounds/job_config.h) on the body of POST /v1/admin/jobs, read as
-// the admin API reads it: parse_untrusted_json, then the parser (which also builds the
-// selection policy, aggregator and server optimizer once). Input: the JSON body. An accepted
+// Fuzzes build_job (rounds/job_config.h) on the body of POST /v1/admin/jobs, read as the
+// admin API reads it: parse_untrusted_json, then the parser and the selection policy and
+// server optimizer it builds. Input: the JSON body. An accepted
 // config must satisfy the bounds the parser documents.
 
 #include "common/json_read.h"
@@ -10,8 +10,9 @@
 FEDCASE_FUZZ_TARGET(job_config) {
   auto json = fedcase::parse_untrusted_json(fedcase::fuzz::as_text(data, size));
   if (!json.ok()) return 0;
-  auto config = fedcase::rounds::parse_job_config(*json);
-  if (!config.ok()) return 0;
+  auto parts = fedcase::rounds::build_job(*json);
+  if (!parts.ok()) return 0;
+  const fedcase::rounds::JobConfig* config = &parts->config;
   if (config->name.empty() || config->description.size() > 4096 || config->clients_per_round == 0 ||
       config->min_updates == 0 || config->min_updates > config->clients_per_round ||
       config->min_clients == 0) {

@@ -5,7 +5,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <mutex>
+
+#include "common/mutex.h"
 
 namespace fedcase::ml {
 namespace {
@@ -83,8 +84,8 @@ struct Model::Impl {
 
 Result<Model> Model::create(const std::string& arch, uint64_t seed) {
   // Module constructors draw from torch's global generator: seed and build under one lock.
-  static std::mutex init_mutex;
-  std::lock_guard<std::mutex> lock(init_mutex);
+  static Mutex init_mutex;
+  MutexLock lock(init_mutex);
   torch::manual_seed(seed);
   auto impl = std::make_unique<Impl>();
   impl->arch = arch;

@@ -2,9 +2,7 @@
 
 #include <cctype>
 
-#include "aggregation/server_optimizer.h"
 #include "common/json_read.h"
-#include "scheduling/selection.h"
 
 namespace fedcase::rounds {
 namespace {
@@ -175,8 +173,6 @@ Result<JobConfig> parse_job_config(const json& j) {
   auto overcommit = scheduling::selection_overcommit(c.selection);
   if (!overcommit.ok()) return overcommit.status();
   c.overcommit = *overcommit;
-  auto policy = scheduling::make_selection_policy(c.selection, c.seed);
-  if (!policy.ok()) return policy.status();
   auto aggregation_config = aggregation::parse_aggregator_config(aggregation);
   if (!aggregation_config.ok()) return aggregation_config.status();
   c.aggregation = std::move(aggregation_config).value();
@@ -184,9 +180,21 @@ Result<JobConfig> parse_job_config(const json& j) {
     return invalid_argument("job.clients_per_round exceeds aggregation.max_buffered_updates");
   }
   if (c.aggregation.dp_seed) return invalid_argument("aggregation.dp_seed is set per round");
-  auto optimizer = aggregation::make_server_optimizer(c.server_optimizer);
-  if (!optimizer.ok()) return optimizer.status();
   return c;
+}
+
+Result<JobParts> make_job_parts(JobConfig config) {
+  auto policy = scheduling::make_selection_policy(config.selection, config.seed);
+  if (!policy.ok()) return policy.status();
+  auto optimizer = aggregation::make_server_optimizer(config.server_optimizer);
+  if (!optimizer.ok()) return optimizer.status();
+  return JobParts{std::move(config), std::move(policy).value(), std::move(optimizer).value()};
+}
+
+Result<JobParts> build_job(const json& j) {
+  auto config = parse_job_config(j);
+  if (!config.ok()) return config.status();
+  return make_job_parts(std::move(config).value());
 }
 
 }  // namespace fedcase::rounds

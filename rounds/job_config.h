@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "aggregation/aggregator.h"
+#include "aggregation/server_optimizer.h"
 #include "common/status.h"
 #include "scheduling/round_plan.h"
+#include "scheduling/selection.h"
 
 namespace fedcase::rounds {
 
@@ -75,8 +77,21 @@ Result<std::map<std::string, std::string>> parse_client_labels(const nlohmann::j
 bool labels_match(const std::map<std::string, std::string>& labels,
                   const std::map<std::string, std::string>& wanted);
 
-// Validates a job config; kInvalidArgument naming the first bad field ("job.rounds ...",
-// "selection.policy ..."). Builds the policy, optimizer and aggregator once to check them.
+// Validates a job config's fields; kInvalidArgument naming the first bad one ("job.rounds ...").
+// The `selection` and `server_optimizer` sections are checked when make_job_parts builds them.
 Result<JobConfig> parse_job_config(const nlohmann::json& json);
+
+// A job's config with the selection policy and server optimizer it names, each built once:
+// what a JobRuntime runs. Owns both.
+struct JobParts {
+  JobConfig config;
+  std::unique_ptr<scheduling::SelectionPolicy> policy;
+  std::unique_ptr<aggregation::ServerOptimizer> optimizer;
+};
+// Builds the policy and optimizer of a parsed `config`; kInvalidArgument naming the section
+// ("selection.policy ...") when one cannot be built.
+Result<JobParts> make_job_parts(JobConfig config);
+// parse_job_config, then make_job_parts: a job config checked in full and ready to run.
+Result<JobParts> build_job(const nlohmann::json& json);
 
 }  // namespace fedcase::rounds

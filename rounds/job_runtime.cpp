@@ -21,26 +21,26 @@ std::shared_ptr<const GlobalModel> make_global_model(uint64_t version, ModelLayo
   return model;
 }
 
-JobRuntime::JobRuntime(JobConfig config, std::shared_ptr<const GlobalModel> model)
-    : config_(std::move(config)), model_(std::move(model)) {}
+JobRuntime::JobRuntime(JobParts parts, std::shared_ptr<const GlobalModel> model)
+    : config_(std::move(parts.config)),
+      model_(std::move(model)),
+      policy_(std::move(parts.policy)),
+      optimizer_(std::move(parts.optimizer)) {}
 
-Result<std::unique_ptr<JobRuntime>> JobRuntime::create(JobConfig config,
+Result<std::unique_ptr<JobRuntime>> JobRuntime::create(JobParts parts,
                                                        std::shared_ptr<const GlobalModel> model,
                                                        const json& policy_state,
                                                        const std::string& optimizer_state,
                                                        RoundIndex last_round, uint64_t dp_secret) {
   if (!model) return invalid_argument("a job needs an initial model");
-  std::unique_ptr<JobRuntime> job(new JobRuntime(std::move(config), std::move(model)));
-  auto policy = scheduling::make_selection_policy(job->config_.selection, job->config_.seed);
-  if (!policy.ok()) return policy.status();
-  job->policy_ = std::move(policy).value();
+  if (!parts.policy || !parts.optimizer) {
+    return invalid_argument("a job needs its selection policy and server optimizer");
+  }
+  std::unique_ptr<JobRuntime> job(new JobRuntime(std::move(parts), std::move(model)));
   if (policy_state.is_object() && !policy_state.empty()) {
     FEDCASE_RETURN_IF_ERROR(job->policy_->load_state(policy_state));
     job->policy_state_ = policy_state;
   }
-  auto optimizer = aggregation::make_server_optimizer(job->config_.server_optimizer);
-  if (!optimizer.ok()) return optimizer.status();
-  job->optimizer_ = std::move(optimizer).value();
   FEDCASE_RETURN_IF_ERROR(job->optimizer_->load_state(optimizer_state));
   job->last_round_ = std::max<RoundIndex>(last_round, job->model_->version);
   job->dp_secret_ = dp_secret;

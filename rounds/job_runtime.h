@@ -74,17 +74,14 @@ struct Conclusion {
 
 class JobRuntime {
  public:
-  // A job resumed at `model` (its latest committed model) with the policy and optimizer state
-  // saved with it (empty: fresh). `last_round` is the highest round index used so far.
-  // `dp_secret` keeps DP noise unpredictable from the job config (see dp_seed); 0, for
-  // simulations and tests, makes it reproducible. kInvalidArgument for a state the policy or
-  // optimizer did not save.
-  static Result<std::unique_ptr<JobRuntime>> create(JobConfig config,
-                                                    std::shared_ptr<const GlobalModel> model,
-                                                    const nlohmann::json& policy_state,
-                                                    const std::string& optimizer_state,
-                                                    RoundIndex last_round = 0,
-                                                    uint64_t dp_secret = 0);
+  // A job running `parts` (whose policy and optimizer it takes over), resumed at `model` (its
+  // latest committed model) with the policy and optimizer state saved with it (empty: fresh).
+  // `last_round` is the highest round index used so far. `dp_secret` keeps DP noise unpredictable
+  // from the job config (see dp_seed); 0, for simulations and tests, makes it reproducible.
+  // kInvalidArgument for a state the policy or optimizer did not save.
+  static Result<std::unique_ptr<JobRuntime>> create(
+      JobParts parts, std::shared_ptr<const GlobalModel> model, const nlohmann::json& policy_state,
+      const std::string& optimizer_state, RoundIndex last_round = 0, uint64_t dp_secret = 0);
 
   const JobConfig& config() const { return config_; }
   const std::shared_ptr<const GlobalModel>& model() const { return model_; }
@@ -118,7 +115,7 @@ class JobRuntime {
   void abandon(const Conclusion& conclusion);
 
  private:
-  JobRuntime(JobConfig config, std::shared_ptr<const GlobalModel> model);
+  JobRuntime(JobParts parts, std::shared_ptr<const GlobalModel> model);
   // The record of a round that ends without a model; the policy learns from it. With
   // `stopped_early` (a cancel, a reached target) invitees still inside the deadline are
   // "round stopped", not blamed for missing it.

@@ -8,17 +8,17 @@ RoundAggregate::RoundAggregate(std::unique_ptr<aggregation::Aggregator> aggregat
     : aggregator_(std::move(aggregator)) {}
 
 Status RoundAggregate::add(const UnalignedFloat* values, size_t count, double weight) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return aggregator_->add(values, count, weight);
 }
 
 Result<std::vector<float>> RoundAggregate::result() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return aggregator_->result();
 }
 
 std::string RoundAggregate::rule() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return aggregator_->name();
 }
 

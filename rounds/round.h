@@ -16,7 +16,6 @@
 #include <cstddef>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -25,6 +24,7 @@
 #include "aggregation/aggregator.h"
 #include "common/blob.h"
 #include "common/ids.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "rounds/evaluation.h"
 #include "scheduling/profile.h"
@@ -45,8 +45,8 @@ class RoundAggregate {
   std::string rule() const;
 
  private:
-  mutable std::mutex mu_;
-  std::unique_ptr<aggregation::Aggregator> aggregator_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::unique_ptr<aggregation::Aggregator> aggregator_ FEDCASE_GUARDED_BY(mu_);
 };
 
 // A change to one client's profile that a round step decided. The owner of the profiles

@@ -68,17 +68,31 @@ bool SlidingWindowLimit::would_allow(double now) {
   return events_.size() < max_events_;
 }
 
+double SlidingWindowLimit::oldest_leaves() const {
+  return events_.empty() ? -std::numeric_limits<double>::infinity() : events_.front() + window_s_;
+}
+
 bool SlidingWindowLimit::allow(double now, double& retry_after_s) {
   if (would_allow(now)) {
     events_.push_back(now);
     retry_after_s = 0;
     return true;
   }
-  retry_after_s = events_.empty() ? window_s_ : std::max(0.0, events_.front() + window_s_ - now);
+  retry_after_s = events_.empty() ? window_s_ : std::max(0.0, oldest_leaves() - now);
   return false;
 }
 
 FairShare::Tenant& FairShare::tenant(TenantId id) { return tenants_[id]; }
+
+std::optional<double> FairShare::throttle_ends(double now) const {
+  std::optional<double> ends;
+  for (const auto& [id, t] : tenants_) {
+    if (!t.round_throttled || !t.round_starts) continue;
+    const double at = t.round_starts->oldest_leaves();
+    if (at > now && (!ends || at < *ends)) ends = at;
+  }
+  return ends;
+}
 
 uint64_t FairShare::consumer(TenantId tenant, JobId job) const {
   return mode_ == Mode::kPerJob ? job : tenant;

@@ -74,6 +74,8 @@ class SlidingWindowLimit {
   bool allow(double now, double& retry_after_s);
   // Whether an event at `now` would fit, recording nothing.
   bool would_allow(double now);
+  // When the oldest event leaves the window (-infinity for an empty window).
+  double oldest_leaves() const;
 
  private:
   void expire(double now);
@@ -148,6 +150,10 @@ class FairShare {
   // until its update or the round's close): the charge is corrected to what it really used.
   void round_concluded(TenantId tenant, JobId job, double expected_client_s, double client_s,
                        double class_cost);
+
+  // The earliest time after `now` at which a tenant whose round start next_round held back
+  // gets one again (its round-start window frees), or nullopt when none waits for that.
+  std::optional<double> throttle_ends(double now) const;
 
   // Throttle events of a tenant (also in to_json).
   uint64_t throttle_events(TenantId tenant) const;

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs every Debian package fedcase needs to build, test and run its demo (Chart.js is built
 # into the dashboard; Chromium and promtool, from prometheus, run in the tests; python3-torch
-# exports the SDK example's TorchScript model in the tests); with --fuzz,
-# also clang with libFuzzer and the sanitizer runtimes, and llvm-symbolizer for their reports
-# (`make fuzz`). Idempotent and quick when everything is already present.
+# exports the SDK example's TorchScript model in the tests; clang checks the locks with
+# -Wthread-safety); with --fuzz, also libFuzzer and the sanitizer runtimes, and
+# llvm-symbolizer for their reports (`make fuzz`). Idempotent and quick when everything is already present.
 set -euo pipefail
 
 packages=(
@@ -12,10 +12,10 @@ packages=(
   libisal-dev
   libtorch-dev doctest-dev dataset-fashion-mnist
   curl jq sqlite3 openssl
-  libjs-chart.js chromium prometheus python3-torch
+  libjs-chart.js chromium prometheus python3-torch clang
 )
 if [ "${1:-}" = "--fuzz" ]; then
-  packages+=(clang libclang-rt-14-dev llvm-14)
+  packages+=(libclang-rt-14-dev llvm-14)
 fi
 
 missing=()

@@ -240,6 +240,276 @@ Response too_many_requests(double retry_after, const Request& header) {
 
 }  // namespace
 
+namespace {
+
+// ---- the routes' handlers: one request each, authenticated and of the right role ----
+
+// What a handler gets: the request, who sent it, the ids of its path ({job}, {round},
+// {version}, in order) and its JSON body (for Body::kJson routes).
+struct Call {
+  const Request& request;
+  const Caller& caller;
+  std::vector<uint64_t> ids;
+  json body;
+  std::string_view query;
+  double receive_seconds = 0;
+
+  // A tenant sees only its own jobs; the admin and clients see every job.
+  Scope scope() const { return caller.role == Role::kTenant ? Scope(caller.tenant) : Scope(); }
+  std::optional<ClientId> client() const {
+    return caller.role == Role::kClient ? std::optional<ClientId>(caller.client) : std::nullopt;
+  }
+};
+
+Reply metrics_page(Coordinator& coordinator, const Call& call) {
+  Response res{http::status::ok, call.request.version()};
+  res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+  res.keep_alive(call.request.keep_alive());
+  res.body() = coordinator.metrics().render();
+  res.prepare_payload();
+  return answer(std::move(res));
+}
+
+Reply list_jobs(Coordinator& coordinator, const Call& call) {
+  return json_reply(jobs_json(coordinator.list_jobs(call.scope())), call.request);
+}
+
+Reply create_job(Coordinator& coordinator, const Call& call) {
+  const Request& req = call.request;
+  auto submission = parse_job_submission(req);
+  if (!submission.ok()) return error_reply(submission.status(), req);
+  const TenantId owner = call.caller.role == Role::kTenant ? call.caller.tenant : 0;
+  double retry_after = 0;
+  auto created =
+      coordinator.create_job(submission->config, owner, retry_after, submission->model_file);
+  if (!created.ok() && created.status().code() == Code::kResourceExhausted) {
+    return answer(with_retry_after(
+        error_response(created.status(), req.version(), req.keep_alive()), retry_after));
+  }
+  return result_reply(created, job_summary_json, req, http::status::created);
+}
+
+Reply job_detail(Coordinator& coordinator, const Call& call) {
+  return result_reply(coordinator.job_detail(call.ids[0], call.scope()), job_detail_json,
+                      call.request);
+}
+
+template <const char* kAction>
+Reply control_job(Coordinator& coordinator, const Call& call) {
+  const JobId job = call.ids[0];
+  return result_reply(
+      coordinator.control_job(job, kAction, call.scope()),
+      [job](JobState state) { return job_state_json(job, state); }, call.request);
+}
+constexpr char kPause[] = "pause";
+constexpr char kResume[] = "resume";
+constexpr char kCancel[] = "cancel";
+
+Reply list_clients(Coordinator& coordinator, const Call& call) {
+  auto listing = parse_client_query(query_params(call.query));
+  if (!listing.ok()) return error_reply(listing.status(), call.request);
+  const std::vector<ClientSummary> clients = coordinator.list_clients();
+  return json_reply(clients_json(select_clients(clients, *listing)), call.request);
+}
+
+Reply list_tenants(Coordinator& coordinator, const Call& call) {
+  return json_reply(tenants_json(coordinator.tenants()), call.request);
+}
+
+Reply create_tenant(Coordinator& coordinator, const Call& call) {
+  return result_reply(coordinator.create_tenant(call.body), tenant_created_json, call.request,
+                      http::status::created);
+}
+
+Reply register_client(Coordinator& coordinator, const Call& call) {
+  return result_reply(coordinator.register_client(call.body), registration_json, call.request,
+                      http::status::created);
+}
+
+Reply heartbeat(Coordinator& coordinator, const Call& call) {
+  Status beat = coordinator.heartbeat(call.caller.client, call.body);
+  if (!beat.ok()) return error_reply(beat, call.request);
+  return json_reply({{"ok", true}}, call.request);
+}
+
+// A long poll: answered at once when the client has a task, else when one is made for it or
+// `wait` seconds pass (at most long_poll_max_s).
+Reply next_task(Coordinator& coordinator, const Call& call) {
+  const Request& req = call.request;
+  double wait = 0;
+  const auto params = query_params(call.query);
+  if (auto w = params.find("wait"); w != params.end()) {
+    char* end = nullptr;
+    wait = std::strtod(w->second.c_str(), &end);
+    if (w->second.empty() || *end != '\0' || !std::isfinite(wait) || wait < 0) {
+      return error_reply(invalid_argument("wait must be a number of seconds >= 0"), req);
+    }
+    wait = std::min(wait, coordinator.config().long_poll_max_s);
+  }
+  const ClientId id = call.caller.client;
+  Request head;  // only version and keep-alive are needed to answer later
+  head.version(req.version());
+  head.keep_alive(req.keep_alive());
+  // Runs on an I/O thread, at the start of the wait and at each wake-up: nothing may escape.
+  auto poll = [&coordinator, id, head]() -> std::optional<Response> {
+    try {
+      auto task = coordinator.next_task(id);
+      if (!task.ok()) return error_response(task.status(), head.version(), head.keep_alive());
+      if (!task->has_value()) return std::nullopt;
+      return json_response(http::status::ok, task_json(**task), head);
+    } catch (const std::exception& e) {
+      log_error(std::string("task poll failed: ") + e.what());
+      return error_response(internal_error(kInternalMessage), head.version(), head.keep_alive());
+    }
+  };
+  Response empty{http::status::no_content, req.version()};
+  empty.keep_alive(req.keep_alive());
+  empty.prepare_payload();
+  if (auto first = poll()) return answer(std::move(*first));
+  if (wait <= 0) return answer(std::move(empty));
+  Reply waiting = answer(std::move(empty));
+  waiting.poll = poll;
+  waiting.wait_s = wait;
+  waiting.watch = [&coordinator, id](std::function<void()> wake) {
+    return coordinator.watch_tasks(id, std::move(wake));
+  };
+  waiting.unwatch = [&coordinator, id](uint64_t handle) { coordinator.unwatch_tasks(id, handle); };
+  return waiting;
+}
+
+// Downloads (models, modules): the admin, a tenant for its own jobs, and a client for the job
+// of a task it holds.
+Reply get_module(Coordinator& coordinator, const Call& call) {
+  auto module = coordinator.module(call.ids[0], call.scope(), call.client());
+  if (!module.ok()) return error_reply(module.status(), call.request);
+  return immutable_reply(call.request, module->checksum, module->bytes);
+}
+
+Reply get_model(Coordinator& coordinator, const Call& call) {
+  auto model = coordinator.model(call.ids[0], call.ids[1], call.scope(), call.client());
+  if (!model.ok()) return error_reply(model.status(), call.request);
+  return immutable_reply(call.request, model->checksum, model->blob);
+}
+
+Reply task_status(Coordinator& coordinator, const Call& call) {
+  return result_reply(coordinator.task_status(call.caller.client, call.ids[0], call.ids[1]),
+                      admission_json, call.request);
+}
+
+Reply upload(Coordinator& coordinator, const Call& call) {
+  const Request& req = call.request;
+  // Parsed here, judged by the coordinator after its state checks.
+  Result<json> meta = invalid_argument(std::string("missing ") + kMetaHeader + " header");
+  auto meta_header = req.find(kMetaHeader);
+  if (meta_header != req.end()) {
+    meta = parse_untrusted_json(
+        std::string_view(meta_header->value().data(), meta_header->value().size()));
+    if (!meta.ok())
+      meta = invalid_argument(std::string(kMetaHeader) + ": " + meta.status().message());
+  }
+  auto accepted = coordinator.submit_update(call.caller.client, call.ids[0], call.ids[1], meta,
+                                            req.body(), call.receive_seconds);
+  if (accepted.ok()) {
+    coordinator.metrics().add(metric::kUpdatesAccepted, {});
+  } else {
+    coordinator.metrics().add(metric::kUpdatesRefused,
+                              {{"reason", code_name(accepted.status().code())}});
+  }
+  return result_reply(accepted, update_accepted_json, req);
+}
+
+// ---- the route table: routing, body limits and metric labels all read it ----
+
+// What a route's body is, which sets its limit: kNone and kJson bodies are bounded by
+// max_json_bytes (kJson ones are parsed before the handler runs), an update upload by
+// max_upload_bytes, a job submission by max_json_bytes, or, sent as multipart by the admin or
+// a tenant, max_model_bytes + max_json_bytes.
+enum class Body { kNone, kJson, kUpload, kJobSubmission };
+
+constexpr unsigned role_bit(Role role) { return 1u << static_cast<unsigned>(role); }
+constexpr unsigned kAdminOnly = role_bit(Role::kAdmin);
+constexpr unsigned kJobOwners = role_bit(Role::kAdmin) | role_bit(Role::kTenant);
+constexpr unsigned kClients = role_bit(Role::kClient);
+constexpr unsigned kDownloaders = kJobOwners | kClients;
+
+struct Route {
+  http::verb method;
+  std::string_view pattern;  // also the metrics label; a {name} segment is a decimal id
+  unsigned roles;            // role_bit()s of the callers allowed
+  Body body;
+  Reply (*handler)(Coordinator&, const Call&);
+};
+
+const Route kRoutes[] = {
+    {http::verb::get, "/metrics", kAdminOnly | role_bit(Role::kMetrics), Body::kNone, metrics_page},
+    {http::verb::get, "/v1/admin/jobs", kJobOwners, Body::kNone, list_jobs},
+    {http::verb::post, "/v1/admin/jobs", kJobOwners, Body::kJobSubmission, create_job},
+    {http::verb::get, "/v1/admin/jobs/{job}", kJobOwners, Body::kNone, job_detail},
+    {http::verb::post, "/v1/admin/jobs/{job}/pause", kJobOwners, Body::kNone, control_job<kPause>},
+    {http::verb::post, "/v1/admin/jobs/{job}/resume", kJobOwners, Body::kNone,
+     control_job<kResume>},
+    {http::verb::post, "/v1/admin/jobs/{job}/cancel", kJobOwners, Body::kNone,
+     control_job<kCancel>},
+    {http::verb::get, "/v1/admin/clients", kAdminOnly, Body::kNone, list_clients},
+    {http::verb::get, "/v1/admin/tenants", kAdminOnly, Body::kNone, list_tenants},
+    {http::verb::post, "/v1/admin/tenants", kAdminOnly, Body::kJson, create_tenant},
+    {http::verb::post, "/v1/clients/register", role_bit(Role::kEnrollment), Body::kJson,
+     register_client},
+    {http::verb::post, "/v1/clients/heartbeat", kClients, Body::kJson, heartbeat},
+    {http::verb::get, "/v1/task", kClients, Body::kNone, next_task},
+    {http::verb::get, "/v1/jobs/{job}/module", kDownloaders, Body::kNone, get_module},
+    {http::verb::get, "/v1/jobs/{job}/models/{version}", kDownloaders, Body::kNone, get_model},
+    {http::verb::get, "/v1/jobs/{job}/rounds/{round}/status", kClients, Body::kNone, task_status},
+    {http::verb::post, "/v1/jobs/{job}/rounds/{round}/update", kClients, Body::kUpload, upload},
+};
+
+// Whether `path`'s segments fit `pattern`'s (a {name} segment fits any segment).
+bool fits(std::string_view pattern, const std::vector<std::string>& path) {
+  const std::vector<std::string> want = split_path(pattern);
+  if (want.size() != path.size()) return false;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i].front() != '{' && want[i] != path[i]) return false;
+  }
+  return true;
+}
+
+std::string_view path_of(const http::request_header<>& header) {
+  const std::string_view target(header.target().data(), header.target().size());
+  return target.substr(0, target.find('?'));
+}
+
+// The route of `header`'s method and path, or nullptr; `methods` collects the methods of the
+// routes whose pattern fits the path (for 405's Allow).
+const Route* find_route(const http::request_header<>& header, std::string* methods = nullptr) {
+  const std::vector<std::string> path = split_path(path_of(header));
+  const Route* found = nullptr;
+  for (const Route& route : kRoutes) {
+    if (!fits(route.pattern, path)) continue;
+    if (route.method == header.method()) found = &route;
+    if (methods) {
+      if (!methods->empty()) *methods += ", ";
+      *methods += std::string(http::to_string(route.method));
+    }
+  }
+  return found;
+}
+
+// The ids of `path` where `pattern` has a {name}; kInvalidArgument naming one that is not a
+// decimal number.
+Result<std::vector<uint64_t>> path_ids(std::string_view pattern, std::string_view path) {
+  const std::vector<std::string> want = split_path(pattern), got = split_path(path);
+  std::vector<uint64_t> ids;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i].front() != '{') continue;
+    auto id = parse_id(got[i]);
+    if (!id) return invalid_argument(want[i].substr(1, want[i].size() - 2) + " must be a number");
+    ids.push_back(*id);
+  }
+  return ids;
+}
+
+}  // namespace
+
 Api::Api(Coordinator& coordinator)
     : coordinator_(coordinator),
       limiter_(coordinator.config().requests_per_second,
@@ -249,39 +519,16 @@ Api::Api(Coordinator& coordinator)
 }
 
 bool Api::is_upload(const http::request_header<>& header) {
-  std::string_view target(header.target().data(), header.target().size());
-  return header.method() == http::verb::post && target.size() > 7 &&
-         target.substr(target.size() - 7) == "/update";
+  const Route* route = find_route(header);
+  return route && route->body == Body::kUpload;
 }
 
 std::string_view Api::route_template(const http::request_header<>& header) {
-  std::string_view target(header.target().data(), header.target().size());
-  const auto parts = split_path(target.substr(0, target.find('?')));
-  const size_t n = parts.size();
-  if (n == 1 && parts[0] == "metrics") return "/metrics";
-  if (n >= 1 && parts[0] == "dashboard") return "/dashboard";
-  if (n < 2 || parts[0] != "v1") return "other";
-  if (parts[1] == "admin") {
-    if (n == 3 && parts[2] == "jobs") return "/v1/admin/jobs";
-    if (n == 3 && parts[2] == "clients") return "/v1/admin/clients";
-    if (n == 3 && parts[2] == "tenants") return "/v1/admin/tenants";
-    if (n == 4 && parts[2] == "jobs") return "/v1/admin/jobs/{job}";
-    if (n == 5 && parts[2] == "jobs") {
-      if (parts[4] == "pause") return "/v1/admin/jobs/{job}/pause";
-      if (parts[4] == "resume") return "/v1/admin/jobs/{job}/resume";
-      if (parts[4] == "cancel") return "/v1/admin/jobs/{job}/cancel";
-    }
-    return "other";
-  }
-  if (n == 3 && parts[1] == "clients" && parts[2] == "register") return "/v1/clients/register";
-  if (n == 3 && parts[1] == "clients" && parts[2] == "heartbeat") return "/v1/clients/heartbeat";
-  if (n == 2 && parts[1] == "task") return "/v1/task";
-  if (n == 5 && parts[1] == "jobs" && parts[3] == "models")
-    return "/v1/jobs/{job}/models/{version}";
-  if (n == 4 && parts[1] == "jobs" && parts[3] == "module") return "/v1/jobs/{job}/module";
-  if (n == 6 && parts[1] == "jobs" && parts[3] == "rounds") {
-    if (parts[5] == "status") return "/v1/jobs/{job}/rounds/{round}/status";
-    if (parts[5] == "update") return "/v1/jobs/{job}/rounds/{round}/update";
+  const std::string_view path = path_of(header);
+  if (path == "/dashboard" || path.substr(0, 11) == "/dashboard/") return "/dashboard";
+  const std::vector<std::string> parts = split_path(path);
+  for (const Route& route : kRoutes) {
+    if (fits(route.pattern, parts)) return route.pattern;
   }
   return "other";
 }
@@ -336,13 +583,11 @@ std::optional<Reply> Api::dashboard(const Request& req) {
 
 uint64_t Api::body_limit(const http::request_header<>& header) const {
   const CoordinatorConfig& config = coordinator_.config();
-  if (is_upload(header)) return config.max_upload_bytes;
-  if (header.method() == http::verb::post && route_template(header) == "/v1/admin/jobs" &&
-      is_multipart(header)) {
+  const Route* route = find_route(header);
+  if (route && route->body == Body::kUpload) return config.max_upload_bytes;
+  if (route && route->body == Body::kJobSubmission && is_multipart(header)) {
     const Role role = coordinator_.identify(bearer_token(header)).role;
-    if (role == Role::kAdmin || role == Role::kTenant) {
-      return config.max_model_bytes + config.max_json_bytes;
-    }
+    if (route->roles & role_bit(role)) return config.max_model_bytes + config.max_json_bytes;
   }
   return config.max_json_bytes;
 }
@@ -393,213 +638,35 @@ Reply Api::handle(const Request& req, const RequestContext& context) {
 }
 
 Reply Api::route(const Request& req, const Caller& caller, double receive_seconds) {
-  std::string_view target(req.target().data(), req.target().size());
-  size_t q = target.find('?');
-  std::string_view query = q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
-  auto parts = split_path(target.substr(0, q));
-  const auto method = req.method();
-  const bool admin = caller.role == Role::kAdmin;
-  const bool client = caller.role == Role::kClient;
-  auto forbidden = [&] {
-    return error_reply(permission_denied("this token may not do that"), req);
-  };
-  auto method_not_allowed = [&] {
+  std::string methods;
+  const Route* route = find_route(req, &methods);
+  if (!route && methods.empty()) return error_reply(not_found("no such endpoint"), req);
+  if (!route) {
     Response res = json_response(
         http::status::method_not_allowed,
         {{"error", {{"code", "method_not_allowed"}, {"message", "method not allowed here"}}}}, req);
-    return answer(std::move(res));
-  };
-
-  if (parts.size() == 1 && parts[0] == "metrics") {
-    if (method != http::verb::get) return method_not_allowed();
-    if (!admin && caller.role != Role::kMetrics) return forbidden();
-    Response res{http::status::ok, req.version()};
-    res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-    res.keep_alive(req.keep_alive());
-    res.body() = coordinator_.metrics().render();
-    res.prepare_payload();
+    res.set(http::field::allow, methods);
     return answer(std::move(res));
   }
-  if (parts.size() < 2 || parts[0] != "v1") {
-    return error_reply(not_found("no such endpoint"), req);
+  if (!(route->roles & role_bit(caller.role))) {
+    return error_reply(permission_denied("this token may not do that"), req);
   }
-
-  // ---- admin API: /v1/admin/...; a tenant's token reaches only its own jobs ----
-  if (parts[1] == "admin") {
-    const bool tenant = caller.role == Role::kTenant;
-    const bool jobs_route = parts.size() >= 3 && parts[2] == "jobs";
-    if (!admin && !(tenant && jobs_route)) return forbidden();
-    const Coordinator::Scope scope =
-        tenant ? Coordinator::Scope(caller.tenant) : Coordinator::Scope();
-    if (parts.size() == 3 && parts[2] == "jobs") {
-      if (method == http::verb::get) {
-        return json_reply(jobs_json(coordinator_.list_jobs(scope)), req);
-      }
-      if (method != http::verb::post) return method_not_allowed();
-      auto submission = parse_job_submission(req);
-      if (!submission.ok()) return error_reply(submission.status(), req);
-      double retry_after = 0;
-      auto created = coordinator_.create_job(submission->config, tenant ? caller.tenant : 0,
-                                             retry_after, submission->model_file);
-      if (!created.ok() && created.status().code() == Code::kResourceExhausted) {
-        return answer(with_retry_after(
-            error_response(created.status(), req.version(), req.keep_alive()), retry_after));
-      }
-      return result_reply(created, job_summary_json, req, http::status::created);
-    }
-    if (parts.size() == 3 && parts[2] == "tenants") {
-      if (method == http::verb::get) return json_reply(coordinator_.tenants_view(), req);
-      if (method != http::verb::post) return method_not_allowed();
-      auto body = parse_json_body(req);
-      if (!body.ok()) return error_reply(body.status(), req);
-      return result_reply(coordinator_.create_tenant(*body), tenant_created_json, req,
-                          http::status::created);
-    }
-    if (parts.size() == 3 && parts[2] == "clients") {
-      if (method != http::verb::get) return method_not_allowed();
-      auto listing = parse_client_query(query_params(query));
-      if (!listing.ok()) return error_reply(listing.status(), req);
-      const std::vector<ClientSummary> clients = coordinator_.list_clients();
-      return json_reply(clients_json(select_clients(clients, *listing)), req);
-    }
-    if (parts.size() >= 4 && parts.size() <= 5 && parts[2] == "jobs") {
-      auto id = parse_id(parts[3]);
-      if (!id) return error_reply(invalid_argument("job id must be a number"), req);
-      if (parts.size() == 4) {
-        if (method != http::verb::get) return method_not_allowed();
-        return result_reply(coordinator_.job_detail(*id, scope), job_detail_json, req);
-      }
-      if (method != http::verb::post) return method_not_allowed();
-      const JobId job = *id;
-      return result_reply(
-          coordinator_.control_job(job, parts[4], scope),
-          [job](JobState state) { return job_state_json(job, state); }, req);
-    }
-    return error_reply(not_found("no such endpoint"), req);
-  }
-
-  // ---- client API ----
-  if (parts.size() == 3 && parts[1] == "clients" && parts[2] == "register") {
-    if (method != http::verb::post) return method_not_allowed();
-    if (caller.role != Role::kEnrollment) return forbidden();
+  const std::string_view target(req.target().data(), req.target().size());
+  const size_t q = target.find('?');
+  auto ids = path_ids(route->pattern, path_of(req));
+  if (!ids.ok()) return error_reply(ids.status(), req);
+  Call call{req,
+            caller,
+            *ids,
+            json(),
+            q == std::string_view::npos ? std::string_view() : target.substr(q + 1),
+            receive_seconds};
+  if (route->body == Body::kJson) {
     auto body = parse_json_body(req);
     if (!body.ok()) return error_reply(body.status(), req);
-    return result_reply(coordinator_.register_client(*body), registration_json, req,
-                        http::status::created);
+    call.body = std::move(body).value();
   }
-  if (parts.size() == 3 && parts[1] == "clients" && parts[2] == "heartbeat") {
-    if (method != http::verb::post) return method_not_allowed();
-    if (!client) return forbidden();
-    auto body = parse_json_body(req);
-    if (!body.ok()) return error_reply(body.status(), req);
-    Status beat = coordinator_.heartbeat(caller.client, *body);
-    if (!beat.ok()) return error_reply(beat, req);
-    return json_reply({{"ok", true}}, req);
-  }
-  if (parts.size() == 2 && parts[1] == "task") {
-    if (method != http::verb::get) return method_not_allowed();
-    if (!client) return forbidden();
-    double wait = 0;
-    const auto params = query_params(query);
-    if (auto w = params.find("wait"); w != params.end()) {
-      char* end = nullptr;
-      wait = std::strtod(w->second.c_str(), &end);
-      if (w->second.empty() || *end != '\0' || !std::isfinite(wait) || wait < 0) {
-        return error_reply(invalid_argument("wait must be a number of seconds >= 0"), req);
-      }
-      wait = std::min(wait, coordinator_.config().long_poll_max_s);
-    }
-    const ClientId id = caller.client;
-    Coordinator& coordinator = coordinator_;
-    Request head;  // only version and keep-alive are needed to answer later
-    head.version(req.version());
-    head.keep_alive(req.keep_alive());
-    // Runs on an I/O thread, at the start of the wait and at each wake-up: nothing may escape.
-    auto poll = [&coordinator, id, head]() -> std::optional<Response> {
-      try {
-        auto task = coordinator.next_task(id);
-        if (!task.ok()) return error_response(task.status(), head.version(), head.keep_alive());
-        if (!task->has_value()) return std::nullopt;
-        return json_response(http::status::ok, task_json(**task), head);
-      } catch (const std::exception& e) {
-        log_error(std::string("task poll failed: ") + e.what());
-        return error_response(internal_error("internal error"), head.version(), head.keep_alive());
-      }
-    };
-    Response empty{http::status::no_content, req.version()};
-    empty.keep_alive(req.keep_alive());
-    empty.prepare_payload();
-    if (auto first = poll()) return answer(std::move(*first));
-    if (wait <= 0) return answer(std::move(empty));
-    Reply waiting = answer(std::move(empty));
-    waiting.poll = poll;
-    waiting.wait_s = wait;
-    waiting.watch = [&coordinator, id](std::function<void()> wake) {
-      return coordinator.watch_tasks(id, std::move(wake));
-    };
-    waiting.unwatch = [&coordinator, id](uint64_t handle) {
-      coordinator.unwatch_tasks(id, handle);
-    };
-    return waiting;
-  }
-  // Downloads (models, modules): the admin, a tenant for its own jobs, and a client for the
-  // job of a task it holds.
-  const bool tenant = caller.role == Role::kTenant;
-  const Coordinator::Scope download_scope =
-      tenant ? Coordinator::Scope(caller.tenant) : Coordinator::Scope();
-  const std::optional<ClientId> downloader =
-      client ? std::optional<ClientId>(caller.client) : std::nullopt;
-  if (parts.size() == 4 && parts[1] == "jobs" && parts[3] == "module") {
-    auto job = parse_id(parts[2]);
-    if (!job) return error_reply(invalid_argument("job id must be a number"), req);
-    if (method != http::verb::get) return method_not_allowed();
-    if (!client && !admin && !tenant) return forbidden();
-    auto module = coordinator_.module(*job, download_scope, downloader);
-    if (!module.ok()) return error_reply(module.status(), req);
-    return immutable_reply(req, module->checksum, module->bytes);
-  }
-  if (parts.size() >= 5 && parts[1] == "jobs") {
-    auto job = parse_id(parts[2]);
-    auto number = parse_id(parts[4]);
-    if (!job || !number) return error_reply(invalid_argument("ids must be numbers"), req);
-    if (parts.size() == 5 && parts[3] == "models") {
-      if (method != http::verb::get) return method_not_allowed();
-      if (!client && !admin && !tenant) return forbidden();
-      auto model = coordinator_.model(*job, *number, download_scope, downloader);
-      if (!model.ok()) return error_reply(model.status(), req);
-      return immutable_reply(req, model->checksum, model->blob);
-    }
-    if (parts.size() == 6 && parts[3] == "rounds" && parts[5] == "status") {
-      if (method != http::verb::get) return method_not_allowed();
-      if (!client) return forbidden();
-      return result_reply(coordinator_.task_status(caller.client, *job, *number), admission_json,
-                          req);
-    }
-    if (parts.size() == 6 && parts[3] == "rounds" && parts[5] == "update") {
-      if (method != http::verb::post) return method_not_allowed();
-      if (!client) return forbidden();
-      // Parsed here, judged by the coordinator after its state checks.
-      Result<json> meta = invalid_argument(std::string("missing ") + kMetaHeader + " header");
-      auto meta_header = req.find(kMetaHeader);
-      if (meta_header != req.end()) {
-        meta = parse_untrusted_json(
-            std::string_view(meta_header->value().data(), meta_header->value().size()));
-        if (!meta.ok()) {
-          meta = invalid_argument(std::string(kMetaHeader) + ": " + meta.status().message());
-        }
-      }
-      auto accepted = coordinator_.submit_update(caller.client, *job, *number, meta, req.body(),
-                                                 receive_seconds);
-      if (accepted.ok()) {
-        coordinator_.metrics().add(metric::kUpdatesAccepted, {});
-      } else {
-        coordinator_.metrics().add(metric::kUpdatesRefused,
-                                   {{"reason", code_name(accepted.status().code())}});
-      }
-      return result_reply(accepted, update_accepted_json, req);
-    }
-  }
-  return error_reply(not_found("no such endpoint"), req);
+  return route->handler(coordinator_, call);
 }
 
 }  // namespace fedcase::server

@@ -31,8 +31,9 @@ scheduling::DeviceReport device_report(const json& info) {
 
 }  // namespace
 
-ClientRegistry::ClientRegistry(storage::Store& store, scheduling::ProfileParams params)
-    : store_(store), params_(params) {}
+ClientRegistry::ClientRegistry(storage::Store& store, scheduling::ProfileParams params,
+                               std::function<void()> changed)
+    : store_(store), params_(params), changed_(std::move(changed)) {}
 
 namespace {
 
@@ -49,7 +50,7 @@ std::map<std::string, std::string> labels_of(const json& info) {
 Status ClientRegistry::load() {
   auto records = store_.list_clients();
   if (!records.ok()) return records.status();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto& record : *records) {
     scheduling::ClientProfile profile;
     if (record.profile.is_object() && !record.profile.empty()) {
@@ -59,16 +60,15 @@ Status ClientRegistry::load() {
     }
     profile.id = record.id;
     token_hashes_[record.token_hash] = record.id;
-    const double seen = record.last_seen;
     const ClientId id = record.id;
     auto labels = labels_of(record.info);
-    clients_[id] = {std::move(record), std::move(profile), std::move(labels), seen};
+    clients_[id] = {std::move(record), std::move(profile), std::move(labels)};
   }
   return ok_status();
 }
 
 std::optional<ClientId> ClientRegistry::identify(const std::string& token_hash) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = token_hashes_.find(token_hash);
   if (it == token_hashes_.end()) return std::nullopt;
   return it->second;
@@ -85,38 +85,48 @@ Result<ClientRegistry::Registration> ClientRegistry::register_client(const json&
   auto id = store_.add_client(record);
   if (!id.ok()) return id.status();
   record.id = profile.id = *id;
-  std::lock_guard<std::mutex> lock(mu_);
-  token_hashes_[record.token_hash] = *id;
-  auto labels = labels_of(record.info);
-  clients_[*id] = {std::move(record), std::move(profile), std::move(labels), now};
+  {
+    MutexLock lock(mu_);
+    token_hashes_[record.token_hash] = *id;
+    auto labels = labels_of(record.info);
+    clients_[*id] = {std::move(record), std::move(profile), std::move(labels)};
+  }
+  if (changed_) changed_();
   return Registration{*id, *std::move(token)};
 }
 
 Status ClientRegistry::touch(ClientId client, double now) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = clients_.find(client);
-  if (it == clients_.end()) return not_found("client not found");
-  Entry& c = it->second;
-  c.record.last_seen = std::max(c.record.last_seen, now);
-  scheduling::observe_heartbeat(c.profile, now, params_);
-  unsaved_.insert(client);
+  bool changed = false;
+  {
+    MutexLock lock(mu_);
+    auto it = clients_.find(client);
+    if (it == clients_.end()) return not_found("client not found");
+    Entry& c = it->second;
+    changed = unsaved_.empty() || !scheduling::is_online(c.profile, now, params_);
+    c.record.last_seen = std::max(c.record.last_seen, now);
+    scheduling::observe_heartbeat(c.profile, now, params_);
+    unsaved_.insert(client);
+  }
+  if (changed && changed_) changed_();
   return ok_status();
 }
 
-void ClientRegistry::flush(double now, double every_s) {
+void ClientRegistry::flush() {
   std::vector<ClientId> due;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (ClientId id : unsaved_) {
-      auto it = clients_.find(id);
-      if (it != clients_.end() && now - it->second.persisted_seen >= every_s) due.push_back(id);
-    }
+    MutexLock lock(mu_);
+    due.assign(unsaved_.begin(), unsaved_.end());
   }
-  if (!due.empty()) save(due, now);
+  if (!due.empty()) save(due);
+}
+
+bool ClientRegistry::has_unsaved() const {
+  MutexLock lock(mu_);
+  return !unsaved_.empty();
 }
 
 std::vector<ClientSnapshot> ClientRegistry::snapshot(double now) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<ClientSnapshot> out;
   out.reserve(clients_.size());
   for (const auto& [id, c] : clients_) {
@@ -126,7 +136,7 @@ std::vector<ClientSnapshot> ClientRegistry::snapshot(double now) const {
 }
 
 std::vector<ClientSnapshot> ClientRegistry::profiles(double now) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<ClientSnapshot> out(clients_.size());
   size_t i = 0;
   for (const auto& [id, c] : clients_) {
@@ -138,7 +148,7 @@ std::vector<ClientSnapshot> ClientRegistry::profiles(double now) const {
 }
 
 ClientRegistry::Census ClientRegistry::census(double now) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Census census;
   census.registered = clients_.size();
   for (const auto& [id, c] : clients_)
@@ -146,8 +156,24 @@ ClientRegistry::Census ClientRegistry::census(double now) const {
   return census;
 }
 
+ClientRegistry::Eligible ClientRegistry::eligible(double now,
+                                                  const std::map<std::string, std::string>& labels,
+                                                  const std::set<ClientId>& busy) const {
+  MutexLock lock(mu_);
+  Eligible out;
+  for (const auto& [id, c] : clients_) {
+    if (!scheduling::is_online(c.profile, now, params_) ||
+        !rounds::labels_match(c.labels, labels)) {
+      continue;
+    }
+    ++out.available;
+    out.free += !busy.count(id);
+  }
+  return out;
+}
+
 void ClientRegistry::apply(const std::vector<rounds::ProfileChange>& changes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& change : changes) {
     auto it = clients_.find(change.client);
     if (it == clients_.end()) continue;
@@ -156,17 +182,16 @@ void ClientRegistry::apply(const std::vector<rounds::ProfileChange>& changes) {
   }
 }
 
-void ClientRegistry::save(const std::vector<ClientId>& ids, double now) {
+void ClientRegistry::save(const std::vector<ClientId>& ids) {
   std::vector<storage::ClientRecord> records;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (ClientId id : ids) {
       auto it = clients_.find(id);
       if (it == clients_.end()) continue;
       storage::ClientRecord record = it->second.record;
       record.profile = scheduling::profile_to_json(it->second.profile);
       records.push_back(std::move(record));
-      it->second.persisted_seen = now;
       unsaved_.erase(id);
     }
   }

@@ -6,9 +6,11 @@
 // clients; no store call runs while it is held (decide under the lock, write outside it,
 // publish under it), so a registration's fsync never delays a heartbeat. A contact never
 // writes to the store: flush(), called by the round driver, saves last contacts in batches.
+// The registry's `changed` callback tells the driver when a client may have become free to
+// take a task, or when contacts wait to be saved.
 
+#include <functional>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -18,8 +20,8 @@
 #include <vector>
 
 #include "common/ids.h"
+#include "common/mutex.h"
 #include "common/status.h"
-#include "common/thread_annotations.h"
 #include "rounds/round.h"
 #include "scheduling/profile.h"
 #include "storage/store.h"
@@ -37,8 +39,12 @@ struct ClientSnapshot {
 class ClientRegistry {
  public:
   // `store` must outlive the registry. `params` say how profiles smooth observations and when
-  // a silent client counts as offline.
-  ClientRegistry(storage::Store& store, scheduling::ProfileParams params);
+  // a silent client counts as offline. `changed` (may be empty) is called, on the caller's
+  // thread and outside the registry's lock, after a registration, after a contact from a
+  // client that was offline, and after the first contact left unsaved since the last flush;
+  // it must only hand the work elsewhere.
+  ClientRegistry(storage::Store& store, scheduling::ProfileParams params,
+                 std::function<void()> changed = {});
 
   // Loads every stored client. kInternal / kInvalidArgument for an unreadable store or profile.
   [[nodiscard]] Status load();
@@ -57,9 +63,10 @@ class ClientRegistry {
 
   // A contact from `client` at `now`, in memory only. kNotFound for an unknown client.
   [[nodiscard]] Status touch(ClientId client, double now);
-  // Saves, in one transaction, the clients whose last contact has not been saved for
-  // `every_s` seconds (logged on failure).
-  void flush(double now, double every_s);
+  // Saves, in one transaction, every last contact not yet saved (logged on failure).
+  void flush();
+  // Whether some last contact waits for flush().
+  bool has_unsaved() const;
 
   // Copies of every client, ordered by id: with their records for the admin views, or only
   // their profiles, availability and labels for selection (cheaper).
@@ -72,24 +79,31 @@ class ClientRegistry {
     size_t available = 0;
   };
   Census census(double now) const;
+  // Of the clients available at `now` and registered with every one of `labels` (none: every
+  // client), how many there are and how many of them are not `busy`. Copies nothing.
+  struct Eligible {
+    size_t available = 0, free = 0;
+  };
+  Eligible eligible(double now, const std::map<std::string, std::string>& labels,
+                    const std::set<ClientId>& busy) const;
 
   // Applies round decisions to the profiles; an unknown client is skipped, a bad report is
   // logged and leaves that profile unchanged.
   void apply(const std::vector<rounds::ProfileChange>& changes);
   // Writes the profiles and last contacts of `ids` in one transaction (logged on failure).
-  void save(const std::vector<ClientId>& ids, double now);
+  void save(const std::vector<ClientId>& ids);
 
  private:
   struct Entry {
     storage::ClientRecord record;
     scheduling::ClientProfile profile;
     std::map<std::string, std::string> labels;  // from record.info
-    double persisted_seen = 0;
   };
 
   storage::Store& store_;
   const scheduling::ProfileParams params_;
-  mutable std::mutex mu_;
+  const std::function<void()> changed_;
+  mutable Mutex mu_;
   std::unordered_map<std::string, ClientId> token_hashes_ FEDCASE_GUARDED_BY(mu_);
   std::map<ClientId, Entry> clients_ FEDCASE_GUARDED_BY(mu_);
   std::set<ClientId> unsaved_ FEDCASE_GUARDED_BY(mu_);  // contacts not yet saved

@@ -5,7 +5,7 @@ namespace fedcase::server {
 AddressConnections::Lease::~Lease() { owner_.close(address_); }
 
 std::unique_ptr<AddressConnections::Lease> AddressConnections::open(const std::string& address) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   size_t& count = open_[address];
   if (count >= max_) return nullptr;
   ++count;
@@ -13,14 +13,14 @@ std::unique_ptr<AddressConnections::Lease> AddressConnections::open(const std::s
 }
 
 void AddressConnections::close(const std::string& address) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = open_.find(address);
   if (it == open_.end()) return;
   if (--it->second == 0) open_.erase(it);
 }
 
 bool BodySlots::acquire(std::function<bool()> granted) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (free_ > 0) {
     --free_;
     return true;
@@ -33,7 +33,7 @@ void BodySlots::release() {
   while (true) {
     std::function<bool()> next;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (waiters_.empty()) {
         ++free_;
         return;
@@ -47,7 +47,7 @@ void BodySlots::release() {
 }
 
 std::string BodySlots::take_buffer() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (buffers_.empty()) return {};
   std::string buffer = std::move(buffers_.back());
   buffers_.pop_back();
@@ -55,7 +55,7 @@ std::string BodySlots::take_buffer() {
 }
 
 void BodySlots::keep_buffer(std::string&& buffer) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (buffers_.size() < capacity_) buffers_.push_back(std::move(buffer));
 }
 

@@ -7,12 +7,11 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "common/thread_annotations.h"
+#include "common/mutex.h"
 
 namespace fedcase::server {
 
@@ -43,7 +42,7 @@ class AddressConnections {
   void close(const std::string& address);
 
   const size_t max_;
-  std::mutex mu_;
+  Mutex mu_;
   std::unordered_map<std::string, size_t> open_ FEDCASE_GUARDED_BY(mu_);
 };
 
@@ -71,7 +70,7 @@ class BodySlots {
 
  private:
   const size_t capacity_;
-  std::mutex mu_;
+  Mutex mu_;
   size_t free_ FEDCASE_GUARDED_BY(mu_);
   std::deque<std::function<bool()>> waiters_ FEDCASE_GUARDED_BY(mu_);
   std::vector<std::string> buffers_ FEDCASE_GUARDED_BY(mu_);

@@ -5,18 +5,17 @@
 #include <cmath>
 #include <filesystem>
 
-#include "aggregation/validation.h"
 #include "common/blob.h"
 #include "common/crypto.h"
 #include "common/log.h"
 #include "common/torchscript_archive.h"
-#include "ml/dataset.h"
 #include "ml/model.h"
 #include "rounds/evaluation.h"
 #include "rounds/job_config.h"
+#include "rounds/upload.h"
 #include "scheduling/round_plan.h"
-#include "scheduling/selection.h"
 #include "server/client_registry.h"
+#include "server/recovery.h"
 #include "server/round_driver.h"
 #include "server/task_notifier.h"
 #include "server/timed_store.h"
@@ -74,24 +73,18 @@ scheduling::RoundReport completion_report(const UpdateMeta& meta, uint64_t model
   return report;
 }
 
-JobSummary summary_of(const JobEntry& job) {
+JobSummary summary_of(const JobEntry& job, const JobStatus& status) {
   return {job.id,
           job.name,
           job.tenant,
           job.config.model,
           job.policy_name,
-          job.state,
-          job.model->version,
-          job.model->checksum,
-          job.last_round,
-          job.round.has_value(),
-          job.last_accuracy};
-}
-
-// The folder of a job's server dataset, or "" without one.
-std::string server_dataset_dir(const CoordinatorConfig& coordinator, const rounds::JobConfig& job) {
-  if (job.evaluation.server_dataset.empty()) return std::string();
-  return (std::filesystem::path(coordinator.datasets_dir) / job.evaluation.server_dataset).string();
+          status.state,
+          status.model->version,
+          status.model->checksum,
+          status.last_round,
+          status.round.has_value(),
+          status.last_accuracy};
 }
 
 // The initial parameters of a job: its built-in architecture's, or those of the model file
@@ -128,21 +121,20 @@ Result<ModelBlob> initial_parameters(const rounds::JobConfig& config,
   return read;
 }
 
-std::shared_ptr<const rounds::GlobalModel> stored_model(const storage::ModelRecord& record,
-                                                        Status& status) {
-  auto blob = decode_blob(record.blob, record.blob.size());
-  if (!blob.ok()) {
-    status = blob.status();
-    return nullptr;
-  }
-  auto model = std::make_shared<rounds::GlobalModel>();
-  model->version = record.version;
-  model->layout = std::move(blob->layout);
-  model->params = std::move(blob->data);
-  model->blob = record.blob;
-  model->checksum = record.checksum;
-  return model;
+// Whether `client` (when a client asks) holds a task of `job`'s open round, for a model of
+// `version` (when one is asked for); kPermissionDenied otherwise.
+Status check_participant(const JobEntry& job, const JobStatus& status,
+                         std::optional<ClientId> client, std::optional<uint64_t> version) {
+  if (!client) return ok_status();
+  const bool holds = status.round && status.round->holds_task(*client) &&
+                     (!version || *version == status.round->base_version());
+  if (holds) return ok_status();
+  return permission_denied("client " + std::to_string(*client) + " holds no task of job " +
+                           std::to_string(job.id) +
+                           (version ? " on model version " + std::to_string(*version) : ""));
 }
+
+Status job_not_found(JobId id) { return not_found("job " + std::to_string(id) + " not found"); }
 
 }  // namespace
 
@@ -152,7 +144,7 @@ struct Coordinator::State {
       : config(c),
         store(timed_store(std::move(s), metrics)),
         clock(std::move(k)),
-        clients(*store, profile_params(c)),
+        clients(*store, profile_params(c), [this] { driver.wake(); }),
         tenants(*store),
         jobs(*store),
         evaluator(std::move(e)),
@@ -171,7 +163,7 @@ struct Coordinator::State {
   const Clock clock;
   ClientRegistry clients;
   TenantRegistry tenants;
-  std::mutex create_mu;  // job creations, one at a time (held across their store write only)
+  Mutex create_mu;  // job creations, one at a time (held across their store write only)
   JobTable jobs;
   std::unique_ptr<ModelEvaluator> evaluator;
   TaskNotifier tasks_ready;
@@ -180,117 +172,13 @@ struct Coordinator::State {
 
   // Sets the gauges of clients and jobs (at each scrape).
   void collect(Metrics& m);
-
-  // Installs a job (at creation or recovery) with its runtime, latest model and module (null:
-  // none).
-  Status install(storage::JobRecord record, rounds::JobConfig config,
-                 std::shared_ptr<const rounds::GlobalModel> model,
-                 std::shared_ptr<const std::string> module, const std::string& optimizer_state,
-                 RoundIndex last_round, const std::vector<storage::RoundRecord>& history);
   // The driver's thread stops, then the evaluator finishes its queue (its callbacks use the
   // driver, the jobs and the store), before any of them is destroyed.
   ~State() {
     driver.stop();
     evaluator.reset();
   }
-
-  Status recover();
-  // Queues the evaluation of committed models that have none (a crash came first).
-  Status evaluate_unscored(JobId id, const std::vector<storage::RoundRecord>& rounds);
 };
-
-Status Coordinator::State::install(storage::JobRecord record, rounds::JobConfig config,
-                                   std::shared_ptr<const rounds::GlobalModel> model,
-                                   std::shared_ptr<const std::string> module,
-                                   const std::string& optimizer_state, RoundIndex last_round,
-                                   const std::vector<storage::RoundRecord>& history) {
-  // A secret per job and process: DP noise cannot be regenerated from the job config.
-  auto dp_secret = random_u64();
-  if (!dp_secret.ok()) return dp_secret.status();
-  auto runtime = rounds::JobRuntime::create(config, model, record.policy_state, optimizer_state,
-                                            last_round, *dp_secret | 1);
-  if (!runtime.ok()) return runtime.status();
-  auto job = std::make_unique<JobEntry>();
-  for (const auto& r : history) {
-    if (r.state == RoundState::kCommitted) {
-      FEDCASE_RETURN_IF_ERROR((*runtime)->replay_privacy(r.metrics));
-      auto accuracy = rounds::recorded_accuracy(r.metrics, config.evaluation.target);
-      if (accuracy) job->last_accuracy = accuracy;
-    }
-  }
-  job->id = record.id;
-  job->name = record.name;
-  job->config_json = record.config;
-  job->config = std::move(config);
-  job->created_at = record.created_at;
-  job->tenant = record.tenant;
-  if (module) job->module_checksum = sha256_hex(*module);
-  job->module = std::move(module);
-  job->evaluated = {job->config.model,
-                    job->module,
-                    job->module_checksum,
-                    job->config.loss,
-                    server_dataset_dir(this->config, job->config),
-                    job->config.evaluation.input_shape};
-  job->state = record.state;
-  job->model = std::move(model);
-  job->last_round = (*runtime)->last_round();
-  job->policy_name = (*runtime)->policy_name();
-  job->optimizer_name = (*runtime)->optimizer_name();
-  job->policy_state = (*runtime)->policy_state();
-  job->privacy = privacy_view(**runtime);
-  job->runtime = std::move(runtime).value();
-  std::lock_guard<std::mutex> lock(jobs.mu);
-  jobs.jobs[job->id] = std::move(job);
-  return ok_status();
-}
-
-Status Coordinator::State::recover() {
-  FEDCASE_RETURN_IF_ERROR(clients.load());
-  FEDCASE_RETURN_IF_ERROR(tenants.load());
-  auto records = store->list_jobs();
-  if (!records.ok()) return records.status();
-  for (auto& record : *records) {
-    const JobId id = record.id;
-    auto latest = store->latest_model(id);
-    if (!latest.ok()) return latest.status();
-    Status decoded;
-    auto model = stored_model(*latest, decoded);
-    FEDCASE_RETURN_IF_ERROR(decoded);
-    auto rounds = store->list_rounds(id);
-    if (!rounds.ok()) return rounds.status();
-    RoundIndex last_round = 0;
-    for (auto& r : *rounds) {
-      last_round = std::max(last_round, r.index);
-      metrics.add(metric::kRounds,
-                  {{"job", std::to_string(id)},
-                   {"outcome", r.state == RoundState::kCommitted ? "committed" : "failed"}});
-      if (r.state != RoundState::kOpen) continue;
-      r.state = RoundState::kFailed;
-      r.closed_at = clock();
-      r.metrics = {{"failure", "coordinator restarted while the round was open"}};
-      FEDCASE_RETURN_IF_ERROR(store->fail_round(r));
-      log_info("job " + std::to_string(id) + ": round " + std::to_string(r.index) +
-               " was open at restart and is marked failed");
-    }
-    const std::string name = record.name;
-    auto config = rounds::parse_job_config(record.config);
-    if (!config.ok()) return config.status();
-    std::shared_ptr<const std::string> module;
-    if (config->model == "torchscript") {
-      auto stored = store->get_job_module(id);
-      if (!stored.ok()) return stored.status();
-      module = std::make_shared<const std::string>(std::move(stored).value());
-    }
-    FEDCASE_RETURN_IF_ERROR(install(std::move(record), std::move(config).value(), model,
-                                    std::move(module), latest->optimizer_state, last_round,
-                                    *rounds));
-    log_info("job " + std::to_string(id) + " (" + name + ") resumes at model version " +
-             std::to_string(model->version) + ", checksum " + model->checksum.substr(0, 12));
-    FEDCASE_RETURN_IF_ERROR(evaluate_unscored(id, *rounds));
-  }
-  return ok_status();
-}
 
 void Coordinator::State::collect(Metrics& m) {
   const ClientRegistry::Census census = clients.census(clock());
@@ -302,43 +190,18 @@ void Coordinator::State::collect(Metrics& m) {
     by_state[state_name(state)] = 0;
   }
   std::vector<std::pair<std::string, double>> accuracy, epsilon;
-  {
-    std::lock_guard<std::mutex> lock(jobs.mu);
-    for (const auto& [id, job] : jobs.jobs) {
-      by_state[state_name(job->state)] += 1;
-      if (job->last_accuracy) accuracy.emplace_back(std::to_string(id), *job->last_accuracy);
-      if (job->privacy.is_object() && job->privacy.value("epsilon", json()).is_number()) {
-        epsilon.emplace_back(std::to_string(id), job->privacy["epsilon"].get<double>());
-      }
+  jobs.update_each([&](const JobEntry& job, const JobStatus& status) {
+    by_state[state_name(status.state)] += 1;
+    if (status.last_accuracy) accuracy.emplace_back(std::to_string(job.id), *status.last_accuracy);
+    if (status.privacy.is_object() && status.privacy.value("epsilon", json()).is_number()) {
+      epsilon.emplace_back(std::to_string(job.id), status.privacy["epsilon"].get<double>());
     }
-  }
+  });
   for (const auto& [state, count] : by_state) m.set(metric::kJobs, {{"state", state}}, count);
   m.clear(metric::kJobTestAccuracy);
   for (const auto& [job, value] : accuracy) m.set(metric::kJobTestAccuracy, {{"job", job}}, value);
   m.clear(metric::kJobPrivacyEpsilon);
   for (const auto& [job, value] : epsilon) m.set(metric::kJobPrivacyEpsilon, {{"job", job}}, value);
-}
-
-Status Coordinator::State::evaluate_unscored(JobId id,
-                                             const std::vector<storage::RoundRecord>& rounds) {
-  JobEntry* job = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(jobs.mu);
-    job = jobs.find(id);
-  }
-  if (!job->config.server_evaluated()) return ok_status();
-  for (const auto& r : rounds) {
-    if (r.state != RoundState::kCommitted || r.metrics.contains("test_accuracy")) continue;
-    auto stored = store->get_model(id, r.index);
-    if (!stored.ok()) return stored.status();
-    Status decoded;
-    auto model = stored_model(*stored, decoded);
-    FEDCASE_RETURN_IF_ERROR(decoded);
-    log_info("job " + std::to_string(id) + ": evaluating model " + std::to_string(r.index) +
-             ", committed before the restart");
-    driver.evaluate(*job, model, json::object());
-  }
-  return ok_status();
 }
 
 Coordinator::Coordinator(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -352,18 +215,10 @@ Result<std::unique_ptr<Coordinator>> Coordinator::open(const CoordinatorConfig& 
   if (!store || !evaluator) return invalid_argument("a coordinator needs a store and an evaluator");
   auto state =
       std::make_unique<State>(config, std::move(store), std::move(evaluator), std::move(clock));
-  FEDCASE_RETURN_IF_ERROR(state->recover());
+  State& s = *state;
+  FEDCASE_RETURN_IF_ERROR(
+      recover({s.config, *s.store, s.clients, s.tenants, s.jobs, s.driver, s.metrics, s.clock}));
   return std::unique_ptr<Coordinator>(new Coordinator(std::move(state)));
-}
-
-Result<std::unique_ptr<Coordinator>> Coordinator::open(const CoordinatorConfig& config) {
-  auto store = storage::open_sqlite_store(config.database);
-  if (!store.ok()) return store.status();
-  auto eval = ml::load_fashion_mnist(config.eval_data_dir, ml::Split::kTest);
-  if (!eval.ok()) return eval.status();
-  auto evaluator = std::make_unique<TestSetEvaluator>(std::move(eval).value(), config.eval_samples,
-                                                      config.torch_threads);
-  return open(config, std::move(store).value(), std::move(evaluator));
 }
 
 const CoordinatorConfig& Coordinator::config() const { return state_->config; }
@@ -407,21 +262,28 @@ Result<std::optional<TaskOffer>> Coordinator::next_task(ClientId client) {
   State& s = *state_;
   const double now = s.clock();
   FEDCASE_RETURN_IF_ERROR(s.clients.touch(client, now));
-  std::lock_guard<std::mutex> lock(s.jobs.mu);
-  for (auto& [id, job] : s.jobs.jobs) {
-    if (!job->round) continue;
-    rounds::Round& r = *job->round;
+  std::optional<TaskOffer> offer;
+  s.jobs.update_each([&](const JobEntry& job, JobStatus& status) {
+    if (offer || !status.round) return;
+    rounds::Round& r = *status.round;
     const scheduling::ClientTask* task = r.task_for(client);
-    if (!task || r.admission(client, now) != rounds::Admission::kWanted) continue;
+    if (!task || r.admission(client, now) != rounds::Admission::kWanted) return;
     r.hand_out(client, now);
-    const rounds::EvaluationConfig& evaluation = job->config.evaluation;
-    return std::optional<TaskOffer>(TaskOffer{
-        id, r.index(), job->config.model, job->config.loss, r.base_version(), job->model->checksum,
-        job->module_checksum, r.deadline(), job->config.training.local_epochs,
+    const rounds::EvaluationConfig& evaluation = job.config.evaluation;
+    offer = TaskOffer{
+        job.id,
+        r.index(),
+        job.config.model,
+        job.config.loss,
+        r.base_version(),
+        status.model->checksum,
+        job.module_checksum,
+        r.deadline(),
+        job.config.training.local_epochs,
         evaluation.federated ? std::optional<size_t>(evaluation.max_samples) : std::nullopt,
-        *task});
-  }
-  return std::optional<TaskOffer>();
+        *task};
+  });
+  return offer;
 }
 
 uint64_t Coordinator::watch_tasks(ClientId client, std::function<void()> wake) {
@@ -432,38 +294,18 @@ void Coordinator::unwatch_tasks(ClientId client, uint64_t handle) {
   state_->tasks_ready.cancel(client, handle);
 }
 
-namespace {
-
-// Whether `client` (when a client asks) holds a task of `job`'s open round, for a model of
-// `version` (when one is asked for); kPermissionDenied otherwise.
-Status check_participant(const JobEntry& job, JobId job_id, std::optional<ClientId> client,
-                         std::optional<uint64_t> version) {
-  if (!client) return ok_status();
-  const bool holds = job.round && job.round->holds_task(*client) &&
-                     (!version || *version == job.round->base_version());
-  if (holds) return ok_status();
-  return permission_denied("client " + std::to_string(*client) + " holds no task of job " +
-                           std::to_string(job_id) +
-                           (version ? " on model version " + std::to_string(*version) : ""));
-}
-
-}  // namespace
-
 Result<ModelDownload> Coordinator::model(JobId job_id, uint64_t version, Scope scope,
                                          std::optional<ClientId> client) {
   State& s = *state_;
-  {
-    std::lock_guard<std::mutex> lock(s.jobs.mu);
-    JobEntry* job = s.jobs.find(job_id);
-    if (!job || (scope && job->tenant != *scope)) {
-      return not_found("job " + std::to_string(job_id) + " not found");
-    }
-    FEDCASE_RETURN_IF_ERROR(check_participant(*job, job_id, client, version));
-    if (job->model->version == version) {
-      const auto& m = job->model;
-      return ModelDownload{version, m->checksum, std::shared_ptr<const std::string>(m, &m->blob)};
-    }
-  }
+  const JobEntry* job = s.jobs.find(job_id, scope);
+  if (!job) return job_not_found(job_id);
+  auto latest = s.jobs.read(*job, [&](const JobStatus& status) -> Result<ModelDownload> {
+    FEDCASE_RETURN_IF_ERROR(check_participant(*job, status, client, version));
+    const auto& m = status.model;
+    if (m->version != version) return ModelDownload{};  // an older one: from the store
+    return ModelDownload{version, m->checksum, std::shared_ptr<const std::string>(m, &m->blob)};
+  });
+  if (!latest.ok() || latest->blob) return latest;
   auto record = s.store->get_model(job_id, version);
   if (!record.ok()) return record.status();
   return ModelDownload{version, record->checksum,
@@ -472,13 +314,11 @@ Result<ModelDownload> Coordinator::model(JobId job_id, uint64_t version, Scope s
 
 Result<ModuleDownload> Coordinator::module(JobId job_id, Scope scope,
                                            std::optional<ClientId> client) {
-  State& s = *state_;
-  std::lock_guard<std::mutex> lock(s.jobs.mu);
-  JobEntry* job = s.jobs.find(job_id);
-  if (!job || (scope && job->tenant != *scope)) {
-    return not_found("job " + std::to_string(job_id) + " not found");
-  }
-  FEDCASE_RETURN_IF_ERROR(check_participant(*job, job_id, client, std::nullopt));
+  const JobEntry* job = state_->jobs.find(job_id, scope);
+  if (!job) return job_not_found(job_id);
+  FEDCASE_RETURN_IF_ERROR(state_->jobs.read(*job, [&](const JobStatus& status) {
+    return check_participant(*job, status, client, std::nullopt);
+  }));
   if (!job->module) return not_found("job " + std::to_string(job_id) + " has no module");
   return ModuleDownload{job->module_checksum, job->module};
 }
@@ -487,11 +327,12 @@ Result<rounds::Admission> Coordinator::task_status(ClientId client, JobId job_id
                                                    RoundIndex round) {
   State& s = *state_;
   const double now = s.clock();
-  std::lock_guard<std::mutex> lock(s.jobs.mu);
-  JobEntry* job = s.jobs.find(job_id);
-  if (!job) return not_found("job " + std::to_string(job_id) + " not found");
-  if (!job->round || job->round->index() != round) return rounds::Admission::kClosed;
-  return job->round->admission(client, now);
+  const JobEntry* job = s.jobs.find(job_id);
+  if (!job) return job_not_found(job_id);
+  return s.jobs.read(*job, [&](const JobStatus& status) {
+    if (!status.round || status.round->index() != round) return rounds::Admission::kClosed;
+    return status.round->admission(client, now);
+  });
 }
 
 Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
@@ -499,97 +340,74 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
                                                   const Result<json>& meta_json,
                                                   std::string_view bytes, double upload_seconds) {
   State& s = *state_;
+  JobEntry* job = s.jobs.find(job_id);
+  if (!job) return job_not_found(job_id);
   // Decide: the state checks come first and hold one of the round's places for this upload.
-  std::shared_ptr<rounds::RoundAggregate> aggregate;
-  std::shared_ptr<const rounds::GlobalModel> base;
-  JobEntry* job = nullptr;
-  double max_norm = 0;
-  size_t max_eval_samples = 0;
-  {
-    std::lock_guard<std::mutex> lock(s.jobs.mu);
-    job = s.jobs.find(job_id);
-    if (!job) return not_found("job " + std::to_string(job_id) + " not found");
-    if (!job->round || job->round->index() != round_index) {
+  struct Held {
+    std::shared_ptr<rounds::RoundAggregate> aggregate;
+    std::shared_ptr<const rounds::GlobalModel> base;
+  };
+  auto held = s.jobs.update(*job, [&](JobStatus& status) -> Result<Held> {
+    if (!status.round || status.round->index() != round_index) {
       return conflict("round " + std::to_string(round_index) + " of job " + std::to_string(job_id) +
                       " is not open for updates");
     }
-    auto reserved = job->round->reserve(client, s.clock());
+    auto reserved = status.round->reserve(client, s.clock());
     if (!reserved.ok()) return reserved.status();
-    aggregate = *reserved;
-    base = job->model;
-    max_norm = job->config.max_update_norm;
-    max_eval_samples = job->config.evaluation.max_samples;
-  }
-  auto release = [&] {
-    std::lock_guard<std::mutex> lock(s.jobs.mu);
-    if (job->round && job->round->index() == round_index) job->round->release(client);
+    return Held{*reserved, status.model};
+  });
+  if (!held.ok()) return held.status();
+  const rounds::GlobalModel& base = *held->base;
+  // A refused upload gives its place back; the round may be due once no upload is in flight.
+  auto refuse = [&](Status why) -> Result<UpdateAccepted> {
+    const bool due = s.jobs.update(*job, [&](JobStatus& status) {
+      if (!status.round || status.round->index() != round_index) return false;
+      status.round->release(client);
+      return status.round->due(s.clock());
+    });
+    if (due) s.driver.wake();
+    return why;
   };
-  // Write, without any lock: parse, validate, record the update, fold it in.
+  // Write, without any lock: parse, validate, record the update, fold it in. The update's
+  // values are validated and folded where they lie in the request body.
   auto meta =
       meta_json.ok() ? parse_update_meta(*meta_json) : Result<UpdateMeta>(meta_json.status());
-  if (!meta.ok()) {
-    release();
-    return meta.status();
+  if (!meta.ok()) return refuse(meta.status());
+  BlobView update;
+  if (Status read = view_blob(bytes, s.config.max_upload_bytes, update); !read.ok()) {
+    return refuse(read);
   }
-  // The update's values are validated and folded where they lie in the request body.
-  BlobView decoded;
-  if (Status read = view_blob(bytes, s.config.max_upload_bytes, decoded); !read.ok()) {
-    release();
-    return read;
-  }
-  Status valid = decoded.model_version == base->version
-                     ? aggregation::validate_update(base->layout, decoded, {max_norm})
-                     : unprocessable("update was trained on model version " +
-                                     std::to_string(decoded.model_version) + ", round " +
-                                     std::to_string(round_index) + " trains version " +
-                                     std::to_string(base->version));
-  if (valid.ok() && meta->evaluation && meta->evaluation->model_version != base->version) {
-    valid = unprocessable("the evaluation scores model version " +
-                          std::to_string(meta->evaluation->model_version) + ", round " +
-                          std::to_string(round_index) + " evaluates version " +
-                          std::to_string(base->version));
-  }
-  // A client scores at most max_samples held-out samples: a larger count is no honest report
-  // (and would outweigh the others in the round's means).
-  if (valid.ok() && meta->evaluation && max_eval_samples > 0 &&
-      meta->evaluation->samples > max_eval_samples) {
-    valid = unprocessable("the evaluation reports " + std::to_string(meta->evaluation->samples) +
-                          " samples, the job asks at most " + std::to_string(max_eval_samples));
-  }
-  if (!valid.ok()) {
-    release();
-    return valid;
+  if (Status valid = rounds::check_upload(base, round_index, job->config, update, meta->evaluation);
+      !valid.ok()) {
+    return refuse(valid);
   }
   const double now = s.clock();
-  Status written = s.store->record_update({job_id, round_index, client, *meta_json, now});
-  double fold_s = 0;
-  if (written.ok()) {
-    const auto fold_start = std::chrono::steady_clock::now();
-    written = aggregate->add(decoded.values, decoded.count, meta->samples);
-    fold_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - fold_start).count();
-    s.metrics.observe(metric::kFoldSeconds, {}, fold_s);
+  if (Status written = s.store->record_update({job_id, round_index, client, *meta_json, now});
+      !written.ok()) {
+    return refuse(written);
   }
-  if (!written.ok()) {
-    release();
-    return written;
+  const auto fold_start = std::chrono::steady_clock::now();
+  if (Status folded = held->aggregate->add(update.values, update.count, meta->samples);
+      !folded.ok()) {
+    return refuse(folded);
   }
+  const double fold_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - fold_start).count();
+  s.metrics.observe(metric::kFoldSeconds, {}, fold_s);
   // Publish.
+  const scheduling::RoundReport report =
+      completion_report(*meta, base.blob.size(), bytes.size(), upload_seconds);
   rounds::ProfileChange completed;
   UpdateAccepted accepted{round_index, 0};
-  bool filled = false;
-  {
-    std::lock_guard<std::mutex> lock(s.jobs.mu);
-    rounds::Round& r = *job->round;  // a round with a reservation in flight stays open
-    completed =
-        r.accept(client, completion_report(*meta, base->blob.size(), bytes.size(), upload_seconds),
-                 now, fold_s, std::move(meta->evaluation));
+  s.jobs.update(*job, [&](JobStatus& status) {
+    rounds::Round& r = *status.round;  // a round with a reservation in flight stays open
+    completed = r.accept(client, report, now, fold_s, std::move(meta->evaluation));
     accepted.updates = r.accepted();
-    filled = r.filled();
-  }
+  });
   s.clients.apply({completed});
   Status touched = s.clients.touch(client, now);
-  (void)touched;  // the client exists: it was identified by its token
-  if (filled) s.driver.wake();
+  (void)touched;    // the client exists: it was identified by its token
+  s.driver.wake();  // the round may be due, and the client is free for another job's round
   return accepted;
 }
 
@@ -602,33 +420,27 @@ Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
                                            double& retry_after_s,
                                            std::optional<std::string_view> model_file) {
   State& s = *state_;
-  auto config = rounds::parse_job_config(request);
-  if (!config.ok()) return config.status();
-  if (owner != 0 && !config->evaluation.server_dataset.empty()) {
+  auto parts = rounds::build_job(request);
+  if (!parts.ok()) return parts.status();
+  const rounds::JobConfig& config = parts->config;
+  if (owner != 0 && !config.evaluation.server_dataset.empty()) {
     return permission_denied(
         "evaluation.server_dataset is for the admin's jobs: the coordinator runs the module to "
         "score it");
   }
   std::error_code ec;
-  if (const std::string dataset = server_dataset_dir(s.config, *config);
+  if (const std::string dataset = server_dataset_dir(s.config.datasets_dir, config);
       !dataset.empty() && !std::filesystem::is_directory(dataset, ec)) {
-    return invalid_argument("evaluation.server_dataset \"" + config->evaluation.server_dataset +
+    return invalid_argument("evaluation.server_dataset \"" + config.evaluation.server_dataset +
                             "\" is not a folder under the coordinator's datasets_dir");
   }
-  auto initial = initial_parameters(*config, model_file, s.config.max_model_bytes);
+  auto initial = initial_parameters(config, model_file, s.config.max_model_bytes);
   if (!initial.ok()) return initial.status();
   // One creation at a time: two submissions of a tenant cannot both pass its running-job cap.
-  std::lock_guard<std::mutex> creating(s.create_mu);
-  size_t running = 0;
-  {
-    std::lock_guard<std::mutex> lock(s.jobs.mu);
-    for (const auto& [id, job] : s.jobs.jobs) {
-      running += job->tenant == owner &&
-                 (job->state == JobState::kRunning || job->state == JobState::kPaused);
-    }
-  }
+  MutexLock creating(s.create_mu);
+  const size_t running = s.jobs.active_jobs_per_tenant()[owner];
   const bool overload = s.driver.fleet_overloaded(
-      s.clock(), scheduling::invited_count(config->clients_per_round, config->overcommit));
+      s.clock(), scheduling::invited_count(config.clients_per_round, config.overcommit));
   if (!s.tenants.admit_job(owner, running, overload, s.clock(), retry_after_s)) {
     return resource_exhausted("the fleet is overloaded and this tenant is at its limit of " +
                               std::string("running jobs or job submissions; retry in ") +
@@ -636,61 +448,60 @@ Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
   }
   auto model = rounds::make_global_model(0, std::move(initial->layout), std::move(initial->data));
   std::shared_ptr<const std::string> module;
-  if (config->model == "torchscript") module = std::make_shared<const std::string>(*model_file);
+  if (config.model == "torchscript") module = std::make_shared<const std::string>(*model_file);
   const double now = s.clock();
-  storage::JobRecord record{0,   config->name, request, JobState::kRunning, json::object(),
+  storage::JobRecord record{0,   config.name, request, JobState::kRunning, json::object(),
                             now, owner};
   static const std::string kNoModule;
   auto id = s.store->create_job(record, {0, 0, model->blob, model->checksum, std::string(), now},
                                 module ? *module : kNoModule);
   if (!id.ok()) return id.status();
   record.id = *id;
-  const std::string created = "job " + std::to_string(*id) + " (" + config->name +
-                              ") created: " + config->model + ", " +
+  const std::string created = "job " + std::to_string(*id) + " (" + config.name +
+                              ") created: " + config.model + ", " +
                               std::to_string(model->params.size()) + " parameters";
-  FEDCASE_RETURN_IF_ERROR(
-      s.install(record, std::move(config).value(), model, std::move(module), std::string(), 0, {}));
+  auto job = make_job(record, std::move(parts).value(), model, std::move(module), std::string(), 0,
+                      {}, s.config.datasets_dir);
+  if (!job.ok()) return job.status();
+  const JobEntry& entry = *job->entry;
+  const JobSummary summary = summary_of(entry, job->status);
+  s.jobs.install(std::move(job).value());
   log_info(created);
   s.driver.wake();
-  std::lock_guard<std::mutex> lock(s.jobs.mu);
-  return summary_of(*s.jobs.find(*id));
+  return summary;
 }
 
 std::vector<JobSummary> Coordinator::list_jobs(Scope scope) {
-  State& s = *state_;
-  std::lock_guard<std::mutex> lock(s.jobs.mu);
   std::vector<JobSummary> out;
-  for (const auto& [id, job] : s.jobs.jobs) {
-    if (!scope || job->tenant == *scope) out.push_back(summary_of(*job));
-  }
+  state_->jobs.update_each([&](const JobEntry& job, const JobStatus& status) {
+    if (job.visible_to(scope)) out.push_back(summary_of(job, status));
+  });
   return out;
 }
 
 Result<JobDetail> Coordinator::job_detail(JobId id, Scope scope) {
   State& s = *state_;
+  const JobEntry* job = s.jobs.find(id, scope);
+  if (!job) return job_not_found(id);
   JobDetail d;
-  {
-    std::lock_guard<std::mutex> lock(s.jobs.mu);
-    JobEntry* job = s.jobs.find(id);
-    if (!job || (scope && job->tenant != *scope)) {
-      return not_found("job " + std::to_string(id) + " not found");
+  d.config = job->config_json;
+  d.created_at = job->created_at;
+  d.module_bytes = job->module ? job->module->size() : 0;
+  d.evaluation_target = job->config.evaluation.target;
+  d.selection_policy = job->policy_name;
+  d.aggregation = job->config.aggregation.rule;
+  d.server_optimizer = job->optimizer_name;
+  s.jobs.read(*job, [&](const JobStatus& status) {
+    d.summary = summary_of(*job, status);
+    d.parameters = status.model->layout.element_count();
+    d.policy_state = status.policy_state;
+    d.privacy = status.privacy;
+    if (status.round) {
+      const rounds::Round& r = *status.round;
+      d.current_round =
+          JobDetail::OpenRound{r.index(), r.tasks().size(), r.accepted(), r.deadline()};
     }
-    d.summary = summary_of(*job);
-    d.config = job->config_json;
-    d.created_at = job->created_at;
-    d.parameters = job->model->layout.element_count();
-    d.module_bytes = job->module ? job->module->size() : 0;
-    d.evaluation_target = job->config.evaluation.target;
-    d.selection_policy = job->policy_name;
-    d.aggregation = job->config.aggregation.rule;
-    d.server_optimizer = job->optimizer_name;
-    d.policy_state = job->policy_state;
-    d.privacy = job->privacy;
-    if (job->round) {
-      d.current_round = JobDetail::OpenRound{job->round->index(), job->round->tasks().size(),
-                                             job->round->accepted(), job->round->deadline()};
-    }
-  }
+  });
   auto rounds = s.store->list_rounds(id);
   if (!rounds.ok()) return rounds.status();
   d.rounds = std::move(rounds).value();
@@ -705,13 +516,9 @@ std::vector<ClientSummary> Coordinator::list_clients() {
     uint64_t model_bytes;
   };
   std::vector<JobCost> active;
-  {
-    std::lock_guard<std::mutex> lock(s.jobs.mu);
-    for (const auto& [id, job] : s.jobs.jobs) {
-      if (job->state != JobState::kRunning && job->state != JobState::kPaused) continue;
-      active.push_back({id, job->config.training, job->model->blob.size()});
-    }
-  }
+  s.jobs.update_each([&](const JobEntry& job, const JobStatus& status) {
+    if (status.active()) active.push_back({job.id, job.config.training, status.model->blob.size()});
+  });
   std::vector<ClientSummary> out;
   for (ClientSnapshot& c : s.clients.snapshot(s.clock())) {
     ClientSummary summary{std::move(c.record), c.profile, c.available, {}};
@@ -730,13 +537,8 @@ Result<JobState> Coordinator::control_job(JobId id, const std::string& action, S
   if (action != "pause" && action != "resume" && action != "cancel") {
     return not_found("unknown job action '" + action + "'");
   }
-  JobEntry* job = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(s.jobs.mu);
-    job = s.jobs.find(id);
-    if (job && scope && job->tenant != *scope) job = nullptr;
-  }
-  if (!job) return not_found("job " + std::to_string(id) + " not found");
+  JobEntry* job = s.jobs.find(id, scope);
+  if (!job) return job_not_found(id);
   auto next = s.jobs.transition(*job, [&](JobState state) -> Result<JobState> {
     const bool active = state == JobState::kRunning || state == JobState::kPaused;
     if (action == "pause" && state == JobState::kRunning) return JobState::kPaused;
@@ -757,32 +559,17 @@ Result<TenantRegistry::Created> Coordinator::create_tenant(const json& request) 
   return created;
 }
 
-json Coordinator::tenants_view() {
+TenantsOverview Coordinator::tenants() {
   State& s = *state_;
-  std::map<TenantId, size_t> jobs_of;
-  {
-    std::lock_guard<std::mutex> lock(s.jobs.mu);
-    for (const auto& [id, job] : s.jobs.jobs) {
-      jobs_of[job->tenant] += job->state == JobState::kRunning || job->state == JobState::kPaused;
-    }
-  }
-  json share = s.tenants.share_json()["tenants"];
-  json out = json::array();
-  auto view = [&](TenantId id, const std::string& name, double weight, const json& limits) {
-    json entry = {{"tenant_id", id},
-                  {"name", name},
-                  {"weight", weight},
-                  {"limits", limits},
-                  {"active_jobs", jobs_of[id]}};
-    const std::string key = std::to_string(id);
-    for (const char* field : {"counter", "client_seconds", "share", "throttle_events"}) {
-      entry[field] = share.contains(key) ? share[key].value(field, json(0)) : json(0);
-    }
-    out.push_back(entry);
-  };
-  view(0, kOperatorTenantName, 1, scheduling::tenant_limits_json({}));
-  for (const storage::TenantRecord& t : s.tenants.list()) view(t.id, t.name, t.weight, t.limits);
-  return {{"tenants", out}};
+  TenantsOverview out;
+  out.active_jobs = s.jobs.active_jobs_per_tenant();
+  out.share = s.tenants.share_json()["tenants"];
+  storage::TenantRecord operator_tenant;
+  operator_tenant.name = kOperatorTenantName;
+  operator_tenant.limits = scheduling::tenant_limits_json({});
+  out.tenants.push_back(std::move(operator_tenant));
+  for (storage::TenantRecord& t : s.tenants.list()) out.tenants.push_back(std::move(t));
+  return out;
 }
 
 }  // namespace fedcase::server

@@ -114,6 +114,14 @@ struct JobDetail {
   std::vector<storage::RoundRecord> rounds;
 };
 
+// The tenants with the operator (tenant 0) first, their running or paused jobs, and the fleet's
+// fair share between them (scheduling::FairShare::to_json's "tenants", by tenant id).
+struct TenantsOverview {
+  std::vector<storage::TenantRecord> tenants;
+  std::map<TenantId, size_t> active_jobs;
+  nlohmann::json share;
+};
+
 struct ClientSummary {
   storage::ClientRecord record;
   scheduling::ClientProfile profile;
@@ -130,15 +138,12 @@ class Coordinator {
                                                    std::unique_ptr<storage::Store> store,
                                                    std::unique_ptr<ModelEvaluator> evaluator,
                                                    Clock clock = wall_clock);
-  // As above with the SQLite store at config.database and the test set at
-  // config.eval_data_dir. kNotFound / kInternal with a clear message when either is unusable.
-  static Result<std::unique_ptr<Coordinator>> open(const CoordinatorConfig& config);
   ~Coordinator();
 
   const CoordinatorConfig& config() const;
 
-  // Starts / stops the round driver's thread (tick() every 50 ms and at once when a round
-  // fills). Tests without a thread call tick() themselves.
+  // Starts / stops the round driver's thread (tick() at its deadlines and on events:
+  // round_driver.h). Tests without a thread call tick() themselves.
   void start_driver();
   void stop_driver();
   void tick();
@@ -181,9 +186,7 @@ class Coordinator {
                                        double upload_seconds = 0);
 
   // ---- admin API ----
-  // Jobs are seen through a scope: the admin's (nullopt: every job) or one tenant's (only its
-  // own; another tenant's job is kNotFound, as if it did not exist).
-  using Scope = std::optional<TenantId>;
+  // Jobs are seen through a Scope (job_table.h): the admin's, every job, or one tenant's own.
   // A committed model of `job`, for the admin or a tenant for its own jobs (`scope`), or for
   // `client`: only the model of a task it holds (the open round's base version, until its
   // update is accepted), kPermissionDenied otherwise, so that a job's models reach only its
@@ -212,10 +215,10 @@ class Coordinator {
   // action: "pause", "resume" or "cancel". kNotFound for an unknown action or job (or one
   // outside `scope`), kConflict when the job's state does not allow it.
   Result<JobState> control_job(JobId job, const std::string& action, Scope scope = std::nullopt);
-  // Tenants (admin only): TenantRegistry::create and the registry's records with the fair
-  // share (docs/tenancy.md).
+  // Tenants (admin only): TenantRegistry::create, and the tenants with their share of the
+  // fleet (docs/tenancy.md).
   Result<TenantRegistry::Created> create_tenant(const nlohmann::json& request);
-  nlohmann::json tenants_view();
+  TenantsOverview tenants();
 
  private:
   struct State;

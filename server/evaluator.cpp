@@ -23,7 +23,7 @@ TestSetEvaluator::TestSetEvaluator(ml::Dataset data, size_t samples, int torch_t
 
 TestSetEvaluator::~TestSetEvaluator() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   cv_.notify_one();
@@ -32,7 +32,7 @@ TestSetEvaluator::~TestSetEvaluator() {
 
 void TestSetEvaluator::submit(const EvaluatedModel& model, std::vector<float> params, Done done) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     queue_.push_back({model, std::move(params), std::move(done)});
   }
   cv_.notify_one();
@@ -43,8 +43,8 @@ void TestSetEvaluator::run() {
   while (true) {
     Task task;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(mu_);
+      while (!stopping_ && queue_.empty()) cv_.wait(mu_);
       if (queue_.empty()) return;
       task = std::move(queue_.front());
       queue_.pop_front();

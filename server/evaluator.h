@@ -4,16 +4,15 @@
 // dataset (a folder of sample records, docs/protocol.md "Server evaluation"), on its own
 // thread, so the next round opens while the last one is still being scored.
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "ml/dataset.h"
 #include "ml/model.h"
 #include "ml/torchscript_model.h"
@@ -71,10 +70,10 @@ class TestSetEvaluator final : public ModelEvaluator {
   std::map<std::string, ml::Model> models_;
   std::map<std::string, ml::TorchScriptModel> modules_;
   std::map<std::string, std::vector<std::string>> datasets_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Task> queue_;
-  bool stopping_ = false;
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<Task> queue_ FEDCASE_GUARDED_BY(mu_);
+  bool stopping_ FEDCASE_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

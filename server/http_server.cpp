@@ -71,7 +71,7 @@ class ThrottledLog {
  public:
   void warn(const std::string& line) {
     const auto now = std::chrono::steady_clock::now();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (now - last_ < std::chrono::seconds(1)) {
       ++held_back_;
       return;
@@ -82,9 +82,9 @@ class ThrottledLog {
   }
 
  private:
-  std::mutex mu_;
-  std::chrono::steady_clock::time_point last_{};
-  uint64_t held_back_ = 0;
+  Mutex mu_;
+  std::chrono::steady_clock::time_point last_ FEDCASE_GUARDED_BY(mu_){};
+  uint64_t held_back_ FEDCASE_GUARDED_BY(mu_) = 0;
 };
 
 // A session as the server sees it when it stops.
@@ -107,11 +107,11 @@ struct Frontend {
 
   // Registers a live session for drain(); returns its place for forget().
   std::list<std::weak_ptr<Drainable>>::iterator remember(std::weak_ptr<Drainable> session) {
-    std::lock_guard<std::mutex> lock(sessions_mu);
+    MutexLock lock(sessions_mu);
     return sessions.insert(sessions.end(), std::move(session));
   }
   void forget(std::list<std::weak_ptr<Drainable>>::iterator place) {
-    std::lock_guard<std::mutex> lock(sessions_mu);
+    MutexLock lock(sessions_mu);
     sessions.erase(place);
   }
 
@@ -124,8 +124,8 @@ struct Frontend {
   std::atomic<size_t> waiting_polls{0};
   std::atomic<bool> draining{false};
   ThrottledLog handshake_log;
-  std::mutex sessions_mu;
-  std::list<std::weak_ptr<Drainable>> sessions;
+  Mutex sessions_mu;
+  std::list<std::weak_ptr<Drainable>> sessions FEDCASE_GUARDED_BY(sessions_mu);
   // Handlers run here, never on I/O threads: uploads apart, so that a queue of folds never
   // delays a heartbeat's answer.
   net::thread_pool* handlers = nullptr;
@@ -751,7 +751,7 @@ bool HttpServer::drain(double timeout_s) {
   s.close_acceptor();
   std::vector<std::shared_ptr<Drainable>> live;
   {
-    std::lock_guard<std::mutex> lock(s.frontend.sessions_mu);
+    MutexLock lock(s.frontend.sessions_mu);
     for (const auto& weak : s.frontend.sessions) {
       if (auto session = weak.lock()) live.push_back(std::move(session));
     }

@@ -131,23 +131,23 @@ Metrics::Family* Metrics::find(std::string_view family, int kind) {
 }
 
 void Metrics::add(std::string_view family, const Labels& labels, double delta) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (Family* f = find(family, kCounter); f && delta >= 0) f->series[labels].value += delta;
 }
 
 void Metrics::set(std::string_view family, const Labels& labels, double value) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (Family* f = find(family, kGauge)) f->series[labels].value = value;
 }
 
 void Metrics::clear(std::string_view family) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (Family* f = find(family, kGauge)) f->series.clear();
 }
 
 void Metrics::observe(std::string_view family, const Labels& labels, double value) {
   if (!std::isfinite(value)) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Family* f = find(family, kHistogram);
   if (!f) return;
   Family::Series& s = f->series[labels];
@@ -164,12 +164,12 @@ void Metrics::observe(std::string_view family, const Labels& labels, double valu
 }
 
 Metrics::Registration::~Registration() {
-  std::lock_guard<std::mutex> lock(metrics_.collectors_mu_);
+  MutexLock lock(metrics_.collectors_mu_);
   metrics_.collectors_.erase(place_);
 }
 
 std::unique_ptr<Metrics::Registration> Metrics::add_collector(Collector collector) {
-  std::lock_guard<std::mutex> lock(collectors_mu_);
+  MutexLock lock(collectors_mu_);
   auto place = collectors_.insert(collectors_.end(), std::move(collector));
   return std::unique_ptr<Registration>(new Registration(*this, place));
 }
@@ -177,10 +177,10 @@ std::unique_ptr<Metrics::Registration> Metrics::add_collector(Collector collecto
 std::string Metrics::render() {
   // Held until the text is formatted: another scrape's collectors cannot clear a gauge
   // between this scrape's collection and its formatting.
-  std::lock_guard<std::mutex> collecting(collectors_mu_);
+  MutexLock collecting(collectors_mu_);
   for (Collector& collect : collectors_) collect(*this);
   static const char* kTypeNames[] = {"counter", "gauge", "histogram"};
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::string out;
   for (const auto& f : families_) {
     const Declaration& d = f->declaration;
@@ -208,7 +208,7 @@ std::string Metrics::render() {
 }
 
 double Metrics::value(std::string_view family, const Labels& labels) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& f : families_) {
     if (f->declaration.name != family) continue;
     auto it = f->series.find(labels);

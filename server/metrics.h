@@ -20,11 +20,12 @@
 #include <list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace fedcase::server {
 
@@ -97,12 +98,12 @@ class Metrics {
 
  private:
   struct Family;
-  Family* find(std::string_view family, int kind);
+  Family* find(std::string_view family, int kind) FEDCASE_REQUIRES(mu_);
 
-  mutable std::mutex mu_;
-  std::vector<std::unique_ptr<Family>> families_;  // in declaration order
-  std::mutex collectors_mu_;                       // taken before mu_, never inside it
-  std::list<Collector> collectors_;
+  Mutex collectors_mu_;  // taken before mu_, never inside it
+  std::list<Collector> collectors_ FEDCASE_GUARDED_BY(collectors_mu_);
+  mutable Mutex mu_ FEDCASE_ACQUIRED_AFTER(collectors_mu_);
+  std::vector<std::unique_ptr<Family>> families_ FEDCASE_GUARDED_BY(mu_);  // declaration order
 };
 
 }  // namespace fedcase::server

@@ -5,7 +5,7 @@
 namespace fedcase::server {
 
 bool RateLimiter::allow(const std::string& key, Clock::time_point now, double& retry_after_s) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (now - last_sweep_ > std::chrono::minutes(1)) {
     for (auto it = buckets_.begin(); it != buckets_.end();) {
       it = now - it->second.updated > std::chrono::minutes(1) ? buckets_.erase(it) : std::next(it);

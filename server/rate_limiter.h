@@ -3,9 +3,10 @@
 // `burst`. Thread-safe. Buckets idle for a minute are forgotten.
 
 #include <chrono>
-#include <mutex>
 #include <string>
 #include <unordered_map>
+
+#include "common/mutex.h"
 
 namespace fedcase::server {
 
@@ -24,9 +25,9 @@ class RateLimiter {
     Clock::time_point updated;
   };
   double rate_, burst_;
-  std::mutex mu_;
-  std::unordered_map<std::string, Bucket> buckets_;
-  Clock::time_point last_sweep_{};
+  Mutex mu_;
+  std::unordered_map<std::string, Bucket> buckets_ FEDCASE_GUARDED_BY(mu_);
+  Clock::time_point last_sweep_ FEDCASE_GUARDED_BY(mu_){};
 };
 
 }  // namespace fedcase::server

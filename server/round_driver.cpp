@@ -15,21 +15,31 @@ namespace {
 
 using nlohmann::json;
 
-// Contacts refresh availability in memory; a client's last contact is saved at most this often,
-// in batches, so a large fleet's heartbeats do not turn into fsyncs. The profiles of a round's
+// Contacts refresh availability in memory; the last contacts are saved at most this often, in
+// one batch, so a large fleet's heartbeats do not turn into fsyncs. The profiles of a round's
 // invitees are saved when it closes.
 constexpr double kSaveContactsEvery = 30.0;
-// How often a tick looks for contacts to save (ticks come every 50 ms).
-constexpr double kFlushContactsEvery = 1.0;
 
 std::string job_prefix(const JobEntry& job) { return "job " + std::to_string(job.id) + ": "; }
 
 // Whether a round of `job` must wait for the server's evaluation of the previous model before
 // it may commit: the job has a target accuracy on the test set and that evaluation is pending.
-// Caller holds JobTable::mu.
-bool target_unknown(const JobEntry& job) {
+bool target_unknown(const JobEntry& job, const JobStatus& status) {
   return job.config.target_accuracy > 0 && job.config.evaluation.target == "server" &&
-         job.evaluations_pending > 0;
+         status.evaluations_pending > 0;
+}
+
+// Why a round of a job in `state` is stopped rather than concluded ("": it is not).
+std::string stop_reason(JobState state) {
+  if (state == JobState::kCancelled) return "job cancelled";
+  if (state == JobState::kFinished) return "job reached its target";
+  return std::string();
+}
+
+std::optional<double> earliest(std::optional<double> a, std::optional<double> b) {
+  if (!a) return b;
+  if (!b) return a;
+  return std::min(*a, *b);
 }
 
 storage::RoundRecord open_record(JobId job, const rounds::Round& r) {
@@ -55,32 +65,42 @@ RoundDriver::RoundDriver(JobTable& jobs, ClientRegistry& clients, TenantRegistry
       evaluator_(evaluator),
       tasks_ready_(tasks_ready),
       metrics_(metrics),
-      clock_(std::move(clock)) {}
+      clock_(std::move(clock)),
+      last_flush_(clock_()) {}
 
 RoundDriver::~RoundDriver() { stop(); }
 
 void RoundDriver::start() {
   if (thread_.joinable()) return;
   {
-    std::lock_guard<std::mutex> lock(wake_mu_);
+    MutexLock lock(wake_mu_);
     stop_ = false;
   }
-  thread_ = std::thread([this] {
-    while (true) {
-      {
-        std::unique_lock<std::mutex> lock(wake_mu_);
-        wake_cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stop_ || woken_; });
-        if (stop_) return;
-        woken_ = false;
+  thread_ = std::thread([this] { run(); });
+}
+
+void RoundDriver::run() {
+  while (true) {
+    const std::optional<double> next = tick();
+    MutexLock lock(wake_mu_);
+    while (!stop_ && !woken_) {
+      if (!next) {
+        wake_cv_.wait(wake_mu_);
+        continue;
       }
-      tick();
+      const double wait_s = *next - clock_();
+      if (wait_s <= 0) break;
+      wake_cv_.wait_until(wake_mu_,
+                          std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s));
     }
-  });
+    if (stop_) return;
+    woken_ = false;
+  }
 }
 
 void RoundDriver::stop() {
   {
-    std::lock_guard<std::mutex> lock(wake_mu_);
+    MutexLock lock(wake_mu_);
     stop_ = true;
   }
   wake_cv_.notify_one();
@@ -89,67 +109,62 @@ void RoundDriver::stop() {
 
 void RoundDriver::wake() {
   {
-    std::lock_guard<std::mutex> lock(wake_mu_);
+    MutexLock lock(wake_mu_);
     woken_ = true;
   }
   wake_cv_.notify_one();
 }
 
-void RoundDriver::tick() {
-  std::lock_guard<std::mutex> serial(tick_mu_);
+std::optional<double> RoundDriver::tick() {
+  MutexLock serial(tick_mu_);
   const double now = clock_();
+  // Jobs whose round concludes now open their next one in the next tick, right after this.
+  std::vector<JobEntry*> waiting = jobs_.waiting_jobs();
   std::vector<Closing> closing;
-  std::vector<JobEntry*> opening;
-  {
-    std::lock_guard<std::mutex> lock(jobs_.mu);
-    for (auto& [id, entry] : jobs_.jobs) {
-      JobEntry& job = *entry;
-      if (job.concluding) continue;
-      if (!job.round) {
-        if (job.state == JobState::kRunning) opening.push_back(&job);
-        continue;
-      }
-      std::string stop_reason;
-      if (job.state == JobState::kCancelled) stop_reason = "job cancelled";
-      if (job.state == JobState::kFinished) stop_reason = "job reached its target";
-      if (!stop_reason.empty()) job.round->close();
-      if (!job.round->due(now)) continue;
-      // Whether the previous model reached the target decides whether this round may commit.
-      if (stop_reason.empty() && target_unknown(job)) continue;
-      closing.push_back({&job, std::move(*job.round), stop_reason});
-      job.round.reset();
-      job.concluding = true;
+  jobs_.update_each([&](JobEntry& job, JobStatus& status) {
+    if (status.concluding || !status.round) return;
+    const std::string reason = stop_reason(status.state);
+    if (!reason.empty()) status.round->close();
+    if (!status.round->due(now)) return;
+    // Whether the previous model reached the target decides whether this round may commit.
+    if (reason.empty() && target_unknown(job, status)) return;
+    closing.push_back({&job, std::move(*status.round), reason});
+    status.round.reset();
+    status.concluding = true;
+  });
+  for (Closing& c : closing) conclude(c, now);
+  open_in_turn(std::move(waiting), now);
+  std::optional<double> next = closing.empty() ? std::nullopt : std::optional<double>(now);
+  next = earliest(next, earliest(jobs_.next_deadline(now), tenants_.throttle_ends(now)));
+  if (clients_.has_unsaved()) {
+    if (now - last_flush_ >= kSaveContactsEvery) {
+      clients_.flush();
+      last_flush_ = now;
+    } else {
+      next = earliest(next, last_flush_ + kSaveContactsEvery);
     }
   }
-  for (Closing& c : closing) conclude(c, now);
-  open_in_turn(std::move(opening), now);
-  if (now - last_flush_ >= kFlushContactsEvery) {
-    clients_.flush(now, kSaveContactsEvery);
-    last_flush_ = now;
-  }
+  return next;
 }
 
 void RoundDriver::conclude_all() {
-  std::lock_guard<std::mutex> serial(tick_mu_);
+  MutexLock serial(tick_mu_);
   const double now = clock_();
   std::vector<Closing> closing;
-  {
-    std::lock_guard<std::mutex> lock(jobs_.mu);
-    for (auto& [id, entry] : jobs_.jobs) {
-      JobEntry& job = *entry;
-      if (job.concluding || !job.round) continue;
-      job.round->close();
-      if (!job.round->due(now)) continue;
-      std::string stop_reason = "coordinator stopped";
-      if (job.state == JobState::kCancelled) stop_reason = "job cancelled";
-      if (job.state == JobState::kFinished) stop_reason = "job reached its target";
-      const bool may_commit = job.state == JobState::kRunning && !target_unknown(job) &&
-                              job.round->accepted() >= job.config.min_updates;
-      closing.push_back({&job, std::move(*job.round), may_commit ? "" : stop_reason});
-      job.round.reset();
-      job.concluding = true;
-    }
-  }
+  jobs_.update_each([&](JobEntry& job, JobStatus& status) {
+    if (status.concluding || !status.round) return;
+    status.round->close();
+    if (!status.round->due(now)) return;
+    const std::string reason = stop_reason(status.state);
+    const bool may_commit = status.state == JobState::kRunning && !target_unknown(job, status) &&
+                            status.round->accepted() >= job.config.min_updates;
+    closing.push_back({&job, std::move(*status.round),
+                       may_commit       ? ""
+                       : reason.empty() ? "coordinator stopped"
+                                        : reason});
+    status.round.reset();
+    status.concluding = true;
+  });
   for (Closing& c : closing) conclude(c, now);
 }
 
@@ -157,7 +172,7 @@ double RoundDriver::class_cost_of(const JobEntry& job, const std::vector<ClientS
   // The coordinator's priors, never the job's own: a job's config must not set its price.
   scheduling::TrainingParams training = job.config.training;
   training.priors = scheduling::TrainingParams{}.priors;
-  const uint64_t model_bytes = job.model->blob.size();
+  const uint64_t model_bytes = job.runtime->model()->blob.size();
   std::vector<double> task_seconds;
   for (const ClientSnapshot& c : clients) {
     if (!c.available || !rounds::labels_match(c.labels, job.config.client_labels)) continue;
@@ -167,15 +182,12 @@ double RoundDriver::class_cost_of(const JobEntry& job, const std::vector<ClientS
   return scheduling::class_cost(std::move(task_seconds));
 }
 
-RoundDriver::Pool RoundDriver::pool_of(const JobEntry& job,
-                                       const std::vector<ClientSnapshot>& clients,
-                                       const std::set<ClientId>& busy) {
+RoundDriver::Pool RoundDriver::pool_of(const JobEntry& job, const std::set<ClientId>& busy,
+                                       double now) const {
+  const ClientRegistry::Eligible eligible = clients_.eligible(now, job.config.client_labels, busy);
   Pool pool;
-  for (const ClientSnapshot& c : clients) {
-    if (!c.available || !rounds::labels_match(c.labels, job.config.client_labels)) continue;
-    ++pool.eligible;
-    pool.free += !busy.count(c.profile.id);
-  }
+  pool.eligible = eligible.available;
+  pool.free = eligible.free;
   pool.can_ever_open = pool.eligible >= job.config.min_clients;
   pool.wanted =
       pool.can_ever_open
@@ -185,44 +197,11 @@ RoundDriver::Pool RoundDriver::pool_of(const JobEntry& job,
   return pool;
 }
 
-std::vector<JobEntry*> RoundDriver::waiting_jobs() {
-  std::vector<JobEntry*> waiting;
-  std::lock_guard<std::mutex> lock(jobs_.mu);
-  for (const auto& [id, job] : jobs_.jobs) {
-    if (!job->round && !job->concluding && job->state == JobState::kRunning) {
-      waiting.push_back(job.get());
-    }
-  }
-  return waiting;
-}
-
-size_t RoundDriver::free_clients(const std::vector<ClientSnapshot>& clients,
-                                 const std::set<ClientId>& busy) {
-  size_t free = 0;
-  for (const ClientSnapshot& c : clients) free += c.available && !busy.count(c.profile.id);
-  return free;
-}
-
 bool RoundDriver::fleet_overloaded(double now, size_t extra_wanted) {
-  const std::vector<ClientSnapshot> clients = clients_.profiles(now);
-  const std::set<ClientId> busy = busy_clients();
+  const std::set<ClientId> busy = jobs_.busy_clients();
   size_t wanted = extra_wanted;
-  for (const JobEntry* job : waiting_jobs()) wanted += pool_of(*job, clients, busy).wanted;
-  return scheduling::overloaded(wanted, free_clients(clients, busy));
-}
-
-std::set<ClientId> RoundDriver::busy_clients() {
-  // A client holds one task at a time: those invited by an open round are busy until they
-  // have delivered their update there.
-  std::set<ClientId> busy;
-  std::lock_guard<std::mutex> lock(jobs_.mu);
-  for (const auto& [id, job] : jobs_.jobs) {
-    if (!job->round) continue;
-    for (const auto& task : job->round->tasks()) {
-      if (job->round->holds_task(task.client)) busy.insert(task.client);
-    }
-  }
-  return busy;
+  for (const JobEntry* job : jobs_.waiting_jobs()) wanted += pool_of(*job, busy, now).wanted;
+  return scheduling::overloaded(wanted, clients_.eligible(now, {}, busy).free);
 }
 
 void RoundDriver::open_in_turn(std::vector<JobEntry*> waiting, double now) {
@@ -231,26 +210,19 @@ void RoundDriver::open_in_turn(std::vector<JobEntry*> waiting, double now) {
     finish(*waiting[i]);  // its round cap is reached
     waiting.erase(waiting.begin() + i);
   }
-  const std::vector<ClientSnapshot> clients = clients_.profiles(now);
-  std::set<ClientId> busy = busy_clients();
+  std::set<ClientId> busy = jobs_.busy_clients();
   // Every job still without a round wants clients (also one that failed to open); `waiting`
   // holds those not yet tried in this tick.
   std::vector<JobEntry*> wanting = waiting;
   std::map<const JobEntry*, Pool> pools;
   auto measure = [&] {
     pools.clear();
-    for (const JobEntry* job : wanting) pools[job] = pool_of(*job, clients, busy);
+    for (const JobEntry* job : wanting) pools[job] = pool_of(*job, busy, now);
   };
   measure();
   // A tenant is active while one of its jobs has a round open or could open one: a job that
   // no client can serve (too few eligible clients) banks its tenant no credit.
-  std::set<TenantId> active;
-  {
-    std::lock_guard<std::mutex> lock(jobs_.mu);
-    for (const auto& [id, job] : jobs_.jobs) {
-      if (job->round) active.insert(job->tenant);
-    }
-  }
+  std::set<TenantId> active = jobs_.tenants_with_open_rounds();
   for (const auto& [job, pool] : pools) {
     if (pool.can_ever_open) active.insert(job->tenant);
   }
@@ -258,7 +230,7 @@ void RoundDriver::open_in_turn(std::vector<JobEntry*> waiting, double now) {
   while (!waiting.empty()) {
     size_t wanted = 0;
     for (const auto& [job, pool] : pools) wanted += pool.wanted;
-    const bool overload = scheduling::overloaded(wanted, free_clients(clients, busy));
+    const bool overload = scheduling::overloaded(wanted, clients_.eligible(now, {}, busy).free);
     std::vector<scheduling::WaitingJob> order;
     std::vector<JobEntry*> candidates;
     for (JobEntry* job : waiting) {
@@ -275,18 +247,19 @@ void RoundDriver::open_in_turn(std::vector<JobEntry*> waiting, double now) {
     if (!next) return;  // throttled, or waiting for the least-served job's clients
     JobEntry& job = *candidates[*next];
     waiting.erase(std::find(waiting.begin(), waiting.end(), &job));
-    if (open(job, clients, busy, now)) {
+    if (open(job, busy, now)) {
       tenants_.round_opened(job.tenant, job.id, now, job.round_expected_client_s,
                             job.round_class_cost);
       wanting.erase(std::find(wanting.begin(), wanting.end(), &job));
-      busy = busy_clients();
+      busy = jobs_.busy_clients();
       measure();
     }
   }
 }
 
-bool RoundDriver::open(JobEntry& job, const std::vector<ClientSnapshot>& clients,
-                       const std::set<ClientId>& busy, double now) {
+bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now) {
+  // The one place the driver copies the fleet's profiles: a job is about to select.
+  const std::vector<ClientSnapshot> clients = clients_.profiles(now);
   rounds::JobRuntime& runtime = *job.runtime;
   std::vector<rounds::PoolClient> pool;
   pool.reserve(clients.size());
@@ -319,11 +292,10 @@ bool RoundDriver::open(JobEntry& job, const std::vector<ClientSnapshot>& clients
            std::to_string(round.available()) + " available, deadline in " +
            std::to_string(static_cast<int>(round.deadline() - now)) + " s");
   const std::vector<ClientId> invited = round.invited();
-  {
-    std::lock_guard<std::mutex> lock(jobs_.mu);
-    job.last_round = round.index();
-    job.round = std::move(round);
-  }
+  jobs_.update(job, [&](JobStatus& status) {
+    status.last_round = round.index();
+    status.round = std::move(round);
+  });
   tasks_ready_.notify(invited);
   return true;
 }
@@ -361,21 +333,20 @@ void RoundDriver::conclude(Closing& c, double now) {
     if (!failed.ok())
       log_error(job_prefix(job) + "cannot record failed round: " + failed.to_string());
   }
-  clients_.save(k.invited, now);
+  clients_.save(k.invited);
 
   const bool committed = record.state == RoundState::kCommitted;
   const char* outcome = committed ? "committed" : "failed";
   metrics_.add(metric::kRounds, {{"job", std::to_string(job.id)}, {"outcome", outcome}});
   metrics_.observe(metric::kRoundSeconds, {{"outcome", outcome}}, now - record.opened_at);
-  {
-    std::lock_guard<std::mutex> lock(jobs_.mu);
-    job.concluding = false;
-    job.policy_state = runtime.policy_state();
+  jobs_.update(job, [&](JobStatus& status) {
+    status.concluding = false;
+    status.policy_state = runtime.policy_state();
     if (committed) {
-      job.model = runtime.model();
-      job.privacy = privacy_view(runtime);
+      status.model = runtime.model();
+      status.privacy = privacy_view(runtime);
     }
-  }
+  });
   if (committed) {
     log_info(job_prefix(job) + "round " + std::to_string(record.index) + " committed with " +
              record.metrics["updates"].dump() + " updates after " +
@@ -392,10 +363,7 @@ void RoundDriver::conclude(Closing& c, double now) {
 
 void RoundDriver::evaluate(JobEntry& job, std::shared_ptr<const rounds::GlobalModel> model,
                            json timing) {
-  {
-    std::lock_guard<std::mutex> lock(jobs_.mu);
-    job.evaluations_pending += 1;
-  }
+  jobs_.update(job, [](JobStatus& status) { status.evaluations_pending += 1; });
   const uint64_t version = model->version;
   const auto submitted = std::chrono::steady_clock::now();
   evaluator_.submit(
@@ -413,8 +381,8 @@ void RoundDriver::on_evaluated(JobEntry& job, uint64_t version,
   if (!evaluation.ok()) {
     log_error(job_prefix(job) + "cannot evaluate model " + std::to_string(version) + ": " +
               evaluation.status().to_string());
-    std::lock_guard<std::mutex> lock(jobs_.mu);
-    job.evaluations_pending -= 1;
+    jobs_.update(job, [](JobStatus& status) { status.evaluations_pending -= 1; });
+    wake();  // a round held back by this evaluation may conclude now
     return;
   }
   const ml::EvalResult& e = *evaluation;
@@ -434,11 +402,10 @@ void RoundDriver::on_evaluated(JobEntry& job, uint64_t version,
   // Finished before the pending count drops: a round held back by this evaluation must see
   // the job finished, never a job with nothing pending that may commit it.
   if (reached) finish(job);
-  {
-    std::lock_guard<std::mutex> lock(jobs_.mu);
-    job.evaluations_pending -= 1;
-    if (scored) job.last_accuracy = e.accuracy;
-  }
+  jobs_.update(job, [&](JobStatus& status) {
+    status.evaluations_pending -= 1;
+    if (scored) status.last_accuracy = e.accuracy;
+  });
   wake();
 }
 
@@ -451,10 +418,7 @@ void RoundDriver::on_federated_evaluation(JobEntry& job, const storage::RoundRec
                 static_cast<unsigned long long>(round.index), *accuracy,
                 static_cast<unsigned long long>(round.base_version));
   log_info(line);
-  {
-    std::lock_guard<std::mutex> lock(jobs_.mu);
-    job.last_accuracy = accuracy;
-  }
+  jobs_.update(job, [&](JobStatus& status) { status.last_accuracy = accuracy; });
   if (job.config.target_accuracy > 0 && *accuracy >= job.config.target_accuracy) finish(job);
 }
 

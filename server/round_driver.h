@@ -17,15 +17,21 @@
 // "federated" finishes after a committed round whose federated accuracy (of the round's base
 // model, reported by its clients) reaches the target.
 //
+// The thread runs on events, never on a fixed tick: it sleeps until the next thing that is due
+// (an open round's deadline, a tenant's round-start window freeing, contacts to save) or until
+// wake() says something changed (an upload accepted or refused, a client registered or back
+// online, a job created or controlled, an evaluation done). The clients' profiles are copied
+// only when a job waits for a round and enough clients are free to open one.
+//
 // Thread safety: start, stop, wake and tick may be called from any thread; tick runs on the
 // driver thread when started (tests without a thread may call it directly, one at a time).
+// The thread turns the clock's deadlines into waits, so its clock must advance in real time.
 
-#include <condition_variable>
-#include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
-#include "common/thread_annotations.h"
+#include "common/mutex.h"
 #include "server/client_registry.h"
 #include "server/evaluator.h"
 #include "server/job_table.h"
@@ -44,12 +50,14 @@ class RoundDriver {
               Metrics& metrics, Clock clock);
   ~RoundDriver();  // stops the thread
 
-  // Starts / stops the thread that calls tick() every 50 ms and at once after wake().
+  // Starts / stops the thread that calls tick() at its deadlines and at once after wake().
   void start();
   void stop();
   void wake();
-  // Advances every job once: concludes due rounds, opens rounds for running jobs.
-  void tick();
+  // Advances every job once: concludes due rounds, opens rounds for running jobs, saves
+  // contacts when due. Returns when the next tick is due if nothing wakes the driver first
+  // (nullopt: only an event can make one useful).
+  std::optional<double> tick();
   // Concludes every open round at once, as the coordinator stops: a running job's round with
   // min_updates accepted updates commits (unless the job waits for an evaluation to learn
   // whether it reached its target); any other fails ("coordinator stopped", or as tick()
@@ -70,17 +78,14 @@ class RoundDriver {
 
  private:
   struct Closing;
-  // Opens a round of `job` over `clients` less the `busy` ones, if enough are free; whether
-  // it did.
-  bool open(JobEntry& job, const std::vector<ClientSnapshot>& clients,
-            const std::set<ClientId>& busy, double now);
+  // Opens a round of `job` over the available clients less the `busy` ones, if enough are
+  // free; whether it did.
+  bool open(JobEntry& job, const std::set<ClientId>& busy, double now);
   // Opens rounds for `waiting` jobs in the fair share's order (finishing those at their round
   // cap), after telling the fair share which tenants are active.
   void open_in_turn(std::vector<JobEntry*> waiting, double now);
-  // Clients invited by an open round that have not delivered their update there yet.
-  std::set<ClientId> busy_clients();
-  // Running jobs without an open round. Entries stay valid (jobs are never removed).
-  std::vector<JobEntry*> waiting_jobs();
+  // The driver thread's loop.
+  void run();
   // A job's clients now: `eligible` (available and matching its labels), `free` (of those,
   // not busy), whether it could open at all with all eligible clients free, and how many it
   // wants for a round (its invitation, at most its eligible clients; 0 if it cannot open).
@@ -88,11 +93,7 @@ class RoundDriver {
     size_t eligible = 0, free = 0, wanted = 0;
     bool can_ever_open = false;
   };
-  static Pool pool_of(const JobEntry& job, const std::vector<ClientSnapshot>& clients,
-                      const std::set<ClientId>& busy);
-  // Available clients holding no task.
-  static size_t free_clients(const std::vector<ClientSnapshot>& clients,
-                             const std::set<ClientId>& busy);
+  Pool pool_of(const JobEntry& job, const std::set<ClientId>& busy, double now) const;
   // A job's class cost (scheduling::class_cost) over its eligible clients, from the
   // coordinator's duration priors, not the job's.
   static double class_cost_of(const JobEntry& job, const std::vector<ClientSnapshot>& clients);
@@ -115,10 +116,11 @@ class RoundDriver {
   Metrics& metrics_;           // selection time, rounds concluded and their durations
   Clock clock_;
 
-  std::mutex tick_mu_;     // one tick at a time
-  double last_flush_ = 0;  // when contacts were last saved; guarded by tick_mu_
-  std::mutex wake_mu_;
-  std::condition_variable wake_cv_;
+  Mutex tick_mu_;                                       // one tick at a time
+  // When contacts were last saved (at first, when the driver was made).
+  double last_flush_ FEDCASE_GUARDED_BY(tick_mu_);
+  Mutex wake_mu_;
+  CondVar wake_cv_;
   bool stop_ FEDCASE_GUARDED_BY(wake_mu_) = false;
   bool woken_ FEDCASE_GUARDED_BY(wake_mu_) = false;
   std::thread thread_;

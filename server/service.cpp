@@ -3,10 +3,27 @@
 #include <fstream>
 
 #include "common/log.h"
+#include "ml/dataset.h"
 #include "server/api.h"
+#include "server/evaluator.h"
 #include "server/http_server.h"
 
 namespace fedcase::server {
+namespace {
+
+// The coordinator over the store at config.database, scoring models on the test set at
+// config.eval_data_dir. kNotFound / kInternal with a clear message when either is unusable.
+Result<std::unique_ptr<Coordinator>> open_coordinator(const CoordinatorConfig& config) {
+  auto store = storage::open_sqlite_store(config.database);
+  if (!store.ok()) return store.status();
+  auto eval = ml::load_fashion_mnist(config.eval_data_dir, ml::Split::kTest);
+  if (!eval.ok()) return eval.status();
+  auto evaluator = std::make_unique<TestSetEvaluator>(std::move(eval).value(), config.eval_samples,
+                                                      config.torch_threads);
+  return Coordinator::open(config, std::move(store).value(), std::move(evaluator));
+}
+
+}  // namespace
 
 struct CoordinatorService::Impl {
   std::unique_ptr<Coordinator> coordinator;
@@ -22,7 +39,7 @@ CoordinatorService::~CoordinatorService() { stop(); }
 Result<std::unique_ptr<CoordinatorService>> CoordinatorService::start(
     const CoordinatorConfig& config) {
   auto impl = std::make_unique<Impl>();
-  auto coordinator = Coordinator::open(config);
+  auto coordinator = open_coordinator(config);
   if (!coordinator.ok()) return coordinator.status();
   impl->coordinator = std::move(coordinator).value();
   impl->api = std::make_unique<Api>(*impl->coordinator);

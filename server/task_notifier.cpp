@@ -3,14 +3,14 @@
 namespace fedcase::server {
 
 uint64_t TaskNotifier::watch(ClientId client, Wake wake) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const uint64_t handle = next_handle_++;
   watches_[client].emplace(handle, std::move(wake));
   return handle;
 }
 
 void TaskNotifier::cancel(ClientId client, uint64_t handle) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = watches_.find(client);
   if (it == watches_.end()) return;
   it->second.erase(handle);
@@ -20,7 +20,7 @@ void TaskNotifier::cancel(ClientId client, uint64_t handle) {
 void TaskNotifier::notify(const std::vector<ClientId>& clients) {
   std::vector<Wake> due;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (ClientId client : clients) {
       auto it = watches_.find(client);
       if (it == watches_.end()) continue;

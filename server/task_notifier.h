@@ -8,11 +8,10 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <vector>
 
 #include "common/ids.h"
-#include "common/thread_annotations.h"
+#include "common/mutex.h"
 
 namespace fedcase::server {
 
@@ -29,7 +28,7 @@ class TaskNotifier {
   void notify(const std::vector<ClientId>& clients);
 
  private:
-  std::mutex mu_;
+  Mutex mu_;
   uint64_t next_handle_ FEDCASE_GUARDED_BY(mu_) = 1;
   std::map<ClientId, std::map<uint64_t, Wake>> watches_ FEDCASE_GUARDED_BY(mu_);
 };

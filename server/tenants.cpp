@@ -34,7 +34,7 @@ void TenantRegistry::install(const storage::TenantRecord& record) {
 Status TenantRegistry::load() {
   auto records = store_.list_tenants();
   if (!records.ok()) return records.status();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& record : *records) {
     if (!scheduling::parse_tenant_limits(record.limits).ok()) {
       return invalid_argument("tenant " + std::to_string(record.id) + " has unreadable limits");
@@ -75,57 +75,62 @@ Result<TenantRegistry::Created> TenantRegistry::create(const json& request, doub
     return id.status();
   }
   record.id = *id;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   install(record);
   return Created{record, *token};
 }
 
 std::optional<TenantId> TenantRegistry::identify(const std::string& token_hash) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = token_hashes_.find(token_hash);
   if (it == token_hashes_.end()) return std::nullopt;
   return it->second;
 }
 
 std::vector<storage::TenantRecord> TenantRegistry::list() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<storage::TenantRecord> out;
   for (const auto& [id, record] : tenants_) out.push_back(record);
   return out;
 }
 
 json TenantRegistry::share_json() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return share_.to_json();
 }
 
 bool TenantRegistry::admit_job(TenantId tenant, size_t running_jobs, bool overload, double now,
                                double& retry_after_s) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return share_.admit_job(tenant, running_jobs, overload, now, retry_after_s);
 }
 
 void TenantRegistry::set_active_tenants(const std::set<TenantId>& active) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   share_.set_active_tenants(active);
 }
 
 std::optional<size_t> TenantRegistry::next_round(const std::vector<scheduling::WaitingJob>& waiting,
                                                  bool overload, double now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return share_.next_round(waiting, overload, now);
 }
 
 void TenantRegistry::round_opened(TenantId tenant, JobId job, double now, double expected_client_s,
                                   double class_cost) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   share_.round_opened(tenant, job, now, expected_client_s, class_cost);
 }
 
 void TenantRegistry::round_concluded(TenantId tenant, JobId job, double expected_client_s,
                                      double client_s, double class_cost) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   share_.round_concluded(tenant, job, expected_client_s, client_s, class_cost);
+}
+
+std::optional<double> TenantRegistry::throttle_ends(double now) const {
+  MutexLock lock(mu_);
+  return share_.throttle_ends(now);
 }
 
 }  // namespace fedcase::server

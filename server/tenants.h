@@ -9,7 +9,6 @@
 // across a store call (decide under it, write outside it, publish under it).
 
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -18,8 +17,8 @@
 #include <vector>
 
 #include "common/ids.h"
+#include "common/mutex.h"
 #include "common/status.h"
-#include "common/thread_annotations.h"
 #include "scheduling/fair_share.h"
 #include "storage/store.h"
 
@@ -62,12 +61,13 @@ class TenantRegistry {
                     double class_cost);
   void round_concluded(TenantId tenant, JobId job, double expected_client_s, double client_s,
                        double class_cost);
+  std::optional<double> throttle_ends(double now) const;
 
  private:
   void install(const storage::TenantRecord& record) FEDCASE_REQUIRES(mu_);
 
   storage::Store& store_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::map<TenantId, storage::TenantRecord> tenants_ FEDCASE_GUARDED_BY(mu_);
   std::unordered_map<std::string, TenantId> token_hashes_ FEDCASE_GUARDED_BY(mu_);
   scheduling::FairShare share_ FEDCASE_GUARDED_BY(mu_);

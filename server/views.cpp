@@ -168,6 +168,25 @@ json tenant_created_json(const TenantRegistry::Created& c) {
           {"token", c.token}};
 }
 
+json tenants_json(const TenantsOverview& overview) {
+  json out = json::array();
+  for (const storage::TenantRecord& t : overview.tenants) {
+    auto jobs = overview.active_jobs.find(t.id);
+    json entry = {{"tenant_id", t.id},
+                  {"name", t.name},
+                  {"weight", t.weight},
+                  {"limits", t.limits},
+                  {"active_jobs", jobs == overview.active_jobs.end() ? 0 : jobs->second}};
+    const std::string key = std::to_string(t.id);
+    const bool shared = overview.share.contains(key);
+    for (const char* field : {"counter", "client_seconds", "share", "throttle_events"}) {
+      entry[field] = shared ? overview.share[key].value(field, json(0)) : json(0);
+    }
+    out.push_back(entry);
+  }
+  return {{"tenants", out}};
+}
+
 json job_state_json(JobId job, JobState state) {
   return {{"job_id", job}, {"state", state_name(state)}};
 }

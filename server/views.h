@@ -30,5 +30,8 @@ nlohmann::json job_state_json(JobId job, JobState state);
 // A new tenant with its token (shown only here): {"tenant_id", "name", "weight", "limits",
 // "token"}.
 nlohmann::json tenant_created_json(const TenantRegistry::Created& created);
+// Every tenant, the operator first: {"tenants": [{"tenant_id", "name", "weight", "limits",
+// "active_jobs", "counter", "client_seconds", "share", "throttle_events"}]}.
+nlohmann::json tenants_json(const TenantsOverview& overview);
 
 }  // namespace fedcase::server

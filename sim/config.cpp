@@ -40,9 +40,9 @@ Result<SimConfig> parse_sim_config(const nlohmann::json& config) {
     c.fleet = *parsed;
   }
   FEDCASE_RETURN_IF_ERROR(r.strict_status());
-  auto job = rounds::parse_job_config(*r.member("job"));
+  auto job = rounds::build_job(*r.member("job"));
   if (!job.ok()) return job.status();
-  c.job = std::move(job).value();
+  c.job = std::move(job->config);
   return c;
 }
 

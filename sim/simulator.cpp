@@ -211,7 +211,10 @@ Result<std::unique_ptr<Simulator>> Simulator::create(const SimConfig& config,
   auto model = ml::Model::create(config.job.model, config.job.seed);
   if (!model.ok()) return model.status();
   auto initial = rounds::make_global_model(0, model->layout(), model->parameters());
-  auto job = rounds::JobRuntime::create(config.job, initial, nlohmann::json::object(), "");
+  auto parts = rounds::make_job_parts(config.job);
+  if (!parts.ok()) return parts.status();
+  auto job =
+      rounds::JobRuntime::create(std::move(parts).value(), initial, nlohmann::json::object(), "");
   if (!job.ok()) return job.status();
 
   auto s = std::make_unique<State>(config, train, test, std::move(fleet), std::move(model).value());

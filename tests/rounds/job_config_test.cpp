@@ -28,7 +28,7 @@ TEST_CASE("job config sections are parsed by the libraries that own them") {
 
 TEST_CASE("job config errors name what is wrong") {
   auto message = [](const json& j) {
-    auto r = parse_job_config(j);
+    auto r = build_job(j);
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().code() == Code::kInvalidArgument);
     return r.status().message();

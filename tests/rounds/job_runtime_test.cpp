@@ -34,8 +34,14 @@ std::shared_ptr<const GlobalModel> initial_model() {
   return make_global_model(0, layout, {1.0f, -1.0f});
 }
 
+JobParts parts_of(const JobConfig& config) {
+  auto parts = make_job_parts(config);
+  REQUIRE(parts.ok());
+  return std::move(parts).value();
+}
+
 std::unique_ptr<JobRuntime> make_job(const JobConfig& config) {
-  auto job = JobRuntime::create(config, initial_model(), json::object(), "");
+  auto job = JobRuntime::create(parts_of(config), initial_model(), json::object(), "");
   REQUIRE(job.ok());
   return std::move(job).value();
 }
@@ -349,8 +355,9 @@ TEST_CASE("DP rounds get a reproducible seed per round and account their privacy
   CHECK(a->dp_seed(3) == config.seed * 1000003 + 3);
   CHECK(a->dp_seed(3) != a->dp_seed(4));
   // With a secret, the seeds are no function of the job config alone.
-  auto secret = JobRuntime::create(config, initial_model(), json::object(), "", 0, 0x5eed);
-  auto other = JobRuntime::create(config, initial_model(), json::object(), "", 0, 0x5eee);
+  auto secret =
+      JobRuntime::create(parts_of(config), initial_model(), json::object(), "", 0, 0x5eed);
+  auto other = JobRuntime::create(parts_of(config), initial_model(), json::object(), "", 0, 0x5eee);
   REQUIRE(secret.ok());
   REQUIRE(other.ok());
   CHECK((*secret)->dp_seed(3) != a->dp_seed(3));
@@ -394,7 +401,8 @@ TEST_CASE("a runtime resumed from saved state chooses as the original does") {
   Conclusion c = job->conclude(**opened, 1006);
   REQUIRE(c.state == RoundState::kCommitted);
   job->adopt(c);
-  auto resumed = JobRuntime::create(config, c.model, c.policy_state, c.optimizer_state, 1);
+  auto resumed =
+      JobRuntime::create(parts_of(config), c.model, c.policy_state, c.optimizer_state, 1);
   REQUIRE(resumed.ok());
   auto x = job->open_round(fleet.pool(8), 2000);
   auto y = (*resumed)->open_round(fleet.pool(8), 2000);

@@ -13,6 +13,7 @@
 
 #include "common/blob.h"
 #include "ml/model.h"
+#include "server/views.h"
 #include "tests/server/coordinator_fixture.h"
 
 namespace fedcase::server {
@@ -577,7 +578,7 @@ TEST_CASE("a job's own duration priors do not lower its tenant's charge") {
   REQUIRE(h.coordinator->create_job(job_config(two), cheap->record.id, retry).ok());
   REQUIRE(h.coordinator->create_job(slow, pricey->record.id, retry).ok());
   h.coordinator->tick();  // both rounds open, each charged at its open
-  const json view = h.coordinator->tenants_view();
+  const json view = tenants_json(h.coordinator->tenants());
   std::map<std::string, double> counter;
   for (const json& t : view["tenants"]) {
     counter[t["name"].get<std::string>()] = t["counter"].get<double>();

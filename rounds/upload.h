@@ -1,0 +1,28 @@
+#pragma once
+// The checks an uploaded update passes before it joins a round, beyond its metadata's own
+// syntax: those that need the round's base model and the job's config. They read the update
+// where it lies (a BlobView into the request body), without copying it.
+//
+// Pure functions; thread-safe.
+
+#include <optional>
+
+#include "common/blob.h"
+#include "common/ids.h"
+#include "common/status.h"
+#include "rounds/evaluation.h"
+#include "rounds/job_config.h"
+#include "rounds/job_runtime.h"
+
+namespace fedcase::rounds {
+
+// Whether `update` (the delta local - global) and its client's `evaluation` may join round
+// `round`, which trains and evaluates `base`. kUnprocessable naming what is wrong: the update
+// was trained on another model version, does not match the base's layout, holds a non-finite
+// value or exceeds config.max_update_norm (aggregation::validate_update); the evaluation
+// scores another model version, or more held-out samples than config.evaluation.max_samples
+// (no honest report, and it would outweigh the others in the round's means).
+Status check_upload(const GlobalModel& base, RoundIndex round, const JobConfig& config,
+                    const BlobView& update, const std::optional<EvalReport>& evaluation);
+
+}  // namespace fedcase::rounds
