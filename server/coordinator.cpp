@@ -357,7 +357,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::open(const CoordinatorConfig& 
 }
 
 Result<std::unique_ptr<Coordinator>> Coordinator::open(const CoordinatorConfig& config) {
-  auto store = storage::open_sqlite_store(config.database);
+  auto store = storage::open_store(config.database);
   if (!store.ok()) return store.status();
   auto eval = ml::load_fashion_mnist(config.eval_data_dir, ml::Split::kTest);
   if (!eval.ok()) return eval.status();

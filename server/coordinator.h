@@ -130,7 +130,7 @@ class Coordinator {
                                                    std::unique_ptr<storage::Store> store,
                                                    std::unique_ptr<ModelEvaluator> evaluator,
                                                    Clock clock = wall_clock);
-  // As above with the SQLite store at config.database and the test set at
+  // As above with the store config.database names (storage::open_store) and the test set at
   // config.eval_data_dir. kNotFound / kInternal with a clear message when either is unusable.
   static Result<std::unique_ptr<Coordinator>> open(const CoordinatorConfig& config);
   ~Coordinator();
