@@ -19,8 +19,8 @@ namespace {
 using pickle::global_dotted;
 using pickle::global_module;
 using pickle::global_name;
-using pickle::kind_name;
 using pickle::Kind;
+using pickle::kind_name;
 using pickle::kNoValue;
 using pickle::Unpickled;
 using pickle::Value;

@@ -227,8 +227,7 @@ Result<std::string_view> ZipArchive::read(const ZipEntry& entry, uint64_t max_si
     data = inflated_.emplace_back(std::move(*inflated));
   } else {
     return invalid_argument("zip entry " + quoted(entry.name) +
-                            " uses unsupported compression method " +
-                            std::to_string(entry.method));
+                            " uses unsupported compression method " + std::to_string(entry.method));
   }
   if (crc32_of(data) != entry.crc) {
     return invalid_argument("zip entry " + quoted(entry.name) + " fails its CRC-32 check");

@@ -19,12 +19,13 @@ Result<StoreUrl> parse_store_url(const std::string& url) {
   if (url.empty()) return invalid_argument("the database URL is empty");
   StoreUrl parsed{kSqliteScheme, url};
   const size_t colon = url.find(':');
-  bool has_scheme = colon != std::string::npos && colon > 0 &&
-                    std::isalpha(static_cast<unsigned char>(url[0]));
+  bool has_scheme =
+      colon != std::string::npos && colon > 0 && std::isalpha(static_cast<unsigned char>(url[0]));
   for (size_t i = 0; has_scheme && i < colon; ++i) has_scheme = scheme_char(url[i]);
   if (has_scheme) {
     parsed.scheme = url.substr(0, colon);
-    for (char& c : parsed.scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (char& c : parsed.scheme)
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     parsed.location = url.substr(colon + 1);
     if (parsed.scheme != kSqliteScheme) {
       return invalid_argument("unknown database scheme '" + url.substr(0, colon) + "' in '" + url +

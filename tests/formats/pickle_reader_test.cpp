@@ -36,8 +36,13 @@ void check_refused(const std::string& pickle, const std::string& words) {
 
 TEST_CASE("a pickle's values: dicts, strings, integers, globals, shared memo values") {
   // {"a": 5, "b": -1}: EMPTY_DICT, MARK, "a", BININT1 5, "b", LONG1 0xff, SETITEMS, STOP.
-  const std::string dict = bytes("\x80\x02}(X\x01\x00\x00\x00" "a" "K\x05X\x01\x00\x00\x00" "b"
-                                  "\x8a\x01\xff" "u.");
+  const std::string dict = bytes(
+      "\x80\x02}(X\x01\x00\x00\x00"
+      "a"
+      "K\x05X\x01\x00\x00\x00"
+      "b"
+      "\x8a\x01\xff"
+      "u.");
   const Unpickled d = run(dict);
   const Value& root = d[d.root];
   CHECK(root.kind == Kind::kDict);
@@ -50,13 +55,17 @@ TEST_CASE("a pickle's values: dicts, strings, integers, globals, shared memo val
   CHECK(d[root.items[3]].integer == -1);  // sign-extended
 
   // ("x", "x") with the memo's value: BINPUT 0, BINGET 0, TUPLE2.
-  const Unpickled t = run(bytes("\x80\x02X\x01\x00\x00\x00" "xq\x00h\x00\x86."));
+  const Unpickled t =
+      run(bytes("\x80\x02X\x01\x00\x00\x00"
+                "xq\x00h\x00\x86."));
   const Value& pair = t[t.root];
   CHECK(pair.kind == Kind::kTuple);
   REQUIRE(pair.items.size() == 2);
   CHECK(pair.items[0] == pair.items[1]);
 
-  const std::string global = "\x80\x02" "ctorch\nFloatStorage\n.";  // outlives its values' views
+  const std::string global =
+      "\x80\x02"
+      "ctorch\nFloatStorage\n.";  // outlives its values' views
   const Unpickled g = run(global);
   CHECK(g[g.root].kind == Kind::kGlobal);
   CHECK(global_module(g[g.root]) == "torch");
@@ -72,5 +81,7 @@ TEST_CASE("the pickle reader refuses what torch does not write, naming the offse
   check_refused(bytes("\x80\x02N(a."), "pop from an empty stack");
   check_refused(bytes("\x80\x02h\x07."), "memo key 7 is not defined");
   check_refused(bytes("\x80\x02NNNs."), "expected a dict to add to, found a None");
-  check_refused(bytes("\x80\x02X\xff\x00\x00\x00" "ab."), "truncated opcode");
+  check_refused(bytes("\x80\x02X\xff\x00\x00\x00"
+                      "ab."),
+                "truncated opcode");
 }

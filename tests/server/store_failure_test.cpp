@@ -174,7 +174,8 @@ TEST_CASE("a commit the store refuses fails the round; the next round trains the
   check_model(*model, base, 0.2f);  // 0.2 + 0.9 x 0.4 had the refused step's momentum stayed
 }
 
-TEST_CASE("a failed round the store cannot record is logged; nothing is committed, the job goes on") {
+TEST_CASE(
+    "a failed round the store cannot record is logged; nothing is committed, the job goes on") {
   fedcase::testing::TempDir dir;
   FaultyHarness f(dir);
   Harness& h = f.h;

@@ -75,9 +75,7 @@ class SqliteBackend : public contract::Backend {
  public:
   Result<std::unique_ptr<Store>> open() override { return open_store("sqlite:" + path_); }
   int current_schema_version() const override { return kSchemaVersion; }
-  int schema_version() override {
-    return static_cast<int>(scalar(path_, "PRAGMA user_version"));
-  }
+  int schema_version() override { return static_cast<int>(scalar(path_, "PRAGMA user_version")); }
   void set_schema_version(int version) override {
     exec(path_, "PRAGMA user_version=" + std::to_string(version));
   }
@@ -91,8 +89,8 @@ class SqliteBackend : public contract::Backend {
   std::optional<JobId> block_next_job_module() override {
     const JobId next = static_cast<JobId>(scalar(
         path_, "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name='jobs'), 0) + 1"));
-    exec(path_, "INSERT INTO job_modules(job_id, module) VALUES(" + std::to_string(next) +
-                    ", 'stale')");
+    exec(path_,
+         "INSERT INTO job_modules(job_id, module) VALUES(" + std::to_string(next) + ", 'stale')");
     return next;
   }
 

@@ -48,8 +48,8 @@ JobRecord job_record(const std::string& name, TenantId tenant = 0) {
 }
 
 RoundRecord open_round_record(JobId job, RoundIndex index, std::vector<ClientId> selected = {}) {
-  return {job,  index, RoundState::kOpen, index - 1, std::move(selected), 30.0 + index,
-          90.0 + index, 0, json::object()};
+  return {job,          index, RoundState::kOpen, index - 1, std::move(selected), 30.0 + index,
+          90.0 + index, 0,     json::object()};
 }
 
 // `round` as its conclusion records it: closed at `closed_at` with `metrics`.
@@ -253,8 +253,7 @@ void rounds(const BackendFactory& factory) {
   REQUIRE(store->open_round(r2).ok());
   REQUIRE(store->fail_round(closed(r2, 60, {{"failure", "deadline"}})).ok());
   CHECK(store->fail_round(closed(r2, 61, {})).code() == Code::kConflict);
-  CHECK(store->commit_round(closed(r2, 62, {}), model(job, 2, "m2"), {}).code() ==
-        Code::kConflict);
+  CHECK(store->commit_round(closed(r2, 62, {}), model(job, 2, "m2"), {}).code() == Code::kConflict);
   CHECK(store->get_model(job, 2).status().code() == Code::kNotFound);
   CHECK(store->fail_round(closed(open_round_record(job, 9), 1, {})).code() == Code::kConflict);
   CHECK(store->open_round(open_round_record(job, 2)).code() == Code::kConflict);  // closed
@@ -297,7 +296,7 @@ void updates(const BackendFactory& factory) {
   REQUIRE(store->record_update({job, 1, b, {{"samples", 30}, {"loss_sum", 1.5}}, 41}).ok());
   REQUIRE(store->record_update({job, 1, a, {{"samples", 12}}, 40}).ok());
   CHECK(store->record_update({job, 1, a, {{"samples", 1}}, 42}).code() == Code::kConflict);
-  CHECK(store->record_update({job, 2, a, {}, 43}).code() == Code::kConflict);  // no round 2
+  CHECK(store->record_update({job, 2, a, {}, 43}).code() == Code::kConflict);        // no round 2
   CHECK(store->record_update({job, 1, b + 100, {}, 44}).code() == Code::kConflict);  // no client
   CHECK(store->record_update({job + 100, 1, a, {}, 45}).code() == Code::kConflict);  // no job
 
@@ -362,8 +361,7 @@ void commit_round_atomic(const BackendFactory& factory) {
   const JobId job = create(*store, job_record("j"));
   // Committing a round that was never opened stores nothing: no model, no policy state.
   RoundRecord ghost = closed(open_round_record(job, 1), 5, {{"updates", 1}});
-  CHECK(store->commit_round(ghost, model(job, 1, "m1"), {{"rho", 0.9}}).code() ==
-        Code::kConflict);
+  CHECK(store->commit_round(ghost, model(job, 1, "m1"), {{"rho", 0.9}}).code() == Code::kConflict);
   CHECK(store->get_model(job, 1).status().code() == Code::kNotFound);
   CHECK(store->latest_model(job)->version == 0);
   CHECK(store->get_job(job)->policy_state == json{{"rho", 0.25}});
@@ -371,8 +369,7 @@ void commit_round_atomic(const BackendFactory& factory) {
 
   // A model version that is already stored fails the whole commit: the round stays open.
   REQUIRE(store->open_round(open_round_record(job, 1)).ok());
-  CHECK(store->commit_round(ghost, model(job, 0, "dup"), {{"rho", 0.9}}).code() ==
-        Code::kConflict);
+  CHECK(store->commit_round(ghost, model(job, 0, "dup"), {{"rho", 0.9}}).code() == Code::kConflict);
   auto listed = store->list_rounds(job);
   REQUIRE(listed->size() == 1);
   CHECK(listed->at(0).state == RoundState::kOpen);
@@ -627,8 +624,8 @@ void readers_while_a_writer_writes(const BackendFactory& factory) {
         written = store->record_update({job, r, clients[i], {{"samples", i}}, 100.0 * r + i});
       }
       if (!written.ok()) break;
-      const RoundRecord done_round = closed(open_round_record(job, r, clients), 100.0 * r + 50,
-                                            {{"updates", kClients}});
+      const RoundRecord done_round =
+          closed(open_round_record(job, r, clients), 100.0 * r + 50, {{"updates", kClients}});
       written = fails(r) ? store->fail_round(done_round)
                          : store->commit_round(done_round, {job, r, blob_of(r), "sum", "", 1.0},
                                                {{"round", r}});
@@ -656,7 +653,8 @@ void readers_while_a_writer_writes(const BackendFactory& factory) {
         if (ups->size() != kClients) return error("a concluded round lacks updates");
         auto m = s.get_model(job, r.index);
         if (r.state == RoundState::kFailed) {
-          if (m.ok() || m.status().code() != Code::kNotFound) return error("a failed round's model");
+          if (m.ok() || m.status().code() != Code::kNotFound)
+            return error("a failed round's model");
           continue;
         }
         if (!m.ok()) return error("a committed round without its model: " + m.status().to_string());
