@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
                          "test set");
   auto coordinator =
       or_die(fedcase::server::Coordinator::open(
-                 config, or_die(fedcase::storage::open_sqlite_store(database), "store"),
+                 config, or_die(fedcase::storage::open_store(database), "store"),
                  std::make_unique<fedcase::server::TestSetEvaluator>(
                      fedcase::ml::head(test_set, 100), 100, 1)),
              "coordinator");
@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
   coordinator->stop_driver();
 
   // What one tick of a fixed 50 ms driver copied: every profile of the fleet.
-  auto store = or_die(fedcase::storage::open_sqlite_store(database), "reader");
+  auto store = or_die(fedcase::storage::open_store(database), "reader");
   fedcase::server::ClientRegistry registry(*store, {});
   if (!registry.load().ok()) die("cannot load the registry");
   const double now = fedcase::server::wall_clock();

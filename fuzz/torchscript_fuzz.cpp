@@ -1,4 +1,4 @@
-// Fuzzes read_torchscript_parameters (common/torchscript_archive.h), the reader of uploaded
+// Fuzzes read_torchscript_parameters (formats/torchscript_reader.h), the reader of uploaded
 // TorchScript models. Each input is read twice:
 //  - as an archive, so mutations reach the zip layer (central directory, zip64, local headers,
 //    inflation, CRC-32 checks);
@@ -16,13 +16,13 @@
 #include <vector>
 
 #include "common/blob.h"
-#include "common/torchscript_archive.h"
+#include "formats/torchscript_reader.h"
 #include "fuzz/fuzz_target.h"
 
 namespace {
 
-fedcase::TorchScriptLimits fuzz_limits() {
-  fedcase::TorchScriptLimits limits;
+fedcase::formats::TorchScriptLimits fuzz_limits() {
+  fedcase::formats::TorchScriptLimits limits;
   limits.max_bytes = 1 << 20;
   limits.max_tensors = 64;
   limits.max_elements = 1 << 16;
@@ -33,8 +33,8 @@ fedcase::TorchScriptLimits fuzz_limits() {
 }
 
 void read_and_check(std::string_view archive) {
-  static const fedcase::TorchScriptLimits limits = fuzz_limits();
-  auto blob = fedcase::read_torchscript_parameters(archive, limits);
+  static const fedcase::formats::TorchScriptLimits limits = fuzz_limits();
+  auto blob = fedcase::formats::read_torchscript_parameters(archive, limits);
   if (!blob.ok()) return;
   const size_t tensors = blob->layout.tensors.size();
   if (tensors == 0 || tensors > limits.max_tensors) {

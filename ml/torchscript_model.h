@@ -2,7 +2,7 @@
 // Any model an app exports as TorchScript (torch.jit.script(m).save(path)), trained and scored
 // through libtorch without knowing its architecture. libtorch stays behind this interface, as
 // in model.h: parameters cross it as flat floats in named_parameters() order, the order the
-// coordinator reads them from the same file (common/torchscript_archive.h), and samples cross
+// coordinator reads them from the same file (formats/torchscript_reader.h), and samples cross
 // it as flat float batches.
 //
 // A sample's record (docs/client_sdk.md, "Sample records") is little-endian float32 values:

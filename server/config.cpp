@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "common/json_read.h"
+#include "storage/store.h"
 
 namespace fedcase::server {
 namespace {
@@ -67,6 +68,10 @@ CoordinatorConfig parse_coordinator_config(const json& j) {
       .integer("eval_samples", c.eval_samples)
       .integer("torch_threads", c.torch_threads);
   Status s = r.strict_status();
+  if (s.ok()) {
+    auto url = storage::parse_store_url(c.database);
+    if (!url.ok()) s = invalid_argument("database: " + url.status().message());
+  }
   if (s.ok()) s = check_range("io_threads", c.io_threads, 1, 64);
   if (s.ok()) s = check_range("handler_threads", c.handler_threads, 1, 256);
   if (s.ok()) s = check_range("upload_threads", c.upload_threads, 1, 256);

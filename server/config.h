@@ -22,7 +22,8 @@ struct CoordinatorConfig {
   std::string listen_address = "127.0.0.1";
   uint16_t port = 8080;   // 0 picks a free port
   std::string port_file;  // when set, the bound port is written here at start
-  std::string database = "var/fedcase.db";
+  // The store's URL (storage::parse_store_url): "sqlite:PATH"; a plain PATH is SQLite's too.
+  std::string database = "sqlite:var/fedcase.db";
   std::string admin_token;       // env FEDCASE_ADMIN_TOKEN overrides
   std::string enrollment_token;  // clients register with it; env FEDCASE_ENROLLMENT_TOKEN
   // Optional: a token that may read GET /metrics and nothing else (for a Prometheus scraper);

@@ -8,7 +8,7 @@
 #include "common/blob.h"
 #include "common/crypto.h"
 #include "common/log.h"
-#include "common/torchscript_archive.h"
+#include "formats/torchscript_reader.h"
 #include "ml/model.h"
 #include "rounds/evaluation.h"
 #include "rounds/job_config.h"
@@ -105,7 +105,7 @@ Result<ModelBlob> initial_parameters(const rounds::JobConfig& config,
     return too_large("the model file exceeds max_model_bytes (" + std::to_string(max_bytes) +
                      " bytes)");
   }
-  TorchScriptLimits limits;
+  formats::TorchScriptLimits limits;
   limits.max_bytes = max_bytes;
   limits.max_elements = max_bytes / sizeof(float);  // whatever the file's size allows
   auto read = config.model == "torchscript" ? read_torchscript_parameters(*file, limits)

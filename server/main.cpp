@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "server/service.h"
+#include "storage/store.h"
 
 int main(int argc, char** argv) {
   using namespace fedcase;
@@ -32,8 +33,12 @@ int main(int argc, char** argv) {
     std::cerr << "fedcase-coordinator: " << e.what() << "\n";
     return 2;
   }
-  auto db_dir = std::filesystem::path(config.database).parent_path();
-  if (!db_dir.empty()) std::filesystem::create_directories(db_dir);
+  // An SQLite file's folder is created if needed (the config's URL parsed when it was read).
+  auto url = storage::parse_store_url(config.database);
+  if (url.ok() && url->scheme == "sqlite") {
+    auto db_dir = std::filesystem::path(url->location).parent_path();
+    if (!db_dir.empty()) std::filesystem::create_directories(db_dir);
+  }
 
   // Block the stop signals before any thread starts so that only sigwait sees them.
   sigset_t signals;

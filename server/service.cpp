@@ -11,10 +11,10 @@
 namespace fedcase::server {
 namespace {
 
-// The coordinator over the store at config.database, scoring models on the test set at
+// The coordinator over the store config.database names (storage::open_store), scoring models on the test set at
 // config.eval_data_dir. kNotFound / kInternal with a clear message when either is unusable.
 Result<std::unique_ptr<Coordinator>> open_coordinator(const CoordinatorConfig& config) {
-  auto store = storage::open_sqlite_store(config.database);
+  auto store = storage::open_store(config.database);
   if (!store.ok()) return store.status();
   auto eval = ml::load_fashion_mnist(config.eval_data_dir, ml::Split::kTest);
   if (!eval.ok()) return eval.status();

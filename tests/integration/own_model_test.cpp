@@ -12,7 +12,7 @@
 #include "cli/request.h"
 #include "client_sdk/session.h"
 #include "client_sdk/torchscript_trainer.h"
-#include "common/torchscript_archive.h"
+#include "formats/torchscript_reader.h"
 #include "ml/model.h"
 #include "tests/support/coordinator_harness.h"
 #include "tests/support/torchscript_module.h"
@@ -119,7 +119,7 @@ TEST_CASE("a TorchScript job trains on the clients' own files and its federated 
   REQUIRE(initial.status == 200);
   auto blob = decode_blob(initial.response.body, 1 << 20);
   REQUIRE(blob.ok());
-  CHECK(blob->data == read_torchscript_parameters(module, {})->data);
+  CHECK(blob->data == formats::read_torchscript_parameters(module, {})->data);
 
   Devices devices;
   for (size_t i = 0; i < 3; ++i) {

@@ -1,5 +1,5 @@
 // The coordinator reads a TorchScript module's parameters without libtorch
-// (common/torchscript_archive.h); clients train it with libtorch (ml/torchscript_model.h).
+// (formats/torchscript_reader.h); clients train it with libtorch (ml/torchscript_model.h).
 // Both must see the same parameters in the same order, or every update would be misread.
 
 #include "ml/torchscript_model.h"
@@ -10,7 +10,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/torchscript_archive.h"
+#include "formats/torchscript_reader.h"
 #include "tests/support/torchscript_module.h"
 
 using namespace fedcase;
@@ -26,7 +26,7 @@ std::string read_file(const std::filesystem::path& path) {
 
 void check_same_parameters(const std::string& archive, const std::string& what) {
   INFO(what);
-  auto read = read_torchscript_parameters(archive, TorchScriptLimits());
+  auto read = formats::read_torchscript_parameters(archive, formats::TorchScriptLimits());
   REQUIRE_MESSAGE(read.ok(), read.status().to_string());
   auto loaded = ml::TorchScriptModel::load(archive);
   REQUIRE_MESSAGE(loaded.ok(), loaded.status().to_string());

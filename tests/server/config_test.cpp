@@ -55,3 +55,20 @@ TEST_CASE("environment tokens override the config file") {
   CHECK(c.admin_token == "from-environment-0123456789");
   CHECK(c.enrollment_token == "enroll-token-0123456789");
 }
+
+TEST_CASE("the database is a store URL; a plain path is an SQLite file") {
+  CHECK(parse_coordinator_config(kTokens).database == "sqlite:var/fedcase.db");
+  json j = kTokens;
+  j["database"] = "/var/lib/fedcase/fedcase.db";  // as configs written before URLs have it
+  CHECK(parse_coordinator_config(j).database == "/var/lib/fedcase/fedcase.db");
+  j["database"] = "sqlite:/var/lib/fedcase/fedcase.db";
+  CHECK(parse_coordinator_config(j).database == "sqlite:/var/lib/fedcase/fedcase.db");
+  j["database"] = "postgresql://db.internal/fedcase";
+  CHECK_THROWS_WITH_AS(parse_coordinator_config(j), doctest::Contains("database: unknown"),
+                       std::runtime_error);
+  CHECK_THROWS_WITH_AS(parse_coordinator_config(j), doctest::Contains("known: sqlite"),
+                       std::runtime_error);
+  j["database"] = "";
+  CHECK_THROWS_WITH_AS(parse_coordinator_config(j), doctest::Contains("database"),
+                       std::runtime_error);
+}

@@ -37,21 +37,28 @@ inline CoordinatorConfig config_in(const testing::TempDir& dir) {
                                    {"enrollment_token", "enroll-token-0123456789"}});
 }
 
+// Wraps the coordinator's store (e.g. in a testing::failing_store).
+using StoreWrapper =
+    std::function<std::unique_ptr<storage::Store>(std::unique_ptr<storage::Store>)>;
+
 struct Harness {
-  // `adjust` may change the config (each time the coordinator opens).
-  explicit Harness(const testing::TempDir& dir, std::function<void(CoordinatorConfig&)> adjust = {})
-      : dir(dir), adjust(std::move(adjust)) {
+  // `adjust` may change the config and `wrap` the store (each time the coordinator opens).
+  explicit Harness(const testing::TempDir& dir, std::function<void(CoordinatorConfig&)> adjust = {},
+                   StoreWrapper wrap = {})
+      : dir(dir), adjust(std::move(adjust)), wrap(std::move(wrap)) {
     reopen();
   }
 
   void reopen() {
     coordinator.reset();
-    auto store = storage::open_sqlite_store(dir.file("fedcase.db"));
-    REQUIRE(store.ok());
+    auto opened_store = storage::open_sqlite_store(dir.file("fedcase.db"));
+    REQUIRE(opened_store.ok());
+    std::unique_ptr<storage::Store> store = std::move(opened_store).value();
+    if (wrap) store = wrap(std::move(store));
     auto evaluator = std::make_unique<TestSetEvaluator>(small_test_set(), 200, 1);
     CoordinatorConfig config = config_in(dir);
     if (adjust) adjust(config);
-    auto opened = Coordinator::open(config, std::move(store).value(), std::move(evaluator),
+    auto opened = Coordinator::open(config, std::move(store), std::move(evaluator),
                                     [this] { return now.load(); });
     REQUIRE_MESSAGE(opened.ok(), opened.status().to_string());
     coordinator = std::move(opened).value();
@@ -73,6 +80,7 @@ struct Harness {
 
   const testing::TempDir& dir;
   const std::function<void(CoordinatorConfig&)> adjust;
+  const StoreWrapper wrap;
   std::atomic<double> now{1000};
   std::unique_ptr<Coordinator> coordinator;
   std::map<ClientId, std::string> tokens;

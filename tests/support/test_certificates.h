@@ -1,12 +1,8 @@
 #pragma once
-// Throwaway TLS material for tests, made with the openssl command line in a TempDir: a CA, a
-// server certificate it signs for the IP address 127.0.0.1 only, a client certificate it
-// signs, and a second, unrelated CA. ECDSA P-256 keys, valid for two days. Throws
-// std::runtime_error naming the command that failed (tests and benchmarks share it).
+// Throwaway TLS material for tests and benchmarks, made with the openssl command line in a
+// TempDir: a CA, a server certificate it signs for the IP address 127.0.0.1 only, a client
+// certificate it signs, and a second, unrelated CA. ECDSA P-256 keys, valid for two days.
 
-#include <cstdlib>
-#include <fstream>
-#include <stdexcept>
 #include <string>
 
 #include "tests/support/temp_dir.h"
@@ -14,41 +10,12 @@
 namespace fedcase::testing {
 
 struct TestCertificates {
-  explicit TestCertificates(const TempDir& dir)
-      : ca(dir.file("ca.pem")),
-        server_cert(dir.file("server.pem")),
-        server_key(dir.file("server.key")),
-        client_cert(dir.file("client.pem")),
-        client_key(dir.file("client.key")),
-        other_ca(dir.file("other-ca.pem")) {
-    const std::string d = dir.path().string() + "/";
-    std::ofstream(d + "server.ext") << "subjectAltName=IP:127.0.0.1\n";
-    std::ofstream(d + "client.ext") << "extendedKeyUsage=clientAuth\n";
-    const std::string key = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-    auto self_signed = [&](const std::string& name, const std::string& cn) {
-      run("openssl req -x509" + key + " -keyout " + d + name + ".key -out " + d + name +
-          ".pem -days 2 -subj '/CN=" + cn + "'");
-    };
-    auto signed_by_ca = [&](const std::string& name) {
-      run("openssl req" + key + " -keyout " + d + name + ".key -out " + d + name +
-          ".csr -subj '/CN=fedcase " + name + "'");
-      run("openssl x509 -req -in " + d + name + ".csr -CA " + ca + " -CAkey " + d +
-          "ca.key -CAcreateserial -days 2 -out " + d + name + ".pem -extfile " + d + name + ".ext");
-    };
-    self_signed("ca", "fedcase test CA");
-    self_signed("other-ca", "unrelated CA");
-    signed_by_ca("server");
-    signed_by_ca("client");
-  }
+  // Writes the files into `dir`, which must outlive their use. Throws std::runtime_error
+  // naming the command that failed.
+  explicit TestCertificates(const TempDir& dir);
 
+  // Paths of the PEM files in `dir`.
   std::string ca, server_cert, server_key, client_cert, client_key, other_ca;
-
- private:
-  static void run(const std::string& command) {
-    if (std::system((command + " >/dev/null 2>&1").c_str()) != 0) {
-      throw std::runtime_error("cannot make test certificates: " + command);
-    }
-  }
 };
 
 }  // namespace fedcase::testing

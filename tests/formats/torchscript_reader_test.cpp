@@ -1,7 +1,7 @@
 // read_torchscript_parameters against what torch itself reads from the fixtures of
 // tests/fixtures/torchscript/, and on invalid, truncated and corrupted archives.
 
-#include "common/torchscript_archive.h"
+#include "formats/torchscript_reader.h"
 
 #include <doctest/doctest.h>
 
@@ -13,6 +13,7 @@
 #include <vector>
 
 using namespace fedcase;
+using namespace fedcase::formats;
 
 namespace {
 

@@ -1,16 +1,12 @@
 #pragma once
 // Reads the parameters of a TorchScript module (a file written by torch.jit.save or
 // torch::jit::Module::save) without torch, so the coordinator can validate an uploaded model
-// and take its initial parameters from it.
+// and take its initial parameters from it. The archive goes through formats/zip_reader.h, its
+// data.pkl through formats/pickle_reader.h; this reader walks the module tree they give.
 //
 // The format, as torch 1.13 writes it:
-//  - A zip archive whose entries all lie under one folder <root>/ (the saved file's stem).
-//    Entries are found through the central directory, whose zip64 records torch writes even
-//    for small files; torch sets the data-descriptor flag, leaves the local headers' sizes at
-//    zero and pads their extra fields so that data is aligned, so sizes come from the central
-//    directory and data starts after the local header's own name and extra field. Data and
-//    pickles are STORED, code is DEFLATEd. Every entry read is checked against its CRC-32, as
-//    libtorch does.
+//  - A zip archive whose entries all lie under one folder <root>/ (the saved file's stem);
+//    data and pickles are STORED, code is DEFLATEd (formats/zip_reader.h).
 //  - <root>/data.pkl: the module object as a pickle of protocol 2. An object is
 //    GLOBAL '<module> <Class>', EMPTY_TUPLE, NEWOBJ, a dict of its attributes in slot order
 //    (parameters, buffers, the other attributes, then submodules, which are objects the same
@@ -35,7 +31,7 @@
 #include "common/blob.h"
 #include "common/status.h"
 
-namespace fedcase {
+namespace fedcase::formats {
 
 // Bounds on what reading one archive may take; the defaults admit models of up to 16M
 // parameters.
@@ -79,4 +75,4 @@ struct TorchScriptLimits {
 Result<ModelBlob> read_torchscript_parameters(std::string_view archive,
                                               const TorchScriptLimits& limits);
 
-}  // namespace fedcase
+}  // namespace fedcase::formats

@@ -1,0 +1,45 @@
+#include <cctype>
+
+#include "storage/store.h"
+
+namespace fedcase::storage {
+namespace {
+
+constexpr const char* kSqliteScheme = "sqlite";
+
+bool scheme_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
+}
+
+}  // namespace
+
+const char* known_store_schemes() { return kSqliteScheme; }
+
+Result<StoreUrl> parse_store_url(const std::string& url) {
+  if (url.empty()) return invalid_argument("the database URL is empty");
+  StoreUrl parsed{kSqliteScheme, url};
+  const size_t colon = url.find(':');
+  bool has_scheme =
+      colon != std::string::npos && colon > 0 && std::isalpha(static_cast<unsigned char>(url[0]));
+  for (size_t i = 0; has_scheme && i < colon; ++i) has_scheme = scheme_char(url[i]);
+  if (has_scheme) {
+    parsed.scheme = url.substr(0, colon);
+    for (char& c : parsed.scheme)
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    parsed.location = url.substr(colon + 1);
+    if (parsed.scheme != kSqliteScheme) {
+      return invalid_argument("unknown database scheme '" + url.substr(0, colon) + "' in '" + url +
+                              "' (known: " + known_store_schemes() + ", as sqlite:PATH)");
+    }
+  }
+  if (parsed.location.empty()) return invalid_argument("database URL '" + url + "' has no path");
+  return parsed;
+}
+
+Result<std::unique_ptr<Store>> open_store(const std::string& url) {
+  auto parsed = parse_store_url(url);
+  if (!parsed.ok()) return parsed.status();
+  return open_sqlite_store(parsed->location);
+}
+
+}  // namespace fedcase::storage

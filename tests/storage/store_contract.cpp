@@ -1,0 +1,755 @@
+#include "tests/storage/store_contract.h"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fedcase::storage::contract {
+namespace {
+
+using nlohmann::json;
+
+std::unique_ptr<Store> open(Backend& backend) {
+  auto store = backend.open();
+  REQUIRE_MESSAGE(store.ok(), store.status().to_string());
+  return std::move(store).value();
+}
+
+// Bytes no text column would keep: NULs, 0xFF, a zip signature.
+const std::string kBinary("PK\x03\x04\0mod\xff\xfe\0ule", 14);
+
+ModelRecord model(JobId job, uint64_t version, const std::string& blob) {
+  return {job, version, blob, "sum-" + blob, "opt-" + blob + kBinary, 100.0 + version};
+}
+
+ClientRecord client(const std::string& token_hash) {
+  return {0,
+          token_hash,
+          {{"dataset_size", 120}, {"device", {{"model", "phone \xc3\xa9"}, {"cores", 4}}}},
+          {{"speed", 1.5}},
+          10.25,
+          11.5};
+}
+
+JobRecord job_record(const std::string& name, TenantId tenant = 0) {
+  return {0,
+          name,
+          {{"rounds", 5}, {"selection", {{"policy", "fedcase"}}}},
+          JobState::kRunning,
+          {{"rho", 0.25}},
+          5.5,
+          tenant};
+}
+
+RoundRecord open_round_record(JobId job, RoundIndex index, std::vector<ClientId> selected = {}) {
+  return {job,          index, RoundState::kOpen, index - 1, std::move(selected), 30.0 + index,
+          90.0 + index, 0,     json::object()};
+}
+
+// `round` as its conclusion records it: closed at `closed_at` with `metrics`.
+RoundRecord closed(RoundRecord round, double closed_at, json metrics) {
+  round.closed_at = closed_at;
+  round.metrics = std::move(metrics);
+  return round;
+}
+
+JobId create(Store& store, const JobRecord& job, const std::string& blob = "m0",
+             const std::string& module = "") {
+  auto id = store.create_job(job, model(0, 0, blob), module);
+  REQUIRE_MESSAGE(id.ok(), id.status().to_string());
+  return *id;
+}
+
+ClientId add(Store& store, const std::string& token_hash) {
+  auto id = store.add_client(client(token_hash));
+  REQUIRE_MESSAGE(id.ok(), id.status().to_string());
+  return *id;
+}
+
+void check_same_model(const ModelRecord& got, const ModelRecord& want) {
+  CHECK(got.job == want.job);
+  CHECK(got.version == want.version);
+  CHECK(got.blob == want.blob);
+  CHECK(got.checksum == want.checksum);
+  CHECK(got.optimizer_state == want.optimizer_state);
+  CHECK(got.created_at == want.created_at);
+}
+
+// ---- The cases ----------------------------------------------------------------------------
+
+void clients(const BackendFactory& factory) {
+  auto backend = factory();
+  auto store = open(*backend);
+  CHECK(store->list_clients()->empty());
+  const ClientId a = add(*store, "hash-a");
+  const ClientId b = add(*store, "hash-b");
+  CHECK(a >= 1);
+  CHECK(b > a);
+  auto dup = store->add_client(client("hash-a"));
+  CHECK(dup.status().code() == Code::kConflict);
+
+  auto got = store->get_client(a);
+  REQUIRE(got.ok());
+  CHECK(got->id == a);
+  CHECK(got->token_hash == "hash-a");
+  CHECK(got->info == client("hash-a").info);
+  CHECK(got->profile == json{{"speed", 1.5}});
+  CHECK(got->registered_at == 10.25);
+  CHECK(got->last_seen == 11.5);
+  CHECK(store->get_client(b + 100).status().code() == Code::kNotFound);
+
+  // update_clients saves profile and last_seen only, for all of them or none.
+  ClientRecord seen{a, "ignored", {{"ignored", true}}, {{"speed", 3}}, 0, 20};
+  REQUIRE(store->update_clients({seen}).ok());
+  REQUIRE(store->update_clients({}).ok());
+  got = store->get_client(a);
+  REQUIRE(got.ok());
+  CHECK(got->token_hash == "hash-a");
+  CHECK(got->info == client("hash-a").info);
+  CHECK(got->registered_at == 10.25);
+  CHECK(got->profile == json{{"speed", 3}});
+  CHECK(got->last_seen == 20);
+  ClientRecord faster{a, "", {}, {{"speed", 5}}, 0, 30};
+  ClientRecord unknown{b + 100, "", {}, {{"speed", 4}}, 0, 30};
+  CHECK(store->update_clients({faster, unknown}).code() == Code::kNotFound);
+  CHECK(store->get_client(a)->profile == json{{"speed", 3}});
+
+  auto all = store->list_clients();
+  REQUIRE(all.ok());
+  REQUIRE(all->size() == 2);
+  CHECK(all->at(0).id == a);
+  CHECK(all->at(1).id == b);
+  CHECK(all->at(1).token_hash == "hash-b");
+}
+
+void jobs(const BackendFactory& factory) {
+  auto backend = factory();
+  auto store = open(*backend);
+  CHECK(store->list_jobs()->empty());
+  JobRecord record = job_record("demo");
+  record.id = 77;  // ignored: the store assigns ids
+  auto first = store->create_job(record, model(99, 0, "m0"), kBinary);
+  REQUIRE(first.ok());
+  const JobId with_module = *first;
+  const JobId without = create(*store, job_record("plain"), "p0");
+  CHECK(with_module >= 1);
+  CHECK(without > with_module);
+
+  auto got = store->get_job(with_module);
+  REQUIRE(got.ok());
+  CHECK(got->id == with_module);
+  CHECK(got->name == "demo");
+  CHECK(got->config == record.config);
+  CHECK(got->state == JobState::kRunning);
+  CHECK(got->policy_state == json{{"rho", 0.25}});
+  CHECK(got->created_at == 5.5);
+  CHECK(got->tenant == 0);
+  CHECK(store->get_job(without + 100).status().code() == Code::kNotFound);
+
+  // The initial model is stored under the new job's id, whatever job it named.
+  auto initial = store->get_model(with_module, 0);
+  REQUIRE(initial.ok());
+  check_same_model(*initial, model(with_module, 0, "m0"));
+  CHECK(store->get_model(99, 0).status().code() == Code::kNotFound);
+
+  auto module = store->get_job_module(with_module);
+  REQUIRE(module.ok());
+  CHECK(*module == kBinary);
+  CHECK(store->get_job_module(without).status().code() == Code::kNotFound);
+  CHECK(store->get_job_module(without + 100).status().code() == Code::kNotFound);
+
+  for (JobState state : {JobState::kPaused, JobState::kRunning, JobState::kCancelled}) {
+    REQUIRE(store->set_job_state(without, state).ok());
+    CHECK(store->get_job(without)->state == state);
+  }
+  CHECK(store->get_job(with_module)->state == JobState::kRunning);
+  CHECK(store->set_job_state(without + 100, JobState::kPaused).code() == Code::kNotFound);
+
+  auto all = store->list_jobs();
+  REQUIRE(all.ok());
+  REQUIRE(all->size() == 2);
+  CHECK(all->at(0).id == with_module);
+  CHECK(all->at(1).id == without);
+  CHECK(all->at(1).state == JobState::kCancelled);
+}
+
+void tenants(const BackendFactory& factory) {
+  auto backend = factory();
+  auto store = open(*backend);
+  CHECK(store->list_tenants()->empty());
+  TenantRecord team{0, "team-a", "hash-a", 2.0, {{"max_running_jobs", 3}}, 5.0};
+  auto a = store->add_tenant(team);
+  REQUIRE(a.ok());
+  CHECK(*a == 1);
+  team.token_hash = "hash-b";
+  CHECK(store->add_tenant(team).status().code() == Code::kConflict);  // same name
+  team.name = "team-b";
+  team.token_hash = "hash-a";
+  CHECK(store->add_tenant(team).status().code() == Code::kConflict);  // same token
+  team.token_hash = "hash-b";
+  team.weight = 0.5;
+  auto b = store->add_tenant(team);
+  REQUIRE(b.ok());
+  CHECK(*b > *a);
+
+  auto all = store->list_tenants();
+  REQUIRE(all.ok());
+  REQUIRE(all->size() == 2);
+  CHECK(all->at(0).id == *a);
+  CHECK(all->at(0).name == "team-a");
+  CHECK(all->at(0).token_hash == "hash-a");
+  CHECK(all->at(0).weight == 2.0);
+  CHECK(all->at(0).limits == json{{"max_running_jobs", 3}});
+  CHECK(all->at(0).created_at == 5.0);
+  CHECK(all->at(1).name == "team-b");
+  CHECK(all->at(1).weight == 0.5);
+
+  const JobId owned = create(*store, job_record("owned", *b));
+  CHECK(store->get_job(owned)->tenant == *b);
+  CHECK(store->list_jobs()->at(0).tenant == *b);
+}
+
+void rounds(const BackendFactory& factory) {
+  auto backend = factory();
+  auto store = open(*backend);
+  const ClientId a = add(*store, "hash-a");
+  const ClientId b = add(*store, "hash-b");
+  const JobId job = create(*store, job_record("j"));
+  const JobId other = create(*store, job_record("other"));
+  CHECK(store->list_rounds(job)->empty());
+
+  RoundRecord r1 = open_round_record(job, 1, {a, b});
+  REQUIRE(store->open_round(r1).ok());
+  CHECK(store->open_round(open_round_record(job, 1)).code() == Code::kConflict);
+  CHECK(store->open_round(open_round_record(other + 100, 1)).code() == Code::kConflict);
+  REQUIRE(store->open_round(open_round_record(other, 1)).ok());  // indices are per job
+
+  auto listed = store->list_rounds(job);
+  REQUIRE(listed.ok());
+  REQUIRE(listed->size() == 1);
+  const RoundRecord& open1 = listed->at(0);
+  CHECK(open1.job == job);
+  CHECK(open1.index == 1);
+  CHECK(open1.state == RoundState::kOpen);
+  CHECK(open1.base_version == 0);
+  CHECK(open1.selected == std::vector<ClientId>{a, b});
+  CHECK(open1.opened_at == 31);
+  CHECK(open1.deadline == 91);
+  CHECK(store->add_round_metrics(job, 1, {{"x", 1}}).code() == Code::kNotFound);  // still open
+
+  const json metrics = {{"updates", 2}, {"dropped", json::object()}};
+  REQUIRE(store->commit_round(closed(r1, 50, metrics), model(job, 1, "m1"), {{"rho", 0.5}}).ok());
+  CHECK(store->commit_round(closed(r1, 51, {}), model(job, 2, "m2"), {}).code() ==
+        Code::kConflict);  // committed already
+  CHECK(store->fail_round(closed(r1, 52, {})).code() == Code::kConflict);
+
+  RoundRecord r2 = open_round_record(job, 2, {a});
+  REQUIRE(store->open_round(r2).ok());
+  REQUIRE(store->fail_round(closed(r2, 60, {{"failure", "deadline"}})).ok());
+  CHECK(store->fail_round(closed(r2, 61, {})).code() == Code::kConflict);
+  CHECK(store->commit_round(closed(r2, 62, {}), model(job, 2, "m2"), {}).code() == Code::kConflict);
+  CHECK(store->get_model(job, 2).status().code() == Code::kNotFound);
+  CHECK(store->fail_round(closed(open_round_record(job, 9), 1, {})).code() == Code::kConflict);
+  CHECK(store->open_round(open_round_record(job, 2)).code() == Code::kConflict);  // closed
+
+  // add_round_metrics merges top-level keys into a closed round's metrics.
+  REQUIRE(store->add_round_metrics(job, 1, {{"test_accuracy", 0.6}, {"updates", 3}}).ok());
+  REQUIRE(store->add_round_metrics(job, 2, {{"test_loss", 0.7}}).ok());
+  CHECK(store->add_round_metrics(job, 3, {}).code() == Code::kNotFound);
+  CHECK(store->add_round_metrics(other + 100, 1, {}).code() == Code::kNotFound);
+
+  listed = store->list_rounds(job);
+  REQUIRE(listed.ok());
+  REQUIRE(listed->size() == 2);
+  CHECK(listed->at(0).index == 1);
+  CHECK(listed->at(0).state == RoundState::kCommitted);
+  CHECK(listed->at(0).closed_at == 50);
+  CHECK(listed->at(0).selected == std::vector<ClientId>{a, b});
+  CHECK(listed->at(0).metrics ==
+        json{{"updates", 3}, {"dropped", json::object()}, {"test_accuracy", 0.6}});
+  CHECK(listed->at(1).index == 2);
+  CHECK(listed->at(1).state == RoundState::kFailed);
+  CHECK(listed->at(1).base_version == 1);
+  CHECK(listed->at(1).closed_at == 60);
+  CHECK(listed->at(1).metrics == json{{"failure", "deadline"}, {"test_loss", 0.7}});
+  CHECK(store->get_job(job)->policy_state == json{{"rho", 0.5}});
+  CHECK(store->get_job(other)->policy_state == json{{"rho", 0.25}});
+  CHECK(store->list_rounds(other)->size() == 1);
+  CHECK(store->list_rounds(other + 100)->empty());
+}
+
+void updates(const BackendFactory& factory) {
+  auto backend = factory();
+  auto store = open(*backend);
+  const ClientId a = add(*store, "hash-a");
+  const ClientId b = add(*store, "hash-b");
+  const JobId job = create(*store, job_record("j"));
+  REQUIRE(store->open_round(open_round_record(job, 1, {a, b})).ok());
+  CHECK(store->list_updates(job, 1)->empty());
+
+  REQUIRE(store->record_update({job, 1, b, {{"samples", 30}, {"loss_sum", 1.5}}, 41}).ok());
+  REQUIRE(store->record_update({job, 1, a, {{"samples", 12}}, 40}).ok());
+  CHECK(store->record_update({job, 1, a, {{"samples", 1}}, 42}).code() == Code::kConflict);
+  CHECK(store->record_update({job, 2, a, {}, 43}).code() == Code::kConflict);        // no round 2
+  CHECK(store->record_update({job, 1, b + 100, {}, 44}).code() == Code::kConflict);  // no client
+  CHECK(store->record_update({job + 100, 1, a, {}, 45}).code() == Code::kConflict);  // no job
+
+  auto listed = store->list_updates(job, 1);
+  REQUIRE(listed.ok());
+  REQUIRE(listed->size() == 2);  // in the order they were received
+  CHECK(listed->at(0).job == job);
+  CHECK(listed->at(0).round == 1);
+  CHECK(listed->at(0).client == a);
+  CHECK(listed->at(0).meta == json{{"samples", 12}});
+  CHECK(listed->at(0).received_at == 40);
+  CHECK(listed->at(1).client == b);
+  CHECK(listed->at(1).meta == json{{"samples", 30}, {"loss_sum", 1.5}});
+  CHECK(store->list_updates(job, 2)->empty());
+
+  // A round's updates stay with it once it concludes.
+  REQUIRE(
+      store->commit_round(closed(open_round_record(job, 1), 50, {}), model(job, 1, "m1"), {}).ok());
+  CHECK(store->list_updates(job, 1)->size() == 2);
+}
+
+void models(const BackendFactory& factory) {
+  auto backend = factory();
+  auto store = open(*backend);
+  const JobId job = create(*store, job_record("j"), kBinary + "v0");
+  const JobId other = create(*store, job_record("other"), "o0");
+  auto latest = store->latest_model(job);
+  REQUIRE(latest.ok());
+  check_same_model(*latest, model(job, 0, kBinary + "v0"));
+
+  // Versions skip failed rounds: round 2 fails, round 3 commits version 3.
+  REQUIRE(store->open_round(open_round_record(job, 1)).ok());
+  REQUIRE(store
+              ->commit_round(closed(open_round_record(job, 1), 50, {}), model(job, 1, "m1"),
+                             json::object())
+              .ok());
+  REQUIRE(store->open_round(open_round_record(job, 2)).ok());
+  REQUIRE(store->fail_round(closed(open_round_record(job, 2), 60, {})).ok());
+  REQUIRE(store->open_round(open_round_record(job, 3)).ok());
+  REQUIRE(store
+              ->commit_round(closed(open_round_record(job, 3), 70, {}), model(job, 3, "m3"),
+                             json::object())
+              .ok());
+
+  latest = store->latest_model(job);
+  REQUIRE(latest.ok());
+  check_same_model(*latest, model(job, 3, "m3"));
+  auto v1 = store->get_model(job, 1);
+  REQUIRE(v1.ok());
+  check_same_model(*v1, model(job, 1, "m1"));
+  CHECK(store->get_model(job, 0)->blob == kBinary + "v0");
+  CHECK(store->get_model(job, 2).status().code() == Code::kNotFound);
+  CHECK(store->get_model(job, 4).status().code() == Code::kNotFound);
+  CHECK(store->latest_model(other)->blob == "o0");
+  CHECK(store->latest_model(other + 100).status().code() == Code::kNotFound);
+  CHECK(store->get_model(other + 100, 0).status().code() == Code::kNotFound);
+}
+
+void commit_round_atomic(const BackendFactory& factory) {
+  auto backend = factory();
+  auto store = open(*backend);
+  const JobId job = create(*store, job_record("j"));
+  // Committing a round that was never opened stores nothing: no model, no policy state.
+  RoundRecord ghost = closed(open_round_record(job, 1), 5, {{"updates", 1}});
+  CHECK(store->commit_round(ghost, model(job, 1, "m1"), {{"rho", 0.9}}).code() == Code::kConflict);
+  CHECK(store->get_model(job, 1).status().code() == Code::kNotFound);
+  CHECK(store->latest_model(job)->version == 0);
+  CHECK(store->get_job(job)->policy_state == json{{"rho", 0.25}});
+  CHECK(store->list_rounds(job)->empty());
+
+  // A model version that is already stored fails the whole commit: the round stays open.
+  REQUIRE(store->open_round(open_round_record(job, 1)).ok());
+  CHECK(store->commit_round(ghost, model(job, 0, "dup"), {{"rho", 0.9}}).code() == Code::kConflict);
+  auto listed = store->list_rounds(job);
+  REQUIRE(listed->size() == 1);
+  CHECK(listed->at(0).state == RoundState::kOpen);
+  CHECK(listed->at(0).closed_at == 0);
+  CHECK(listed->at(0).metrics == json::object());
+  CHECK(store->get_model(job, 0)->blob == "m0");
+  CHECK(store->get_job(job)->policy_state == json{{"rho", 0.25}});
+
+  // The round may still conclude afterwards, all of it.
+  REQUIRE(store->commit_round(ghost, model(job, 1, "m1"), {{"rho", 0.9}}).ok());
+  CHECK(store->list_rounds(job)->at(0).state == RoundState::kCommitted);
+  CHECK(store->list_rounds(job)->at(0).metrics == json{{"updates", 1}});
+  CHECK(store->latest_model(job)->blob == "m1");
+  CHECK(store->get_job(job)->policy_state == json{{"rho", 0.9}});
+}
+
+void create_job_atomic(const BackendFactory& factory) {
+  auto backend = factory();
+  auto store = open(*backend);
+  const JobId before = create(*store, job_record("before"), "b0", "module-b");
+  const std::optional<JobId> blocked = backend->block_next_job_module();
+  if (!blocked) {
+    MESSAGE("skipped: the backend cannot make a module insert fail");
+    return;
+  }
+  CHECK_FALSE(store->create_job(job_record("blocked"), model(0, 0, "x0"), "module-x").ok());
+  auto jobs = store->list_jobs();
+  REQUIRE(jobs.ok());
+  REQUIRE(jobs->size() == 1);
+  CHECK(jobs->at(0).id == before);
+  CHECK(store->get_job(*blocked).status().code() == Code::kNotFound);
+  CHECK(store->get_model(*blocked, 0).status().code() == Code::kNotFound);
+  CHECK(store->latest_model(*blocked).status().code() == Code::kNotFound);
+  CHECK(*store->get_job_module(before) == "module-b");
+  CHECK(store->latest_model(before)->blob == "b0");
+}
+
+void survives_reopening(const BackendFactory& factory) {
+  auto backend = factory();
+  ClientId a = 0;
+  JobId job = 0;
+  TenantId tenant = 0;
+  {
+    auto store = open(*backend);
+    a = add(*store, "hash-a");
+    auto t = store->add_tenant({0, "team", "hash-t", 3, {{"max_running_jobs", 1}}, 2});
+    REQUIRE(t.ok());
+    tenant = *t;
+    job = create(*store, job_record("kept", tenant), "m0", kBinary);
+    REQUIRE(store->update_clients({ClientRecord{a, "", {}, {{"speed", 9}}, 0, 44}}).ok());
+    REQUIRE(store->set_job_state(job, JobState::kPaused).ok());
+    REQUIRE(store->open_round(open_round_record(job, 1, {a})).ok());
+    REQUIRE(store->record_update({job, 1, a, {{"samples", 12}}, 40}).ok());
+    REQUIRE(store
+                ->commit_round(closed(open_round_record(job, 1, {a}), 50, {{"updates", 1}}),
+                               model(job, 1, "m1"), {{"rho", 0.2}})
+                .ok());
+    REQUIRE(store->add_round_metrics(job, 1, {{"test_accuracy", 0.5}}).ok());
+    REQUIRE(store->open_round(open_round_record(job, 2, {a})).ok());
+    REQUIRE(store->record_update({job, 2, a, {{"samples", 7}}, 60}).ok());
+    REQUIRE(store->fail_round(closed(open_round_record(job, 2, {a}), 70, {{"failure", "x"}})).ok());
+  }
+  auto store = open(*backend);
+  auto c = store->get_client(a);
+  REQUIRE(c.ok());
+  CHECK(c->token_hash == "hash-a");
+  CHECK(c->info == client("hash-a").info);
+  CHECK(c->profile == json{{"speed", 9}});
+  CHECK(c->last_seen == 44);
+  CHECK(store->add_client(client("hash-a")).status().code() == Code::kConflict);
+  auto j = store->get_job(job);
+  REQUIRE(j.ok());
+  CHECK(j->name == "kept");
+  CHECK(j->state == JobState::kPaused);
+  CHECK(j->policy_state == json{{"rho", 0.2}});
+  CHECK(j->tenant == tenant);
+  CHECK(*store->get_job_module(job) == kBinary);
+  REQUIRE(store->list_tenants()->size() == 1);
+  CHECK(store->list_tenants()->at(0).limits == json{{"max_running_jobs", 1}});
+  auto rounds = store->list_rounds(job);
+  REQUIRE(rounds.ok());
+  REQUIRE(rounds->size() == 2);
+  CHECK(rounds->at(0).state == RoundState::kCommitted);
+  CHECK(rounds->at(0).metrics == json{{"updates", 1}, {"test_accuracy", 0.5}});
+  CHECK(rounds->at(1).state == RoundState::kFailed);
+  CHECK(store->list_updates(job, 1)->size() == 1);
+  CHECK(store->list_updates(job, 2)->at(0).meta == json{{"samples", 7}});
+  check_same_model(*store->latest_model(job), model(job, 1, "m1"));
+  // Ids go on from where they were.
+  CHECK(add(*store, "hash-b") > a);
+  CHECK(create(*store, job_record("next")) > job);
+}
+
+void second_store_sees_commits(const BackendFactory& factory) {
+  auto backend = factory();
+  auto writer = open(*backend);
+  auto reader = open(*backend);
+  const ClientId a = add(*writer, "hash-a");
+  const JobId job = create(*writer, job_record("j"));
+  CHECK(reader->get_client(a)->token_hash == "hash-a");
+  CHECK(reader->get_job(job)->name == "j");
+  REQUIRE(writer->open_round(open_round_record(job, 1, {a})).ok());
+  REQUIRE(writer->record_update({job, 1, a, {{"samples", 3}}, 40}).ok());
+  REQUIRE(writer
+              ->commit_round(closed(open_round_record(job, 1, {a}), 50, {}), model(job, 1, "m1"),
+                             {{"rho", 0.7}})
+              .ok());
+  CHECK(reader->latest_model(job)->blob == "m1");
+  CHECK(reader->list_rounds(job)->at(0).state == RoundState::kCommitted);
+  CHECK(reader->list_updates(job, 1)->size() == 1);
+  CHECK(reader->get_job(job)->policy_state == json{{"rho", 0.7}});
+  // Writes through either store are refused or accepted the same way.
+  CHECK(reader->add_client(client("hash-a")).status().code() == Code::kConflict);
+  REQUIRE(reader->set_job_state(job, JobState::kPaused).ok());
+  CHECK(writer->get_job(job)->state == JobState::kPaused);
+}
+
+void older_schema_migrates(const BackendFactory& factory) {
+  const int current = factory()->current_schema_version();
+  REQUIRE(current >= 1);
+  for (int version = 1; version < current; ++version) {
+    CAPTURE(version);
+    auto backend = factory();
+    ClientId a = 0;
+    JobId owned = 0, plain = 0;
+    TenantId tenant = 0;
+    {
+      auto store = open(*backend);
+      a = add(*store, "hash-a");
+      auto t = store->add_tenant({0, "team", "hash-t", 2, json::object(), 1});
+      REQUIRE(t.ok());
+      tenant = *t;
+      owned = create(*store, job_record("owned", tenant), "o0", kBinary);
+      plain = create(*store, job_record("plain"), "p0");
+      REQUIRE(store->open_round(open_round_record(plain, 1, {a})).ok());
+      REQUIRE(store->record_update({plain, 1, a, {{"samples", 5}}, 40}).ok());
+      REQUIRE(store
+                  ->commit_round(closed(open_round_record(plain, 1, {a}), 50, {{"updates", 1}}),
+                                 model(plain, 1, "p1"), {{"rho", 0.4}})
+                  .ok());
+      REQUIRE(store->open_round(open_round_record(plain, 2, {a})).ok());
+    }
+    backend->rewind_schema(version);
+    CHECK(backend->schema_version() == version);
+
+    auto store = open(*backend);
+    CHECK(backend->schema_version() == current);
+    // What every schema version holds is kept.
+    auto c = store->get_client(a);
+    REQUIRE(c.ok());
+    CHECK(c->token_hash == "hash-a");
+    CHECK(c->info == client("hash-a").info);
+    auto jobs = store->list_jobs();
+    REQUIRE(jobs.ok());
+    REQUIRE(jobs->size() == 2);
+    CHECK(jobs->at(0).name == "owned");
+    CHECK(jobs->at(1).name == "plain");
+    CHECK(jobs->at(1).config == job_record("plain").config);
+    CHECK(jobs->at(1).policy_state == json{{"rho", 0.4}});
+    CHECK(jobs->at(1).tenant == 0);
+    auto rounds = store->list_rounds(plain);
+    REQUIRE(rounds.ok());
+    REQUIRE(rounds->size() == 2);
+    CHECK(rounds->at(0).state == RoundState::kCommitted);
+    CHECK(rounds->at(0).metrics == json{{"updates", 1}});
+    CHECK(rounds->at(1).state == RoundState::kOpen);
+    CHECK(store->list_updates(plain, 1)->size() == 1);
+    check_same_model(*store->latest_model(plain), model(plain, 1, "p1"));
+    check_same_model(*store->get_model(owned, 0), model(owned, 0, "o0"));
+    // What the older version could not hold reads as absent, never as an error.
+    auto tenants = store->list_tenants();
+    REQUIRE(tenants.ok());
+    if (tenants->empty()) {
+      CHECK(jobs->at(0).tenant == 0);
+    } else {
+      REQUIRE(tenants->size() == 1);
+      CHECK(tenants->at(0).name == "team");
+      CHECK(jobs->at(0).tenant == tenant);
+    }
+    auto module = store->get_job_module(owned);
+    if (!module.ok()) {
+      CHECK(module.status().code() == Code::kNotFound);
+    } else {
+      CHECK(*module == kBinary);
+    }
+    // And every method works on the migrated database.
+    auto t = store->add_tenant({0, "team-2", "hash-t2", 1, json::object(), 2});
+    REQUIRE(t.ok());
+    const JobId scripted = create(*store, job_record("scripted", *t), "s0", "ts");
+    CHECK(*store->get_job_module(scripted) == "ts");
+    CHECK(store->get_job(scripted)->tenant == *t);
+    REQUIRE(store->fail_round(closed(open_round_record(plain, 2, {a}), 60, {})).ok());
+    REQUIRE(store->open_round(open_round_record(plain, 3, {a})).ok());
+    REQUIRE(store->record_update({plain, 3, a, {}, 70}).ok());
+    REQUIRE(store
+                ->commit_round(closed(open_round_record(plain, 3, {a}), 80, {}),
+                               model(plain, 3, "p3"), {{"rho", 0.1}})
+                .ok());
+    store.reset();
+    auto reopened = open(*backend);
+    CHECK(backend->schema_version() == current);
+    CHECK(reopened->list_jobs()->size() == 3);
+    CHECK(reopened->latest_model(plain)->blob == "p3");
+  }
+}
+
+void newer_schema_refused(const BackendFactory& factory) {
+  auto backend = factory();
+  const int current = backend->current_schema_version();
+  JobId job = 0;
+  {
+    auto store = open(*backend);
+    job = create(*store, job_record("j"));
+  }
+  CHECK(backend->schema_version() == current);
+  backend->set_schema_version(current + 1);
+  auto refused = backend->open();
+  CHECK(refused.status().code() == Code::kInvalidArgument);
+  CHECK(refused.status().message().find("newer") != std::string::npos);
+  CHECK(backend->schema_version() == current + 1);  // refusing changed nothing
+  backend->set_schema_version(current);
+  auto store = open(*backend);
+  CHECK(store->get_job(job)->name == "j");
+}
+
+// A writer opens, fills and concludes rounds (every fourth one fails) while readers on the
+// same store and on a second one check that each commit is seen whole or not at all.
+void readers_while_a_writer_writes(const BackendFactory& factory) {
+  constexpr RoundIndex kRounds = 40;
+  constexpr size_t kClients = 3;
+  auto backend = factory();
+  auto store = open(*backend);
+  auto second = open(*backend);
+  std::vector<ClientId> clients;
+  for (size_t i = 0; i < kClients; ++i) clients.push_back(add(*store, "hash-" + std::to_string(i)));
+  const JobId job = create(*store, job_record("j"), "blob-0");
+  auto blob_of = [](uint64_t version) { return "blob-" + std::to_string(version); };
+  auto fails = [](RoundIndex index) { return index % 4 == 0; };
+
+  std::atomic<bool> done{false};
+  std::mutex errors_mu;
+  std::vector<std::string> errors;
+  auto error = [&](const std::string& what) {
+    std::lock_guard<std::mutex> lock(errors_mu);
+    if (errors.size() < 20) errors.push_back(what);
+  };
+  Status written;
+  std::thread writer([&] {
+    for (RoundIndex r = 1; r <= kRounds && written.ok(); ++r) {
+      written = store->open_round(open_round_record(job, r, clients));
+      for (size_t i = 0; i < kClients && written.ok(); ++i) {
+        written = store->record_update({job, r, clients[i], {{"samples", i}}, 100.0 * r + i});
+      }
+      if (!written.ok()) break;
+      const RoundRecord done_round =
+          closed(open_round_record(job, r, clients), 100.0 * r + 50, {{"updates", kClients}});
+      written = fails(r) ? store->fail_round(done_round)
+                         : store->commit_round(done_round, {job, r, blob_of(r), "sum", "", 1.0},
+                                               {{"round", r}});
+    }
+    done = true;
+  });
+  auto read = [&](Store& s) {
+    uint64_t last_latest = 0;
+    size_t last_rounds = 0;
+    bool last_pass = false;
+    while (!last_pass) {
+      last_pass = done.load();
+      auto rounds = s.list_rounds(job);
+      if (!rounds.ok()) return error("list_rounds: " + rounds.status().to_string());
+      if (rounds->size() < last_rounds) return error("rounds disappeared");
+      last_rounds = rounds->size();
+      RoundIndex max_committed = 0;
+      for (size_t i = 0; i < rounds->size(); ++i) {
+        const RoundRecord& r = rounds->at(i);
+        if (r.index != i + 1) return error("rounds out of order");
+        if (r.state == RoundState::kOpen) continue;
+        // A concluded round had all its updates recorded before it concluded.
+        auto ups = s.list_updates(job, r.index);
+        if (!ups.ok()) return error("list_updates: " + ups.status().to_string());
+        if (ups->size() != kClients) return error("a concluded round lacks updates");
+        auto m = s.get_model(job, r.index);
+        if (r.state == RoundState::kFailed) {
+          if (m.ok() || m.status().code() != Code::kNotFound)
+            return error("a failed round's model");
+          continue;
+        }
+        if (!m.ok()) return error("a committed round without its model: " + m.status().to_string());
+        if (m->blob != blob_of(r.index)) return error("a torn model");
+        if (r.metrics != json{{"updates", kClients}}) return error("a committed round's metrics");
+        max_committed = r.index;
+      }
+      auto latest = s.latest_model(job);
+      if (!latest.ok()) return error("latest_model: " + latest.status().to_string());
+      if (latest->version < max_committed || latest->version < last_latest) {
+        return error("latest_model went back");
+      }
+      if (latest->blob != blob_of(latest->version)) return error("a torn latest model");
+      last_latest = latest->version;
+      auto j = s.get_job(job);
+      if (!j.ok()) return error("get_job: " + j.status().to_string());
+      if (max_committed > 0 && j->policy_state.value("round", RoundIndex{0}) < max_committed) {
+        return error("a commit's policy state came after its round");
+      }
+    }
+    if (last_rounds != kRounds) error("a reader missed the last rounds");
+  };
+  std::vector<std::thread> readers;
+  readers.emplace_back([&] { read(*store); });
+  readers.emplace_back([&] { read(*store); });
+  readers.emplace_back([&] { read(*second); });
+  writer.join();
+  for (auto& t : readers) t.join();
+  CHECK_MESSAGE(written.ok(), written.to_string());
+  for (const std::string& e : errors) FAIL_CHECK(e);
+  CHECK(store->latest_model(job)->version == kRounds - 1);  // round 40 failed
+  CHECK(second->get_job(job)->policy_state == json{{"round", kRounds - 1}});
+}
+
+void concurrent_writers(const BackendFactory& factory) {
+  constexpr int kThreads = 4, kEach = 25;
+  auto backend = factory();
+  auto store = open(*backend);
+  auto second = open(*backend);
+  std::mutex mu;
+  std::vector<ClientId> ids;
+  std::vector<std::string> errors;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Store& s = t % 2 == 0 ? *store : *second;
+      for (int i = 0; i < kEach; ++i) {
+        auto id = s.add_client(client("hash-" + std::to_string(t) + "-" + std::to_string(i)));
+        std::lock_guard<std::mutex> lock(mu);
+        if (id.ok()) {
+          ids.push_back(*id);
+        } else {
+          errors.push_back(id.status().to_string());
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const std::string& e : errors) FAIL_CHECK(e);
+  CHECK(std::set<ClientId>(ids.begin(), ids.end()).size() == kThreads * kEach);
+  auto all = store->list_clients();
+  REQUIRE(all.ok());
+  CHECK(all->size() == kThreads * kEach);
+  CHECK(std::is_sorted(all->begin(), all->end(),
+                       [](const ClientRecord& x, const ClientRecord& y) { return x.id < y.id; }));
+}
+
+struct Case {
+  const char* name;
+  void (*run)(const BackendFactory&);
+};
+
+const Case kCases[] = {
+    {"clients: ids, lookups, profile updates all or nothing, unique tokens", clients},
+    {"jobs: created with their model and module, states, unknown ids", jobs},
+    {"tenants: ids from 1, unique names and tokens, jobs remember their tenant", tenants},
+    {"rounds: open once, conclude once, metrics merged into closed rounds", rounds},
+    {"updates: one per client and round, of stored rounds and clients", updates},
+    {"models: by version and latest, versions skip failed rounds", models},
+    {"commit_round is all or nothing", commit_round_atomic},
+    {"create_job is all or nothing", create_job_atomic},
+    {"everything survives reopening", survives_reopening},
+    {"a second store on the database sees what the first committed", second_store_sees_commits},
+    {"an older schema migrates and keeps its records", older_schema_migrates},
+    {"a newer schema is refused and left as it was", newer_schema_refused},
+    {"readers see whole commits while a writer writes", readers_while_a_writer_writes},
+    {"concurrent writers get distinct ids", concurrent_writers},
+};
+
+}  // namespace
+
+void check_store_contract(const BackendFactory& factory) {
+  for (const Case& c : kCases) {
+    SUBCASE(c.name) { c.run(factory); }
+  }
+}
+
+}  // namespace fedcase::storage::contract

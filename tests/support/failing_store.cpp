@@ -1,0 +1,186 @@
+#include "tests/support/failing_store.h"
+
+#include <utility>
+
+namespace fedcase::testing {
+namespace {
+
+using namespace storage;
+
+class FailingStore : public Store {
+ public:
+  FailingStore(std::unique_ptr<Store> store, std::shared_ptr<StoreFaults> faults)
+      : store_(std::move(store)), faults_(std::move(faults)) {}
+
+  Result<ClientId> add_client(const ClientRecord& client) override {
+    return call(StoreMethod::kAddClient, [&] { return store_->add_client(client); });
+  }
+  Result<ClientRecord> get_client(ClientId id) override {
+    return call(StoreMethod::kGetClient, [&] { return store_->get_client(id); });
+  }
+  Result<std::vector<ClientRecord>> list_clients() override {
+    return call(StoreMethod::kListClients, [&] { return store_->list_clients(); });
+  }
+  Status update_clients(const std::vector<ClientRecord>& clients) override {
+    return call(StoreMethod::kUpdateClients, [&] { return store_->update_clients(clients); });
+  }
+  Result<JobId> create_job(const JobRecord& job, const ModelRecord& initial_model,
+                           const std::string& module) override {
+    return call(StoreMethod::kCreateJob,
+                [&] { return store_->create_job(job, initial_model, module); });
+  }
+  Result<std::string> get_job_module(JobId id) override {
+    return call(StoreMethod::kGetJobModule, [&] { return store_->get_job_module(id); });
+  }
+  Result<JobRecord> get_job(JobId id) override {
+    return call(StoreMethod::kGetJob, [&] { return store_->get_job(id); });
+  }
+  Result<std::vector<JobRecord>> list_jobs() override {
+    return call(StoreMethod::kListJobs, [&] { return store_->list_jobs(); });
+  }
+  Status set_job_state(JobId id, JobState state) override {
+    return call(StoreMethod::kSetJobState, [&] { return store_->set_job_state(id, state); });
+  }
+  Result<TenantId> add_tenant(const TenantRecord& tenant) override {
+    return call(StoreMethod::kAddTenant, [&] { return store_->add_tenant(tenant); });
+  }
+  Result<std::vector<TenantRecord>> list_tenants() override {
+    return call(StoreMethod::kListTenants, [&] { return store_->list_tenants(); });
+  }
+  Status open_round(const RoundRecord& round) override {
+    return call(StoreMethod::kOpenRound, [&] { return store_->open_round(round); });
+  }
+  Status record_update(const UpdateRecord& update) override {
+    return call(StoreMethod::kRecordUpdate, [&] { return store_->record_update(update); });
+  }
+  Status commit_round(const RoundRecord& round, const ModelRecord& model,
+                      const nlohmann::json& policy_state) override {
+    return call(StoreMethod::kCommitRound,
+                [&] { return store_->commit_round(round, model, policy_state); });
+  }
+  Status fail_round(const RoundRecord& round) override {
+    return call(StoreMethod::kFailRound, [&] { return store_->fail_round(round); });
+  }
+  Status add_round_metrics(JobId job, RoundIndex round, const nlohmann::json& metrics) override {
+    return call(StoreMethod::kAddRoundMetrics,
+                [&] { return store_->add_round_metrics(job, round, metrics); });
+  }
+  Result<std::vector<RoundRecord>> list_rounds(JobId job) override {
+    return call(StoreMethod::kListRounds, [&] { return store_->list_rounds(job); });
+  }
+  Result<std::vector<UpdateRecord>> list_updates(JobId job, RoundIndex round) override {
+    return call(StoreMethod::kListUpdates, [&] { return store_->list_updates(job, round); });
+  }
+  Result<ModelRecord> get_model(JobId job, uint64_t version) override {
+    return call(StoreMethod::kGetModel, [&] { return store_->get_model(job, version); });
+  }
+  Result<ModelRecord> latest_model(JobId job) override {
+    return call(StoreMethod::kLatestModel, [&] { return store_->latest_model(job); });
+  }
+
+ private:
+  // The armed failure of `method`, or what `forward` returns.
+  template <class Forward>
+  auto call(StoreMethod method, Forward forward) -> decltype(forward()) {
+    Status armed = faults_->on_call(method);
+    if (!armed.ok()) return armed;
+    return forward();
+  }
+
+  const std::unique_ptr<Store> store_;
+  const std::shared_ptr<StoreFaults> faults_;
+};
+
+}  // namespace
+
+const char* method_name(StoreMethod method) {
+  switch (method) {
+    case StoreMethod::kAddClient:
+      return "add_client";
+    case StoreMethod::kGetClient:
+      return "get_client";
+    case StoreMethod::kListClients:
+      return "list_clients";
+    case StoreMethod::kUpdateClients:
+      return "update_clients";
+    case StoreMethod::kCreateJob:
+      return "create_job";
+    case StoreMethod::kGetJobModule:
+      return "get_job_module";
+    case StoreMethod::kGetJob:
+      return "get_job";
+    case StoreMethod::kListJobs:
+      return "list_jobs";
+    case StoreMethod::kSetJobState:
+      return "set_job_state";
+    case StoreMethod::kAddTenant:
+      return "add_tenant";
+    case StoreMethod::kListTenants:
+      return "list_tenants";
+    case StoreMethod::kOpenRound:
+      return "open_round";
+    case StoreMethod::kRecordUpdate:
+      return "record_update";
+    case StoreMethod::kCommitRound:
+      return "commit_round";
+    case StoreMethod::kFailRound:
+      return "fail_round";
+    case StoreMethod::kAddRoundMetrics:
+      return "add_round_metrics";
+    case StoreMethod::kListRounds:
+      return "list_rounds";
+    case StoreMethod::kListUpdates:
+      return "list_updates";
+    case StoreMethod::kGetModel:
+      return "get_model";
+    case StoreMethod::kLatestModel:
+      return "latest_model";
+  }
+  return "unknown";
+}
+
+void StoreFaults::fail(StoreMethod method, Status status, size_t times) {
+  if (status.ok()) status = internal_error("StoreFaults::fail armed with an OK status");
+  std::lock_guard<std::mutex> lock(mu_);
+  Armed& a = methods_[static_cast<size_t>(method)];
+  a.status = std::move(status);
+  a.remaining = times;
+  a.armed = true;
+}
+
+void StoreFaults::clear(StoreMethod method) {
+  std::lock_guard<std::mutex> lock(mu_);
+  methods_[static_cast<size_t>(method)].armed = false;
+}
+
+void StoreFaults::clear_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Armed& a : methods_) a.armed = false;
+}
+
+size_t StoreFaults::calls(StoreMethod method) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return methods_[static_cast<size_t>(method)].calls;
+}
+
+size_t StoreFaults::failures(StoreMethod method) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return methods_[static_cast<size_t>(method)].failures;
+}
+
+Status StoreFaults::on_call(StoreMethod method) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Armed& a = methods_[static_cast<size_t>(method)];
+  ++a.calls;
+  if (!a.armed) return ok_status();
+  ++a.failures;
+  if (a.remaining != kEveryCall && --a.remaining == 0) a.armed = false;
+  return a.status;
+}
+
+std::unique_ptr<storage::Store> failing_store(std::unique_ptr<storage::Store> store,
+                                              std::shared_ptr<StoreFaults> faults) {
+  return std::make_unique<FailingStore>(std::move(store), std::move(faults));
+}
+
+}  // namespace fedcase::testing

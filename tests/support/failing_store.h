@@ -1,0 +1,86 @@
+#pragma once
+// A Store that fails chosen methods on demand, for tests of what the code above a store does
+// when a write (or a read) fails: it wraps a real store and passes every call through, except
+// the calls of a method a test has armed, which return the armed Status without reaching the
+// wrapped store (so nothing of such a call is stored).
+//
+//   auto faults = std::make_shared<testing::StoreFaults>();
+//   auto store = testing::failing_store(std::move(real), faults);  // hand `store` to the code
+//   faults->fail(testing::StoreMethod::kCommitRound, internal_error("disk full"));
+
+#include <array>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+
+#include "common/status.h"
+#include "storage/store.h"
+
+namespace fedcase::testing {
+
+// Every method of storage::Store.
+enum class StoreMethod {
+  kAddClient,
+  kGetClient,
+  kListClients,
+  kUpdateClients,
+  kCreateJob,
+  kGetJobModule,
+  kGetJob,
+  kListJobs,
+  kSetJobState,
+  kAddTenant,
+  kListTenants,
+  kOpenRound,
+  kRecordUpdate,
+  kCommitRound,
+  kFailRound,
+  kAddRoundMetrics,
+  kListRounds,
+  kListUpdates,
+  kGetModel,
+  kLatestModel,
+};
+inline constexpr size_t kStoreMethods = static_cast<size_t>(StoreMethod::kLatestModel) + 1;
+
+// The Store method's name ("commit_round"), for messages.
+const char* method_name(StoreMethod method);
+
+// Which calls fail, shared between a test and the FailingStores it made. Thread-safe: the code
+// under test may call the store from any thread while the test arms and counts.
+class StoreFaults {
+ public:
+  static constexpr size_t kEveryCall = 0;
+
+  // The next `times` calls of `method` (kEveryCall: every call until clear) return `status`,
+  // which must not be OK. Replaces what was armed for `method` before.
+  void fail(StoreMethod method, Status status, size_t times = 1);
+  // Calls of `method` (or of every method) go through again.
+  void clear(StoreMethod method);
+  void clear_all();
+
+  // Calls of `method` so far, failed ones included; and those that failed.
+  size_t calls(StoreMethod method) const;
+  size_t failures(StoreMethod method) const;
+
+  // Counts a call of `method`: the Status it must fail with, or OK to pass it through.
+  Status on_call(StoreMethod method);
+
+ private:
+  struct Armed {
+    Status status;
+    size_t remaining = 0;  // calls still to fail; kEveryCall: all of them
+    bool armed = false;
+    size_t calls = 0;
+    size_t failures = 0;
+  };
+  mutable std::mutex mu_;
+  std::array<Armed, kStoreMethods> methods_;
+};
+
+// A store over `store` (owned) that fails the calls `faults` arms. Thread safety and errors
+// otherwise those of `store`.
+std::unique_ptr<storage::Store> failing_store(std::unique_ptr<storage::Store> store,
+                                              std::shared_ptr<StoreFaults> faults);
+
+}  // namespace fedcase::testing
