@@ -4,6 +4,8 @@
 
 #include "cli/exit_codes.h"
 #include "cli/format.h"
+#include "common/json_read.h"
+#include "protocol/error_reply.h"
 
 namespace fedcase::cli {
 
@@ -13,13 +15,10 @@ namespace {
 
 // The server's error message ({"error": {"code", "message"}}), else the start of the body.
 std::string error_message(const std::string& body) {
-  const json parsed = json::parse(body, nullptr, false);
-  if (parsed.is_object()) {
-    auto error = parsed.find("error");
-    if (error != parsed.end() && error->is_object()) {
-      auto message = error->find("message");
-      if (message != error->end() && message->is_string()) return message->get<std::string>();
-    }
+  const auto parsed = parse_untrusted_json(body);
+  if (parsed.ok()) {
+    auto error = protocol::read_error_reply(*parsed);
+    if (error.ok()) return error->message;
   }
   std::string text = body.substr(0, 200);
   return text.empty() ? "no details" : text;

@@ -14,22 +14,11 @@
 namespace fedcase::client {
 namespace {
 
-using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kStateFile = "state.bin";
 // The most samples one round may train on (repeats included): a bound on the plan's memory.
 constexpr uint64_t kMaxRoundSamples = 100'000'000;
-
-Status read_count(const json& object, const char* key, const std::string& where, uint64_t& out) {
-  auto it = object.find(key);
-  if (it == object.end()) return ok_status();
-  if (!it->is_number_integer() || it->get<int64_t>() < 0) {
-    return invalid_argument(where + " must be an integer >= 0");
-  }
-  out = it->get<uint64_t>();
-  return ok_status();
-}
 
 std::string path_in(const std::string& dir, const char* file) {
   return (std::filesystem::path(dir) / file).string();
@@ -37,38 +26,14 @@ std::string path_in(const std::string& dir, const char* file) {
 
 }  // namespace
 
-Result<DataDirectives> parse_data_directives(const json& task) {
-  if (!task.is_object()) return invalid_argument("task must be a JSON object");
+DataDirectives data_directives(const protocol::TaskOffer& task) {
   DataDirectives d;
-  if (auto it = task.find("sampling"); it != task.end()) {
-    auto sampling = it->is_string() ? parse_sampling(it->get<std::string>())
-                                    : Result<Sampling>(invalid_argument("not a string"));
-    if (!sampling.ok()) return invalid_argument("task sampling: " + sampling.status().message());
-    d.sampling = *sampling;
-  }
-  FEDCASE_RETURN_IF_ERROR(read_count(task, "sample_budget", "task sample_budget", d.sample_budget));
-  if (auto it = task.find("train"); it != task.end() && it->is_object()) {
-    FEDCASE_RETURN_IF_ERROR(read_count(*it, "epochs", "task train.epochs", d.epochs));
-  }
-  if (auto it = task.find("cache"); it != task.end()) {
-    const json& cache = *it;
-    if (!cache.is_object()) return invalid_argument("task cache must be a JSON object");
-    d.cache_policy = CachePolicy::kImportance;  // a cache directive without a policy
-    if (auto p = cache.find("policy"); p != cache.end()) {
-      if (!p->is_string()) return invalid_argument("task cache.policy must be a string");
-      auto policy = parse_cache_policy(p->get<std::string>());
-      if (!policy.ok()) return invalid_argument("task cache.policy: " + policy.status().message());
-      d.cache_policy = *policy;
-    }
-    FEDCASE_RETURN_IF_ERROR(
-        read_count(cache, "budget_bytes", "task cache.budget_bytes", d.cache_budget_bytes));
-    if (auto r = cache.find("repetition_factor"); r != cache.end()) {
-      if (!r->is_number() || !std::isfinite(r->get<double>()) || r->get<double>() < 1) {
-        return invalid_argument("task cache.repetition_factor must be a number >= 1");
-      }
-      d.repetition_factor = r->get<double>();
-    }
-  }
+  d.sampling = task.sampling;
+  d.sample_budget = task.sample_budget;
+  d.epochs = task.train.epochs;
+  d.cache_policy = task.cache.policy;
+  d.cache_budget_bytes = task.cache.budget_bytes;
+  d.repetition_factor = task.cache.repetition_factor;
   return d;
 }
 

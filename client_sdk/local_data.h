@@ -8,7 +8,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -18,6 +17,7 @@
 #include "client_sdk/sample_source.h"
 #include "client_sdk/trainer.h"
 #include "common/status.h"
+#include "protocol/task_offer.h"
 
 namespace fedcase::client {
 
@@ -31,10 +31,8 @@ struct DataDirectives {
   double repetition_factor = 1;  // uses each draw of a cached sample may serve (>= 1)
 };
 
-// Reads a task's directives: "sampling" ("uniform" | "importance"), "sample_budget",
-// "cache": {"policy", "budget_bytes", "repetition_factor"} and "train": {"epochs"}. Absent
-// fields keep the defaults above. kInvalidArgument naming the field for a bad value.
-Result<DataDirectives> parse_data_directives(const nlohmann::json& task);
+// What `task` asks of the local data: its sampling, sample budget, epochs and cache.
+DataDirectives data_directives(const protocol::TaskOffer& task);
 
 struct LocalDataConfig {
   SampleSource* source = nullptr;     // the app's training samples; must outlive the LocalData

@@ -8,18 +8,6 @@
 
 namespace fedcase::client {
 
-const char* sampling_name(Sampling sampling) {
-  return sampling == Sampling::kImportance ? "importance" : "uniform";
-}
-
-Result<Sampling> parse_sampling(std::string_view name) {
-  for (Sampling s : {Sampling::kUniform, Sampling::kImportance}) {
-    if (name == sampling_name(s)) return s;
-  }
-  return invalid_argument("unknown sampling '" + std::string(name) +
-                          "' (expected uniform or importance)");
-}
-
 std::vector<size_t> plan_round_order(const ImportanceSampler& sampler, Sampling sampling,
                                      uint64_t budget, SampleCache* cache,
                                      double repetition_factor) {

@@ -6,21 +6,16 @@
 // Pure logic: no I/O, no clock. Deterministic in the sampler's state.
 
 #include <cstdint>
-#include <string_view>
 #include <vector>
 
 #include "client_sdk/importance_sampler.h"
 #include "client_sdk/sample_cache.h"
-#include "common/status.h"
+#include "protocol/sampling.h"
 
 namespace fedcase::client {
 
-enum class Sampling { kUniform, kImportance };
-
-// "uniform", "importance".
-const char* sampling_name(Sampling sampling);
-// The sampling mode named `name`; kInvalidArgument for any other name.
-Result<Sampling> parse_sampling(std::string_view name);
+// The modes a task may ask for; their names are protocol::sampling_name's.
+using protocol::Sampling;
 
 // `budget` sample ids of `sampler`'s samples in reading order:
 //   uniform     passes over all samples, each shuffled (seeded by sampler.round_seed()), the

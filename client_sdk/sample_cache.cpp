@@ -213,26 +213,6 @@ void SampleCache::adopt_plan(const std::vector<size_t>& plan, uint64_t reused) {
   pins_changed();
 }
 
-const char* cache_policy_name(CachePolicy policy) {
-  switch (policy) {
-    case CachePolicy::kNone:
-      return "none";
-    case CachePolicy::kLru:
-      return "lru";
-    case CachePolicy::kImportance:
-      return "importance";
-  }
-  return "none";
-}
-
-Result<CachePolicy> parse_cache_policy(std::string_view name) {
-  for (CachePolicy p : {CachePolicy::kNone, CachePolicy::kLru, CachePolicy::kImportance}) {
-    if (name == cache_policy_name(p)) return p;
-  }
-  return invalid_argument("unknown cache policy '" + std::string(name) +
-                          "' (expected none, lru or importance)");
-}
-
 std::unique_ptr<SampleCache> make_cache(CachePolicy policy, uint64_t budget_bytes, size_t samples) {
   switch (policy) {
     case CachePolicy::kLru:

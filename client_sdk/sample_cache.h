@@ -21,19 +21,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
-#include "common/status.h"
+#include "protocol/sampling.h"
 
 namespace fedcase::client {
 
-enum class CachePolicy { kNone, kLru, kImportance };
-
-// "none", "lru", "importance".
-const char* cache_policy_name(CachePolicy policy);
-// The policy named `name`; kInvalidArgument for any other name.
-Result<CachePolicy> parse_cache_policy(std::string_view name);
+// The policies a task may ask for; their names are protocol::cache_policy_name's.
+using protocol::CachePolicy;
 
 struct CacheStats {
   uint64_t hits = 0;        // lookups served from the cache

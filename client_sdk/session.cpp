@@ -1,9 +1,7 @@
 #include "client_sdk/session.h"
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
-#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -14,7 +12,13 @@
 #include "client_sdk/local_data.h"
 #include "common/blob.h"
 #include "common/crypto.h"
+#include "common/json_read.h"
 #include "common/log.h"
+#include "protocol/error_reply.h"
+#include "protocol/registration.h"
+#include "protocol/task_offer.h"
+#include "protocol/task_status.h"
+#include "protocol/update_meta.h"
 
 namespace fedcase::client {
 namespace {
@@ -24,6 +28,8 @@ using Clock = std::chrono::steady_clock;
 
 // Uploads tried per task while the round answers 503 (places held by uploads being checked).
 constexpr int kUploadAttempts = 10;
+// What the session tells the coordinator it is, besides its protocol version.
+constexpr const char* kSdkVersion = "fedcase-sdk/1";
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -46,41 +52,23 @@ struct CachedModule {
   std::shared_ptr<const std::string> bytes;
 };
 
-// The task's training settings; kInvalidArgument naming the field for a value no trainer
-// should be given (a coordinator never sends one).
-Result<TrainSettings> train_settings(const json& task) {
-  const json& t = task.at("train");
+// The trainer's settings for the task's `train` (which protocol/ has checked).
+TrainSettings train_settings(const protocol::TrainingSettings& t) {
   TrainSettings s;
-  const int64_t batch_size = t.value("batch_size", int64_t(32));
-  s.batch_size = batch_size < 1 ? 0 : size_t(batch_size);
-  s.lr = t.value("lr", 0.05);
-  s.momentum = t.value("momentum", 0.0);
-  s.weight_decay = t.value("weight_decay", 0.0);
-  s.prox_mu = t.value("prox_mu", 0.0);
-  Status valid = ml::validate_train_options(s);
-  if (!valid.ok()) return invalid_argument("task " + valid.message());
+  s.batch_size = t.batch_size;
+  s.lr = t.lr;
+  s.momentum = t.momentum;
+  s.weight_decay = t.weight_decay;
+  s.prox_mu = t.prox_mu;
   return s;
 }
 
-// Whether `e` keeps the Evaluation contract (trainer.h), which the coordinator enforces: a
-// report that breaks it would get the whole update refused.
-bool valid_evaluation(const Evaluation& e) {
-  if (e.samples == 0 || !std::isfinite(e.loss) || e.loss < 0 || e.metrics.size() > 16) {
-    return false;
-  }
-  for (const auto& [name, value] : e.metrics) {
-    if (name.empty() || name.size() > 64 || !std::isfinite(value) || value < 0) return false;
-    for (char c : name) {
-      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
-    }
-    if (name == "accuracy" && value > 1) return false;
-  }
-  return true;
-}
-
-json evaluation_json(uint64_t version, const Evaluation& e) {
-  return {
-      {"model_version", version}, {"samples", e.samples}, {"loss", e.loss}, {"metrics", e.metrics}};
+// A JSON answer of the coordinator read with `read`, or why it could not be.
+template <class T>
+Result<T> read_answer(const std::string& body, Result<T> (*read)(const json&)) {
+  auto parsed = parse_untrusted_json(body);
+  if (!parsed.ok()) return parsed.status();
+  return read(*parsed);
 }
 
 }  // namespace
@@ -96,6 +84,7 @@ struct Session::Impl {
   std::string prepared;                    // the model the trainer is prepared for (its key)
   std::pair<std::string, Status> refused;  // the last model the trainer refused, and why
   std::unique_ptr<LocalData> local;
+  protocol::DeviceInfo device;  // config.device, read once
   std::mt19937_64 rng;
   double backoff_s = 0.1;
 
@@ -122,48 +111,49 @@ struct Session::Impl {
     return http.request(method, target, body, headers, timeout_s);
   }
 
-  // Error statuses from the coordinator's JSON error body.
+  // The message of the coordinator's error answer, else its HTTP status.
   static std::string error_text(const HttpResponse& r) {
-    json j = json::parse(r.body, nullptr, false);
-    if (j.is_object() && j.contains("error") && j["error"].is_object()) {
-      return j["error"].value("message", r.body);
-    }
-    return "HTTP " + std::to_string(r.status);
+    auto error = read_answer(r.body, protocol::read_error_reply);
+    return error.ok() ? error->message : "HTTP " + std::to_string(r.status);
   }
 
   Status register_client() {
-    json device = config.device;
-    if (!device.contains("sample_bytes")) device["sample_bytes"] = local->mean_sample_bytes();
-    json body = {{"device", device},
-                 {"dataset_size", config.train_data->count()},
-                 {"sdk_version", "fedcase-sdk/1"}};
-    if (config.cache_capacity_bytes > 0) body["cache_capacity_bytes"] = config.cache_capacity_bytes;
-    if (!config.labels.empty()) body["labels"] = config.labels;
+    protocol::Registration registration;
+    registration.sdk_version = kSdkVersion;
+    registration.dataset_size = config.train_data->count();
+    registration.cache_capacity_bytes = config.cache_capacity_bytes;
+    registration.device = device;
+    if (registration.device.sample_bytes == 0) {
+      registration.device.sample_bytes = double(local->mean_sample_bytes());
+    }
+    registration.labels = config.labels;
     token.clear();
-    auto r = call("POST", "/v1/clients/register", body.dump(),
+    auto r = call("POST", "/v1/clients/register", protocol::write_registration(registration).dump(),
                   {{"Content-Type", "application/json"}}, config.request_timeout_s);
     if (!r.ok()) return r.status();
-    if (r->status != 201) return unavailable("registration refused: " + error_text(*r));
-    json j = json::parse(r->body, nullptr, false);
-    if (!j.is_object() || !j.contains("token") || !j["token"].is_string() ||
-        !j.contains("client_id") || !j["client_id"].is_number_unsigned()) {
-      return internal_error("bad registration reply");
+    if (r->status != 201) {
+      // A 4xx will be the same next time (a protocol version the coordinator does not serve,
+      // a bad label): say so where the app's operator looks.
+      const bool permanent = r->status >= 400 && r->status < 500 && r->status != 429;
+      if (permanent) log(LogLevel::kWarn, "registration refused: " + error_text(*r));
+      return unavailable("registration refused: " + error_text(*r));
     }
-    token = j["token"].get<std::string>();
-    id = j["client_id"].get<ClientId>();
+    auto reply = read_answer(r->body, protocol::read_registration_reply);
+    if (!reply.ok()) return internal_error("bad registration reply: " + reply.status().message());
+    token = reply->token;
+    id = reply->client_id;
     log(LogLevel::kDebug, "registered as client " + std::to_string(id));
     return ok_status();
   }
 
   // Downloads the task's model unless the cached version matches.
-  Status fetch_model(const json& task) {
-    uint64_t version = task.at("model_version").get<uint64_t>();
-    std::string checksum = task.at("model_checksum").get<std::string>();
+  Status fetch_model(const protocol::TaskOffer& task) {
+    const uint64_t version = task.model_version;
+    const std::string& checksum = task.model_checksum;
     if (cached && cached->version == version && cached->checksum == checksum) return ok_status();
     std::map<std::string, std::string> headers;
     if (cached && cached->checksum == checksum) headers["If-None-Match"] = "\"" + checksum + "\"";
-    auto r =
-        call("GET", task.at("model_url").get<std::string>(), "", headers, config.request_timeout_s);
+    auto r = call("GET", task.model_url, "", headers, config.request_timeout_s);
     if (!r.ok()) return r.status();
     if (r->status != 200) return unavailable("model download refused: " + error_text(*r));
     auto blob = decode_blob(r->body, r->body.size());
@@ -175,11 +165,11 @@ struct Session::Impl {
   }
 
   // Downloads the task's TorchScript module unless the cached one has its checksum.
-  Status fetch_module(const json& task) {
-    const std::string checksum = task.at("module_checksum").get<std::string>();
+  Status fetch_module(const protocol::TaskOffer& task) {
+    const std::string& checksum = task.module_checksum;
+    if (checksum.empty()) return invalid_argument("a torchscript task names no module");
     if (module && module->checksum == checksum) return ok_status();
-    auto r =
-        call("GET", task.at("module_url").get<std::string>(), "", {}, config.request_timeout_s);
+    auto r = call("GET", task.module_url, "", {}, config.request_timeout_s);
     if (!r.ok()) return r.status();
     if (r->status != 200) return unavailable("module download refused: " + error_text(*r));
     if (sha256_hex(r->body) != checksum) return unavailable("module checksum mismatch");
@@ -188,9 +178,8 @@ struct Session::Impl {
   }
 
   // Prepares the trainer for the task's model unless it is prepared for it already.
-  Status prepare_trainer(const json& task) {
-    ModelInfo info{task.at("model").get<std::string>(), task.value("loss", "cross_entropy"),
-                   nullptr, cached->blob.layout};
+  Status prepare_trainer(const protocol::TaskOffer& task) {
+    ModelInfo info{task.model, task.loss, nullptr, cached->blob.layout};
     if (info.kind == "torchscript") {
       FEDCASE_RETURN_IF_ERROR(fetch_module(task));
       info.module = module->bytes;
@@ -210,57 +199,57 @@ struct Session::Impl {
     return ok_status();
   }
 
-  // The held-out evaluation the task asks for, or null when it asks none or there are no
-  // held-out samples. An evaluation that fails is logged and not reported.
-  json evaluate(const json& task) {
-    auto it = task.find("evaluate");
-    if (it == task.end() || !config.eval_data || config.eval_data->count() == 0) return nullptr;
+  // The held-out evaluation the task asks for, or nullopt when it asks none or there are no
+  // held-out samples. An evaluation that fails, or whose figures the coordinator would
+  // refuse, is logged and not reported.
+  std::optional<protocol::EvalReport> evaluate(const protocol::TaskOffer& task) {
+    if (!task.evaluate || !config.eval_data || config.eval_data->count() == 0) return std::nullopt;
     auto e = evaluate_held_out(*config.trainer, cached->blob.data, *config.eval_data,
-                               it->value("max_samples", uint64_t(0)));
+                               task.evaluate->max_samples);
     if (!e.ok()) {
       log(LogLevel::kWarn, "evaluation failed: " + e.status().to_string());
-      return nullptr;
+      return std::nullopt;
     }
-    if (!valid_evaluation(*e)) {
-      log(LogLevel::kWarn,
-          "evaluation not reported: the trainer's figures break the contract "
-          "(samples >= 1, finite non-negative loss and metrics, accuracy <= 1)");
-      return nullptr;
+    protocol::EvalReport report{cached->version, e->samples, e->loss, e->metrics};
+    if (Status valid = protocol::validate_eval_report(report); !valid.ok()) {
+      log(LogLevel::kWarn, "evaluation not reported: the trainer's figures break the contract (" +
+                               valid.message() + ")");
+      return std::nullopt;
     }
-    return evaluation_json(cached->version, *e);
+    return report;
   }
 
   // Trains on the local samples from the cached model; returns the upload body and metadata.
-  Result<std::pair<std::string, json>> train(const json& task) {
-    auto directives = parse_data_directives(task);
-    if (!directives.ok()) return directives.status();
-    auto settings = train_settings(task);
-    if (!settings.ok()) return settings.status();
+  Result<std::pair<std::string, protocol::UpdateMeta>> train(const protocol::TaskOffer& task) {
     FEDCASE_RETURN_IF_ERROR(prepare_trainer(task));
     std::optional<ComputeSlots::Hold> slot;
     if (config.compute_slots) slot.emplace(*config.compute_slots);
-    json evaluation = evaluate(task);
-    auto round = local->train_round(*config.trainer, cached->blob.data, *settings, *directives);
+    protocol::UpdateMeta meta;
+    meta.evaluation = evaluate(task);
+    auto round = local->train_round(*config.trainer, cached->blob.data, train_settings(task.train),
+                                    data_directives(task));
     slot.reset();
     if (!round.ok()) return round.status();
     std::vector<float>& delta = round->parameters;
     for (size_t i = 0; i < delta.size(); ++i) delta[i] -= cached->blob.data[i];
     ModelBlob update{cached->version, cached->blob.layout, std::move(delta)};
     const RoundStats& stats = round->stats;
-    json meta = {{"samples", stats.samples},
-                 {"loss_sum", stats.loss_sum},
-                 {"loss_sq_sum", stats.loss_sq_sum},
-                 {"compute_s", stats.compute_s},
-                 {"io_s", stats.io_s},
-                 {"cache_hits", stats.cache_hits},
-                 {"cache_misses", stats.cache_misses},
-                 {"bytes_read", stats.bytes_read}};
-    if (!evaluation.is_null()) meta["evaluation"] = std::move(evaluation);
-    return std::make_pair(encode_blob(update), meta);
+    meta.samples = stats.samples;
+    meta.loss_sum = stats.loss_sum;
+    meta.loss_sq_sum = stats.loss_sq_sum;
+    meta.compute_s = stats.compute_s;
+    meta.io_s = stats.io_s;
+    meta.cache_hits = stats.cache_hits;
+    meta.cache_misses = stats.cache_misses;
+    meta.bytes_read = stats.bytes_read;
+    return std::make_pair(encode_blob(update), std::move(meta));
   }
 
   // One task: fetch, train, upload. Transport failures propagate for backoff.
-  Status do_task(const json& task) {
+  Status do_task(const protocol::TaskOffer& task) {
+    log(LogLevel::kDebug, "task: job " + std::to_string(task.job) + " round " +
+                              std::to_string(task.round) + ", expected to take " +
+                              std::to_string(task.expected_duration_s) + " s");
     auto start = Clock::now();
     FEDCASE_RETURN_IF_ERROR(fetch_model(task));
     double download_s = seconds_since(start);
@@ -268,30 +257,31 @@ struct Session::Impl {
     if (!trained.ok()) return trained.status();
     stats.rounds_trained++;
     auto& [body, meta] = *trained;
-    meta["download_s"] = download_s;
-    if (task.contains("status_url")) {  // is the update still needed? (a straggler's may not be)
-      auto status =
-          call("GET", task.at("status_url").get<std::string>(), "", {}, config.request_timeout_s);
-      if (!status.ok()) return status.status();
-      json answer = json::parse(status->body, nullptr, false);
-      if (status->status == 200 && answer.is_object() && answer.value("needed", true) == false) {
+    meta.download_s = download_s;
+    // Is the update still needed? (A straggler's may not be.) An answer that does not read is
+    // no reason to withhold it.
+    auto status = call("GET", task.status_url, "", {}, config.request_timeout_s);
+    if (!status.ok()) return status.status();
+    if (status->status == 200) {
+      auto answer = read_answer(status->body, protocol::read_task_status);
+      if (answer.ok() && !answer->needed) {
         stats.updates_skipped++;
-        log(LogLevel::kDebug, "update not sent: " + answer.value("reason", std::string()));
+        log(LogLevel::kDebug, "update not sent: " + answer->reason);
         return ok_status();
       }
     }
     // 503: the round's last places are held by uploads being checked, one of which may be
     // refused; retry after the coordinator's Retry-After while the task's deadline allows.
-    const double deadline = task.value("deadline", 0.0);
+    const std::string meta_header = protocol::write_update_meta(meta).dump();
     Result<HttpResponse> r = unavailable("no upload attempted");
     for (int attempt = 0; attempt < kUploadAttempts; ++attempt) {
-      r = call("POST", task.at("upload_url").get<std::string>(), body,
-               {{"Content-Type", "application/octet-stream"}, {"X-Fedcase-Meta", meta.dump()}},
+      r = call("POST", task.upload_url, body,
+               {{"Content-Type", "application/octet-stream"}, {"X-Fedcase-Meta", meta_header}},
                config.request_timeout_s);
       if (!r.ok()) return r.status();
       if (r->status != 503) break;
       const double wait_s = std::clamp(std::atof(r->header("retry-after").c_str()), 0.1, 5.0);
-      if (unix_now() + wait_s >= deadline) break;
+      if (unix_now() + wait_s >= task.deadline) break;
       std::this_thread::sleep_for(std::chrono::duration<double>(wait_s));
     }
     if (r->status == 200) {
@@ -307,6 +297,9 @@ struct Session::Impl {
 
   Status open_local_data() {
     if (!config.trainer) return invalid_argument("the session needs a trainer");
+    auto read_device = protocol::read_device_info(config.device, "config.device");
+    if (!read_device.ok()) return read_device.status();
+    device = std::move(read_device).value();
     LocalDataConfig c;
     c.source = config.train_data.get();
     c.sampler.seed = config.seed;
@@ -354,13 +347,15 @@ struct Session::Impl {
         continue;
       }
       backoff_s = 0.1;
-      json task = json::parse(r->body, nullptr, false);
-      if (!task.is_object()) continue;
+      auto task = read_answer(r->body, protocol::read_task_offer);
+      if (!task.ok()) {  // a coordinator of another protocol version, or a broken one
+        log(LogLevel::kWarn, "task refused: " + task.status().message());
+        back_off(stop);
+        continue;
+      }
       Status s;
       try {
-        s = do_task(task);
-      } catch (const json::exception& e) {  // a task without the fields we need
-        s = internal_error(std::string("malformed task: ") + e.what());
+        s = do_task(*task);
       } catch (const std::exception& e) {  // the app's trainer or source threw
         s = internal_error(std::string("task failed: ") + e.what());
       }

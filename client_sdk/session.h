@@ -33,8 +33,9 @@ struct SessionConfig {
   std::shared_ptr<Trainer> trainer;
   std::shared_ptr<SampleSource> train_data;
   std::shared_ptr<SampleSource> eval_data;  // held-out samples for federated evaluation; optional
-  // Registration: what the client tells the coordinator about itself. `device` may carry
-  // speeds the scheduler uses (docs/protocol.md); `labels` let jobs pick clients.
+  // Registration (protocol/registration.h): what the client tells the coordinator about
+  // itself. `device` may carry speeds the scheduler uses (docs/protocol.md); `labels` let jobs
+  // pick clients.
   nlohmann::json device = nlohmann::json::object();
   std::map<std::string, std::string> labels;
   uint64_t cache_capacity_bytes = 0;  // caps task cache budgets; 0 = none
@@ -62,8 +63,9 @@ struct SessionStats {
 class Session {
  public:
   // Checks the config and opens the local data (restoring the state in state_dir).
-  // kInvalidArgument for a missing trainer or training source, an empty source or bad TLS
-  // options; kInternal when state_dir cannot be created.
+  // kInvalidArgument for a missing trainer or training source, an empty source, bad TLS
+  // options or a `device` whose measurements are not finite numbers >= 0
+  // (protocol::read_device_info); kInternal when state_dir cannot be created.
   static Result<std::unique_ptr<Session>> create(SessionConfig config);
   ~Session();
 

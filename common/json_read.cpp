@@ -105,13 +105,26 @@ ObjectReader& ObjectReader::boolean(const char* key, bool& out) {
   return *this;
 }
 
-bool ObjectReader::read_unsigned(const char* key, uint64_t max, uint64_t& out) {
+ObjectReader& ObjectReader::finite(const char* key, double& out, double min) {
+  const nlohmann::json* v = member(key);
+  if (v == nullptr) return *this;
+  const double x = v->is_number() ? v->get<double>() : std::nan("");
+  if (!std::isfinite(x) || x < min) {
+    fail(path(key) + " must be a finite number >= " + format_bound(min));
+  } else {
+    out = x;
+  }
+  return *this;
+}
+
+bool ObjectReader::read_unsigned(const char* key, uint64_t min, uint64_t max, uint64_t& out) {
   const nlohmann::json* v = member(key);
   if (v == nullptr) return false;
   const bool non_negative_integer =
       v->is_number_unsigned() || (v->is_number_integer() && v->get<int64_t>() >= 0);
-  if (!non_negative_integer || v->get<uint64_t>() > max) {
-    fail(path(key) + " must be an integer in [0, " + std::to_string(max) + "]");
+  if (!non_negative_integer || v->get<uint64_t>() < min || v->get<uint64_t>() > max) {
+    fail(path(key) + " must be an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
+         "]");
     return false;
   }
   out = v->get<uint64_t>();

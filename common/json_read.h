@@ -4,6 +4,7 @@
 // keeps the first error it meets and the names of the members it was asked for, so a parser is a
 // list of reads and one status check.
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -37,10 +38,22 @@ class ObjectReader {
   ObjectReader& number(const char* key, std::optional<double>& out, double min, double max);
   ObjectReader& text(const char* key, std::string& out);
   ObjectReader& boolean(const char* key, bool& out);
+  // A finite number >= `min`, without an upper bound ("must be a finite number >= 0").
+  ObjectReader& finite(const char* key, double& out, double min);
   template <class Int>
   ObjectReader& integer(const char* key, Int& out) {
     uint64_t value = 0;
-    if (read_unsigned(key, std::numeric_limits<Int>::max(), value)) out = static_cast<Int>(value);
+    if (read_unsigned(key, 0, std::numeric_limits<Int>::max(), value)) {
+      out = static_cast<Int>(value);
+    }
+    return *this;
+  }
+  // An integer in [min, max] (max is also capped at what Int holds).
+  template <class Int>
+  ObjectReader& integer(const char* key, Int& out, uint64_t min, uint64_t max) {
+    uint64_t value = 0;
+    const uint64_t cap = std::min<uint64_t>(max, std::numeric_limits<Int>::max());
+    if (read_unsigned(key, min, cap, value)) out = static_cast<Int>(value);
     return *this;
   }
   // Records an error when the member is absent.
@@ -53,6 +66,8 @@ class ObjectReader {
   ObjectReader& merge(const Status& nested);
 
   std::string path(const char* key) const { return where_ + "." + key; }
+  // The member names asked for so far (read, required, skipped or looked up), in order.
+  const std::vector<std::string>& keys() const { return known_; }
   // The first error recorded, if any.
   Status status() const;
   // As status(), and also an error for a member that no read, skip or member() asked for:
@@ -60,7 +75,7 @@ class ObjectReader {
   Status strict_status() const;
 
  private:
-  bool read_unsigned(const char* key, uint64_t max, uint64_t& out);
+  bool read_unsigned(const char* key, uint64_t min, uint64_t max, uint64_t& out);
   void fail(std::string message);
 
   const nlohmann::json& value_;

@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "common/json_read.h"
+#include "protocol/registration.h"
 
 namespace fedcase::rounds {
 namespace {
@@ -88,21 +89,6 @@ Result<EvaluationConfig> parse_evaluation(const json& j, const std::string& mode
 
 }  // namespace
 
-Result<std::map<std::string, std::string>> parse_client_labels(const json& labels,
-                                                               const std::string& where) {
-  if (!labels.is_object()) return invalid_argument(where + " must be a JSON object");
-  if (labels.size() > 16) return invalid_argument(where + " may hold at most 16 labels");
-  std::map<std::string, std::string> out;
-  for (const auto& [key, value] : labels.items()) {
-    if (key.empty() || key.size() > 64 || !value.is_string() || value.get<std::string>().empty() ||
-        value.get<std::string>().size() > 64) {
-      return invalid_argument(where + ": keys and values must be strings of 1 to 64 bytes");
-    }
-    out[key] = value.get<std::string>();
-  }
-  return out;
-}
-
 bool labels_match(const std::map<std::string, std::string>& labels,
                   const std::map<std::string, std::string>& wanted) {
   for (const auto& [key, value] : wanted) {
@@ -129,7 +115,7 @@ Result<JobConfig> parse_job_config(const json& j) {
       .number("max_update_norm", c.max_update_norm, 0, 1e12)
       .number("dp_delta", c.dp_delta, 1e-12, 0.1);
   if (const json* labels = r.member("client_labels")) {
-    auto parsed = parse_client_labels(*labels, "job.client_labels");
+    auto parsed = protocol::read_labels(*labels, "job.client_labels");
     r.merge(parsed.status());
     if (parsed.ok()) c.client_labels = std::move(parsed).value();
   }

@@ -58,7 +58,8 @@ struct JobConfig {
   scheduling::TrainingParams training;
   aggregation::AggregatorConfig aggregation;
   nlohmann::json server_optimizer = nlohmann::json::object();
-  // Only clients registered with every one of these labels take part (empty: every client).
+  // Only clients registered with every one of these labels take part (empty: every client);
+  // the same rule as a registration's labels (protocol::read_labels).
   std::map<std::string, std::string> client_labels;
   EvaluationConfig evaluation;
 
@@ -69,10 +70,6 @@ struct JobConfig {
   bool server_evaluated() const { return builtin_model() || !evaluation.server_dataset.empty(); }
 };
 
-// Client labels ({"region": "eu", "tier": "phone"}): at most 16, keys and values strings of 1
-// to 64 bytes. kInvalidArgument naming `where` otherwise.
-Result<std::map<std::string, std::string>> parse_client_labels(const nlohmann::json& labels,
-                                                               const std::string& where);
 // Whether `labels` holds every key and value of `wanted`.
 bool labels_match(const std::map<std::string, std::string>& labels,
                   const std::map<std::string, std::string>& wanted);

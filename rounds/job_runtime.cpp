@@ -119,7 +119,7 @@ Conclusion JobRuntime::close(Round& round, double now, const std::string& failur
   // Where the round's time went: the mean over accepted updates of each phase of a task, the
   // folds' total, and the open to the last accepted update.
   double dispatch = 0, download = 0, train = 0, upload = 0, fold = 0, last = 0;
-  std::vector<EvalReport> evaluations;
+  std::vector<protocol::EvalReport> evaluations;
   for (const auto& [id, a] : accepted) {
     if (a.evaluation) evaluations.push_back(*a.evaluation);
     samples += a.samples;

@@ -131,7 +131,7 @@ Result<std::shared_ptr<RoundAggregate>> Round::reserve(ClientId client, double n
 }
 
 ProfileChange Round::accept(ClientId client, const scheduling::RoundReport& report, double now,
-                            double fold_s, std::optional<EvalReport> evaluation) {
+                            double fold_s, std::optional<protocol::EvalReport> evaluation) {
   reserved_.erase(client);
   const double start = task_started_at(client);
   Accepted& a = accepted_[client];

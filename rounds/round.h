@@ -132,7 +132,8 @@ class Round {
   // (checked by the caller: of base_version()). Returns the change of the client's profile.
   // Precondition: `client` holds a reservation.
   ProfileChange accept(ClientId client, const scheduling::RoundReport& report, double now,
-                       double fold_s = 0, std::optional<EvalReport> evaluation = std::nullopt);
+                       double fold_s = 0,
+                       std::optional<protocol::EvalReport> evaluation = std::nullopt);
   // The reserved update could not be folded in: frees its place.
   void release(ClientId client);
   // Filled, or past its deadline, or closed, with no upload being folded.
@@ -155,7 +156,7 @@ class Round {
     double utility = 0;                                // statistical utility of its report
     double download_s = 0, train_s = 0, upload_s = 0;  // reported or measured; 0 = unknown
     double fold_s = 0;
-    std::optional<EvalReport> evaluation;  // the client's scores of the base model
+    std::optional<protocol::EvalReport> evaluation;  // the client's scores of the base model
   };
   const std::map<ClientId, Accepted>& accepted_updates() const { return accepted_; }
   const std::shared_ptr<RoundAggregate>& aggregate() const { return aggregate_; }

@@ -7,7 +7,7 @@
 namespace fedcase::rounds {
 
 Status check_upload(const GlobalModel& base, RoundIndex round, const JobConfig& config,
-                    const BlobView& update, const std::optional<EvalReport>& evaluation) {
+                    const BlobView& update, const std::optional<protocol::EvalReport>& evaluation) {
   const std::string of_round = ", round " + std::to_string(round);
   const std::string base_version = std::to_string(base.version);
   if (update.model_version != base.version) {

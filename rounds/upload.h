@@ -23,6 +23,6 @@ namespace fedcase::rounds {
 // scores another model version, or more held-out samples than config.evaluation.max_samples
 // (no honest report, and it would outweigh the others in the round's means).
 Status check_upload(const GlobalModel& base, RoundIndex round, const JobConfig& config,
-                    const BlobView& update, const std::optional<EvalReport>& evaluation);
+                    const BlobView& update, const std::optional<protocol::EvalReport>& evaluation);
 
 }  // namespace fedcase::rounds

@@ -35,18 +35,29 @@ Status parse_deadline(ObjectReader& parent, DeadlineConfig& out) {
   return ok_status();
 }
 
-Status parse_cache(ObjectReader& parent, CacheDirectives& out) {
+// A name of `parse` at `key` of `r` (kept in `out` when absent).
+template <class Enum>
+Status parse_name(ObjectReader& r, const char* key, Result<Enum> (*parse)(std::string_view),
+                  Enum& out) {
+  std::string name;
+  const bool present = r.member(key) != nullptr;
+  r.text(key, name);
+  if (!present || !r.status().ok()) return ok_status();
+  Result<Enum> parsed = parse(name);
+  if (!parsed.ok()) return invalid_argument(r.path(key) + ": " + parsed.status().message());
+  out = *parsed;
+  return ok_status();
+}
+
+Status parse_cache(ObjectReader& parent, protocol::CacheDirectives& out) {
   const nlohmann::json* member = parent.member("cache");
   if (member == nullptr) return ok_status();
   ObjectReader r(*member, parent.path("cache"));
-  CacheDirectives c;
-  r.text("policy", c.policy)
+  protocol::CacheDirectives c;
+  r.merge(parse_name(r, "policy", protocol::parse_cache_policy, c.policy))
       .integer("budget_bytes", c.budget_bytes)
       .number("repetition_factor", c.repetition_factor, 1, kInf);
   FEDCASE_RETURN_IF_ERROR(r.strict_status());
-  if (c.policy != "importance" && c.policy != "lru" && c.policy != "none") {
-    return invalid_argument(r.path("policy") + " must be \"importance\", \"lru\" or \"none\"");
-  }
   out = c;
   return ok_status();
 }
@@ -67,19 +78,16 @@ Result<TrainingParams> parse_training_params(const nlohmann::json& training) {
   ObjectReader r(training, "training");
   r.integer("local_epochs", p.local_epochs)
       .integer("sample_budget", p.sample_budget)
-      .integer("batch_size", p.batch_size)
-      .number("lr", p.learning_rate, 1e-12, kInf)
+      .integer("batch_size", p.batch_size, 1, protocol::kMaxBatchSize)
+      .number("lr", p.learning_rate, 1e-12, protocol::kMaxLearningRate)
       .number("momentum", p.momentum, 0, 0.999)
-      .number("prox_mu", p.prox_mu, 0, kInf)
-      .text("sampling", p.sampling)
+      .number("weight_decay", p.weight_decay, 0, protocol::kMaxWeightDecay)
+      .number("prox_mu", p.prox_mu, 0, protocol::kMaxProxMu)
+      .merge(parse_name(r, "sampling", protocol::parse_sampling, p.sampling))
       .merge(parse_deadline(r, p.deadline))
       .merge(parse_cache(r, p.cache))
       .merge(parse_priors(r, p.priors));
   FEDCASE_RETURN_IF_ERROR(r.strict_status());
-  if (p.batch_size == 0) return invalid_argument("training.batch_size must be >= 1");
-  if (p.sampling != "uniform" && p.sampling != "importance") {
-    return invalid_argument("training.sampling must be \"uniform\" or \"importance\"");
-  }
   if (p.sample_budget == 0 && p.local_epochs == 0) {
     return invalid_argument("training: local_epochs must be >= 1 when sample_budget is 0");
   }
@@ -129,6 +137,7 @@ Result<RoundPlan> plan_round(const TrainingParams& params,
     task.batch_size = params.batch_size;
     task.learning_rate = params.learning_rate;
     task.momentum = params.momentum;
+    task.weight_decay = params.weight_decay;
     task.prox_mu = params.prox_mu;
     task.sampling = params.sampling;
     task.cache = params.cache;

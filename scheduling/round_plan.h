@@ -10,18 +10,13 @@
 #include <vector>
 
 #include "common/status.h"
+#include "protocol/sampling.h"
+#include "protocol/task_offer.h"
 #include "scheduling/duration.h"
 #include "scheduling/profile.h"
 #include "scheduling/selection.h"
 
 namespace fedcase::scheduling {
-
-// How a client's sample cache should behave during its task.
-struct CacheDirectives {
-  std::string policy = "importance";  // "importance", "lru" or "none"
-  uint64_t budget_bytes = 4 << 20;    // bytes the cache may hold (capped at the client's capacity)
-  double repetition_factor = 1;       // uses allowed per cache hit within the task (>= 1)
-};
 
 enum class DeadlineMode {
   kFixed,       // the same number of seconds every round
@@ -42,16 +37,20 @@ struct TrainingParams {
   uint64_t sample_budget = 0;  // samples per task; 0 = local_epochs x dataset size
   uint32_t batch_size = 32;
   double learning_rate = 0.01;
-  double momentum = 0;               // the client's local SGD momentum
-  double prox_mu = 0;                // FedProx proximal term; 0 = plain local SGD
-  std::string sampling = "uniform";  // "uniform" or "importance" (loss-rank weighted draws)
+  double momentum = 0;      // the client's local SGD momentum
+  double weight_decay = 0;  // the client's local L2 penalty
+  double prox_mu = 0;       // FedProx proximal term; 0 = plain local SGD
+  protocol::Sampling sampling = protocol::Sampling::kUniform;
   DeadlineConfig deadline;
-  CacheDirectives cache;  // every task's default cache directives
+  // Every task's default cache directives (the budget is capped at the client's capacity).
+  protocol::CacheDirectives cache;
   DurationPriors priors;  // for what a profile has not measured yet
 };
 
-// Parses a job's `training` config (keys and defaults in docs/scheduling.md).
-// kInvalidArgument naming the key for an unknown key or a bad value.
+// Parses a job's `training` config (keys and defaults in docs/scheduling.md). The client's
+// settings are held to the ranges of the task offer (protocol/task_offer.h), so every task
+// planned from them is one an SDK accepts. kInvalidArgument naming the key for an unknown key
+// or a bad value.
 Result<TrainingParams> parse_training_params(const nlohmann::json& training);
 
 // What one client's task asks of it: its samples (at least one batch), the model down and the
@@ -73,9 +72,10 @@ struct ClientTask {
   uint32_t batch_size = 0;
   double learning_rate = 0;
   double momentum = 0;
+  double weight_decay = 0;
   double prox_mu = 0;
-  std::string sampling;
-  CacheDirectives cache;
+  protocol::Sampling sampling = protocol::Sampling::kUniform;
+  protocol::CacheDirectives cache;
   double expected_duration_s = 0;
 };
 

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 seconds="${FUZZ_SECONDS:-60}"
 build="${FUZZ_BUILD_DIR:-build-fuzz}"
 jobs="${JOBS:-$(nproc)}"
-harnesses="${FUZZ_HARNESSES:-blob torchscript update_meta multipart job_config client_body http_request}"
+harnesses="${FUZZ_HARNESSES:-blob torchscript protocol multipart job_config client_body http_request}"
 export CCACHE_DIR="${CCACHE_DIR:-$PWD/.cache/ccache}"
 
 bash scripts/install-deps.sh --fuzz

@@ -7,6 +7,7 @@
 
 #include "common/json_read.h"
 #include "common/log.h"
+#include "protocol/error_reply.h"
 #include "server/client_query.h"
 #include "server/dashboard.h"
 #include "server/multipart.h"
@@ -219,8 +220,8 @@ Response error_response(const Status& status, unsigned http_version, bool keep_a
   if (status.code() == Code::kUnauthenticated) res.set(http::field::www_authenticate, "Bearer");
   if (status.code() == Code::kUnavailable) res.set(http::field::retry_after, "1");
   res.keep_alive(keep_alive);
-  res.body() = dump_answer(
-      json{{"error", {{"code", code_name(status.code())}, {"message", status.message()}}}});
+  res.body() =
+      dump_answer(protocol::write_error_reply({code_name(status.code()), status.message()}));
   res.prepare_payload();
   return res;
 }
@@ -542,9 +543,7 @@ std::optional<Reply> Api::dashboard(const Request& req) {
   if (req.method() != http::verb::get) {
     Response res = json_response(
         http::status::method_not_allowed,
-        {{"error",
-          {{"code", "method_not_allowed"}, {"message", "the dashboard is read with GET"}}}},
-        req);
+        protocol::write_error_reply({"method_not_allowed", "the dashboard is read with GET"}), req);
     res.set(http::field::allow, "GET");
     return answer(std::move(res));
   }
@@ -644,7 +643,7 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
   if (!route) {
     Response res = json_response(
         http::status::method_not_allowed,
-        {{"error", {{"code", "method_not_allowed"}, {"message", "method not allowed here"}}}}, req);
+        protocol::write_error_reply({"method_not_allowed", "method not allowed here"}), req);
     res.set(http::field::allow, methods);
     return answer(std::move(res));
   }

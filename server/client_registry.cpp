@@ -4,7 +4,6 @@
 
 #include "common/crypto.h"
 #include "common/log.h"
-#include "rounds/job_config.h"
 
 namespace fedcase::server {
 namespace {
@@ -12,20 +11,13 @@ namespace {
 using nlohmann::json;
 
 // Registration facts for the profile; `device` may carry probe measurements.
-scheduling::DeviceReport device_report(const json& info) {
+scheduling::DeviceReport device_report(const protocol::Registration& r) {
   scheduling::DeviceReport d;
-  d.dataset_size = info.value("dataset_size", uint64_t(0));
-  d.cache_capacity_bytes = info.value("cache_capacity_bytes", uint64_t(0));
-  auto device = info.find("device");
-  if (device != info.end() && device->is_object()) {
-    auto measured = [&](const char* key) {
-      auto it = device->find(key);
-      return it != device->end() && it->is_number() ? std::max(0.0, it->get<double>()) : 0.0;
-    };
-    d.sample_bytes = measured("sample_bytes");
-    d.compute_ms_per_sample = measured("compute_ms_per_sample");
-    d.storage_read_bytes_per_s = measured("storage_read_bytes_per_s");
-  }
+  d.dataset_size = r.dataset_size;
+  d.cache_capacity_bytes = r.cache_capacity_bytes;
+  d.sample_bytes = r.device.sample_bytes;
+  d.compute_ms_per_sample = r.device.compute_ms_per_sample;
+  d.storage_read_bytes_per_s = r.device.storage_read_bytes_per_s;
   return d;
 }
 
@@ -37,12 +29,11 @@ ClientRegistry::ClientRegistry(storage::Store& store, scheduling::ProfileParams 
 
 namespace {
 
-// The labels a client registered with (validated at registration); none when absent.
+// The labels a stored client registered with (validated at registration); none when its info
+// does not read as a registration.
 std::map<std::string, std::string> labels_of(const json& info) {
-  auto it = info.find("labels");
-  if (it == info.end()) return {};
-  auto labels = rounds::parse_client_labels(*it, "labels");
-  return labels.ok() ? std::move(labels).value() : std::map<std::string, std::string>{};
+  auto registration = protocol::read_registration(info);
+  return registration.ok() ? std::move(registration->labels) : std::map<std::string, std::string>{};
 }
 
 }  // namespace
@@ -74,22 +65,27 @@ std::optional<ClientId> ClientRegistry::identify(const std::string& token_hash) 
   return it->second;
 }
 
-Result<ClientRegistry::Registration> ClientRegistry::register_client(const json& info, double now) {
+Result<ClientRegistry::Registration> ClientRegistry::register_client(
+    const protocol::Registration& registration, double now) {
   scheduling::ClientProfile profile;
-  FEDCASE_RETURN_IF_ERROR(scheduling::observe_registration(profile, device_report(info), params_));
+  FEDCASE_RETURN_IF_ERROR(
+      scheduling::observe_registration(profile, device_report(registration), params_));
   scheduling::observe_heartbeat(profile, now, params_);
   auto token = random_token();
   if (!token.ok()) return token.status();
-  storage::ClientRecord record{
-      0, sha256_hex(*token), info, scheduling::profile_to_json(profile), now, now};
+  storage::ClientRecord record{0,
+                               sha256_hex(*token),
+                               protocol::write_registration(registration),
+                               scheduling::profile_to_json(profile),
+                               now,
+                               now};
   auto id = store_.add_client(record);
   if (!id.ok()) return id.status();
   record.id = profile.id = *id;
   {
     MutexLock lock(mu_);
     token_hashes_[record.token_hash] = *id;
-    auto labels = labels_of(record.info);
-    clients_[*id] = {std::move(record), std::move(profile), std::move(labels)};
+    clients_[*id] = {std::move(record), std::move(profile), registration.labels};
   }
   if (changed_) changed_();
   return Registration{*id, *std::move(token)};

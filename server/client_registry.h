@@ -22,6 +22,7 @@
 #include "common/ids.h"
 #include "common/mutex.h"
 #include "common/status.h"
+#include "protocol/registration.h"
 #include "rounds/round.h"
 #include "scheduling/profile.h"
 #include "storage/store.h"
@@ -52,14 +53,15 @@ class ClientRegistry {
   // The client whose token hashes to `token_hash`, if any.
   std::optional<ClientId> identify(const std::string& token_hash) const;
 
-  // Registers a client with its validated registration `info` ({"device":{...},
-  // "dataset_size":N, "cache_capacity_bytes":N, "sdk_version":"..."}) at `now`.
-  // Returns its id and bearer token (shown only here). kInvalidArgument for a bad measurement.
+  // Registers a client with its `registration` at `now`; the record's info is the registration
+  // as protocol::write_registration writes it. Returns its id and bearer token (shown only
+  // here). kInvalidArgument for a bad measurement.
   struct Registration {
     ClientId id = 0;
     std::string token;
   };
-  [[nodiscard]] Result<Registration> register_client(const nlohmann::json& info, double now);
+  [[nodiscard]] Result<Registration> register_client(const protocol::Registration& registration,
+                                                     double now);
 
   // A contact from `client` at `now`, in memory only. kNotFound for an unknown client.
   [[nodiscard]] Status touch(ClientId client, double now);

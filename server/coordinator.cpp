@@ -10,6 +10,9 @@
 #include "common/log.h"
 #include "formats/torchscript_reader.h"
 #include "ml/model.h"
+#include "protocol/registration.h"
+#include "protocol/update_meta.h"
+#include "protocol/version.h"
 #include "rounds/evaluation.h"
 #include "rounds/job_config.h"
 #include "rounds/upload.h"
@@ -19,43 +22,14 @@
 #include "server/round_driver.h"
 #include "server/task_notifier.h"
 #include "server/timed_store.h"
-#include "server/update_meta.h"
 
 namespace fedcase::server {
 namespace {
 
 using nlohmann::json;
 
-// Registration keys a client may send; the rest of its body is ignored.
-Result<json> registration_info(const json& request) {
-  if (!request.is_object()) return invalid_argument("request body must be a JSON object");
-  json info = json::object();
-  for (const char* key : {"dataset_size", "cache_capacity_bytes"}) {
-    auto it = request.find(key);
-    if (it == request.end()) continue;
-    if (!it->is_number_integer() || it->get<int64_t>() < 0) {
-      return invalid_argument(std::string(key) + " must be an integer >= 0");
-    }
-    info[key] = *it;
-  }
-  if (auto it = request.find("device"); it != request.end()) {
-    if (!it->is_object()) return invalid_argument("device must be a JSON object");
-    info["device"] = *it;
-  }
-  if (auto it = request.find("sdk_version"); it != request.end()) {
-    if (!it->is_string()) return invalid_argument("sdk_version must be a string");
-    info["sdk_version"] = *it;
-  }
-  if (auto it = request.find("labels"); it != request.end()) {
-    auto labels = rounds::parse_client_labels(*it, "labels");
-    if (!labels.ok()) return labels.status();
-    info["labels"] = *it;
-  }
-  return info;
-}
-
 // What the profile learns from an accepted update's statistics and transfer times.
-scheduling::RoundReport completion_report(const UpdateMeta& meta, uint64_t model_bytes,
+scheduling::RoundReport completion_report(const protocol::UpdateMeta& meta, uint64_t model_bytes,
                                           uint64_t upload_bytes, double upload_seconds) {
   scheduling::RoundReport report;
   report.samples = meta.samples;
@@ -248,9 +222,10 @@ Caller Coordinator::identify(std::string_view token) const {
 }
 
 Result<ClientRegistry::Registration> Coordinator::register_client(const json& request) {
-  auto info = registration_info(request);
-  if (!info.ok()) return info.status();
-  return state_->clients.register_client(*info, state_->clock());
+  auto registration = protocol::read_registration(request);
+  if (!registration.ok()) return registration.status();
+  FEDCASE_RETURN_IF_ERROR(protocol::check_sdk_version(registration->protocol_version));
+  return state_->clients.register_client(*registration, state_->clock());
 }
 
 Status Coordinator::heartbeat(ClientId client, const json& request) {
@@ -370,8 +345,8 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
   };
   // Write, without any lock: parse, validate, record the update, fold it in. The update's
   // values are validated and folded where they lie in the request body.
-  auto meta =
-      meta_json.ok() ? parse_update_meta(*meta_json) : Result<UpdateMeta>(meta_json.status());
+  auto meta = meta_json.ok() ? protocol::read_update_meta(*meta_json)
+                             : Result<protocol::UpdateMeta>(meta_json.status());
   if (!meta.ok()) return refuse(meta.status());
   BlobView update;
   if (Status read = view_blob(bytes, s.config.max_upload_bytes, update); !read.ok()) {

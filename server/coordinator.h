@@ -160,7 +160,8 @@ class Coordinator {
   Metrics& metrics();
 
   // ---- client API (callers already authenticated) ----
-  // `request`: {"device":{...}, "dataset_size":N, "cache_capacity_bytes":N, "sdk_version":"..."}.
+  // `request`: a registration (protocol/registration.h). kInvalidArgument for a bad field,
+  // kUnprocessable for an SDK whose protocol version this coordinator does not serve.
   Result<ClientRegistry::Registration> register_client(const nlohmann::json& request);
   Status heartbeat(ClientId client, const nlohmann::json& request);
   // The client's pending task, or nullopt when it has none now. Counts as a contact.

@@ -1,5 +1,8 @@
 #include "server/views.h"
 
+#include "protocol/registration.h"
+#include "protocol/task_offer.h"
+#include "protocol/task_status.h"
 #include "rounds/evaluation.h"
 
 namespace fedcase::server {
@@ -22,46 +25,40 @@ std::string status_url(JobId job, RoundIndex round) {
 
 json task_json(const TaskOffer& o) {
   const scheduling::ClientTask& t = o.task;
-  json task = {{"job_id", o.job},
-               {"round", o.round},
-               {"model", o.model},
-               {"loss", o.loss},
-               {"model_version", o.model_version},
-               {"model_checksum", o.model_checksum},
-               {"model_url", model_url(o.job, o.model_version)},
-               {"upload_url", update_url(o.job, o.round)},
-               {"status_url", status_url(o.job, o.round)},
-               {"deadline", o.deadline},
-               {"train",
-                {{"epochs", o.local_epochs},
-                 {"batch_size", t.batch_size},
-                 {"lr", t.learning_rate},
-                 {"momentum", t.momentum},
-                 {"prox_mu", t.prox_mu}}},
-               {"sample_budget", t.samples},
-               {"sampling", t.sampling},
-               {"cache",
-                {{"policy", t.cache.policy},
-                 {"budget_bytes", t.cache.budget_bytes},
-                 {"repetition_factor", t.cache.repetition_factor}}},
-               {"expected_duration_s", t.expected_duration_s}};
+  protocol::TaskOffer task;
+  task.job = o.job;
+  task.round = o.round;
+  task.model = o.model;
+  task.loss = o.loss;
+  task.model_version = o.model_version;
+  task.model_checksum = o.model_checksum;
   if (!o.module_checksum.empty()) {
-    task["module_url"] = module_url(o.job);
-    task["module_checksum"] = o.module_checksum;
+    task.module_checksum = o.module_checksum;
+    task.module_url = module_url(o.job);
   }
-  if (o.evaluate_max_samples) task["evaluate"] = {{"max_samples", *o.evaluate_max_samples}};
-  return task;
+  task.model_url = model_url(o.job, o.model_version);
+  task.upload_url = update_url(o.job, o.round);
+  task.status_url = status_url(o.job, o.round);
+  task.deadline = o.deadline;
+  task.train = {o.local_epochs, t.batch_size,   t.learning_rate,
+                t.momentum,     t.weight_decay, t.prox_mu};
+  if (o.evaluate_max_samples) task.evaluate = protocol::EvaluationSettings{*o.evaluate_max_samples};
+  task.sample_budget = t.samples;
+  task.sampling = t.sampling;
+  task.cache = t.cache;
+  task.expected_duration_s = t.expected_duration_s;
+  return protocol::write_task_offer(task);
 }
 
 json registration_json(const ClientRegistry::Registration& r) {
-  return {{"client_id", r.id}, {"token", r.token}};
+  return protocol::write_registration_reply({r.id, r.token});
 }
 
 json admission_json(rounds::Admission admission) {
   // A held place may be freed by a refused upload: the update may still be wanted.
   const bool needed =
       admission == rounds::Admission::kWanted || admission == rounds::Admission::kHeld;
-  return {{"needed", needed}, {"reason", rounds::admission_reason(admission)}};
+  return protocol::write_task_status({needed, rounds::admission_reason(admission)});
 }
 
 json update_accepted_json(const UpdateAccepted& a) {

@@ -1,6 +1,8 @@
 #pragma once
 // The JSON the client and admin APIs answer with, and the URLs they name (docs/protocol.md).
 // Pure functions of the coordinator's plain results; the only place these shapes are written.
+// What an SDK reads (the task, the registration's answer, the task status) is written through
+// protocol/, which the SDK reads with.
 
 #include <nlohmann/json.hpp>
 

@@ -75,10 +75,10 @@ struct Simulator::State {
   Result<std::optional<rounds::Round>> try_open();
   Status apply(const std::vector<rounds::ProfileChange>& changes);
   // The round's read order of a task (SHADE draws or uniform passes, then cache reuse).
-  Result<std::vector<size_t>> plan_reads(Device& device, const scheduling::ClientTask& task) const;
+  std::vector<size_t> plan_reads(Device& device, const scheduling::ClientTask& task) const;
   // Gives `device` a cache of the task's policy and budget (kept while they do not change).
-  Status prepare_cache(Device& device, const SimClient& client,
-                       const scheduling::CacheDirectives& directives) const;
+  void prepare_cache(Device& device, const SimClient& client,
+                     const protocol::CacheDirectives& directives) const;
   // Looks the reads up in the cache and models the task's duration.
   Status attempt(Attempt& a, const scheduling::ClientTask& task);
   // Trains the global model on the attempt's samples and folds the delta into `aggregate`.
@@ -113,37 +113,29 @@ Status Simulator::State::apply(const std::vector<rounds::ProfileChange>& changes
   return ok_status();
 }
 
-Result<std::vector<size_t>> Simulator::State::plan_reads(Device& d,
-                                                         const scheduling::ClientTask& task) const {
-  auto sampling = client::parse_sampling(task.sampling);
-  if (!sampling.ok()) return sampling.status();
-  return client::plan_round_order(d.sampler, *sampling, task.samples, d.cache.get(),
+std::vector<size_t> Simulator::State::plan_reads(Device& d,
+                                                 const scheduling::ClientTask& task) const {
+  return client::plan_round_order(d.sampler, task.sampling, task.samples, d.cache.get(),
                                   task.cache.repetition_factor);
 }
 
-Status Simulator::State::prepare_cache(Device& d, const SimClient& c,
-                                       const scheduling::CacheDirectives& directives) const {
-  auto policy = client::parse_cache_policy(directives.policy);
-  if (!policy.ok()) return policy.status();
+void Simulator::State::prepare_cache(Device& d, const SimClient& c,
+                                     const protocol::CacheDirectives& directives) const {
+  const protocol::CachePolicy policy = directives.policy;
   // Records are one-byte stand-ins: the budget is counted in samples of the client's size.
   const uint64_t budget = std::min(directives.budget_bytes, c.device.cache_bytes);
   const uint64_t slots = budget / std::max<uint64_t>(1, c.device.sample_bytes);
-  if (d.cache && d.cache->policy() == *policy && d.cache->budget_bytes() == slots) {
-    return ok_status();
-  }
-  d.cache = client::make_cache(*policy, slots, d.sampler.size());
+  if (d.cache && d.cache->policy() == policy && d.cache->budget_bytes() == slots) return;
+  d.cache = client::make_cache(policy, slots, d.sampler.size());
   for (size_t id = 0; id < d.sampler.size(); ++id)
     d.cache->set_importance(id, d.sampler.weight(id));
-  return ok_status();
 }
 
 Status Simulator::State::attempt(Attempt& a, const scheduling::ClientTask& task) {
   Device& d = devices[a.client];
   const DeviceRow& dev = fleet[a.client].device;
-  FEDCASE_RETURN_IF_ERROR(prepare_cache(d, fleet[a.client], task.cache));
-  auto order = plan_reads(d, task);
-  if (!order.ok()) return order.status();
-  a.order = std::move(order).value();
+  prepare_cache(d, fleet[a.client], task.cache);
+  a.order = plan_reads(d, task);
   const client::CacheStats before = d.cache->stats();
   for (size_t id : a.order) {
     if (!d.cache->lookup(id)) d.cache->offer(id, std::string(1, '\0'));
@@ -176,6 +168,7 @@ Status Simulator::State::train_and_add(Attempt& a, const scheduling::ClientTask&
   options.batch_size = task.batch_size;
   options.lr = task.learning_rate;
   options.momentum = task.momentum;
+  options.weight_decay = task.weight_decay;
   options.prox_mu = task.prox_mu;
   size_t position = 0;
   std::vector<size_t> ids;

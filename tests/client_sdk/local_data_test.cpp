@@ -16,7 +16,6 @@ using namespace fedcase;
 using namespace fedcase::client;
 using fedcase::testing::fmnist_train;
 using fedcase::testing::TempDir;
-using nlohmann::json;
 
 namespace {
 
@@ -93,45 +92,19 @@ DataDirectives importance_directives(CachePolicy policy) {
 
 }  // namespace
 
-TEST_CASE("task directives parse with defaults and named errors") {
-  auto d = parse_data_directives(json{{"train", {{"epochs", 3}}}});
-  REQUIRE(d.ok());
-  CHECK(d->sampling == Sampling::kUniform);
-  CHECK(d->sample_budget == 0);
-  CHECK(d->epochs == 3);
-  CHECK(d->cache_policy == CachePolicy::kNone);
-
-  d = parse_data_directives(
-      json{{"sampling", "importance"},
-           {"sample_budget", 500},
-           {"cache", {{"policy", "lru"}, {"budget_bytes", 4096}, {"repetition_factor", 2.5}}}});
-  REQUIRE(d.ok());
-  CHECK(d->sampling == Sampling::kImportance);
-  CHECK(d->sample_budget == 500);
-  CHECK(d->epochs == 1);
-  CHECK(d->cache_policy == CachePolicy::kLru);
-  CHECK(d->cache_budget_bytes == 4096);
-  CHECK(d->repetition_factor == 2.5);
-
-  // A cache directive without a policy asks for the importance cache.
-  d = parse_data_directives(json{{"cache", {{"budget_bytes", 100}}}});
-  REQUIRE(d.ok());
-  CHECK(d->cache_policy == CachePolicy::kImportance);
-
-  auto error = [](const json& task) {
-    auto r = parse_data_directives(task);
-    REQUIRE_FALSE(r.ok());
-    CHECK(r.status().code() == Code::kInvalidArgument);
-    return r.status().message();
-  };
-  CHECK(error(json{{"sampling", "random"}}).find("sampling") != std::string::npos);
-  CHECK(error(json{{"sample_budget", -1}}).find("sample_budget") != std::string::npos);
-  CHECK(error(json{{"train", {{"epochs", "two"}}}}).find("train.epochs") != std::string::npos);
-  CHECK(error(json{{"cache", 5}}).find("cache") != std::string::npos);
-  CHECK(error(json{{"cache", {{"policy", "fifo"}}}}).find("cache.policy") != std::string::npos);
-  CHECK(error(json{{"cache", {{"repetition_factor", 0.5}}}}).find("repetition_factor") !=
-        std::string::npos);
-  CHECK(error(json::array()).find("object") != std::string::npos);
+TEST_CASE("a task's sampling, budget, epochs and cache become its data directives") {
+  protocol::TaskOffer task;
+  task.sampling = Sampling::kImportance;
+  task.sample_budget = 500;
+  task.train.epochs = 3;
+  task.cache = {CachePolicy::kLru, 4096, 2.5};
+  const DataDirectives d = data_directives(task);
+  CHECK(d.sampling == Sampling::kImportance);
+  CHECK(d.sample_budget == 500);
+  CHECK(d.epochs == 3);
+  CHECK(d.cache_policy == CachePolicy::kLru);
+  CHECK(d.cache_budget_bytes == 4096);
+  CHECK(d.repetition_factor == 2.5);
 }
 
 TEST_CASE("a memory source trains every planned sample and ranks it") {

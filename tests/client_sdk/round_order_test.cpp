@@ -10,15 +10,6 @@
 using namespace fedcase;
 using namespace fedcase::client;
 
-TEST_CASE("sampling modes parse by name") {
-  for (Sampling s : {Sampling::kUniform, Sampling::kImportance}) {
-    auto parsed = parse_sampling(sampling_name(s));
-    REQUIRE(parsed.ok());
-    CHECK(*parsed == s);
-  }
-  CHECK(parse_sampling("random").status().code() == Code::kInvalidArgument);
-}
-
 TEST_CASE("uniform rounds are shuffled passes cut at the budget") {
   ImportanceSampler sampler(10, {3});
   const auto order = plan_round_order(sampler, Sampling::kUniform, 25, nullptr, 1);

@@ -268,9 +268,10 @@ TEST_CASE("a conclusion holds the sample-weighted federated evaluation of the ac
   const ClientId a = round.tasks()[0].client, b = round.tasks()[1].client,
                  silent = round.tasks()[2].client, refused = round.tasks()[3].client;
   const auto report = testing::report_of(10, 0.5, 0.25);
-  testing::upload(round, a, 1010, 1.0f, report, EvalReport{0, 10, 1.0, {{"accuracy", 0.5}}});
+  testing::upload(round, a, 1010, 1.0f, report,
+                  protocol::EvalReport{0, 10, 1.0, {{"accuracy", 0.5}}});
   testing::upload(round, b, 1011, 1.0f, report,
-                  EvalReport{0, 30, 2.0, {{"accuracy", 0.9}, {"f1", 0.4}}});
+                  protocol::EvalReport{0, 30, 2.0, {{"accuracy", 0.9}, {"f1", 0.4}}});
   // An upload refused after its reservation counts for nothing; one without a report is fine.
   REQUIRE(round.reserve(refused, 1012).ok());
   round.release(refused);

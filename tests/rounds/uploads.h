@@ -21,7 +21,7 @@ inline scheduling::RoundReport report_of(uint64_t samples, double mean_loss, dou
 // model if any; returns its profile change.
 inline ProfileChange upload(Round& round, ClientId client, double at, float value,
                             const scheduling::RoundReport& report,
-                            std::optional<EvalReport> evaluation = std::nullopt) {
+                            std::optional<protocol::EvalReport> evaluation = std::nullopt) {
   auto aggregate = round.reserve(client, at);
   REQUIRE(aggregate.ok());
   const float delta[2] = {value, value};

@@ -140,11 +140,12 @@ TEST_CASE("candidates carry the profile and the expected duration of their task"
 
 TEST_CASE("client optimizer, sampling and cache policy pass through to every task") {
   Result<TrainingParams> p = parse_training_params(
-      {{"momentum", 0.9}, {"prox_mu", 0.01}, {"sampling", "importance"},
+      {{"momentum", 0.9}, {"weight_decay", 1e-4}, {"prox_mu", 0.01}, {"sampling", "importance"},
        {"cache", {{"policy", "lru"}, {"repetition_factor", 2}}}});
   REQUIRE(p.ok());
-  CHECK(parse_training_params(nlohmann::json::object())->sampling == "uniform");
-  CHECK(parse_training_params(nlohmann::json::object())->cache.policy == "importance");
+  CHECK(parse_training_params(nlohmann::json::object())->sampling == protocol::Sampling::kUniform);
+  CHECK(parse_training_params(nlohmann::json::object())->cache.policy ==
+        protocol::CachePolicy::kImportance);
   ClientProfile profile;
   profile.id = 4;
   profile.dataset_size = 100;
@@ -152,8 +153,28 @@ TEST_CASE("client optimizer, sampling and cache policy pass through to every tas
   REQUIRE(plan.ok());
   const ClientTask& task = plan->tasks.at(0);
   CHECK(task.momentum == 0.9);
+  CHECK(task.weight_decay == 1e-4);
   CHECK(task.prox_mu == 0.01);
-  CHECK(task.sampling == "importance");
-  CHECK(task.cache.policy == "lru");
+  CHECK(task.sampling == protocol::Sampling::kImportance);
+  CHECK(task.cache.policy == protocol::CachePolicy::kLru);
   CHECK(task.cache.repetition_factor == 2);
+}
+
+TEST_CASE("the client's training settings are held to the ranges every SDK accepts") {
+  auto error = [](const nlohmann::json& training) {
+    Result<TrainingParams> p = parse_training_params(training);
+    REQUIRE_FALSE(p.ok());
+    CHECK(p.status().code() == Code::kInvalidArgument);
+    return p.status().message();
+  };
+  CHECK(error({{"batch_size", 0}}).find("training.batch_size") != std::string::npos);
+  CHECK(error({{"batch_size", 65537}}).find("training.batch_size") != std::string::npos);
+  CHECK(error({{"lr", 1001}}).find("training.lr") != std::string::npos);
+  CHECK(error({{"weight_decay", -1}}).find("training.weight_decay") != std::string::npos);
+  CHECK(error({{"prox_mu", 2e6}}).find("training.prox_mu") != std::string::npos);
+  CHECK(error({{"sampling", "random"}}).find("training.sampling") != std::string::npos);
+  CHECK(error({{"sampling", ""}}).find("training.sampling") != std::string::npos);
+  CHECK(error({{"cache", {{"policy", "fifo"}}}}).find("training.cache.policy") !=
+        std::string::npos);
+  CHECK(parse_training_params({{"batch_size", 65536}, {"lr", 1000}}).ok());
 }

@@ -15,6 +15,11 @@
 #include <thread>
 
 #include "common/crypto.h"
+#include "protocol/error_reply.h"
+#include "protocol/registration.h"
+#include "protocol/task_offer.h"
+#include "protocol/task_status.h"
+#include "protocol/version.h"
 #include "server/api.h"
 #include "server/views.h"
 #include "tests/server/coordinator_fixture.h"
@@ -599,6 +604,62 @@ TEST_CASE("over real HTTP: a multipart job creation, its task, and evaluated upl
   CHECK(e["samples"] == 100);
   CHECK(e["loss"].get<double>() == doctest::Approx((25 * 0.5 + 75 * 1.5) / 100));
   CHECK(e["metrics"]["accuracy"].get<double>() == doctest::Approx((25 * 0.6 + 75 * 0.8) / 100));
+}
+
+TEST_CASE("the client API answers in the messages the SDK reads, and checks the SDK's version") {
+  testing::TempDir dir;
+  Harness h(dir);
+  Api api(*h.coordinator);
+  const std::string enroll = "enroll-token-0123456789";
+  // An SDK of a protocol version this coordinator does not serve: 422 naming both versions.
+  json newer = {{"protocol_version", protocol::kProtocolVersion + 1}, {"dataset_size", 100}};
+  Reply refused =
+      call(api, http::verb::post, "/v1/clients/register", enroll, newer.dump(), "application/json");
+  CHECK(refused.response.result_int() == 422);
+  auto error = protocol::read_error_reply(body_of(refused));
+  REQUIRE(error.ok());
+  CHECK(error->code == "unprocessable");
+  CHECK(error->message.find("protocol version " + std::to_string(protocol::kProtocolVersion + 1)) !=
+        std::string::npos);
+  CHECK(error->message.find("serves protocol version " +
+                            std::to_string(protocol::kProtocolVersion)) != std::string::npos);
+  CHECK(h.coordinator->list_clients().empty());
+
+  // This SDK's version registers; the answer reads as a registration reply.
+  protocol::Registration registration;
+  registration.sdk_version = "fedcase-sdk/1";
+  registration.dataset_size = 100;
+  registration.device.sample_bytes = 785;
+  registration.labels = {{"region", "eu"}};
+  Reply registered = call(api, http::verb::post, "/v1/clients/register", enroll,
+                          protocol::write_registration(registration).dump(), "application/json");
+  REQUIRE(registered.response.result_int() == 201);
+  auto reply = protocol::read_registration_reply(body_of(registered));
+  REQUIRE(reply.ok());
+  h.tokens[reply->client_id] = reply->token;
+  const std::vector<ClientSummary> clients = h.coordinator->list_clients();
+  REQUIRE(clients.size() == 1);
+  auto stored = protocol::read_registration(clients[0].record.info);
+  REQUIRE(stored.ok());
+  CHECK(*stored == registration);
+
+  // The task reads as a task offer, with the job's training settings, weight decay included.
+  json config = job_config({{"clients_per_round", 1},
+                            {"min_clients", 1},
+                            {"selection", {{"overcommit", 1.0}}},
+                            {"training", {{"weight_decay", 5e-4}, {"sampling", "importance"}}}});
+  REQUIRE(h.coordinator->create_job(config).ok());
+  auto task = protocol::read_task_offer(next_task_json(h, api, reply->client_id));
+  REQUIRE_MESSAGE(task.ok(), task.status().to_string());
+  CHECK(task->protocol_version == protocol::kProtocolVersion);
+  CHECK(task->train.weight_decay == 5e-4);
+  CHECK(task->sampling == protocol::Sampling::kImportance);
+  CHECK(task->model_url == "/v1/jobs/" + std::to_string(task->job) + "/models/0");
+  Reply status = call(api, http::verb::get, task->status_url, reply->token);
+  auto answer = protocol::read_task_status(body_of(status));
+  REQUIRE(answer.ok());
+  CHECK(answer->needed);
+  CHECK(answer->reason == "open");
 }
 
 }  // namespace

@@ -151,8 +151,8 @@ TEST_CASE("an LRU cache's hits are repeated at the task's repetition factor") {
   double hit_ratio[2] = {0, 0};
   for (int k = 0; k < 2; ++k) {
     SimConfig config = small_config("random");
-    config.job.training.sampling = "uniform";
-    config.job.training.cache.policy = "lru";
+    config.job.training.sampling = protocol::Sampling::kUniform;
+    config.job.training.cache.policy = protocol::CachePolicy::kLru;
     config.job.training.cache.repetition_factor = k == 0 ? 1 : 4;
     auto sim = make_simulator(config);
     for (const RoundRecord& r : run_rounds(*sim, 6)) hit_ratio[k] += r.hit_ratio;

@@ -1,0 +1,38 @@
+#pragma once
+// The catalogue of the wire messages: their names and the fields each one's reader reads, so
+// that the documentation (docs/protocol.md, one field table per message) can be checked against
+// the code, and tools can walk every message.
+//
+// Pure functions; thread-safe.
+
+#include <string>
+#include <vector>
+
+namespace fedcase::protocol {
+
+enum class Message {
+  kRegistration,        // registration.h: POST /v1/clients/register
+  kDeviceInfo,          // registration.h: the registration's `device`
+  kRegistrationReply,   // registration.h: its answer
+  kTaskOffer,           // task_offer.h: GET /v1/task
+  kTrainingSettings,    // task_offer.h: the task's `train`
+  kEvaluationSettings,  // task_offer.h: the task's `evaluate`
+  kCacheDirectives,     // task_offer.h: the task's `cache`
+  kTaskStatus,          // task_status.h: GET .../rounds/{round}/status
+  kUpdateMeta,          // update_meta.h: the X-Fedcase-Meta header of an upload
+  kEvalReport,          // eval_report.h: the metadata's `evaluation`
+  kErrorReply,          // error_reply.h: the `error` of every error answer
+};
+
+// Every message, in the order above.
+const std::vector<Message>& all_messages();
+
+// The message's name in docs/protocol.md ("task_offer", "update_meta", ...).
+const char* message_name(Message message);
+
+// The member names the message's reader reads, sorted, each once: the reader run over a
+// message with every optional member present. A nested message (the task's `train`) is one
+// field here and lists its own.
+std::vector<std::string> message_fields(Message message);
+
+}  // namespace fedcase::protocol

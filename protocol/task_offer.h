@@ -1,0 +1,117 @@
+#pragma once
+// The task a coordinator offers a client (GET /v1/task, docs/protocol.md): which model to
+// fetch, how to train it, how to sample and cache the local data, whether to evaluate, where
+// to upload, and by when. The coordinator writes it, the SDK reads it; both through here.
+//
+// Pure functions over plain values; thread-safe. Untrusted input gives a Status, never an
+// exception.
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "common/ids.h"
+#include "common/status.h"
+#include "protocol/sampling.h"
+#include "protocol/version.h"
+
+namespace fedcase::protocol {
+
+// The ranges of the training settings, which every trainer accepts (ml/model.h) and a job
+// config may ask for (docs/scheduling.md).
+inline constexpr uint32_t kMaxBatchSize = 65536;
+inline constexpr double kMaxLearningRate = 1000;  // lr in [0, 1000]
+inline constexpr double kMaxWeightDecay = 1000;   // weight_decay in [0, 1000]
+inline constexpr double kMaxProxMu = 1e6;         // prox_mu in [0, 10^6]
+// momentum in [0, 1)
+
+// Local SGD: the task's `train` member. Every member is required.
+struct TrainingSettings {
+  uint32_t epochs = 1;       // passes over the local samples when the task's sample_budget is 0
+  uint32_t batch_size = 32;  // 1 to kMaxBatchSize
+  double lr = 0.05;
+  double momentum = 0;
+  double weight_decay = 0;  // L2 penalty of the local optimizer
+  double prox_mu = 0;       // FedProx: adds mu/2 * ||w - w_start||^2 to the loss when > 0
+
+  bool operator==(const TrainingSettings& o) const {
+    return epochs == o.epochs && batch_size == o.batch_size && lr == o.lr &&
+           momentum == o.momentum && weight_decay == o.weight_decay && prox_mu == o.prox_mu;
+  }
+  bool operator!=(const TrainingSettings& o) const { return !(*this == o); }
+};
+
+// Federated evaluation: the task's `evaluate` member, present when the job asks for one.
+struct EvaluationSettings {
+  uint64_t max_samples = 0;  // held-out samples to score at most; 0: all of them. Required.
+
+  bool operator==(const EvaluationSettings& o) const { return max_samples == o.max_samples; }
+  bool operator!=(const EvaluationSettings& o) const { return !(*this == o); }
+};
+
+// How the client's sample cache behaves during the task: the task's `cache` member (also the
+// shape of a job config's `training.cache`, with defaults there). Every member is required.
+struct CacheDirectives {
+  CachePolicy policy = CachePolicy::kImportance;
+  uint64_t budget_bytes = 4 << 20;  // bytes the cache may hold
+  double repetition_factor = 1;     // uses allowed per cache hit within the task, finite, >= 1
+
+  bool operator==(const CacheDirectives& o) const {
+    return policy == o.policy && budget_bytes == o.budget_bytes &&
+           repetition_factor == o.repetition_factor;
+  }
+  bool operator!=(const CacheDirectives& o) const { return !(*this == o); }
+};
+
+struct TaskOffer {
+  // Read first: a task of a version this build does not read is refused before any other
+  // member is looked at (check_task_version).
+  uint32_t protocol_version = kProtocolVersion;
+  JobId job = 0;
+  RoundIndex round = 1;  // >= 1
+  std::string model;     // the job's model kind: "cnn", "mlp", "torchscript", "blob"; non-empty
+  std::string loss;      // what the client trains on: "cross_entropy", "mse"; non-empty
+  uint64_t model_version = 0;
+  std::string model_checksum;  // lower-case hex SHA-256 of the model blob (64 characters)
+  // A job with a module (torchscript): its checksum (as model_checksum) and URL, both or
+  // neither; empty: none.
+  std::string module_checksum;
+  std::string module_url;
+  // Paths on the coordinator, as it sends them: each starts with '/' and holds only printable
+  // ASCII without spaces (at most 2,048 bytes).
+  std::string model_url;
+  std::string upload_url;
+  std::string status_url;
+  double deadline = 0;  // Unix seconds, finite, >= 0
+  TrainingSettings train;
+  std::optional<EvaluationSettings> evaluate;  // nullopt: no federated evaluation
+  uint64_t sample_budget = 0;  // samples to train on, repeats included; 0: epochs x local data
+  Sampling sampling = Sampling::kUniform;
+  CacheDirectives cache;
+  double expected_duration_s = 0;  // what the coordinator expects the task to take, >= 0
+
+  bool operator==(const TaskOffer& o) const;
+  bool operator!=(const TaskOffer& o) const { return !(*this == o); }
+};
+
+// Reads a task: every member is required except module_checksum and module_url (together)
+// and evaluate. kUnprocessable (check_task_version) for a protocol_version this build does
+// not read; kInvalidArgument naming the field ("task.train.lr ...") for a missing, mistyped
+// or out-of-range one. Unknown keys are ignored.
+Result<TaskOffer> read_task_offer(const nlohmann::json& task);
+nlohmann::json write_task_offer(const TaskOffer& task);
+
+// The members of a task on their own (the readers read() them inside a task); `where` names
+// the object in error messages.
+Result<TrainingSettings> read_training_settings(const nlohmann::json& train,
+                                                const std::string& where = "train");
+nlohmann::json write_training_settings(const TrainingSettings& train);
+Result<EvaluationSettings> read_evaluation_settings(const nlohmann::json& evaluate,
+                                                    const std::string& where = "evaluate");
+nlohmann::json write_evaluation_settings(const EvaluationSettings& evaluate);
+Result<CacheDirectives> read_cache_directives(const nlohmann::json& cache,
+                                              const std::string& where = "cache");
+nlohmann::json write_cache_directives(const CacheDirectives& cache);
+
+}  // namespace fedcase::protocol
