@@ -4,6 +4,7 @@
 
 #include "common/crypto.h"
 #include "common/log.h"
+#include "rounds/job_config.h"
 
 namespace fedcase::server {
 namespace {
