@@ -92,15 +92,6 @@ JobEntry* JobTable::find(JobId id, const Scope& scope) const {
   return it->second.job.get();
 }
 
-std::vector<JobEntry*> JobTable::jobs(const Scope& scope) const {
-  MutexLock lock(mu_);
-  std::vector<JobEntry*> out;
-  for (const auto& [id, slot] : slots_) {
-    if (slot.job->visible_to(scope)) out.push_back(slot.job.get());
-  }
-  return out;
-}
-
 std::set<ClientId> JobTable::busy_clients() const {
   std::set<ClientId> busy;
   MutexLock lock(mu_);

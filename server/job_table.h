@@ -114,8 +114,6 @@ class JobTable {
 
   // The job if it exists and `scope` sees it, else nullptr.
   JobEntry* find(JobId id, const Scope& scope = std::nullopt) const FEDCASE_EXCLUDES(mu_);
-  // Every job `scope` sees, in id order.
-  std::vector<JobEntry*> jobs(const Scope& scope = std::nullopt) const FEDCASE_EXCLUDES(mu_);
 
   // Runs `f(const JobStatus&)` (or `f(JobStatus&)`) with the lock held and returns its result.
   template <class F>

@@ -59,14 +59,26 @@ class StderrCapture {
   int saved_ = -1;
 };
 
-// A harness whose store fails what `faults` arms.
-struct FaultyHarness {
-  explicit FaultyHarness(const fedcase::testing::TempDir& dir)
+// A harness whose store fails what `faults` arms, with four clients and one job of `config`,
+// its initial model, and a second connection to the database to read what was stored.
+struct FaultyJob {
+  explicit FaultyJob(const fedcase::testing::TempDir& dir, const json& config = job_config())
       : faults(std::make_shared<StoreFaults>()), h(dir, {}, [this](auto store) {
           return fedcase::testing::failing_store(std::move(store), faults);
-        }) {}
+        }) {
+    for (int i = 0; i < 4; ++i) clients.push_back(h.add_client());
+    auto created = h.coordinator->create_job(config);
+    REQUIRE(created.ok());
+    job = created->id;
+    base = base_model(*h.coordinator, job, 0);
+    reader = h.reader();
+  }
   std::shared_ptr<StoreFaults> faults;
   Harness h;
+  std::vector<ClientId> clients;
+  JobId job = 0;
+  ModelBlob base;
+  std::unique_ptr<storage::Store> reader;
 };
 
 // Uploads `value` (with `samples`) from each of the first `count` invitees of round `round`;
@@ -113,17 +125,13 @@ void check_model(const ModelBlob& model, const ModelBlob& base, float moved_by) 
 
 TEST_CASE("a commit the store refuses fails the round; the next round trains the same model") {
   fedcase::testing::TempDir dir;
-  FaultyHarness f(dir);
-  Harness& h = f.h;
-  std::vector<ClientId> clients;
-  for (int i = 0; i < 4; ++i) clients.push_back(h.add_client());
   // FedAvgM keeps a momentum: a step the store refused must leave no trace in the next one.
-  auto created = h.coordinator->create_job(
-      job_config({{"server_optimizer", {{"name", "fedavgm"}, {"momentum", 0.9}}}}));
-  REQUIRE(created.ok());
-  const JobId job = created->id;
-  const ModelBlob base = base_model(*h.coordinator, job, 0);
-  auto reader = h.reader();
+  FaultyJob f(dir, job_config({{"server_optimizer", {{"name", "fedavgm"}, {"momentum", 0.9}}}}));
+  Harness& h = f.h;
+  const std::vector<ClientId>& clients = f.clients;
+  const JobId job = f.job;
+  const ModelBlob& base = f.base;
+  storage::Store* reader = f.reader.get();
 
   h.coordinator->tick();
   auto tasks = invitees(*h.coordinator, clients);
@@ -177,15 +185,12 @@ TEST_CASE("a commit the store refuses fails the round; the next round trains the
 TEST_CASE(
     "a failed round the store cannot record is logged; nothing is committed, the job goes on") {
   fedcase::testing::TempDir dir;
-  FaultyHarness f(dir);
+  FaultyJob f(dir);
   Harness& h = f.h;
-  std::vector<ClientId> clients;
-  for (int i = 0; i < 4; ++i) clients.push_back(h.add_client());
-  auto created = h.coordinator->create_job(job_config());
-  REQUIRE(created.ok());
-  const JobId job = created->id;
-  const ModelBlob base = base_model(*h.coordinator, job, 0);
-  auto reader = h.reader();
+  const std::vector<ClientId>& clients = f.clients;
+  const JobId job = f.job;
+  const ModelBlob& base = f.base;
+  storage::Store* reader = f.reader.get();
   h.coordinator->tick();
   REQUIRE(open_round(h, job).index == 1);
 
@@ -234,15 +239,12 @@ TEST_CASE(
 
 TEST_CASE("a refused commit whose failure cannot be recorded either leaves the job on its model") {
   fedcase::testing::TempDir dir;
-  FaultyHarness f(dir);
+  FaultyJob f(dir);
   Harness& h = f.h;
-  std::vector<ClientId> clients;
-  for (int i = 0; i < 4; ++i) clients.push_back(h.add_client());
-  auto created = h.coordinator->create_job(job_config());
-  REQUIRE(created.ok());
-  const JobId job = created->id;
-  const ModelBlob base = base_model(*h.coordinator, job, 0);
-  auto reader = h.reader();
+  const std::vector<ClientId>& clients = f.clients;
+  const JobId job = f.job;
+  const ModelBlob& base = f.base;
+  storage::Store* reader = f.reader.get();
   h.coordinator->tick();
   h.now = 1010;
   upload(h, job, 1, clients, 2, base, 0.3f, 10);
@@ -274,15 +276,13 @@ TEST_CASE("a refused commit whose failure cannot be recorded either leaves the j
 
 TEST_CASE("an update whose metadata the store refuses is refused and releases its place") {
   fedcase::testing::TempDir dir;
-  FaultyHarness f(dir);
+  // K = 2 of 3 invited
+  FaultyJob f(dir);
   Harness& h = f.h;
-  std::vector<ClientId> clients;
-  for (int i = 0; i < 4; ++i) clients.push_back(h.add_client());
-  auto created = h.coordinator->create_job(job_config());  // K = 2 of 3 invited
-  REQUIRE(created.ok());
-  const JobId job = created->id;
-  const ModelBlob base = base_model(*h.coordinator, job, 0);
-  auto reader = h.reader();
+  const std::vector<ClientId>& clients = f.clients;
+  const JobId job = f.job;
+  const ModelBlob& base = f.base;
+  storage::Store* reader = f.reader.get();
   h.coordinator->tick();
   auto tasks = invitees(*h.coordinator, clients);
   REQUIRE(tasks.size() == 3);
