@@ -20,8 +20,8 @@
 #include <string>
 #include <string_view>
 
-#include "server/api.h"
-#include "server/coordinator.h"
+#include "server/api/api.h"
+#include "server/core/coordinator.h"
 
 namespace fedcase::fuzz {
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "fuzz/fuzz_target.h"
-#include "server/multipart.h"
+#include "server/transport/multipart.h"
 
 FEDCASE_FUZZ_TARGET(multipart) {
   const std::string_view input = fedcase::fuzz::as_text(data, size);

@@ -4,9 +4,11 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "common/mutex.h"
+#include "protocol/task_offer.h"
 
 namespace fedcase::ml {
 namespace {
@@ -63,16 +65,31 @@ std::pair<torch::Tensor, torch::Tensor> make_batch(const Dataset& data,
 }  // namespace
 
 Status validate_train_options(const TrainOptions& o) {
+  auto bound = [](double x) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", x);  // "1000", "1e+06"
+    return std::string(text);
+  };
   auto in = [](double v, double max) { return std::isfinite(v) && v >= 0 && v <= max; };
-  if (o.batch_size < 1 || o.batch_size > 65536) {
-    return invalid_argument("train.batch_size must be in [1, 65536]");
+  if (o.batch_size < 1 || o.batch_size > protocol::kMaxBatchSize) {
+    return invalid_argument("train.batch_size must be in [1, " +
+                            std::to_string(protocol::kMaxBatchSize) + "]");
   }
-  if (!in(o.lr, 1e3)) return invalid_argument("train.lr must be in [0, 1000]");
+  if (!in(o.lr, protocol::kMaxLearningRate)) {
+    return invalid_argument("train.lr must be in [0, " + bound(protocol::kMaxLearningRate) +
+                            "]");
+  }
   if (!in(o.momentum, 1) || o.momentum >= 1) {
     return invalid_argument("train.momentum must be in [0, 1)");
   }
-  if (!in(o.weight_decay, 1e3)) return invalid_argument("train.weight_decay must be in [0, 1000]");
-  if (!in(o.prox_mu, 1e6)) return invalid_argument("train.prox_mu must be in [0, 10^6]");
+  if (!in(o.weight_decay, protocol::kMaxWeightDecay)) {
+    return invalid_argument("train.weight_decay must be in [0, " +
+                            bound(protocol::kMaxWeightDecay) + "]");
+  }
+  if (!in(o.prox_mu, protocol::kMaxProxMu)) {
+    return invalid_argument("train.prox_mu must be in [0, " + bound(protocol::kMaxProxMu) +
+                            "]");
+  }
   return ok_status();
 }
 

@@ -22,9 +22,9 @@ struct TrainOptions {
   double prox_mu = 0.0;  // FedProx: adds mu/2 * ||w - w_start||^2 to the loss when > 0
 };
 
-// kInvalidArgument naming the field ("train.lr must be ...") unless batch_size is in
-// [1, 65536], lr and weight_decay in [0, 1000], momentum in [0, 1) and prox_mu in [0, 10^6],
-// all finite: the ranges any trainer accepts.
+// kInvalidArgument naming the field ("train.lr must be ...") unless every option is finite and
+// in the range of the wire protocol's training settings (protocol/task_offer.h): the ranges
+// any trainer accepts.
 Status validate_train_options(const TrainOptions& options);
 
 struct TrainStats {

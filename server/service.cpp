@@ -4,9 +4,9 @@
 
 #include "common/log.h"
 #include "ml/dataset.h"
-#include "server/api.h"
-#include "server/evaluator.h"
-#include "server/http_server.h"
+#include "server/api/api.h"
+#include "server/core/evaluator.h"
+#include "server/transport/http_server.h"
 
 namespace fedcase::server {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "server/coordinator.h"
+#include "server/core/coordinator.h"
 
 namespace fedcase::server {
 

@@ -2,8 +2,8 @@
 
 #include <functional>
 #include <map>
-#include <mutex>
 
+#include "common/mutex.h"
 #include "storage/store.h"
 
 namespace fedcase::storage {
@@ -169,6 +169,7 @@ class SqliteStore : public Store {
   }
 
   Status init() {
+    MutexLock lock(mu_);
     {
       auto mode = prepared("PRAGMA journal_mode=WAL");
       if (!mode.ok()) return mode.status();
@@ -191,7 +192,7 @@ class SqliteStore : public Store {
                               std::to_string(kSchemaVersion) + ")");
     }
     for (int v = version; v < kSchemaVersion; ++v) {
-      FEDCASE_RETURN_IF_ERROR(transaction([&]() -> Status {
+      FEDCASE_RETURN_IF_ERROR(transaction([&]() FEDCASE_REQUIRES(mu_) -> Status {
         FEDCASE_RETURN_IF_ERROR(exec(kMigrations[v]));
         return exec("PRAGMA user_version=" + std::to_string(v + 1));
       }));
@@ -200,7 +201,7 @@ class SqliteStore : public Store {
   }
 
   Result<ClientId> add_client(const ClientRecord& c) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto q = query(
         "INSERT INTO clients(token_hash, info, profile, registered_at, last_seen) "
         "VALUES(?,?,?,?,?)");
@@ -215,7 +216,7 @@ class SqliteStore : public Store {
   }
 
   Result<ClientRecord> get_client(ClientId id) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto rows = clients_where("WHERE id=?", static_cast<int64_t>(id));
     if (!rows.ok()) return rows.status();
     if (rows->empty()) return not_found("client " + std::to_string(id) + " not found");
@@ -223,13 +224,13 @@ class SqliteStore : public Store {
   }
 
   Result<std::vector<ClientRecord>> list_clients() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return clients_where("", std::nullopt);
   }
 
   Status update_clients(const std::vector<ClientRecord>& clients) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return transaction([&]() -> Status {
+    MutexLock lock(mu_);
+    return transaction([&]() FEDCASE_REQUIRES(mu_) -> Status {
       for (const auto& c : clients) {
         auto q = query("UPDATE clients SET profile=?, last_seen=? WHERE id=?");
         if (!q.ok()) return q.status();
@@ -244,9 +245,9 @@ class SqliteStore : public Store {
 
   Result<JobId> create_job(const JobRecord& job, const ModelRecord& model,
                            const std::string& module) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     JobId id = 0;
-    Status s = transaction([&]() -> Status {
+    Status s = transaction([&]() FEDCASE_REQUIRES(mu_) -> Status {
       auto q = query(
           "INSERT INTO jobs(name, config, state, policy_state, created_at, tenant_id) "
           "VALUES(?,?,?,?,?,?)");
@@ -272,7 +273,7 @@ class SqliteStore : public Store {
   }
 
   Result<std::string> get_job_module(JobId id) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto q = query("SELECT module FROM job_modules WHERE job_id=?");
     if (!q.ok()) return q.status();
     q->bind(id);
@@ -284,7 +285,7 @@ class SqliteStore : public Store {
   }
 
   Result<TenantId> add_tenant(const TenantRecord& t) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto q = query(
         "INSERT INTO tenants(name, token_hash, weight, limits, created_at) VALUES(?,?,?,?,?)");
     if (!q.ok()) return q.status();
@@ -294,7 +295,7 @@ class SqliteStore : public Store {
   }
 
   Result<std::vector<TenantRecord>> list_tenants() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto q =
         query("SELECT id, name, token_hash, weight, limits, created_at FROM tenants ORDER BY id");
     if (!q.ok()) return q.status();
@@ -308,7 +309,7 @@ class SqliteStore : public Store {
   }
 
   Result<JobRecord> get_job(JobId id) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto rows = jobs_where("WHERE id=?", static_cast<int64_t>(id));
     if (!rows.ok()) return rows.status();
     if (rows->empty()) return not_found("job " + std::to_string(id) + " not found");
@@ -316,12 +317,12 @@ class SqliteStore : public Store {
   }
 
   Result<std::vector<JobRecord>> list_jobs() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return jobs_where("", std::nullopt);
   }
 
   Status set_job_state(JobId id, JobState state) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto q = query("UPDATE jobs SET state=? WHERE id=?");
     if (!q.ok()) return q.status();
     FEDCASE_RETURN_IF_ERROR(q->bind(std::string(state_name(state))).bind(id).run());
@@ -330,7 +331,7 @@ class SqliteStore : public Store {
   }
 
   Status open_round(const RoundRecord& r) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto q = query(
         "INSERT INTO rounds(job_id, idx, state, base_version, selected, opened_at, deadline, "
         "closed_at, metrics) VALUES(?,?,?,?,?,?,?,?,?)");
@@ -350,7 +351,7 @@ class SqliteStore : public Store {
   // Without a sync of its own (see Store::record_update) when the log is a WAL: commit_round
   // and fail_round sync it, and with it every write before them.
   Status record_update(const UpdateRecord& u) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     FEDCASE_RETURN_IF_ERROR(set_full_sync(!wal_));
     auto q = prepared(
         "INSERT INTO updates(job_id, round_idx, client_id, meta, received_at) VALUES(?,?,?,?,?)");
@@ -363,8 +364,8 @@ class SqliteStore : public Store {
 
   Status commit_round(const RoundRecord& r, const ModelRecord& model,
                       const json& policy_state) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return transaction([&]() -> Status {
+    MutexLock lock(mu_);
+    return transaction([&]() FEDCASE_REQUIRES(mu_) -> Status {
       FEDCASE_RETURN_IF_ERROR(close_round(r, RoundState::kCommitted));
       FEDCASE_RETURN_IF_ERROR(insert_model(model));
       auto q = query("UPDATE jobs SET policy_state=? WHERE id=?");
@@ -374,13 +375,13 @@ class SqliteStore : public Store {
   }
 
   Status fail_round(const RoundRecord& r) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return close_round(r, RoundState::kFailed);
   }
 
   Status add_round_metrics(JobId job, RoundIndex round, const json& metrics) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return transaction([&]() -> Status {
+    MutexLock lock(mu_);
+    return transaction([&]() FEDCASE_REQUIRES(mu_) -> Status {
       auto read = query("SELECT metrics FROM rounds WHERE job_id=? AND idx=? AND state!='open'");
       if (!read.ok()) return read.status();
       read->bind(job).bind(round);
@@ -398,7 +399,7 @@ class SqliteStore : public Store {
   }
 
   Result<std::vector<RoundRecord>> list_rounds(JobId job) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto q = query(
         "SELECT job_id, idx, state, base_version, selected, opened_at, deadline, closed_at, "
         "metrics FROM rounds WHERE job_id=? ORDER BY idx");
@@ -425,7 +426,7 @@ class SqliteStore : public Store {
   }
 
   Result<std::vector<UpdateRecord>> list_updates(JobId job, RoundIndex round) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto q = query(
         "SELECT client_id, meta, received_at FROM updates WHERE job_id=? AND round_idx=? "
         "ORDER BY received_at");
@@ -439,17 +440,17 @@ class SqliteStore : public Store {
   }
 
   Result<ModelRecord> get_model(JobId job, uint64_t version) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return model_where("WHERE job_id=? AND version=?", job, version);
   }
 
   Result<ModelRecord> latest_model(JobId job) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return model_where("WHERE job_id=? ORDER BY version DESC LIMIT 1", job, std::nullopt);
   }
 
  private:
-  Status exec(const std::string& sql) {
+  Status exec(const std::string& sql) FEDCASE_REQUIRES(mu_) {
     char* err = nullptr;
     if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
       std::string msg = err ? err : "unknown error";
@@ -460,7 +461,7 @@ class SqliteStore : public Store {
   }
 
   // Runs `body` inside BEGIN IMMEDIATE .. COMMIT, rolling back if it fails.
-  Status transaction(const std::function<Status()>& body) {
+  Status transaction(const std::function<Status()>& body) FEDCASE_REQUIRES(mu_) {
     FEDCASE_RETURN_IF_ERROR(set_full_sync(true));
     FEDCASE_RETURN_IF_ERROR(exec("BEGIN IMMEDIATE"));
     Status s = body();
@@ -472,14 +473,14 @@ class SqliteStore : public Store {
   }
 
   // Every statement but record_update's runs with every commit synced.
-  Result<Query> query(const std::string& sql) {
+  Result<Query> query(const std::string& sql) FEDCASE_REQUIRES(mu_) {
     FEDCASE_RETURN_IF_ERROR(set_full_sync(true));
     return prepared(sql);
   }
 
   // PRAGMA synchronous FULL or NORMAL, through cached statements (record_update sets it twice
   // per accepted update).
-  Status set_full_sync(bool full) {
+  Status set_full_sync(bool full) FEDCASE_REQUIRES(mu_) {
     if (full_sync_ == full) return ok_status();
     auto q = prepared(full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");
     if (!q.ok()) return q.status();
@@ -489,7 +490,7 @@ class SqliteStore : public Store {
   }
 
   // The cached statement for `sql`.
-  Result<Query> prepared(const std::string& sql) {
+  Result<Query> prepared(const std::string& sql) FEDCASE_REQUIRES(mu_) {
     auto it = statements_.find(sql);
     if (it == statements_.end()) {
       sqlite3_stmt* stmt = nullptr;
@@ -501,7 +502,7 @@ class SqliteStore : public Store {
     return Query(db_, it->second);
   }
 
-  Status close_round(const RoundRecord& r, RoundState state) {
+  Status close_round(const RoundRecord& r, RoundState state) FEDCASE_REQUIRES(mu_) {
     auto q = query(
         "UPDATE rounds SET state=?, closed_at=?, metrics=? WHERE job_id=? AND idx=? AND "
         "state='open'");
@@ -519,7 +520,7 @@ class SqliteStore : public Store {
     return ok_status();
   }
 
-  Status insert_model(const ModelRecord& m) {
+  Status insert_model(const ModelRecord& m) FEDCASE_REQUIRES(mu_) {
     auto q = query(
         "INSERT INTO models(job_id, version, blob, checksum, optimizer_state, created_at) "
         "VALUES(?,?,?,?,?,?)");
@@ -534,7 +535,8 @@ class SqliteStore : public Store {
   }
 
   Result<std::vector<ClientRecord>> clients_where(const std::string& where,
-                                                  std::optional<int64_t> id) {
+                                                  std::optional<int64_t> id)
+      FEDCASE_REQUIRES(mu_) {
     auto q = query("SELECT id, token_hash, info, profile, registered_at, last_seen FROM clients " +
                    where + " ORDER BY id");
     if (!q.ok()) return q.status();
@@ -548,7 +550,8 @@ class SqliteStore : public Store {
     return out;
   }
 
-  Result<std::vector<JobRecord>> jobs_where(const std::string& where, std::optional<int64_t> id) {
+  Result<std::vector<JobRecord>> jobs_where(const std::string& where, std::optional<int64_t> id)
+      FEDCASE_REQUIRES(mu_) {
     auto q =
         query("SELECT id, name, config, state, policy_state, created_at, tenant_id FROM jobs " +
               where + " ORDER BY id");
@@ -565,7 +568,7 @@ class SqliteStore : public Store {
   }
 
   Result<ModelRecord> model_where(const std::string& where, JobId job,
-                                  std::optional<uint64_t> version) {
+                                  std::optional<uint64_t> version) FEDCASE_REQUIRES(mu_) {
     auto q =
         query("SELECT version, blob, checksum, optimizer_state, created_at FROM models " + where);
     if (!q.ok()) return q.status();
@@ -580,11 +583,13 @@ class SqliteStore : public Store {
         job, static_cast<uint64_t>(q->int64(0)), q->text(1), q->text(2), q->text(3), q->real(4)};
   }
 
-  std::mutex mu_;
-  sqlite3* db_;
-  std::map<std::string, sqlite3_stmt*> statements_;
-  bool wal_ = false;       // the log is a WAL (a file system without one gets every sync)
-  bool full_sync_ = true;  // PRAGMA synchronous is FULL
+  // Serialises every use of the connection, its statements and its sync mode.
+  Mutex mu_;
+  sqlite3* const db_;
+  std::map<std::string, sqlite3_stmt*> statements_ FEDCASE_GUARDED_BY(mu_);
+  // The log is a WAL (a file system without one gets every sync).
+  bool wal_ FEDCASE_GUARDED_BY(mu_) = false;
+  bool full_sync_ FEDCASE_GUARDED_BY(mu_) = true;  // PRAGMA synchronous is FULL
 };
 
 }  // namespace

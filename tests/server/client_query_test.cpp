@@ -1,4 +1,4 @@
-#include "server/client_query.h"
+#include "server/api/client_query.h"
 
 #include <doctest/doctest.h>
 

@@ -1,6 +1,6 @@
 // The front end's admission limits as pure logic: connections per address and body slots.
 
-#include "server/connection_limits.h"
+#include "server/transport/connection_limits.h"
 
 #include <doctest/doctest.h>
 

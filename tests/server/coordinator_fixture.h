@@ -15,7 +15,7 @@
 
 #include "common/blob.h"
 #include "ml/dataset.h"
-#include "server/coordinator.h"
+#include "server/core/coordinator.h"
 #include "tests/support/temp_dir.h"
 
 namespace fedcase::server::fixture {

@@ -1,7 +1,7 @@
 // The coordinator without sockets: a real SQLite store in a temp dir, a real test-set
 // evaluator, a clock the test moves, and the round driver ticked by hand.
 
-#include "server/coordinator.h"
+#include "server/core/coordinator.h"
 
 #include <doctest/doctest.h>
 
@@ -13,7 +13,7 @@
 
 #include "common/blob.h"
 #include "ml/model.h"
-#include "server/views.h"
+#include "server/api/views.h"
 #include "tests/server/coordinator_fixture.h"
 
 namespace fedcase::server {

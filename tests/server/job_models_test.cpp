@@ -20,8 +20,8 @@
 #include "protocol/task_offer.h"
 #include "protocol/task_status.h"
 #include "protocol/version.h"
-#include "server/api.h"
-#include "server/views.h"
+#include "server/api/api.h"
+#include "server/api/views.h"
 #include "tests/server/coordinator_fixture.h"
 #include "tests/support/coordinator_harness.h"
 #include "tests/support/raw_connection.h"
@@ -401,7 +401,7 @@ TEST_CASE("a TorchScript job's parameters come from its archive, which it serves
   CHECK(call(api, http::verb::get, "/v1/jobs/9/module", kAdmin).response.result_int() == 404);
   CHECK(call(api, http::verb::post, "/v1/jobs/1/module", kAdmin).response.result_int() == 405);
   Request head{http::verb::get, "/v1/jobs/1/module", 11};
-  CHECK(Api::route_template(head) == "/v1/jobs/{job}/module");
+  CHECK(api.route_label(head) == "/v1/jobs/{job}/module");
 
   const json task = next_task_json(h, api, client);
   CHECK(task["job_id"] == 1);

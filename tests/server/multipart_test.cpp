@@ -1,4 +1,4 @@
-#include "server/multipart.h"
+#include "server/transport/multipart.h"
 
 #include <doctest/doctest.h>
 

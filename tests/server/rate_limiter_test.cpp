@@ -1,4 +1,4 @@
-#include "server/rate_limiter.h"
+#include "server/api/rate_limiter.h"
 
 #include <doctest/doctest.h>
 

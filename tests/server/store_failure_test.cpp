@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-#include "server/coordinator.h"
+#include "server/core/coordinator.h"
 #include "tests/server/coordinator_fixture.h"
 #include "tests/support/failing_store.h"
 

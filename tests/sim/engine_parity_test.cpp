@@ -10,7 +10,7 @@
 #include "common/blob.h"
 #include "ml/dataset.h"
 #include "ml/model.h"
-#include "server/coordinator.h"
+#include "server/core/coordinator.h"
 #include "sim/config.h"
 #include "sim/simulator.h"
 #include "tests/support/temp_dir.h"

@@ -12,7 +12,7 @@
 #include "client_sdk/fleet.h"
 #include "client_sdk/http_client.h"
 #include "ml/dataset.h"
-#include "server/config.h"
+#include "server/core/config.h"
 #include "server/service.h"
 #include "tests/support/temp_dir.h"
 

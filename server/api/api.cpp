@@ -1,0 +1,643 @@
+#include "server/api/api.h"
+
+#include <cmath>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "common/json_read.h"
+#include "common/log.h"
+#include "protocol/error_reply.h"
+#include "server/api/client_query.h"
+#include "server/api/dashboard.h"
+#include "server/transport/multipart.h"
+#include "server/api/views.h"
+
+namespace fedcase::server {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kMetaHeader = "X-Fedcase-Meta";
+
+std::vector<std::string> split_path(std::string_view path) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    if (end > start) parts.emplace_back(path.substr(start, end - start));
+    start = end + 1;
+  }
+  return parts;
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// A query string's component with %XX and '+' decoded; a malformed escape is kept as it is.
+std::string percent_decoded(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const int hi = text[i] == '%' && i + 2 < text.size() ? hex_value(text[i + 1]) : -1;
+    const int lo = hi >= 0 ? hex_value(text[i + 2]) : -1;
+    if (lo >= 0) {
+      out += char(hi * 16 + lo);
+      i += 2;
+    } else {
+      out += text[i] == '+' ? ' ' : text[i];
+    }
+  }
+  return out;
+}
+
+// Every parameter of the query string `query`, decoded; a repeated key keeps its last value.
+std::map<std::string, std::string> query_params(std::string_view query) {
+  std::map<std::string, std::string> params;
+  size_t start = 0;
+  while (start < query.size()) {
+    size_t end = query.find('&', start);
+    if (end == std::string_view::npos) end = query.size();
+    std::string_view item = query.substr(start, end - start);
+    const size_t eq = item.find('=');
+    if (!item.empty()) {
+      params[percent_decoded(item.substr(0, eq))] =
+          eq == std::string_view::npos ? std::string() : percent_decoded(item.substr(eq + 1));
+    }
+    start = end + 1;
+  }
+  return params;
+}
+
+// Parses a decimal id; nullopt unless the whole string is digits and fits.
+std::optional<uint64_t> parse_id(const std::string& s) {
+  if (s.empty() || s.size() > 19 || s.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  return std::stoull(s);
+}
+
+// Text that came from the caller (a URL segment, a tensor name) may hold invalid UTF-8: it is
+// replaced, never a reason to fail the answer.
+std::string dump_answer(const json& body) {
+  return body.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// A reply that is sent as it is (not a long poll).
+Reply answer(Response response) {
+  Reply reply;
+  reply.response = std::move(response);
+  return reply;
+}
+
+Response json_response(http::status status, const json& body, const Request& req) {
+  Response res{status, req.version()};
+  res.set(http::field::content_type, "application/json");
+  res.keep_alive(req.keep_alive());
+  res.body() = dump_answer(body);
+  res.prepare_payload();
+  return res;
+}
+
+Reply error_reply(const Status& status, const Request& req) {
+  return answer(error_response(status, req.version(), req.keep_alive()));
+}
+
+// The JSON `view` of a successful `result`, or its error.
+template <class T, class View>
+Reply result_reply(const Result<T>& result, View view, const Request& req,
+                   http::status ok = http::status::ok) {
+  if (!result.ok()) return error_reply(result.status(), req);
+  return answer(json_response(ok, view(*result), req));
+}
+
+Reply json_reply(const json& body, const Request& req) {
+  return answer(json_response(http::status::ok, body, req));
+}
+
+Result<json> parse_json_body(const Request& req) {
+  if (req.body().empty()) return json::object();
+  auto j = parse_untrusted_json(req.body());
+  if (!j.ok()) return invalid_argument("request body: " + j.status().message());
+  return j;
+}
+
+// A job creation's config and model file: the JSON body, or the multipart parts "config" and
+// "model" (a view into the request's body).
+struct JobSubmission {
+  json config;
+  std::optional<std::string_view> model_file;
+};
+
+bool is_multipart(const http::request_header<>& req) {
+  auto type = req.find(http::field::content_type);
+  return type != req.end() &&
+         is_multipart_form_data(std::string_view(type->value().data(), type->value().size()));
+}
+
+Result<JobSubmission> parse_job_submission(const Request& req) {
+  if (!is_multipart(req)) {
+    auto body = parse_json_body(req);
+    if (!body.ok()) return body.status();
+    return JobSubmission{std::move(body).value(), std::nullopt};
+  }
+  const auto type = req[http::field::content_type];
+  auto boundary = multipart_boundary(std::string_view(type.data(), type.size()));
+  if (!boundary.ok()) return boundary.status();
+  auto parts = parse_multipart(req.body(), *boundary);
+  if (!parts.ok()) return parts.status();
+  std::optional<std::string_view> config, model;
+  for (const MultipartPart& part : *parts) {
+    std::optional<std::string_view>* slot = part.name == "config"  ? &config
+                                            : part.name == "model" ? &model
+                                                                   : nullptr;
+    if (slot == nullptr) {
+      return invalid_argument("unknown multipart part '" + part.name +
+                              "': a job takes \"config\" and \"model\"");
+    }
+    if (*slot) return invalid_argument("multipart part '" + part.name + "' appears twice");
+    *slot = part.body;
+  }
+  if (!config) return invalid_argument("multipart job creation needs a \"config\" part");
+  auto parsed = parse_untrusted_json(*config);
+  if (!parsed.ok()) return invalid_argument("config part: " + parsed.status().message());
+  return JobSubmission{std::move(parsed).value(), model};
+}
+
+// An immutable body shared by every download (a model, a module), or 304 when the caller's
+// If-None-Match names its ETag "<checksum>".
+Reply immutable_reply(const Request& req, const std::string& checksum,
+                      std::shared_ptr<const std::string> body) {
+  const std::string etag = "\"" + checksum + "\"";
+  auto inm = req.find(http::field::if_none_match);
+  if (inm != req.end() && std::string_view(inm->value().data(), inm->value().size()) == etag) {
+    Response res{http::status::not_modified, req.version()};
+    res.set(http::field::etag, etag);
+    res.keep_alive(req.keep_alive());
+    res.prepare_payload();
+    return answer(std::move(res));
+  }
+  Response res{http::status::ok, req.version()};
+  res.set(http::field::content_type, "application/octet-stream");
+  res.set(http::field::etag, etag);
+  res.set(http::field::cache_control, "public, max-age=31536000, immutable");
+  res.keep_alive(req.keep_alive());
+  Reply reply = answer(std::move(res));
+  reply.shared_body = std::move(body);
+  return reply;
+}
+
+std::string_view bearer_token(const http::request_header<>& req) {
+  auto it = req.find(http::field::authorization);
+  if (it == req.end()) return {};
+  std::string_view value(it->value().data(), it->value().size());
+  constexpr std::string_view kPrefix = "Bearer ";
+  if (value.substr(0, kPrefix.size()) != kPrefix) return {};
+  return value.substr(kPrefix.size());
+}
+
+// `response` with Retry-After: the seconds, rounded up, at least 1.
+Response with_retry_after(Response response, double seconds) {
+  response.set(http::field::retry_after, std::to_string(std::max(1, int(std::ceil(seconds)))));
+  return response;
+}
+
+// 429 with the seconds until the next request is allowed.
+Response too_many_requests(double retry_after, const Request& header) {
+  return with_retry_after(error_response(resource_exhausted("too many requests"), header.version(),
+                                         header.keep_alive()),
+                          retry_after);
+}
+
+// ---- the routes' handlers: one request each, authenticated and of the right role ----
+
+// What a handler gets: the request, who sent it, the ids of its path ({job}, {round},
+// {version}, in order) and its JSON body (for Body::kJson routes).
+struct Call {
+  const Request& request;
+  const Caller& caller;
+  std::vector<uint64_t> ids;
+  json body;
+  std::string_view query;
+  double receive_seconds = 0;
+
+  // A tenant sees only its own jobs; the admin and clients see every job.
+  Scope scope() const { return caller.role == Role::kTenant ? Scope(caller.tenant) : Scope(); }
+  std::optional<ClientId> client() const {
+    return caller.role == Role::kClient ? std::optional<ClientId>(caller.client) : std::nullopt;
+  }
+};
+
+Reply metrics_page(Coordinator& coordinator, const Call& call) {
+  Response res{http::status::ok, call.request.version()};
+  res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+  res.keep_alive(call.request.keep_alive());
+  res.body() = coordinator.metrics().render();
+  res.prepare_payload();
+  return answer(std::move(res));
+}
+
+Reply list_jobs(Coordinator& coordinator, const Call& call) {
+  return json_reply(jobs_json(coordinator.list_jobs(call.scope())), call.request);
+}
+
+Reply create_job(Coordinator& coordinator, const Call& call) {
+  const Request& req = call.request;
+  auto submission = parse_job_submission(req);
+  if (!submission.ok()) return error_reply(submission.status(), req);
+  const TenantId owner = call.caller.role == Role::kTenant ? call.caller.tenant : 0;
+  double retry_after = 0;
+  auto created =
+      coordinator.create_job(submission->config, owner, retry_after, submission->model_file);
+  if (!created.ok() && created.status().code() == Code::kResourceExhausted) {
+    return answer(with_retry_after(
+        error_response(created.status(), req.version(), req.keep_alive()), retry_after));
+  }
+  return result_reply(created, job_summary_json, req, http::status::created);
+}
+
+Reply job_detail(Coordinator& coordinator, const Call& call) {
+  return result_reply(coordinator.job_detail(call.ids[0], call.scope()), job_detail_json,
+                      call.request);
+}
+
+template <const char* kAction>
+Reply control_job(Coordinator& coordinator, const Call& call) {
+  const JobId job = call.ids[0];
+  return result_reply(
+      coordinator.control_job(job, kAction, call.scope()),
+      [job](JobState state) { return job_state_json(job, state); }, call.request);
+}
+constexpr char kPause[] = "pause";
+constexpr char kResume[] = "resume";
+constexpr char kCancel[] = "cancel";
+
+Reply list_clients(Coordinator& coordinator, const Call& call) {
+  auto listing = parse_client_query(query_params(call.query));
+  if (!listing.ok()) return error_reply(listing.status(), call.request);
+  const std::vector<ClientSummary> clients = coordinator.list_clients();
+  return json_reply(clients_json(select_clients(clients, *listing)), call.request);
+}
+
+Reply list_tenants(Coordinator& coordinator, const Call& call) {
+  return json_reply(tenants_json(coordinator.tenants()), call.request);
+}
+
+Reply create_tenant(Coordinator& coordinator, const Call& call) {
+  return result_reply(coordinator.create_tenant(call.body), tenant_created_json, call.request,
+                      http::status::created);
+}
+
+Reply register_client(Coordinator& coordinator, const Call& call) {
+  return result_reply(coordinator.register_client(call.body), registration_json, call.request,
+                      http::status::created);
+}
+
+Reply heartbeat(Coordinator& coordinator, const Call& call) {
+  Status beat = coordinator.heartbeat(call.caller.client, call.body);
+  if (!beat.ok()) return error_reply(beat, call.request);
+  return json_reply({{"ok", true}}, call.request);
+}
+
+// A long poll: answered at once when the client has a task, else when one is made for it or
+// `wait` seconds pass (at most long_poll_max_s).
+Reply next_task(Coordinator& coordinator, const Call& call) {
+  const Request& req = call.request;
+  double wait = 0;
+  const auto params = query_params(call.query);
+  if (auto w = params.find("wait"); w != params.end()) {
+    char* end = nullptr;
+    wait = std::strtod(w->second.c_str(), &end);
+    if (w->second.empty() || *end != '\0' || !std::isfinite(wait) || wait < 0) {
+      return error_reply(invalid_argument("wait must be a number of seconds >= 0"), req);
+    }
+    wait = std::min(wait, coordinator.config().long_poll_max_s);
+  }
+  const ClientId id = call.caller.client;
+  Request head;  // only version and keep-alive are needed to answer later
+  head.version(req.version());
+  head.keep_alive(req.keep_alive());
+  // Runs on an I/O thread, at the start of the wait and at each wake-up: nothing may escape.
+  auto poll = [&coordinator, id, head]() -> std::optional<Response> {
+    try {
+      auto task = coordinator.next_task(id);
+      if (!task.ok()) return error_response(task.status(), head.version(), head.keep_alive());
+      if (!task->has_value()) return std::nullopt;
+      return json_response(http::status::ok, task_json(**task), head);
+    } catch (const std::exception& e) {
+      log_error(std::string("task poll failed: ") + e.what());
+      return error_response(internal_error(std::string(kInternalErrorMessage)), head.version(),
+                            head.keep_alive());
+    }
+  };
+  Response empty{http::status::no_content, req.version()};
+  empty.keep_alive(req.keep_alive());
+  empty.prepare_payload();
+  if (auto first = poll()) return answer(std::move(*first));
+  if (wait <= 0) return answer(std::move(empty));
+  Reply waiting = answer(std::move(empty));
+  waiting.poll = poll;
+  waiting.wait_s = wait;
+  waiting.watch = [&coordinator, id](std::function<void()> wake) {
+    return coordinator.watch_tasks(id, std::move(wake));
+  };
+  waiting.unwatch = [&coordinator, id](uint64_t handle) { coordinator.unwatch_tasks(id, handle); };
+  return waiting;
+}
+
+// Downloads (models, modules): the admin, a tenant for its own jobs, and a client for the job
+// of a task it holds.
+Reply get_module(Coordinator& coordinator, const Call& call) {
+  auto module = coordinator.module(call.ids[0], call.scope(), call.client());
+  if (!module.ok()) return error_reply(module.status(), call.request);
+  return immutable_reply(call.request, module->checksum, module->bytes);
+}
+
+Reply get_model(Coordinator& coordinator, const Call& call) {
+  auto model = coordinator.model(call.ids[0], call.ids[1], call.scope(), call.client());
+  if (!model.ok()) return error_reply(model.status(), call.request);
+  return immutable_reply(call.request, model->checksum, model->blob);
+}
+
+Reply task_status(Coordinator& coordinator, const Call& call) {
+  return result_reply(coordinator.task_status(call.caller.client, call.ids[0], call.ids[1]),
+                      admission_json, call.request);
+}
+
+Reply upload(Coordinator& coordinator, const Call& call) {
+  const Request& req = call.request;
+  // Parsed here, judged by the coordinator after its state checks.
+  Result<json> meta = invalid_argument(std::string("missing ") + kMetaHeader + " header");
+  auto meta_header = req.find(kMetaHeader);
+  if (meta_header != req.end()) {
+    meta = parse_untrusted_json(
+        std::string_view(meta_header->value().data(), meta_header->value().size()));
+    if (!meta.ok())
+      meta = invalid_argument(std::string(kMetaHeader) + ": " + meta.status().message());
+  }
+  auto accepted = coordinator.submit_update(call.caller.client, call.ids[0], call.ids[1], meta,
+                                            req.body(), call.receive_seconds);
+  if (accepted.ok()) {
+    coordinator.metrics().add(metric::kUpdatesAccepted, {});
+  } else {
+    coordinator.metrics().add(metric::kUpdatesRefused,
+                              {{"reason", code_name(accepted.status().code())}});
+  }
+  return result_reply(accepted, update_accepted_json, req);
+}
+
+// ---- the route table: routing, body limits and metric labels all read it ----
+
+// What a route's body is, which sets its limit: kNone and kJson bodies are bounded by
+// max_json_bytes (kJson ones are parsed before the handler runs), an update upload by
+// max_upload_bytes, a job submission by max_json_bytes, or, sent as multipart by the admin or
+// a tenant, max_model_bytes + max_json_bytes.
+enum class Body { kNone, kJson, kUpload, kJobSubmission };
+
+constexpr unsigned role_bit(Role role) { return 1u << static_cast<unsigned>(role); }
+constexpr unsigned kAdminOnly = role_bit(Role::kAdmin);
+constexpr unsigned kJobOwners = role_bit(Role::kAdmin) | role_bit(Role::kTenant);
+constexpr unsigned kClients = role_bit(Role::kClient);
+constexpr unsigned kDownloaders = kJobOwners | kClients;
+
+struct Route {
+  http::verb method;
+  std::string_view pattern;  // also the metrics label; a {name} segment is a decimal id
+  unsigned roles;            // role_bit()s of the callers allowed
+  Body body;
+  Reply (*handler)(Coordinator&, const Call&);
+};
+
+const Route kRoutes[] = {
+    {http::verb::get, "/metrics", kAdminOnly | role_bit(Role::kMetrics), Body::kNone, metrics_page},
+    {http::verb::get, "/v1/admin/jobs", kJobOwners, Body::kNone, list_jobs},
+    {http::verb::post, "/v1/admin/jobs", kJobOwners, Body::kJobSubmission, create_job},
+    {http::verb::get, "/v1/admin/jobs/{job}", kJobOwners, Body::kNone, job_detail},
+    {http::verb::post, "/v1/admin/jobs/{job}/pause", kJobOwners, Body::kNone, control_job<kPause>},
+    {http::verb::post, "/v1/admin/jobs/{job}/resume", kJobOwners, Body::kNone,
+     control_job<kResume>},
+    {http::verb::post, "/v1/admin/jobs/{job}/cancel", kJobOwners, Body::kNone,
+     control_job<kCancel>},
+    {http::verb::get, "/v1/admin/clients", kAdminOnly, Body::kNone, list_clients},
+    {http::verb::get, "/v1/admin/tenants", kAdminOnly, Body::kNone, list_tenants},
+    {http::verb::post, "/v1/admin/tenants", kAdminOnly, Body::kJson, create_tenant},
+    {http::verb::post, "/v1/clients/register", role_bit(Role::kEnrollment), Body::kJson,
+     register_client},
+    {http::verb::post, "/v1/clients/heartbeat", kClients, Body::kJson, heartbeat},
+    {http::verb::get, "/v1/task", kClients, Body::kNone, next_task},
+    {http::verb::get, "/v1/jobs/{job}/module", kDownloaders, Body::kNone, get_module},
+    {http::verb::get, "/v1/jobs/{job}/models/{version}", kDownloaders, Body::kNone, get_model},
+    {http::verb::get, "/v1/jobs/{job}/rounds/{round}/status", kClients, Body::kNone, task_status},
+    {http::verb::post, "/v1/jobs/{job}/rounds/{round}/update", kClients, Body::kUpload, upload},
+};
+
+// Whether `path`'s segments fit `pattern`'s (a {name} segment fits any segment).
+bool fits(std::string_view pattern, const std::vector<std::string>& path) {
+  const std::vector<std::string> want = split_path(pattern);
+  if (want.size() != path.size()) return false;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i].front() != '{' && want[i] != path[i]) return false;
+  }
+  return true;
+}
+
+std::string_view path_of(const http::request_header<>& header) {
+  const std::string_view target(header.target().data(), header.target().size());
+  return target.substr(0, target.find('?'));
+}
+
+// The route of `header`'s method and path, or nullptr; `methods` collects the methods of the
+// routes whose pattern fits the path (for 405's Allow).
+const Route* find_route(const http::request_header<>& header, std::string* methods = nullptr) {
+  const std::vector<std::string> path = split_path(path_of(header));
+  const Route* found = nullptr;
+  for (const Route& route : kRoutes) {
+    if (!fits(route.pattern, path)) continue;
+    if (route.method == header.method()) found = &route;
+    if (methods) {
+      if (!methods->empty()) *methods += ", ";
+      *methods += std::string(http::to_string(route.method));
+    }
+  }
+  return found;
+}
+
+// The ids of `path` where `pattern` has a {name}; kInvalidArgument naming one that is not a
+// decimal number.
+Result<std::vector<uint64_t>> path_ids(std::string_view pattern, std::string_view path) {
+  const std::vector<std::string> want = split_path(pattern), got = split_path(path);
+  std::vector<uint64_t> ids;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i].front() != '{') continue;
+    auto id = parse_id(got[i]);
+    if (!id) return invalid_argument(want[i].substr(1, want[i].size() - 2) + " must be a number");
+    ids.push_back(*id);
+  }
+  return ids;
+}
+
+}  // namespace
+
+Api::Api(Coordinator& coordinator)
+    : coordinator_(coordinator),
+      limiter_(coordinator.config().requests_per_second,
+               std::max(1.0, 2 * coordinator.config().requests_per_second)),
+      unauthenticated_limiter_(coordinator.config().unauthenticated_per_second,
+                               std::max(1.0, 2 * coordinator.config().unauthenticated_per_second)) {
+}
+
+bool Api::is_upload(const http::request_header<>& header) const {
+  const Route* route = find_route(header);
+  return route && route->body == Body::kUpload;
+}
+
+std::string_view Api::route_label(const http::request_header<>& header) const {
+  const std::string_view path = path_of(header);
+  if (path == "/dashboard" || path.substr(0, 11) == "/dashboard/") return "/dashboard";
+  const std::vector<std::string> parts = split_path(path);
+  for (const Route& route : kRoutes) {
+    if (fits(route.pattern, parts)) return route.pattern;
+  }
+  return "other";
+}
+
+std::optional<Reply> Api::dashboard(const Request& req) {
+  std::string_view target(req.target().data(), req.target().size());
+  const std::string_view path = target.substr(0, target.find('?'));
+  if (path != "/" && path != "/dashboard" && path.substr(0, 11) != "/dashboard/") {
+    return std::nullopt;
+  }
+  if (req.method() != http::verb::get) {
+    Response res = json_response(
+        http::status::method_not_allowed,
+        protocol::write_error_reply({"method_not_allowed", "the dashboard is read with GET"}), req);
+    res.set(http::field::allow, "GET");
+    return answer(std::move(res));
+  }
+  if (path == "/" || path == "/dashboard") {
+    Response res{http::status::found, req.version()};
+    res.set(http::field::location, "/dashboard/");
+    res.keep_alive(req.keep_alive());
+    res.prepare_payload();
+    return answer(std::move(res));
+  }
+  for (const DashboardFile& file : dashboard_files()) {
+    if (file.url != path) continue;
+    auto inm = req.find(http::field::if_none_match);
+    const bool fresh =
+        inm != req.end() && std::string_view(inm->value().data(), inm->value().size()) == file.etag;
+    Response res{fresh ? http::status::not_modified : http::status::ok, req.version()};
+    res.set(http::field::etag, file.etag);
+    res.set(http::field::content_type, file.content_type);
+    // The page loads only its own files and talks only to this coordinator.
+    res.set("Content-Security-Policy",
+            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+            "img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'");
+    res.set("X-Content-Type-Options", "nosniff");
+    res.set(http::field::cache_control, "no-cache");  // revalidate: a new build is seen at once
+    res.keep_alive(req.keep_alive());
+    if (fresh) {
+      res.prepare_payload();
+      return answer(std::move(res));
+    }
+    Reply reply = answer(std::move(res));
+    reply.shared_body = file.body;
+    return reply;
+  }
+  return error_reply(not_found("no such dashboard file"), req);
+}
+
+uint64_t Api::body_limit(const http::request_header<>& header) const {
+  const CoordinatorConfig& config = coordinator_.config();
+  const Route* route = find_route(header);
+  if (route && route->body == Body::kUpload) return config.max_upload_bytes;
+  if (route && route->body == Body::kJobSubmission && is_multipart(header)) {
+    const Role role = coordinator_.identify(bearer_token(header)).role;
+    if (route->roles & role_bit(role)) return config.max_model_bytes + config.max_json_bytes;
+  }
+  return config.max_json_bytes;
+}
+
+uint64_t Api::largest_body_limit() const {
+  const CoordinatorConfig& config = coordinator_.config();
+  return std::max<uint64_t>(config.max_upload_bytes,
+                            config.max_model_bytes + config.max_json_bytes);
+}
+
+std::optional<Response> Api::refuse_unknown(const Request& header, const std::string& peer,
+                                            Caller& caller) {
+  caller = coordinator_.identify(bearer_token(header));
+  if (caller.role != Role::kNone) return std::nullopt;
+  double retry_after = 0;
+  if (!unauthenticated_limiter_.allow(peer, RateLimiter::Clock::now(), retry_after)) {
+    return too_many_requests(retry_after, header);
+  }
+  return error_response(unauthenticated("missing or unknown bearer token"), header.version(),
+                        header.keep_alive());
+}
+
+std::optional<Response> Api::refuse_upload(const Request& header, const std::string& peer) {
+  Caller caller;
+  if (auto refusal = refuse_unknown(header, peer, caller)) return refusal;
+  if (caller.role == Role::kClient) return std::nullopt;
+  return error_response(permission_denied("only a registered client may upload an update"),
+                        header.version(), header.keep_alive());
+}
+
+Reply Api::handle(const Request& req, const RequestContext& context) {
+  try {
+    if (std::optional<Reply> page = dashboard(req)) return std::move(*page);
+    Caller caller;
+    if (auto refusal = refuse_unknown(req, context.peer, caller))
+      return answer(std::move(*refusal));
+    double retry_after = 0;
+    const std::string key(bearer_token(req));  // a known token: bounded, one key per caller
+    if (!limiter_.allow(key, RateLimiter::Clock::now(), retry_after)) {
+      return answer(too_many_requests(retry_after, req));
+    }
+    return route(req, caller, context.receive_seconds);
+  } catch (const std::exception& e) {
+    // A bug: the details go to the log, never to the caller.
+    log_error(std::string("request failed: ") + e.what());
+    return error_reply(internal_error(std::string(kInternalErrorMessage)), req);
+  }
+}
+
+Reply Api::route(const Request& req, const Caller& caller, double receive_seconds) {
+  std::string methods;
+  const Route* route = find_route(req, &methods);
+  if (!route && methods.empty()) return error_reply(not_found("no such endpoint"), req);
+  if (!route) {
+    Response res = json_response(
+        http::status::method_not_allowed,
+        protocol::write_error_reply({"method_not_allowed", "method not allowed here"}), req);
+    res.set(http::field::allow, methods);
+    return answer(std::move(res));
+  }
+  if (!(route->roles & role_bit(caller.role))) {
+    return error_reply(permission_denied("this token may not do that"), req);
+  }
+  const std::string_view target(req.target().data(), req.target().size());
+  const size_t q = target.find('?');
+  auto ids = path_ids(route->pattern, path_of(req));
+  if (!ids.ok()) return error_reply(ids.status(), req);
+  Call call{req,
+            caller,
+            *ids,
+            json(),
+            q == std::string_view::npos ? std::string_view() : target.substr(q + 1),
+            receive_seconds};
+  if (route->body == Body::kJson) {
+    auto body = parse_json_body(req);
+    if (!body.ok()) return error_reply(body.status(), req);
+    call.body = std::move(body).value();
+  }
+  return route->handler(coordinator_, call);
+}
+
+}  // namespace fedcase::server

@@ -1,0 +1,550 @@
+#include "server/core/coordinator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "common/blob.h"
+#include "common/crypto.h"
+#include "common/log.h"
+#include "formats/torchscript_reader.h"
+#include "ml/model.h"
+#include "protocol/registration.h"
+#include "protocol/update_meta.h"
+#include "protocol/version.h"
+#include "rounds/evaluation.h"
+#include "rounds/job_config.h"
+#include "rounds/upload.h"
+#include "scheduling/round_plan.h"
+#include "server/core/client_registry.h"
+#include "server/core/recovery.h"
+#include "server/core/round_driver.h"
+#include "server/core/task_notifier.h"
+#include "server/core/timed_store.h"
+
+namespace fedcase::server {
+namespace {
+
+using nlohmann::json;
+
+// What the profile learns from an accepted update's statistics and transfer times.
+scheduling::RoundReport completion_report(const protocol::UpdateMeta& meta, uint64_t model_bytes,
+                                          uint64_t upload_bytes, double upload_seconds) {
+  scheduling::RoundReport report;
+  report.samples = meta.samples;
+  report.loss_sum = meta.loss_sum;
+  report.loss_sq_sum = meta.loss_sq_sum;
+  report.compute_s = meta.compute_s;
+  report.io_s = meta.io_s;
+  report.cache_hits = meta.cache_hits;
+  report.cache_misses = meta.cache_misses;
+  report.sample_bytes = meta.cache_misses > 0 ? double(meta.bytes_read) / meta.cache_misses : 0;
+  report.download_bytes = meta.download_s > 0 ? model_bytes : 0;
+  report.download_s = meta.download_s;
+  report.upload_bytes = upload_seconds > 0 ? upload_bytes : 0;
+  report.upload_s = upload_seconds;
+  return report;
+}
+
+JobSummary summary_of(const JobEntry& job, const JobStatus& status) {
+  return {job.id,
+          job.name,
+          job.tenant,
+          job.config.model,
+          job.policy_name,
+          status.state,
+          status.model->version,
+          status.model->checksum,
+          status.last_round,
+          status.round.has_value(),
+          status.last_accuracy};
+}
+
+// The initial parameters of a job: its built-in architecture's, or those of the model file
+// uploaded with it (errors as Coordinator::create_job).
+Result<ModelBlob> initial_parameters(const rounds::JobConfig& config,
+                                     std::optional<std::string_view> file, size_t max_bytes) {
+  const std::string kind = "job.model \"" + config.model + "\"";
+  if (config.builtin_model()) {
+    if (file) return invalid_argument(kind + " is built in: it takes no model file");
+    auto built = ml::Model::create(config.model, config.seed);
+    if (!built.ok()) return built.status();
+    return ModelBlob{0, built->layout(), built->parameters()};
+  }
+  if (!file) {
+    return invalid_argument(kind + " needs its model file (the multipart part \"model\")");
+  }
+  if (file->size() > max_bytes) {
+    return too_large("the model file exceeds max_model_bytes (" + std::to_string(max_bytes) +
+                     " bytes)");
+  }
+  formats::TorchScriptLimits limits;
+  limits.max_bytes = max_bytes;
+  limits.max_elements = max_bytes / sizeof(float);  // whatever the file's size allows
+  auto read = config.model == "torchscript" ? read_torchscript_parameters(*file, limits)
+                                            : decode_blob(*file, max_bytes);
+  if (!read.ok()) {
+    return Status(read.status().code(), "the model file: " + read.status().message());
+  }
+  if (read->data.empty()) return invalid_argument("the model file holds no parameters");
+  if (!all_finite(read->data)) {
+    return unprocessable("the model file holds non-finite parameters");
+  }
+  read->model_version = 0;
+  return read;
+}
+
+// Whether `client` (when a client asks) holds a task of `job`'s open round, for a model of
+// `version` (when one is asked for); kPermissionDenied otherwise.
+Status check_participant(const JobEntry& job, const JobStatus& status,
+                         std::optional<ClientId> client, std::optional<uint64_t> version) {
+  if (!client) return ok_status();
+  const bool holds = status.round && status.round->holds_task(*client) &&
+                     (!version || *version == status.round->base_version());
+  if (holds) return ok_status();
+  return permission_denied("client " + std::to_string(*client) + " holds no task of job " +
+                           std::to_string(job.id) +
+                           (version ? " on model version " + std::to_string(*version) : ""));
+}
+
+Status job_not_found(JobId id) { return not_found("job " + std::to_string(id) + " not found"); }
+
+}  // namespace
+
+struct Coordinator::State {
+  State(const CoordinatorConfig& c, std::unique_ptr<storage::Store> s,
+        std::unique_ptr<ModelEvaluator> e, Clock k)
+      : config(c),
+        store(timed_store(std::move(s), metrics)),
+        clock(std::move(k)),
+        clients(*store, profile_params(c), [this] { driver.wake(); }),
+        tenants(*store),
+        jobs(*store),
+        evaluator(std::move(e)),
+        driver(jobs, clients, tenants, *store, *evaluator, tasks_ready, metrics, clock),
+        collector(metrics.add_collector([this](Metrics& m) { collect(m); })) {}
+
+  static scheduling::ProfileParams profile_params(const CoordinatorConfig& c) {
+    scheduling::ProfileParams p;
+    p.offline_gap_s = c.client_timeout_s;
+    return p;
+  }
+
+  Metrics metrics;  // first: the store and the driver record into it
+  const CoordinatorConfig config;
+  const std::unique_ptr<storage::Store> store;
+  const Clock clock;
+  ClientRegistry clients;
+  TenantRegistry tenants;
+  Mutex create_mu;  // job creations, one at a time (held across their store write only)
+  JobTable jobs;
+  std::unique_ptr<ModelEvaluator> evaluator;
+  TaskNotifier tasks_ready;
+  RoundDriver driver;
+  const std::unique_ptr<Metrics::Registration> collector;  // last: it reads all of the above
+
+  // Sets the gauges of clients and jobs (at each scrape).
+  void collect(Metrics& m);
+  // The driver's thread stops, then the evaluator finishes its queue (its callbacks use the
+  // driver, the jobs and the store), before any of them is destroyed.
+  ~State() {
+    driver.stop();
+    evaluator.reset();
+  }
+};
+
+void Coordinator::State::collect(Metrics& m) {
+  const ClientRegistry::Census census = clients.census(clock());
+  m.set(metric::kClientsRegistered, {}, double(census.registered));
+  m.set(metric::kClientsConnected, {}, double(census.available));
+  std::map<std::string, double> by_state;
+  for (JobState state :
+       {JobState::kRunning, JobState::kPaused, JobState::kCancelled, JobState::kFinished}) {
+    by_state[state_name(state)] = 0;
+  }
+  std::vector<std::pair<std::string, double>> accuracy, epsilon;
+  jobs.update_each([&](const JobEntry& job, const JobStatus& status) {
+    by_state[state_name(status.state)] += 1;
+    if (status.last_accuracy) accuracy.emplace_back(std::to_string(job.id), *status.last_accuracy);
+    if (status.privacy.is_object() && status.privacy.value("epsilon", json()).is_number()) {
+      epsilon.emplace_back(std::to_string(job.id), status.privacy["epsilon"].get<double>());
+    }
+  });
+  for (const auto& [state, count] : by_state) m.set(metric::kJobs, {{"state", state}}, count);
+  m.clear(metric::kJobTestAccuracy);
+  for (const auto& [job, value] : accuracy) m.set(metric::kJobTestAccuracy, {{"job", job}}, value);
+  m.clear(metric::kJobPrivacyEpsilon);
+  for (const auto& [job, value] : epsilon) m.set(metric::kJobPrivacyEpsilon, {{"job", job}}, value);
+}
+
+Coordinator::Coordinator(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+Coordinator::~Coordinator() = default;
+
+Result<std::unique_ptr<Coordinator>> Coordinator::open(const CoordinatorConfig& config,
+                                                       std::unique_ptr<storage::Store> store,
+                                                       std::unique_ptr<ModelEvaluator> evaluator,
+                                                       Clock clock) {
+  if (!store || !evaluator) return invalid_argument("a coordinator needs a store and an evaluator");
+  auto state =
+      std::make_unique<State>(config, std::move(store), std::move(evaluator), std::move(clock));
+  State& s = *state;
+  FEDCASE_RETURN_IF_ERROR(
+      recover({s.config, *s.store, s.clients, s.tenants, s.jobs, s.driver, s.metrics, s.clock}));
+  return std::unique_ptr<Coordinator>(new Coordinator(std::move(state)));
+}
+
+const CoordinatorConfig& Coordinator::config() const { return state_->config; }
+
+Metrics& Coordinator::metrics() { return state_->metrics; }
+
+void Coordinator::start_driver() { state_->driver.start(); }
+void Coordinator::stop_driver() { state_->driver.stop(); }
+void Coordinator::tick() { state_->driver.tick(); }
+void Coordinator::conclude_rounds() {
+  state_->driver.stop();
+  state_->driver.conclude_all();
+}
+
+Caller Coordinator::identify(std::string_view token) const {
+  const State& s = *state_;
+  if (token.empty()) return {};
+  if (constant_time_equal(token, s.config.admin_token)) return {Role::kAdmin, 0};
+  if (constant_time_equal(token, s.config.enrollment_token)) return {Role::kEnrollment, 0};
+  if (!s.config.metrics_token.empty() && constant_time_equal(token, s.config.metrics_token)) {
+    return {Role::kMetrics, 0};
+  }
+  const std::string hash = sha256_hex(token);
+  if (auto client = s.clients.identify(hash)) return {Role::kClient, *client, 0};
+  if (auto tenant = s.tenants.identify(hash)) return {Role::kTenant, 0, *tenant};
+  return {};
+}
+
+Result<ClientRegistry::Registration> Coordinator::register_client(const json& request) {
+  auto registration = protocol::read_registration(request);
+  if (!registration.ok()) return registration.status();
+  FEDCASE_RETURN_IF_ERROR(protocol::check_sdk_version(registration->protocol_version));
+  return state_->clients.register_client(*registration, state_->clock());
+}
+
+Status Coordinator::heartbeat(ClientId client, const json& request) {
+  if (!request.is_object()) return invalid_argument("request body must be a JSON object");
+  return state_->clients.touch(client, state_->clock());
+}
+
+Result<std::optional<TaskOffer>> Coordinator::next_task(ClientId client) {
+  State& s = *state_;
+  const double now = s.clock();
+  FEDCASE_RETURN_IF_ERROR(s.clients.touch(client, now));
+  std::optional<TaskOffer> offer;
+  s.jobs.update_each([&](const JobEntry& job, JobStatus& status) {
+    if (offer || !status.round) return;
+    rounds::Round& r = *status.round;
+    const scheduling::ClientTask* task = r.task_for(client);
+    if (!task || r.admission(client, now) != rounds::Admission::kWanted) return;
+    r.hand_out(client, now);
+    const rounds::EvaluationConfig& evaluation = job.config.evaluation;
+    offer = TaskOffer{
+        job.id,
+        r.index(),
+        job.config.model,
+        job.config.loss,
+        r.base_version(),
+        status.model->checksum,
+        job.module_checksum,
+        r.deadline(),
+        job.config.training.local_epochs,
+        evaluation.federated ? std::optional<size_t>(evaluation.max_samples) : std::nullopt,
+        *task};
+  });
+  return offer;
+}
+
+uint64_t Coordinator::watch_tasks(ClientId client, std::function<void()> wake) {
+  return state_->tasks_ready.watch(client, std::move(wake));
+}
+
+void Coordinator::unwatch_tasks(ClientId client, uint64_t handle) {
+  state_->tasks_ready.cancel(client, handle);
+}
+
+Result<ModelDownload> Coordinator::model(JobId job_id, uint64_t version, Scope scope,
+                                         std::optional<ClientId> client) {
+  State& s = *state_;
+  const JobEntry* job = s.jobs.find(job_id, scope);
+  if (!job) return job_not_found(job_id);
+  auto latest = s.jobs.read(*job, [&](const JobStatus& status) -> Result<ModelDownload> {
+    FEDCASE_RETURN_IF_ERROR(check_participant(*job, status, client, version));
+    const auto& m = status.model;
+    if (m->version != version) return ModelDownload{};  // an older one: from the store
+    return ModelDownload{version, m->checksum, std::shared_ptr<const std::string>(m, &m->blob)};
+  });
+  if (!latest.ok() || latest->blob) return latest;
+  auto record = s.store->get_model(job_id, version);
+  if (!record.ok()) return record.status();
+  return ModelDownload{version, record->checksum,
+                       std::make_shared<const std::string>(std::move(record->blob))};
+}
+
+Result<ModuleDownload> Coordinator::module(JobId job_id, Scope scope,
+                                           std::optional<ClientId> client) {
+  const JobEntry* job = state_->jobs.find(job_id, scope);
+  if (!job) return job_not_found(job_id);
+  FEDCASE_RETURN_IF_ERROR(state_->jobs.read(*job, [&](const JobStatus& status) {
+    return check_participant(*job, status, client, std::nullopt);
+  }));
+  if (!job->module) return not_found("job " + std::to_string(job_id) + " has no module");
+  return ModuleDownload{job->module_checksum, job->module};
+}
+
+Result<rounds::Admission> Coordinator::task_status(ClientId client, JobId job_id,
+                                                   RoundIndex round) {
+  State& s = *state_;
+  const double now = s.clock();
+  const JobEntry* job = s.jobs.find(job_id);
+  if (!job) return job_not_found(job_id);
+  return s.jobs.read(*job, [&](const JobStatus& status) {
+    if (!status.round || status.round->index() != round) return rounds::Admission::kClosed;
+    return status.round->admission(client, now);
+  });
+}
+
+Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
+                                                  RoundIndex round_index,
+                                                  const Result<json>& meta_json,
+                                                  std::string_view bytes, double upload_seconds) {
+  State& s = *state_;
+  JobEntry* job = s.jobs.find(job_id);
+  if (!job) return job_not_found(job_id);
+  // Decide: the state checks come first and hold one of the round's places for this upload.
+  struct Held {
+    std::shared_ptr<rounds::RoundAggregate> aggregate;
+    std::shared_ptr<const rounds::GlobalModel> base;
+  };
+  auto held = s.jobs.update(*job, [&](JobStatus& status) -> Result<Held> {
+    if (!status.round || status.round->index() != round_index) {
+      return conflict("round " + std::to_string(round_index) + " of job " + std::to_string(job_id) +
+                      " is not open for updates");
+    }
+    auto reserved = status.round->reserve(client, s.clock());
+    if (!reserved.ok()) return reserved.status();
+    return Held{*reserved, status.model};
+  });
+  if (!held.ok()) return held.status();
+  const rounds::GlobalModel& base = *held->base;
+  // A refused upload gives its place back; the round may be due once no upload is in flight.
+  auto refuse = [&](Status why) -> Result<UpdateAccepted> {
+    const bool due = s.jobs.update(*job, [&](JobStatus& status) {
+      if (!status.round || status.round->index() != round_index) return false;
+      status.round->release(client);
+      return status.round->due(s.clock());
+    });
+    if (due) s.driver.wake();
+    return why;
+  };
+  // Write, without any lock: parse, validate, record the update, fold it in. The update's
+  // values are validated and folded where they lie in the request body.
+  auto meta = meta_json.ok() ? protocol::read_update_meta(*meta_json)
+                             : Result<protocol::UpdateMeta>(meta_json.status());
+  if (!meta.ok()) return refuse(meta.status());
+  BlobView update;
+  if (Status read = view_blob(bytes, s.config.max_upload_bytes, update); !read.ok()) {
+    return refuse(read);
+  }
+  if (Status valid = rounds::check_upload(base, round_index, job->config, update, meta->evaluation);
+      !valid.ok()) {
+    return refuse(valid);
+  }
+  const double now = s.clock();
+  if (Status written = s.store->record_update({job_id, round_index, client, *meta_json, now});
+      !written.ok()) {
+    return refuse(written);
+  }
+  const auto fold_start = std::chrono::steady_clock::now();
+  if (Status folded = held->aggregate->add(update.values, update.count, meta->samples);
+      !folded.ok()) {
+    return refuse(folded);
+  }
+  const double fold_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - fold_start).count();
+  s.metrics.observe(metric::kFoldSeconds, {}, fold_s);
+  // Publish.
+  const scheduling::RoundReport report =
+      completion_report(*meta, base.blob.size(), bytes.size(), upload_seconds);
+  rounds::ProfileChange completed;
+  UpdateAccepted accepted{round_index, 0};
+  s.jobs.update(*job, [&](JobStatus& status) {
+    rounds::Round& r = *status.round;  // a round with a reservation in flight stays open
+    completed = r.accept(client, report, now, fold_s, std::move(meta->evaluation));
+    accepted.updates = r.accepted();
+  });
+  s.clients.apply({completed});
+  Status touched = s.clients.touch(client, now);
+  (void)touched;    // the client exists: it was identified by its token
+  s.driver.wake();  // the round may be due, and the client is free for another job's round
+  return accepted;
+}
+
+Result<JobSummary> Coordinator::create_job(const json& request) {
+  double retry_after_s = 0;
+  return create_job(request, 0, retry_after_s);
+}
+
+Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
+                                           double& retry_after_s,
+                                           std::optional<std::string_view> model_file) {
+  State& s = *state_;
+  auto parts = rounds::build_job(request);
+  if (!parts.ok()) return parts.status();
+  const rounds::JobConfig& config = parts->config;
+  if (owner != 0 && !config.evaluation.server_dataset.empty()) {
+    return permission_denied(
+        "evaluation.server_dataset is for the admin's jobs: the coordinator runs the module to "
+        "score it");
+  }
+  std::error_code ec;
+  if (const std::string dataset = server_dataset_dir(s.config.datasets_dir, config);
+      !dataset.empty() && !std::filesystem::is_directory(dataset, ec)) {
+    return invalid_argument("evaluation.server_dataset \"" + config.evaluation.server_dataset +
+                            "\" is not a folder under the coordinator's datasets_dir");
+  }
+  auto initial = initial_parameters(config, model_file, s.config.max_model_bytes);
+  if (!initial.ok()) return initial.status();
+  // One creation at a time: two submissions of a tenant cannot both pass its running-job cap.
+  MutexLock creating(s.create_mu);
+  const size_t running = s.jobs.active_jobs_per_tenant()[owner];
+  const bool overload = s.driver.fleet_overloaded(
+      s.clock(), scheduling::invited_count(config.clients_per_round, config.overcommit));
+  if (!s.tenants.admit_job(owner, running, overload, s.clock(), retry_after_s)) {
+    return resource_exhausted("the fleet is overloaded and this tenant is at its limit of " +
+                              std::string("running jobs or job submissions; retry in ") +
+                              std::to_string(int(std::ceil(retry_after_s))) + " s");
+  }
+  auto model = rounds::make_global_model(0, std::move(initial->layout), std::move(initial->data));
+  std::shared_ptr<const std::string> module;
+  if (config.model == "torchscript") module = std::make_shared<const std::string>(*model_file);
+  const double now = s.clock();
+  storage::JobRecord record{0,   config.name, request, JobState::kRunning, json::object(),
+                            now, owner};
+  static const std::string kNoModule;
+  auto id = s.store->create_job(record, {0, 0, model->blob, model->checksum, std::string(), now},
+                                module ? *module : kNoModule);
+  if (!id.ok()) return id.status();
+  record.id = *id;
+  const std::string created = "job " + std::to_string(*id) + " (" + config.name +
+                              ") created: " + config.model + ", " +
+                              std::to_string(model->params.size()) + " parameters";
+  auto job = make_job(record, std::move(parts).value(), model, std::move(module), std::string(), 0,
+                      {}, s.config.datasets_dir);
+  if (!job.ok()) return job.status();
+  const JobEntry& entry = *job->entry;
+  const JobSummary summary = summary_of(entry, job->status);
+  s.jobs.install(std::move(job).value());
+  log_info(created);
+  s.driver.wake();
+  return summary;
+}
+
+std::vector<JobSummary> Coordinator::list_jobs(Scope scope) {
+  std::vector<JobSummary> out;
+  state_->jobs.update_each([&](const JobEntry& job, const JobStatus& status) {
+    if (job.visible_to(scope)) out.push_back(summary_of(job, status));
+  });
+  return out;
+}
+
+Result<JobDetail> Coordinator::job_detail(JobId id, Scope scope) {
+  State& s = *state_;
+  const JobEntry* job = s.jobs.find(id, scope);
+  if (!job) return job_not_found(id);
+  JobDetail d;
+  d.config = job->config_json;
+  d.created_at = job->created_at;
+  d.module_bytes = job->module ? job->module->size() : 0;
+  d.evaluation_target = job->config.evaluation.target;
+  d.selection_policy = job->policy_name;
+  d.aggregation = job->config.aggregation.rule;
+  d.server_optimizer = job->optimizer_name;
+  s.jobs.read(*job, [&](const JobStatus& status) {
+    d.summary = summary_of(*job, status);
+    d.parameters = status.model->layout.element_count();
+    d.policy_state = status.policy_state;
+    d.privacy = status.privacy;
+    if (status.round) {
+      const rounds::Round& r = *status.round;
+      d.current_round =
+          JobDetail::OpenRound{r.index(), r.tasks().size(), r.accepted(), r.deadline()};
+    }
+  });
+  auto rounds = s.store->list_rounds(id);
+  if (!rounds.ok()) return rounds.status();
+  d.rounds = std::move(rounds).value();
+  return d;
+}
+
+std::vector<ClientSummary> Coordinator::list_clients() {
+  State& s = *state_;
+  struct JobCost {
+    JobId id;
+    scheduling::TrainingParams training;
+    uint64_t model_bytes;
+  };
+  std::vector<JobCost> active;
+  s.jobs.update_each([&](const JobEntry& job, const JobStatus& status) {
+    if (status.active()) active.push_back({job.id, job.config.training, status.model->blob.size()});
+  });
+  std::vector<ClientSummary> out;
+  for (ClientSnapshot& c : s.clients.snapshot(s.clock())) {
+    ClientSummary summary{std::move(c.record), c.profile, c.available, {}};
+    for (const JobCost& job : active) {
+      summary.expected_duration_s[job.id] =
+          scheduling::make_candidate(c.profile, true, job.training, job.model_bytes)
+              .expected_duration_s;
+    }
+    out.push_back(std::move(summary));
+  }
+  return out;
+}
+
+Result<JobState> Coordinator::control_job(JobId id, const std::string& action, Scope scope) {
+  State& s = *state_;
+  if (action != "pause" && action != "resume" && action != "cancel") {
+    return not_found("unknown job action '" + action + "'");
+  }
+  JobEntry* job = s.jobs.find(id, scope);
+  if (!job) return job_not_found(id);
+  auto next = s.jobs.transition(*job, [&](JobState state) -> Result<JobState> {
+    const bool active = state == JobState::kRunning || state == JobState::kPaused;
+    if (action == "pause" && state == JobState::kRunning) return JobState::kPaused;
+    if (action == "resume" && state == JobState::kPaused) return JobState::kRunning;
+    if (action == "cancel" && active) return JobState::kCancelled;
+    return conflict("cannot " + action + " a job that is " + state_name(state));
+  });
+  if (next.ok()) s.driver.wake();  // a paused job finishes its round; a cancelled one stops it
+  return next;
+}
+
+Result<TenantRegistry::Created> Coordinator::create_tenant(const json& request) {
+  auto created = state_->tenants.create(request, state_->clock());
+  if (created.ok()) {
+    log_info("tenant " + std::to_string(created->record.id) + " (" + created->record.name +
+             ") created, weight " + std::to_string(created->record.weight));
+  }
+  return created;
+}
+
+TenantsOverview Coordinator::tenants() {
+  State& s = *state_;
+  TenantsOverview out;
+  out.active_jobs = s.jobs.active_jobs_per_tenant();
+  out.share = s.tenants.share_json()["tenants"];
+  storage::TenantRecord operator_tenant;
+  operator_tenant.name = kOperatorTenantName;
+  operator_tenant.limits = scheduling::tenant_limits_json({});
+  out.tenants.push_back(std::move(operator_tenant));
+  for (storage::TenantRecord& t : s.tenants.list()) out.tenants.push_back(std::move(t));
+  return out;
+}
+
+}  // namespace fedcase::server

@@ -1,0 +1,230 @@
+#pragma once
+// The coordinator's core, with no network in it: the client registry (client_registry.h), the
+// jobs (job_table.h) and the round driver (round_driver.h), and the client and admin
+// operations the HTTP layer (api.h) maps requests onto. Results are plain values; the API
+// layer turns them into JSON (views.h).
+//
+// Every change follows the same three steps: decide under a lock, write to the store without
+// any lock, publish under the lock. No store call, fold or optimizer step runs while a lock
+// that a poll, a heartbeat or another upload needs is held.
+//
+// Thread safety: every public method may be called from any thread.
+// Durability: a round's model and its `committed` state are written in one store transaction
+// before any client can see the new model. On open(), rounds a crash left open are marked
+// failed and each job resumes from its latest committed model.
+// Errors: Status values; no method throws.
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/states.h"
+#include "common/status.h"
+#include "rounds/round.h"
+#include "scheduling/profile.h"
+#include "server/core/client_registry.h"
+#include "server/core/config.h"
+#include "server/core/evaluator.h"
+#include "server/core/job_table.h"
+#include "server/core/metrics.h"
+#include "server/core/tenants.h"
+#include "storage/store.h"
+
+namespace fedcase::server {
+
+struct ModelDownload {
+  uint64_t version = 0;
+  std::string checksum;                     // also the HTTP ETag
+  std::shared_ptr<const std::string> blob;  // encoded model blob
+};
+
+// A job's module: the TorchScript archive its clients run.
+struct ModuleDownload {
+  std::string checksum;                      // SHA-256 hex of the bytes, also the HTTP ETag
+  std::shared_ptr<const std::string> bytes;  // shared by every download, never changed
+};
+
+enum class Role { kNone, kAdmin, kEnrollment, kClient, kMetrics, kTenant };
+struct Caller {
+  Role role = Role::kNone;
+  ClientId client = 0;  // for kClient
+  TenantId tenant = 0;  // for kTenant
+};
+
+// A task handed to a client.
+struct TaskOffer {
+  JobId job = 0;
+  RoundIndex round = 0;
+  std::string model;  // the job's model kind (rounds::JobConfig::model)
+  std::string loss;
+  uint64_t model_version = 0;
+  std::string model_checksum;
+  std::string module_checksum;  // a job with a module (torchscript): its checksum
+  double deadline = 0;
+  uint32_t local_epochs = 0;
+  // Federated evaluation: the held-out samples to score the base model on (0: all); nullopt
+  // when the job does not ask for one.
+  std::optional<size_t> evaluate_max_samples;
+  scheduling::ClientTask task;
+};
+
+struct UpdateAccepted {
+  RoundIndex round = 0;
+  size_t updates = 0;  // accepted so far in the round
+};
+
+struct JobSummary {
+  JobId id = 0;
+  std::string name;
+  TenantId tenant = 0;
+  std::string model;             // the job's model kind (rounds::JobConfig::model)
+  std::string selection_policy;  // the policy's name
+  JobState state = JobState::kRunning;
+  uint64_t model_version = 0;
+  std::string model_checksum;
+  RoundIndex round = 0;  // highest round index used
+  bool round_open = false;
+  // Of the newest evaluated model: on the test set, or for a job whose evaluation target is
+  // "federated" the federated accuracy of its newest committed round's base model.
+  std::optional<double> test_accuracy;
+};
+
+struct JobDetail {
+  JobSummary summary;
+  nlohmann::json config;
+  double created_at = 0;
+  size_t parameters = 0;
+  size_t module_bytes = 0;        // the size of its module (0: none)
+  std::string evaluation_target;  // "server" or "federated" (rounds::EvaluationConfig)
+  std::string selection_policy, aggregation, server_optimizer;
+  nlohmann::json policy_state;
+  nlohmann::json privacy;  // null unless the job adds DP noise
+  struct OpenRound {
+    RoundIndex index = 0;
+    size_t invited = 0, updates = 0;
+    double deadline = 0;
+  };
+  std::optional<OpenRound> current_round;
+  std::vector<storage::RoundRecord> rounds;
+};
+
+// The tenants with the operator (tenant 0) first, their running or paused jobs, and the fleet's
+// fair share between them (scheduling::FairShare::to_json's "tenants", by tenant id).
+struct TenantsOverview {
+  std::vector<storage::TenantRecord> tenants;
+  std::map<TenantId, size_t> active_jobs;
+  nlohmann::json share;
+};
+
+struct ClientSummary {
+  storage::ClientRecord record;
+  scheduling::ClientProfile profile;
+  bool available = false;
+  std::map<JobId, double> expected_duration_s;  // per running or paused job
+};
+
+class Coordinator {
+ public:
+  // Opens the coordinator over `store` and `evaluator` (the coordinator owns both) and
+  // recovers clients and jobs from the store. `clock` gives the time (wall_clock by default).
+  // kInternal / kInvalidArgument when the stored state cannot be used.
+  static Result<std::unique_ptr<Coordinator>> open(const CoordinatorConfig& config,
+                                                   std::unique_ptr<storage::Store> store,
+                                                   std::unique_ptr<ModelEvaluator> evaluator,
+                                                   Clock clock = wall_clock);
+  ~Coordinator();
+
+  const CoordinatorConfig& config() const;
+
+  // Starts / stops the round driver's thread (tick() at its deadlines and on events:
+  // round_driver.h). Tests without a thread call tick() themselves.
+  void start_driver();
+  void stop_driver();
+  void tick();
+  // Stops the driver and concludes every open round now (RoundDriver::conclude_all): the
+  // second half of a graceful stop, once no request is in flight.
+  void conclude_rounds();
+
+  // Who presents `bearer_token`: the admin, the enrollment key, a registered client, the
+  // metrics scraper, or nobody.
+  Caller identify(std::string_view bearer_token) const;
+
+  // The coordinator's operational metrics; every component records into this one. Its
+  // collector for clients and jobs is registered for the coordinator's lifetime.
+  Metrics& metrics();
+
+  // ---- client API (callers already authenticated) ----
+  // `request`: a registration (protocol/registration.h). kInvalidArgument for a bad field,
+  // kUnprocessable for an SDK whose protocol version this coordinator does not serve.
+  Result<ClientRegistry::Registration> register_client(const nlohmann::json& request);
+  Status heartbeat(ClientId client, const nlohmann::json& request);
+  // The client's pending task, or nullopt when it has none now. Counts as a contact.
+  Result<std::optional<TaskOffer>> next_task(ClientId client);
+  // Calls `wake` once, from the round driver's thread, when a round that invites `client`
+  // opens (then next_task may have a task for it); `wake` must only hand the work elsewhere.
+  // Returns a handle for unwatch_tasks. Long polls wait on this instead of re-checking.
+  uint64_t watch_tasks(ClientId client, std::function<void()> wake);
+  void unwatch_tasks(ClientId client, uint64_t handle);
+
+  // Whether the round still wants `client`'s update (kWanted), and if not why. A client asks
+  // before uploading, so a straggler learns that its work is no longer needed without sending
+  // it. kNotFound for an unknown job.
+  Result<rounds::Admission> task_status(ClientId client, JobId job, RoundIndex round);
+  // Validates and folds an update (encoded blob of the delta local - global) into the round.
+  // `meta` is the update's statistics as parsed from the request, or why they could not be.
+  // The state checks come first: 404 unknown job; 409 round not open, full or already
+  // uploaded; 403 client not invited; then 400 missing or bad metadata or blob; 422 wrong
+  // layout, version, non-finite values or norm. A refused update changes nothing, stored or
+  // in memory. `upload_seconds` is how long the body took to arrive (0: unknown).
+  Result<UpdateAccepted> submit_update(ClientId client, JobId job, RoundIndex round,
+                                       const Result<nlohmann::json>& meta, std::string_view blob,
+                                       double upload_seconds = 0);
+
+  // ---- admin API ----
+  // Jobs are seen through a Scope (job_table.h): the admin's, every job, or one tenant's own.
+  // A committed model of `job`, for the admin or a tenant for its own jobs (`scope`), or for
+  // `client`: only the model of a task it holds (the open round's base version, until its
+  // update is accepted), kPermissionDenied otherwise, so that a job's models reach only its
+  // participants.
+  Result<ModelDownload> model(JobId job, uint64_t version, Scope scope = std::nullopt,
+                              std::optional<ClientId> client = std::nullopt);
+  // The module of `job` (callers as for model(); a client holding a task of the job); kNotFound
+  // for a job without one.
+  Result<ModuleDownload> module(JobId job, Scope scope = std::nullopt,
+                                std::optional<ClientId> client = std::nullopt);
+  // A job owned by `owner` (0: the operator), with the model file uploaded with its config
+  // (`model_file`: a TorchScript archive or a model blob, as config.model says; none for a
+  // built-in model). Nothing is stored unless the config and the file are valid: kInvalidArgument
+  // for a bad config, a file with a built-in model or none with an uploaded one, or a file that
+  // does not decode or holds no parameters; kTooLarge for a file over max_model_bytes;
+  // kUnprocessable for non-finite parameters. While the fleet is overloaded, a tenant over its
+  // running-job cap or submission window is refused with kResourceExhausted, and
+  // `retry_after_s` says when to try again.
+  Result<JobSummary> create_job(const nlohmann::json& config, TenantId owner, double& retry_after_s,
+                                std::optional<std::string_view> model_file = std::nullopt);
+  // As the operator (never throttled), with a built-in model.
+  Result<JobSummary> create_job(const nlohmann::json& config);
+  std::vector<JobSummary> list_jobs(Scope scope = std::nullopt);
+  Result<JobDetail> job_detail(JobId job, Scope scope = std::nullopt);
+  std::vector<ClientSummary> list_clients();
+  // action: "pause", "resume" or "cancel". kNotFound for an unknown action or job (or one
+  // outside `scope`), kConflict when the job's state does not allow it.
+  Result<JobState> control_job(JobId job, const std::string& action, Scope scope = std::nullopt);
+  // Tenants (admin only): TenantRegistry::create, and the tenants with their share of the
+  // fleet (docs/tenancy.md).
+  Result<TenantRegistry::Created> create_tenant(const nlohmann::json& request);
+  TenantsOverview tenants();
+
+ private:
+  struct State;
+  explicit Coordinator(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace fedcase::server

@@ -1,0 +1,435 @@
+#include "server/core/round_driver.h"
+
+#include <chrono>
+#include <cstdio>
+#include <set>
+
+#include "common/log.h"
+#include "rounds/evaluation.h"
+#include "scheduling/fair_share.h"
+#include "scheduling/round_plan.h"
+#include "scheduling/selection.h"
+
+namespace fedcase::server {
+namespace {
+
+using nlohmann::json;
+
+// Contacts refresh availability in memory; the last contacts are saved at most this often, in
+// one batch, so a large fleet's heartbeats do not turn into fsyncs. The profiles of a round's
+// invitees are saved when it closes.
+constexpr double kSaveContactsEvery = 30.0;
+
+std::string job_prefix(const JobEntry& job) { return "job " + std::to_string(job.id) + ": "; }
+
+// Whether a round of `job` must wait for the server's evaluation of the previous model before
+// it may commit: the job has a target accuracy on the test set and that evaluation is pending.
+bool target_unknown(const JobEntry& job, const JobStatus& status) {
+  return job.config.target_accuracy > 0 && job.config.evaluation.target == "server" &&
+         status.evaluations_pending > 0;
+}
+
+// Why a round of a job in `state` is stopped rather than concluded ("": it is not).
+std::string stop_reason(JobState state) {
+  if (state == JobState::kCancelled) return "job cancelled";
+  if (state == JobState::kFinished) return "job reached its target";
+  return std::string();
+}
+
+std::optional<double> earliest(std::optional<double> a, std::optional<double> b) {
+  if (!a) return b;
+  if (!b) return a;
+  return std::min(*a, *b);
+}
+
+storage::RoundRecord open_record(JobId job, const rounds::Round& r) {
+  return {job,          r.index(), RoundState::kOpen, r.base_version(), r.invited(), r.opened_at(),
+          r.deadline(), 0,         json::object()};
+}
+
+}  // namespace
+
+struct RoundDriver::Closing {
+  JobEntry* job = nullptr;
+  rounds::Round round;
+  std::string stop_reason;  // non-empty: fail the round for this reason
+};
+
+RoundDriver::RoundDriver(JobTable& jobs, ClientRegistry& clients, TenantRegistry& tenants,
+                         storage::Store& store, ModelEvaluator& evaluator,
+                         TaskNotifier& tasks_ready, Metrics& metrics, Clock clock)
+    : jobs_(jobs),
+      clients_(clients),
+      tenants_(tenants),
+      store_(store),
+      evaluator_(evaluator),
+      tasks_ready_(tasks_ready),
+      metrics_(metrics),
+      clock_(std::move(clock)),
+      last_flush_(clock_()) {}
+
+RoundDriver::~RoundDriver() { stop(); }
+
+void RoundDriver::start() {
+  if (thread_.joinable()) return;
+  {
+    MutexLock lock(wake_mu_);
+    stop_ = false;
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+void RoundDriver::run() {
+  while (true) {
+    const std::optional<double> next = tick();
+    MutexLock lock(wake_mu_);
+    while (!stop_ && !woken_) {
+      if (!next) {
+        wake_cv_.wait(wake_mu_);
+        continue;
+      }
+      const double wait_s = *next - clock_();
+      if (wait_s <= 0) break;
+      wake_cv_.wait_until(wake_mu_,
+                          std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s));
+    }
+    if (stop_) return;
+    woken_ = false;
+  }
+}
+
+void RoundDriver::stop() {
+  {
+    MutexLock lock(wake_mu_);
+    stop_ = true;
+  }
+  wake_cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void RoundDriver::wake() {
+  {
+    MutexLock lock(wake_mu_);
+    woken_ = true;
+  }
+  wake_cv_.notify_one();
+}
+
+std::optional<double> RoundDriver::tick() {
+  MutexLock serial(tick_mu_);
+  const double now = clock_();
+  // Jobs whose round concludes now open their next one in the next tick, right after this.
+  std::vector<JobEntry*> waiting = jobs_.waiting_jobs();
+  std::vector<Closing> closing;
+  jobs_.update_each([&](JobEntry& job, JobStatus& status) {
+    if (status.concluding || !status.round) return;
+    const std::string reason = stop_reason(status.state);
+    if (!reason.empty()) status.round->close();
+    if (!status.round->due(now)) return;
+    // Whether the previous model reached the target decides whether this round may commit.
+    if (reason.empty() && target_unknown(job, status)) return;
+    closing.push_back({&job, std::move(*status.round), reason});
+    status.round.reset();
+    status.concluding = true;
+  });
+  for (Closing& c : closing) conclude(c, now);
+  open_in_turn(std::move(waiting), now);
+  std::optional<double> next = closing.empty() ? std::nullopt : std::optional<double>(now);
+  next = earliest(next, earliest(jobs_.next_deadline(now), tenants_.throttle_ends(now)));
+  if (clients_.has_unsaved()) {
+    if (now - last_flush_ >= kSaveContactsEvery) {
+      clients_.flush();
+      last_flush_ = now;
+    } else {
+      next = earliest(next, last_flush_ + kSaveContactsEvery);
+    }
+  }
+  return next;
+}
+
+void RoundDriver::conclude_all() {
+  MutexLock serial(tick_mu_);
+  const double now = clock_();
+  std::vector<Closing> closing;
+  jobs_.update_each([&](JobEntry& job, JobStatus& status) {
+    if (status.concluding || !status.round) return;
+    status.round->close();
+    if (!status.round->due(now)) return;
+    const std::string reason = stop_reason(status.state);
+    const bool may_commit = status.state == JobState::kRunning && !target_unknown(job, status) &&
+                            status.round->accepted() >= job.config.min_updates;
+    closing.push_back({&job, std::move(*status.round),
+                       may_commit       ? ""
+                       : reason.empty() ? "coordinator stopped"
+                                        : reason});
+    status.round.reset();
+    status.concluding = true;
+  });
+  for (Closing& c : closing) conclude(c, now);
+}
+
+double RoundDriver::class_cost_of(const JobEntry& job, const std::vector<ClientSnapshot>& clients) {
+  // The coordinator's priors, never the job's own: a job's config must not set its price.
+  scheduling::TrainingParams training = job.config.training;
+  training.priors = scheduling::TrainingParams{}.priors;
+  const uint64_t model_bytes = job.runtime->model()->blob.size();
+  std::vector<double> task_seconds;
+  for (const ClientSnapshot& c : clients) {
+    if (!c.available || !rounds::labels_match(c.labels, job.config.client_labels)) continue;
+    task_seconds.push_back(
+        scheduling::make_candidate(c.profile, true, training, model_bytes).expected_duration_s);
+  }
+  return scheduling::class_cost(std::move(task_seconds));
+}
+
+RoundDriver::Pool RoundDriver::pool_of(const JobEntry& job, const std::set<ClientId>& busy,
+                                       double now) const {
+  const ClientRegistry::Eligible eligible = clients_.eligible(now, job.config.client_labels, busy);
+  Pool pool;
+  pool.eligible = eligible.available;
+  pool.free = eligible.free;
+  pool.can_ever_open = pool.eligible >= job.config.min_clients;
+  pool.wanted =
+      pool.can_ever_open
+          ? std::min(pool.eligible,
+                     scheduling::invited_count(job.config.clients_per_round, job.config.overcommit))
+          : 0;
+  return pool;
+}
+
+bool RoundDriver::fleet_overloaded(double now, size_t extra_wanted) {
+  const std::set<ClientId> busy = jobs_.busy_clients();
+  size_t wanted = extra_wanted;
+  for (const JobEntry* job : jobs_.waiting_jobs()) wanted += pool_of(*job, busy, now).wanted;
+  return scheduling::overloaded(wanted, clients_.eligible(now, {}, busy).free);
+}
+
+void RoundDriver::open_in_turn(std::vector<JobEntry*> waiting, double now) {
+  for (size_t i = waiting.size(); i-- > 0;) {
+    if (waiting[i]->runtime->last_round() < waiting[i]->config.rounds) continue;
+    finish(*waiting[i]);  // its round cap is reached
+    waiting.erase(waiting.begin() + i);
+  }
+  std::set<ClientId> busy = jobs_.busy_clients();
+  // Every job still without a round wants clients (also one that failed to open); `waiting`
+  // holds those not yet tried in this tick.
+  std::vector<JobEntry*> wanting = waiting;
+  std::map<const JobEntry*, Pool> pools;
+  auto measure = [&] {
+    pools.clear();
+    for (const JobEntry* job : wanting) pools[job] = pool_of(*job, busy, now);
+  };
+  measure();
+  // A tenant is active while one of its jobs has a round open or could open one: a job that
+  // no client can serve (too few eligible clients) banks its tenant no credit.
+  std::set<TenantId> active = jobs_.tenants_with_open_rounds();
+  for (const auto& [job, pool] : pools) {
+    if (pool.can_ever_open) active.insert(job->tenant);
+  }
+  tenants_.set_active_tenants(active);
+  while (!waiting.empty()) {
+    size_t wanted = 0;
+    for (const auto& [job, pool] : pools) wanted += pool.wanted;
+    const bool overload = scheduling::overloaded(wanted, clients_.eligible(now, {}, busy).free);
+    std::vector<scheduling::WaitingJob> order;
+    std::vector<JobEntry*> candidates;
+    for (JobEntry* job : waiting) {
+      const Pool& pool = pools.at(job);
+      // A job that could not open even with every eligible client free waits for clients to
+      // come; it must not hold the others back.
+      if (!pool.can_ever_open) continue;
+      const bool can_open = pool.free >= job->config.min_clients;
+      order.push_back({job->id, job->tenant, can_open, can_open && pool.free >= pool.wanted});
+      candidates.push_back(job);
+    }
+    if (order.empty()) return;
+    const std::optional<size_t> next = tenants_.next_round(order, overload, now);
+    if (!next) return;  // throttled, or waiting for the least-served job's clients
+    JobEntry& job = *candidates[*next];
+    waiting.erase(std::find(waiting.begin(), waiting.end(), &job));
+    if (open(job, busy, now)) {
+      tenants_.round_opened(job.tenant, job.id, now, job.round_expected_client_s,
+                            job.round_class_cost);
+      wanting.erase(std::find(wanting.begin(), wanting.end(), &job));
+      busy = jobs_.busy_clients();
+      measure();
+    }
+  }
+}
+
+bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now) {
+  // The one place the driver copies the fleet's profiles: a job is about to select.
+  const std::vector<ClientSnapshot> clients = clients_.profiles(now);
+  rounds::JobRuntime& runtime = *job.runtime;
+  std::vector<rounds::PoolClient> pool;
+  pool.reserve(clients.size());
+  for (const ClientSnapshot& c : clients) {
+    const bool eligible = c.available && rounds::labels_match(c.labels, job.config.client_labels);
+    pool.push_back({&c.profile, eligible && !busy.count(c.profile.id)});
+  }
+  const auto selection_start = std::chrono::steady_clock::now();
+  auto opened = runtime.open_round(pool, now);
+  const double selection_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - selection_start).count();
+  if (!opened.ok()) {
+    log_error(job_prefix(job) + "cannot open a round: " + opened.status().to_string());
+    return false;
+  }
+  if (!*opened) return false;  // too few clients free: not counted as a selection
+  metrics_.observe(metric::kSelectionSeconds, {}, selection_s);
+  rounds::Round& round = **opened;
+  Status stored = store_.open_round(open_record(job.id, round));
+  if (!stored.ok()) {
+    log_error(job_prefix(job) + "cannot open round " + std::to_string(round.index()) + ": " +
+              stored.to_string());
+    return false;
+  }
+  job.round_expected_client_s = round.expected_client_seconds();
+  job.round_class_cost = class_cost_of(job, clients);
+  clients_.apply(round.selection_changes());
+  log_info(job_prefix(job) + "round " + std::to_string(round.index()) + " opened with " +
+           std::to_string(round.tasks().size()) + " invited of " +
+           std::to_string(round.available()) + " available, deadline in " +
+           std::to_string(static_cast<int>(round.deadline() - now)) + " s");
+  const std::vector<ClientId> invited = round.invited();
+  jobs_.update(job, [&](JobStatus& status) {
+    status.last_round = round.index();
+    status.round = std::move(round);
+  });
+  tasks_ready_.notify(invited);
+  return true;
+}
+
+void RoundDriver::conclude(Closing& c, double now) {
+  const auto start = std::chrono::steady_clock::now();
+  JobEntry& job = *c.job;
+  rounds::JobRuntime& runtime = *job.runtime;
+  tenants_.round_concluded(job.tenant, job.id, job.round_expected_client_s,
+                           c.round.client_seconds(now), job.round_class_cost);
+  rounds::Conclusion k = c.stop_reason.empty() ? runtime.conclude(c.round, now)
+                                               : runtime.fail(c.round, now, c.stop_reason);
+  clients_.apply(k.profile_changes);
+  storage::RoundRecord record = open_record(job.id, c.round);
+  record.state = k.state;
+  record.closed_at = now;
+  record.metrics = k.metrics;
+  if (k.state == RoundState::kCommitted) {
+    const rounds::GlobalModel& m = *k.model;
+    Status s = store_.commit_round(
+        record, {job.id, m.version, m.blob, m.checksum, k.optimizer_state, now}, k.policy_state);
+    if (s.ok()) {
+      runtime.adopt(k);
+    } else {
+      runtime.abandon(k);
+      record.state = RoundState::kFailed;
+      record.metrics["failure"] = "commit failed: " + s.to_string();
+      k.failure = record.metrics["failure"];
+      Status failed = store_.fail_round(record);
+      if (!failed.ok())
+        log_error(job_prefix(job) + "cannot record failed round: " + failed.to_string());
+    }
+  } else {
+    Status failed = store_.fail_round(record);
+    if (!failed.ok())
+      log_error(job_prefix(job) + "cannot record failed round: " + failed.to_string());
+  }
+  clients_.save(k.invited);
+
+  const bool committed = record.state == RoundState::kCommitted;
+  const char* outcome = committed ? "committed" : "failed";
+  metrics_.add(metric::kRounds, {{"job", std::to_string(job.id)}, {"outcome", outcome}});
+  metrics_.observe(metric::kRoundSeconds, {{"outcome", outcome}}, now - record.opened_at);
+  jobs_.update(job, [&](JobStatus& status) {
+    status.concluding = false;
+    status.policy_state = runtime.policy_state();
+    if (committed) {
+      status.model = runtime.model();
+      status.privacy = privacy_view(runtime);
+    }
+  });
+  if (committed) {
+    log_info(job_prefix(job) + "round " + std::to_string(record.index) + " committed with " +
+             record.metrics["updates"].dump() + " updates after " +
+             std::to_string(now - record.opened_at) + " s");
+    if (job.config.evaluation.target == "federated") on_federated_evaluation(job, record);
+    // The commit's duration (conclusion and store write) is recorded with the evaluation.
+    const double commit_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (job.config.server_evaluated()) evaluate(job, runtime.model(), {{"commit_s", commit_s}});
+  } else {
+    log_warn(job_prefix(job) + "round " + std::to_string(record.index) + " failed: " + k.failure);
+  }
+}
+
+void RoundDriver::evaluate(JobEntry& job, std::shared_ptr<const rounds::GlobalModel> model,
+                           json timing) {
+  jobs_.update(job, [](JobStatus& status) { status.evaluations_pending += 1; });
+  const uint64_t version = model->version;
+  const auto submitted = std::chrono::steady_clock::now();
+  evaluator_.submit(
+      job.evaluated, model->params,
+      [this, &job, version, timing, submitted](const Result<ml::EvalResult>& e) {
+        json with_eval = timing;
+        with_eval["eval_s"] =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - submitted).count();
+        on_evaluated(job, version, e, std::move(with_eval));
+      });
+}
+
+void RoundDriver::on_evaluated(JobEntry& job, uint64_t version,
+                               const Result<ml::EvalResult>& evaluation, json timing) {
+  if (!evaluation.ok()) {
+    log_error(job_prefix(job) + "cannot evaluate model " + std::to_string(version) + ": " +
+              evaluation.status().to_string());
+    jobs_.update(job, [](JobStatus& status) { status.evaluations_pending -= 1; });
+    wake();  // a round held back by this evaluation may conclude now
+    return;
+  }
+  const ml::EvalResult& e = *evaluation;
+  json metrics = {
+      {"test_accuracy", e.accuracy}, {"test_loss", e.loss}, {"test_samples", e.samples}};
+  metrics.update(timing);
+  Status s = store_.add_round_metrics(job.id, version, metrics);
+  if (!s.ok()) log_error(job_prefix(job) + "cannot record evaluation: " + s.to_string());
+  char line[160];
+  std::snprintf(line, sizeof(line), "job %llu: round %llu model accuracy %.4f, loss %.4f",
+                static_cast<unsigned long long>(job.id), static_cast<unsigned long long>(version),
+                e.accuracy, e.loss);
+  log_info(line);
+  const bool scored = job.config.evaluation.target == "server";  // else federated figures count
+  const bool reached =
+      scored && job.config.target_accuracy > 0 && e.accuracy >= job.config.target_accuracy;
+  // Finished before the pending count drops: a round held back by this evaluation must see
+  // the job finished, never a job with nothing pending that may commit it.
+  if (reached) finish(job);
+  jobs_.update(job, [&](JobStatus& status) {
+    status.evaluations_pending -= 1;
+    if (scored) status.last_accuracy = e.accuracy;
+  });
+  wake();
+}
+
+void RoundDriver::on_federated_evaluation(JobEntry& job, const storage::RoundRecord& round) {
+  const std::optional<double> accuracy = rounds::recorded_accuracy(round.metrics, "federated");
+  if (!accuracy) return;
+  char line[160];
+  std::snprintf(line, sizeof(line), "job %llu: round %llu federated accuracy %.4f of model %llu",
+                static_cast<unsigned long long>(job.id),
+                static_cast<unsigned long long>(round.index), *accuracy,
+                static_cast<unsigned long long>(round.base_version));
+  log_info(line);
+  jobs_.update(job, [&](JobStatus& status) { status.last_accuracy = accuracy; });
+  if (job.config.target_accuracy > 0 && *accuracy >= job.config.target_accuracy) finish(job);
+}
+
+void RoundDriver::finish(JobEntry& job) {
+  auto finished = jobs_.transition(job, [](JobState state) -> Result<JobState> {
+    if (state == JobState::kRunning || state == JobState::kPaused) return JobState::kFinished;
+    return conflict("job is not active");  // cancelled or finished meanwhile: nothing to do
+  });
+  if (!finished.ok() && finished.status().code() != Code::kConflict) {
+    log_error(job_prefix(job) + "cannot finish: " + finished.status().to_string());
+  }
+}
+
+}  // namespace fedcase::server
