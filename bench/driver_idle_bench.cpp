@@ -82,12 +82,11 @@ int main(int argc, char** argv) {
   auto test_set = or_die(fedcase::ml::load_fashion_mnist("/usr/share/datasets/fashion-mnist",
                                                          fedcase::ml::Split::kTest),
                          "test set");
-  auto coordinator =
-      or_die(fedcase::server::Coordinator::open(
-                 config, or_die(fedcase::storage::open_store(database), "store"),
-                 std::make_unique<fedcase::server::TestSetEvaluator>(
-                     fedcase::ml::head(test_set, 100), 100, 1)),
-             "coordinator");
+  auto coordinator = or_die(fedcase::server::Coordinator::open(
+                                config, or_die(fedcase::storage::open_store(database), "store"),
+                                std::make_unique<fedcase::server::TestSetEvaluator>(
+                                    fedcase::ml::head(test_set, 100), 100, 1)),
+                            "coordinator");
   const auto registering = Clock::now();
   for (size_t i = 0; i < clients; ++i) {
     or_die(coordinator->register_client({{"dataset_size", 100 + i % 500}}), "register");

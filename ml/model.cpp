@@ -76,8 +76,7 @@ Status validate_train_options(const TrainOptions& o) {
                             std::to_string(protocol::kMaxBatchSize) + "]");
   }
   if (!in(o.lr, protocol::kMaxLearningRate)) {
-    return invalid_argument("train.lr must be in [0, " + bound(protocol::kMaxLearningRate) +
-                            "]");
+    return invalid_argument("train.lr must be in [0, " + bound(protocol::kMaxLearningRate) + "]");
   }
   if (!in(o.momentum, 1) || o.momentum >= 1) {
     return invalid_argument("train.momentum must be in [0, 1)");
@@ -87,8 +86,7 @@ Status validate_train_options(const TrainOptions& o) {
                             bound(protocol::kMaxWeightDecay) + "]");
   }
   if (!in(o.prox_mu, protocol::kMaxProxMu)) {
-    return invalid_argument("train.prox_mu must be in [0, " + bound(protocol::kMaxProxMu) +
-                            "]");
+    return invalid_argument("train.prox_mu must be in [0, " + bound(protocol::kMaxProxMu) + "]");
   }
   return ok_status();
 }

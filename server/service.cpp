@@ -11,8 +11,9 @@
 namespace fedcase::server {
 namespace {
 
-// The coordinator over the store config.database names (storage::open_store), scoring models on the test set at
-// config.eval_data_dir. kNotFound / kInternal with a clear message when either is unusable.
+// The coordinator over the store config.database names (storage::open_store), scoring models on the
+// test set at config.eval_data_dir. kNotFound / kInternal with a clear message when either is
+// unusable.
 Result<std::unique_ptr<Coordinator>> open_coordinator(const CoordinatorConfig& config) {
   auto store = storage::open_store(config.database);
   if (!store.ok()) return store.status();

@@ -535,8 +535,7 @@ class SqliteStore : public Store {
   }
 
   Result<std::vector<ClientRecord>> clients_where(const std::string& where,
-                                                  std::optional<int64_t> id)
-      FEDCASE_REQUIRES(mu_) {
+                                                  std::optional<int64_t> id) FEDCASE_REQUIRES(mu_) {
     auto q = query("SELECT id, token_hash, info, profile, registered_at, last_seen FROM clients " +
                    where + " ORDER BY id");
     if (!q.ok()) return q.status();

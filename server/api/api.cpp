@@ -10,8 +10,8 @@
 #include "protocol/error_reply.h"
 #include "server/api/client_query.h"
 #include "server/api/dashboard.h"
-#include "server/transport/multipart.h"
 #include "server/api/views.h"
+#include "server/transport/multipart.h"
 
 namespace fedcase::server {
 namespace {

@@ -4,8 +4,8 @@
 
 #include <optional>
 
-#include "server/core/coordinator.h"
 #include "server/api/rate_limiter.h"
+#include "server/core/coordinator.h"
 #include "server/transport/handler.h"
 
 namespace fedcase::server {

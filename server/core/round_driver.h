@@ -116,7 +116,7 @@ class RoundDriver {
   Metrics& metrics_;           // selection time, rounds concluded and their durations
   Clock clock_;
 
-  Mutex tick_mu_;                                       // one tick at a time
+  Mutex tick_mu_;  // one tick at a time
   // When contacts were last saved (at first, when the driver was made).
   double last_flush_ FEDCASE_GUARDED_BY(tick_mu_);
   Mutex wake_mu_;

@@ -67,8 +67,7 @@ class RequestHandler {
   virtual uint64_t largest_body_limit() const = 0;
   // Checked as soon as an upload's header arrives, before its body takes a slot: the
   // refusal, or nullopt to read the body.
-  virtual std::optional<Response> refuse_upload(const Request& header,
-                                                const std::string& peer) = 0;
+  virtual std::optional<Response> refuse_upload(const Request& header, const std::string& peer) = 0;
   // The answer to one complete request.
   virtual Reply handle(const Request& request, const RequestContext& context) = 0;
 };
