@@ -1,6 +1,7 @@
 #include "rounds/job_config.h"
 
 #include <cctype>
+#include <limits>
 
 #include "common/json_read.h"
 #include "protocol/registration.h"
@@ -87,6 +88,25 @@ Result<EvaluationConfig> parse_evaluation(const json& j, const std::string& mode
   return e;
 }
 
+// The `init_from` section: {"job": id, "version": number | "latest" | "best"}.
+Result<InitFrom> parse_init_from(const json& j) {
+  InitFrom init;
+  ObjectReader r(j, "init_from");
+  r.require("job").integer("job", init.job, 1, std::numeric_limits<int64_t>::max());
+  if (const json* version = r.member("version")) {
+    if (version->is_number_integer() && version->get<int64_t>() >= 0) {
+      init.version = std::to_string(version->get<int64_t>());
+    } else if (version->is_string() && (*version == "latest" || *version == "best")) {
+      init.version = version->get<std::string>();
+    } else {
+      return invalid_argument(
+          "init_from.version must be a model version number, \"latest\" or \"best\"");
+    }
+  }
+  FEDCASE_RETURN_IF_ERROR(r.strict_status());
+  return init;
+}
+
 }  // namespace
 
 bool labels_match(const std::map<std::string, std::string>& labels,
@@ -101,6 +121,7 @@ bool labels_match(const std::map<std::string, std::string>& labels,
 Result<JobConfig> parse_job_config(const json& j) {
   JobConfig c;
   json training = json::object(), aggregation = json::object(), evaluation = json::object();
+  const json* init_from = nullptr;
   ObjectReader r(j, "job");
   r.text("name", c.name)
       .text("description", c.description)
@@ -126,7 +147,13 @@ Result<JobConfig> parse_job_config(const json& j) {
                           {"evaluation", &evaluation}}) {
     if (const json* section = r.member(key)) *out = *section;
   }
+  init_from = r.member("init_from");
   FEDCASE_RETURN_IF_ERROR(r.strict_status());
+  if (init_from) {
+    auto parsed = parse_init_from(*init_from);
+    if (!parsed.ok()) return parsed.status();
+    c.init_from = std::move(parsed).value();
+  }
   FEDCASE_RETURN_IF_ERROR(check_range("rounds", c.rounds, 1, 1000000));
   FEDCASE_RETURN_IF_ERROR(check_range("clients_per_round", c.clients_per_round, 1, 1000000));
   FEDCASE_RETURN_IF_ERROR(check_range("min_updates", c.min_updates, 1, c.clients_per_round));

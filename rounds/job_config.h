@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "aggregation/aggregator.h"
 #include "aggregation/server_optimizer.h"
+#include "common/ids.h"
 #include "common/status.h"
 #include "scheduling/round_plan.h"
 #include "scheduling/selection.h"
@@ -35,6 +37,14 @@ struct EvaluationConfig {
   // Whose accuracy target_accuracy is compared with: "server" or "federated". Default:
   // "server" when the server evaluates the model, else "federated".
   std::string target = "server";
+};
+
+// A trained model a job starts from instead of fresh parameters: version `version` of job
+// `job` (docs/protocol.md, "Warm start"). The coordinator checks at creation that its tensors
+// have the names and shapes of the new job's model.
+struct InitFrom {
+  JobId job = 0;
+  std::string version = "latest";  // a decimal version number, "latest" or "best"
 };
 
 struct JobConfig {
@@ -62,6 +72,7 @@ struct JobConfig {
   // the same rule as a registration's labels (protocol::read_labels).
   std::map<std::string, std::string> client_labels;
   EvaluationConfig evaluation;
+  std::optional<InitFrom> init_from;  // none: the model's own initial parameters
 
   // Whether `model` names a built-in architecture (no model file is uploaded with the job).
   bool builtin_model() const { return model == "cnn" || model == "mlp"; }

@@ -110,6 +110,23 @@ Status check_participant(const JobEntry& job, const JobStatus& status,
 
 Status job_not_found(JobId id) { return not_found("job " + std::to_string(id) + " not found"); }
 
+// The committed versions of `job`, as model_versions lists them.
+Result<std::vector<ModelVersion>> versions_of(storage::Store& store, const JobEntry& job) {
+  auto rounds = store.list_rounds(job.id);
+  if (!rounds.ok()) return rounds.status();
+  return model_versions(*rounds, job.config.evaluation.target, job.created_at);
+}
+
+// The stored model of `version` of `job`, kNotFound naming both when there is none.
+Result<storage::ModelRecord> stored_version(storage::Store& store, JobId job, uint64_t version) {
+  auto model = store.get_model(job, version);
+  if (!model.ok() && model.status().code() == Code::kNotFound) {
+    return not_found("job " + std::to_string(job) + " has no model version " +
+                     std::to_string(version));
+  }
+  return model;
+}
+
 }  // namespace
 
 struct Coordinator::State {
@@ -139,6 +156,7 @@ struct Coordinator::State {
   TenantRegistry tenants;
   Mutex create_mu;  // job creations, one at a time (held across their store write only)
   JobTable jobs;
+  ModelExports exports{config.export_cache_bytes};
   std::unique_ptr<ModelEvaluator> evaluator;
   TaskNotifier tasks_ready;
   RoundDriver driver;
@@ -386,6 +404,43 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
   return accepted;
 }
 
+Result<ModelListing> Coordinator::models(JobId id, Scope scope) {
+  State& s = *state_;
+  const JobEntry* job = s.jobs.find(id, scope);
+  if (!job) return job_not_found(id);
+  ModelListing out;
+  out.job = id;
+  out.evaluation_target = job->config.evaluation.target;
+  s.jobs.read(*job, [&](const JobStatus& status) {
+    out.bytes = status.model->blob.size();
+    out.parameters = status.model->layout.element_count();
+  });
+  auto versions = versions_of(*s.store, *job);
+  if (!versions.ok()) return versions.status();
+  out.models = std::move(versions).value();
+  out.latest = *resolve_version("latest", out.models);
+  if (auto best = resolve_version("best", out.models); best.ok()) out.best = *best;
+  return out;
+}
+
+Result<ModelExport> Coordinator::export_model(JobId id, std::string_view version,
+                                              ExportFormat format, Scope scope) {
+  State& s = *state_;
+  const JobEntry* job = s.jobs.find(id, scope);
+  if (!job) return job_not_found(id);
+  auto versions = versions_of(*s.store, *job);
+  if (!versions.ok()) return versions.status();
+  auto resolved = resolve_version(version, *versions);
+  if (!resolved.ok()) {
+    return Status(resolved.status().code(),
+                  "job " + std::to_string(id) + ": " + resolved.status().message());
+  }
+  storage::Store& store = *s.store;
+  return s.exports.get({id, job->config.model, job->module,
+                        [&store, id](uint64_t v) { return stored_version(store, id, v); }},
+                       *resolved, format);
+}
+
 Result<JobSummary> Coordinator::create_job(const json& request) {
   double retry_after_s = 0;
   return create_job(request, 0, retry_after_s);
@@ -411,6 +466,13 @@ Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
   }
   auto initial = initial_parameters(config, model_file, s.config.max_model_bytes);
   if (!initial.ok()) return initial.status();
+  json stored_config = request;
+  if (config.init_from) {
+    auto start = trained_start(*config.init_from, owner, initial->layout);
+    if (!start.ok()) return start.status();
+    initial->data = std::move(start->data);
+    stored_config["init_from"]["version"] = start->model_version;
+  }
   // One creation at a time: two submissions of a tenant cannot both pass its running-job cap.
   MutexLock creating(s.create_mu);
   const size_t running = s.jobs.active_jobs_per_tenant()[owner];
@@ -425,7 +487,7 @@ Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
   std::shared_ptr<const std::string> module;
   if (config.model == "torchscript") module = std::make_shared<const std::string>(*model_file);
   const double now = s.clock();
-  storage::JobRecord record{0,   config.name, request, JobState::kRunning, json::object(),
+  storage::JobRecord record{0,   config.name, stored_config, JobState::kRunning, json::object(),
                             now, owner};
   static const std::string kNoModule;
   auto id = s.store->create_job(record, {0, 0, model->blob, model->checksum, std::string(), now},
@@ -444,6 +506,33 @@ Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
   log_info(created);
   s.driver.wake();
   return summary;
+}
+
+Result<ModelBlob> Coordinator::trained_start(const rounds::InitFrom& from, TenantId owner,
+                                             const ModelLayout& layout) {
+  State& s = *state_;
+  const std::string source = "init_from: job " + std::to_string(from.job);
+  const JobEntry* job = s.jobs.find(from.job, owner == 0 ? Scope() : Scope(owner));
+  if (!job) return invalid_argument(source + " not found");
+  auto versions = versions_of(*s.store, *job);
+  if (!versions.ok()) return versions.status();
+  auto version = resolve_version(from.version, *versions);
+  if (!version.ok()) return invalid_argument(source + ": " + version.status().message());
+  auto stored = stored_version(*s.store, from.job, *version);
+  if (!stored.ok()) {
+    return stored.status().code() == Code::kNotFound
+               ? invalid_argument("init_from: " + stored.status().message())
+               : stored.status();
+  }
+  auto blob = decode_blob(stored->blob, stored->blob.size());
+  if (!blob.ok()) return internal_error(source + ": the stored model does not decode");
+  if (const std::string difference = layout.first_difference(blob->layout); !difference.empty()) {
+    return invalid_argument(source + " version " + std::to_string(*version) +
+                            " does not fit this job's model: " + difference +
+                            " (here: this job's model, there: the trained one)");
+  }
+  blob->model_version = *version;
+  return blob;
 }
 
 std::vector<JobSummary> Coordinator::list_jobs(Scope scope) {
