@@ -101,7 +101,7 @@ Status check_participant(const JobEntry& job, const JobStatus& status,
                          std::optional<ClientId> client, std::optional<uint64_t> version) {
   if (!client) return ok_status();
   const bool holds = status.round && status.round->holds_task(*client) &&
-                     (!version || *version == status.round->base_version());
+                     (!version || *version == status.round->terms_for(*client)->base_version);
   if (holds) return ok_status();
   return permission_denied("client " + std::to_string(*client) + " holds no task of job " +
                            std::to_string(job.id) +
@@ -263,15 +263,16 @@ Result<std::optional<TaskOffer>> Coordinator::next_task(ClientId client) {
     if (!task || r.admission(client, now) != rounds::Admission::kWanted) return;
     r.hand_out(client, now);
     const rounds::EvaluationConfig& evaluation = job.config.evaluation;
+    const rounds::Round::Terms& terms = *r.terms_for(client);
     offer = TaskOffer{
         job.id,
-        r.index(),
+        terms.round,
         job.config.model,
         job.config.loss,
-        r.base_version(),
-        status.model->checksum,
+        terms.base_version,
+        terms.base_checksum,
         job.module_checksum,
-        r.deadline(),
+        terms.deadline,
         job.config.training.local_epochs,
         evaluation.federated ? std::optional<size_t>(evaluation.max_samples) : std::nullopt,
         *task};
@@ -323,7 +324,12 @@ Result<rounds::Admission> Coordinator::task_status(ClientId client, JobId job_id
   const JobEntry* job = s.jobs.find(job_id);
   if (!job) return job_not_found(job_id);
   return s.jobs.read(*job, [&](const JobStatus& status) {
-    if (!status.round || status.round->index() != round) return rounds::Admission::kClosed;
+    if (!status.round) {
+      // An asynchronous job commits between two buffers: its tasks carry over.
+      const bool between = status.concluding && job->config.asynchronous();
+      return between ? rounds::Admission::kHeld : rounds::Admission::kClosed;
+    }
+    if (!status.round->check_task_round(client, round).ok()) return rounds::Admission::kClosed;
     return status.round->admission(client, now);
   });
 }
@@ -338,23 +344,33 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
   // Decide: the state checks come first and hold one of the round's places for this upload.
   struct Held {
     std::shared_ptr<rounds::RoundAggregate> aggregate;
-    std::shared_ptr<const rounds::GlobalModel> base;
+    RoundIndex round = 0;        // the open round (an asynchronous job's buffer)
+    uint64_t trained_on = 0;     // the version the client's task trains from
+    double discount = 1;         // its staleness weight in a buffer
+    std::shared_ptr<const rounds::GlobalModel> model;  // the latest: the layout, the sizes
   };
   auto held = s.jobs.update(*job, [&](JobStatus& status) -> Result<Held> {
-    if (!status.round || status.round->index() != round_index) {
+    if (!status.round) {
+      if (status.concluding && job->config.asynchronous()) {
+        return unavailable("job " + std::to_string(job_id) +
+                           " is committing a model version; retry shortly");
+      }
       return conflict("round " + std::to_string(round_index) + " of job " + std::to_string(job_id) +
                       " is not open for updates");
     }
-    auto reserved = status.round->reserve(client, s.clock());
+    rounds::Round& r = *status.round;
+    FEDCASE_RETURN_IF_ERROR(r.check_task_round(client, round_index));
+    auto reserved = r.reserve(client, s.clock());
     if (!reserved.ok()) return reserved.status();
-    return Held{*reserved, status.model};
+    return Held{*reserved, r.index(), r.terms_for(client)->base_version,
+                rounds::staleness_weight(job->config.async, r.staleness(client)), status.model};
   });
   if (!held.ok()) return held.status();
-  const rounds::GlobalModel& base = *held->base;
   // A refused upload gives its place back; the round may be due once no upload is in flight.
+  const RoundIndex round = held->round;
   auto refuse = [&](Status why) -> Result<UpdateAccepted> {
     const bool due = s.jobs.update(*job, [&](JobStatus& status) {
-      if (!status.round || status.round->index() != round_index) return false;
+      if (!status.round || status.round->index() != round) return false;
       status.round->release(client);
       return status.round->due(s.clock());
     });
@@ -370,17 +386,20 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
   if (Status read = view_blob(bytes, s.config.max_upload_bytes, update); !read.ok()) {
     return refuse(read);
   }
-  if (Status valid = rounds::check_upload(base, round_index, job->config, update, meta->evaluation);
+  const rounds::GlobalModel& latest = *held->model;
+  if (Status valid = rounds::check_upload(latest.layout, held->trained_on, round, job->config,
+                                          update, meta->evaluation);
       !valid.ok()) {
     return refuse(valid);
   }
   const double now = s.clock();
-  if (Status written = s.store->record_update({job_id, round_index, client, *meta_json, now});
+  if (Status written = s.store->record_update({job_id, round, client, *meta_json, now});
       !written.ok()) {
     return refuse(written);
   }
   const auto fold_start = std::chrono::steady_clock::now();
-  if (Status folded = held->aggregate->add(update.values, update.count, meta->samples);
+  if (Status folded =
+          held->aggregate->add(update.values, update.count, meta->samples, held->discount);
       !folded.ok()) {
     return refuse(folded);
   }
@@ -389,14 +408,19 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
   s.metrics.observe(metric::kFoldSeconds, {}, fold_s);
   // Publish.
   const scheduling::RoundReport report =
-      completion_report(*meta, base.blob.size(), bytes.size(), upload_seconds);
+      completion_report(*meta, latest.blob.size(), bytes.size(), upload_seconds);
   rounds::ProfileChange completed;
-  UpdateAccepted accepted{round_index, 0};
+  UpdateAccepted accepted{round, 0};
+  uint64_t staleness = 0;
   s.jobs.update(*job, [&](JobStatus& status) {
     rounds::Round& r = *status.round;  // a round with a reservation in flight stays open
+    staleness = r.staleness(client);
     completed = r.accept(client, report, now, fold_s, std::move(meta->evaluation));
     accepted.updates = r.accepted();
   });
+  if (job->config.asynchronous()) {
+    s.metrics.observe(metric::kUpdateStaleness, {}, double(staleness));
+  }
   s.clients.apply({completed});
   Status touched = s.clients.touch(client, now);
   (void)touched;    // the client exists: it was identified by its token
@@ -563,7 +587,8 @@ Result<JobDetail> Coordinator::job_detail(JobId id, Scope scope) {
     if (status.round) {
       const rounds::Round& r = *status.round;
       d.current_round =
-          JobDetail::OpenRound{r.index(), r.tasks().size(), r.accepted(), r.deadline()};
+          JobDetail::OpenRound{r.index(), r.tasks().size(), r.accepted(),
+                               r.next_deadline().value_or(r.opened_at())};
     }
   });
   auto rounds = s.store->list_rounds(id);

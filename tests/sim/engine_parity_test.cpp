@@ -108,9 +108,7 @@ void check_parity(const std::string& policy) {
   REQUIRE(sim.ok());
   std::vector<Upload> uploads;
   (*sim)->set_update_observer(
-      [&](ClientId id, const std::vector<float>& delta, const scheduling::RoundReport& report) {
-        uploads.push_back({id, delta, report});
-      });
+      [&](const UpdateEvent& u) { uploads.push_back({u.client, u.delta, u.report}); });
 
   testing::TempDir dir;
   Replay replay(dir);
