@@ -114,8 +114,11 @@ bool Round::holds_task_of(ClientId client, RoundIndex round) const {
 
 Status Round::check_task_round(ClientId client, RoundIndex round) const {
   const Terms* terms = terms_for(client);
-  const bool reaches = spec_.buffered ? terms == nullptr || terms->round == round
-                                      : round == spec_.index;
+  // A buffer's dropped task is answered why by admission().
+  const bool reaches =
+      !spec_.buffered ? round == spec_.index
+      : terms != nullptr ? terms->round == round
+                         : round == spec_.index || dropped_why_.count(client) > 0;
   if (reaches) return ok_status();
   return conflict("round " + std::to_string(round) + " is not open for updates (the open round is " +
                   std::to_string(spec_.index) + ")");

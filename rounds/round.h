@@ -145,8 +145,9 @@ class Round {
   // Whether the client holds a task handed out in round `round` (its offer's round).
   bool holds_task_of(ClientId client, RoundIndex round) const;
   // Whether an upload or a status question of `client` about its task of round `round` (its
-  // URL's) reaches this round: a synchronous round's own index; in a buffer, any round but
-  // another one the client holds a task of. kConflict saying which round is open otherwise.
+  // URL's) reaches this round: a synchronous round's own index; in a buffer, the round of the
+  // task the client holds, or for a client without one the buffer's own index or that of a
+  // task it dropped. kConflict saying which round is open otherwise.
   Status check_task_round(ClientId client, RoundIndex round) const;
 
   // ---- buffers only ----

@@ -156,3 +156,54 @@ TEST_CASE("a job with central DP reports the privacy spent, round by round") {
   CHECK(detail["privacy"]["rounds"] == 3);
   CHECK(detail["privacy"]["epsilon"].get<double>() == doctest::Approx(previous));
 }
+
+TEST_CASE("an SDK fleet trains an asynchronous job to its target") {
+  TempDir dir;
+  auto service = start_coordinator(dir);
+  const uint16_t port = service->port();
+  Caller admin(port, kAdminToken);
+  json job_config = {
+      {"name", "fedbuff"},
+      {"model", "mlp"},
+      {"mode", "async"},
+      {"rounds", 60},
+      {"clients_per_round", 3},
+      {"target_accuracy", 0.65},
+      {"async", {{"concurrency", 6}}},
+      {"training",
+       {{"local_epochs", 1}, {"lr", 0.05}, {"deadline", {{"mode", "fixed"}, {"seconds", 120}}}}}};
+  Reply created = admin.post("/v1/admin/jobs", job_config);
+  REQUIRE_MESSAGE(created.status == 201, created.raw);
+  const std::string job_path = "/v1/admin/jobs/" + std::to_string(created.body["job_id"].get<int>());
+
+  ml::Dataset slice = ml::head(fmnist_train(), 4000);
+  auto fleet = client::Fleet::start(test_fleet(port, 8, slice));
+  REQUIRE(fleet.ok());
+  json detail;
+  const bool finished = wait_until(
+      [&] {
+        detail = admin.get(job_path).body;
+        return detail.value("state", "") == "finished" && !detail["result"].is_null();
+      },
+      240);
+  (*fleet)->stop();
+  REQUIRE_MESSAGE(finished, detail.dump());
+
+  // Each committed buffer is a version; updates carried over joined later buffers, stale.
+  const auto rounds = committed_rounds(detail);
+  REQUIRE(!rounds.empty());
+  size_t stale = 0;
+  for (const json& r : rounds) {
+    CHECK(r["metrics"]["updates"] == 3);
+    CHECK(r["metrics"]["model_version"] == r["round"]);
+    for (const auto& [tau, count] : r["metrics"]["staleness"].items()) {
+      if (tau != "0") stale += count.get<size_t>();
+    }
+  }
+  MESSAGE(rounds.size() << " versions to " << detail["result"].dump() << ", " << stale
+                        << " stale updates");
+  CHECK(stale > 0);
+  CHECK(detail["result"]["test_accuracy"].get<double>() >= 0.65);
+  const std::string metrics = admin.get("/metrics").raw;
+  CHECK(metrics.find("fedcase_update_staleness_count") != std::string::npos);
+}
