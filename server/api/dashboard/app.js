@@ -228,7 +228,8 @@ function modelRows(listing) {
     cell(tr, m.round);
     cell(tr, fixed(m.accuracy, 4));
     const td = cell(tr, "");
-    for (const [format, path] of Object.entries(m.exports)) {
+    for (const format of Object.keys(labels).filter((f) => m.exports[f])) {
+      const path = m.exports[format];
       const b = document.createElement("button");
       b.type = "button";
       b.textContent = labels[format] || format;
@@ -262,6 +263,11 @@ async function renderJob(id) {
   if (job.current_round) {
     facts.push(["open round", job.current_round.round + ": " + job.current_round.updates + " of " +
       job.current_round.invited + " updates"]);
+  }
+  if (job.config.mode === "async") {
+    const a = job.config.async || {};
+    facts.push(["mode", "async: buffers of " + job.config.clients_per_round + ", " +
+      (a.concurrency || 4 * job.config.clients_per_round) + " training at once"]);
   }
   if (job.privacy) facts.push(["epsilon", fixed(job.privacy.epsilon, 3)]);
   if (job.result) facts.push(["target reached", "round " + job.result.round]);
@@ -337,6 +343,24 @@ async function renderJob(id) {
     },
     options: { scales: { x: { stacked: true }, y: { stacked: true } } },
   });
+  // An asynchronous job's versions: how far behind their updates trained, mean and largest.
+  const buffers = rounds.filter((r) => r.state === "committed" && r.metrics.staleness);
+  $("staleness-figure").hidden = buffers.length === 0;
+  if (buffers.length) {
+    const largest = (r) => Math.max(0, ...Object.keys(r.metrics.staleness).map(Number));
+    chart("chart-staleness", {
+      type: "line",
+      data: {
+        labels: buffers.map((r) => r.metrics.model_version),
+        datasets: [
+          { label: "mean", data: buffers.map((r) => r.metrics.mean_staleness),
+            borderColor: "#2563a8" },
+          { label: "largest", data: buffers.map(largest), borderColor: "#c2410c" },
+        ],
+      },
+      options: { scales: { x: { title: { display: true, text: "model version" } } } },
+    });
+  }
   const private_ = rounds.filter((r) => r.metrics.privacy);
   $("privacy-figure").hidden = private_.length === 0;
   if (private_.length) {
