@@ -1,0 +1,82 @@
+#include "secagg/round_crypto.h"
+
+#include <algorithm>
+#include <thread>
+
+namespace fedcase::secagg {
+namespace {
+
+constexpr size_t kChunkWords = 16 * 1024;  // 128 KiB of accumulator: stays in L2 per stream
+
+std::string binding(const char* domain, JobId job, RoundIndex round, ClientId a, ClientId b) {
+  std::string out(domain);
+  out += '\0';
+  append_u64(out, job);
+  append_u64(out, round);
+  append_u64(out, a);
+  append_u64(out, b);
+  return out;
+}
+
+}  // namespace
+
+std::string share_associated_data(JobId job, RoundIndex round, ClientId sender,
+                                  ClientId receiver) {
+  return binding("fedcase/secagg/share", job, round, sender, receiver);
+}
+
+Result<Bytes32> share_key(const Bytes32& own_cipher_private, const Bytes32& peer_cipher_public,
+                          JobId job, RoundIndex round, ClientId sender, ClientId receiver) {
+  Result<Bytes32> secret = agree(own_cipher_private, peer_cipher_public);
+  if (!secret.ok()) return secret.status();
+  return derive_key(*secret, binding("fedcase/secagg/share-key", job, round, sender, receiver));
+}
+
+Result<Bytes32> pairwise_seed(const Bytes32& own_mask_private, const Bytes32& peer_mask_public,
+                              JobId job, RoundIndex round, ClientId a, ClientId b) {
+  Result<Bytes32> secret = agree(own_mask_private, peer_mask_public);
+  if (!secret.ok()) return secret.status();
+  return derive_key(*secret,
+                    binding("fedcase/secagg/mask", job, round, std::min(a, b), std::max(a, b)));
+}
+
+Bytes32 seed_commitment(JobId job, RoundIndex round, ClientId client, const Bytes32& seed) {
+  std::string data = binding("fedcase/secagg/seed", job, round, client, 0);
+  data.append(as_view(seed));
+  return sha256(data);
+}
+
+Status for_ranges(size_t n, size_t threads, const std::function<Status(size_t, size_t)>& body) {
+  threads = std::max<size_t>(1, std::min(threads, (n + kChunkWords - 1) / kChunkWords));
+  const size_t per = (n / threads + 15) / 16 * 16;
+  std::vector<Status> results(threads);
+  std::vector<std::thread> workers;
+  for (size_t part = 1; part < threads; ++part) {
+    const size_t begin = std::min(n, part * per);
+    const size_t end = part + 1 == threads ? n : std::min(n, begin + per);
+    workers.emplace_back([&, part, begin, end] { results[part] = body(begin, end); });
+  }
+  results[0] = body(0, threads == 1 ? n : std::min(n, per));
+  for (std::thread& w : workers) w.join();
+  for (Status& s : results) {
+    if (!s.ok()) return s;
+  }
+  return ok_status();
+}
+
+Status apply_streams(const std::vector<MaskStream>& streams, size_t length, size_t word_bytes,
+                     size_t threads, uint64_t* acc) {
+  return for_ranges(length, threads, [&](size_t begin, size_t end) -> Status {
+    PrgExpander expander;
+    for (size_t chunk = begin; chunk < end; chunk += kChunkWords) {
+      const size_t count = std::min(kChunkWords, end - chunk);
+      for (const MaskStream& s : streams) {
+        FEDCASE_RETURN_IF_ERROR(
+            expander.apply(s.key, chunk, count, word_bytes, s.op, acc + chunk));
+      }
+    }
+    return ok_status();
+  });
+}
+
+}  // namespace fedcase::secagg
