@@ -71,6 +71,8 @@ struct Binding {
 struct OwnKeys {
   KeyPair cipher;
   KeyPair mask;
+  X25519Key cipher_key;  // cipher.private_key and mask.private_key, loaded
+  X25519Key mask_key;
 };
 
 struct PeerKeys {
@@ -172,7 +174,7 @@ class MaskingState : public ClientState {
         continue;
       }
       held[c.client] = std::move(*shares);
-      Result<Bytes32> pairwise = pairwise_seed(keys_.mask.private_key, peer->second.mask_public,
+      Result<Bytes32> pairwise = pairwise_seed(keys_.mask_key, peer->second.mask_public,
                                                binding_.job, binding_.round, binding_.self,
                                                c.client);
       if (!pairwise.ok()) return pairwise.status();
@@ -218,7 +220,7 @@ class MaskingState : public ClientState {
 
  private:
   Result<HeldShares> open_shares(const protocol::SecAggCiphertext& c, const PeerKeys& peer) const {
-    Result<Bytes32> key = share_key(keys_.cipher.private_key, peer.cipher_public, binding_.job,
+    Result<Bytes32> key = share_key(keys_.cipher_key, peer.cipher_public, binding_.job,
                                     binding_.round, c.client, binding_.self);
     if (!key.ok()) return key.status();
     Result<std::string> plain =
@@ -295,7 +297,7 @@ class SharingState : public ClientState {
         std::string(as_view(seed_commitment(binding_.job, binding_.round, binding_.self, *seed)));
     for (size_t i = 0; i < expected.size(); ++i) {
       const ClientId to = expected[i];
-      Result<Bytes32> key = share_key(keys_.cipher.private_key, peers[to].cipher_public,
+      Result<Bytes32> key = share_key(keys_.cipher_key, peers[to].cipher_public,
                                       binding_.job, binding_.round, binding_.self, to);
       if (!key.ok()) return key.status();
       Result<std::string> sealed =
@@ -324,11 +326,16 @@ class AdvertiseState : public ClientState {
     if (!cipher.ok()) return cipher.status();
     Result<KeyPair> mask = generate_key_pair();
     if (!mask.ok()) return mask.status();
+    Result<X25519Key> cipher_key = X25519Key::load(cipher->private_key);
+    if (!cipher_key.ok()) return cipher_key.status();
+    Result<X25519Key> mask_key = X25519Key::load(mask->private_key);
+    if (!mask_key.ok()) return mask_key.status();
     protocol::SecAggAdvertiseKeys out{binding_.job, binding_.round, binding_.self,
                                       std::string(as_view(cipher->public_key)),
                                       std::string(as_view(mask->public_key))};
     return Step<protocol::SecAggAdvertiseKeys>{
-        std::move(out), std::make_unique<SharingState>(binding_, OwnKeys{*cipher, *mask})};
+        std::move(out), std::make_unique<SharingState>(
+                            binding_, OwnKeys{*cipher, *mask, *cipher_key, *mask_key})};
   }
 
  private:

@@ -81,12 +81,20 @@ Result<Bytes32> public_key_of(const Bytes32& raw) {
   return pub;
 }
 
-Result<Bytes32> agree(const Bytes32& own_private, const Bytes32& peer_public) {
-  Pkey own = private_key(own_private);
+void X25519Key::Free::operator()(EVP_PKEY* key) const { EVP_PKEY_free(key); }
+
+Result<X25519Key> X25519Key::load(const Bytes32& raw) {
+  X25519Key out;
+  out.key_ = std::shared_ptr<EVP_PKEY>(private_key(raw).release(), Free());
+  if (!out.key_) return openssl_failure("X25519 private key");
+  return out;
+}
+
+Result<Bytes32> X25519Key::agree(const Bytes32& peer_public) const {
   Pkey peer(EVP_PKEY_new_raw_public_key(EVP_PKEY_X25519, nullptr, peer_public.data(),
                                         peer_public.size()));
-  if (!own || !peer) return openssl_failure("X25519 keys");
-  PkeyCtx ctx(EVP_PKEY_CTX_new(own.get(), nullptr));
+  if (!peer) return openssl_failure("X25519 public key");
+  PkeyCtx ctx(EVP_PKEY_CTX_new(key_.get(), nullptr));
   Bytes32 secret{};
   size_t size = secret.size();
   if (!ctx || EVP_PKEY_derive_init(ctx.get()) != 1 ||
@@ -97,6 +105,12 @@ Result<Bytes32> agree(const Bytes32& own_private, const Bytes32& peer_public) {
   }
   if (secret == Bytes32{}) return invalid_argument("X25519 agreement gave a zero secret");
   return secret;
+}
+
+Result<Bytes32> agree(const Bytes32& own_private, const Bytes32& peer_public) {
+  Result<X25519Key> key = X25519Key::load(own_private);
+  if (!key.ok()) return key.status();
+  return key->agree(peer_public);
 }
 
 Result<Bytes32> derive_key(const Bytes32& secret, std::string_view info) {

@@ -11,10 +11,13 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "common/status.h"
+
+struct evp_pkey_st;  // OpenSSL's EVP_PKEY
 
 namespace fedcase::secagg {
 
@@ -38,8 +41,24 @@ struct KeyPair {
 Result<KeyPair> generate_key_pair();
 // The public key of a raw private key (for checking a reconstructed key).
 Result<Bytes32> public_key_of(const Bytes32& private_key);
-// X25519(private_key, peer_public_key). kInvalidArgument when the peer key is a low-order
-// point (the shared secret would be all zeros).
+// An X25519 private key loaded into OpenSSL once, for many agreements (loading a raw private
+// key computes its public key, a scalar multiplication as costly as the agreement itself).
+// Copies share the key; agree() may run on several threads at once.
+class X25519Key {
+ public:
+  static Result<X25519Key> load(const Bytes32& private_key);
+  // X25519(this key, peer_public_key). kInvalidArgument when the peer key is a low-order point
+  // (the shared secret would be all zeros).
+  Result<Bytes32> agree(const Bytes32& peer_public_key) const;
+
+ private:
+  struct Free {
+    void operator()(evp_pkey_st* key) const;
+  };
+  std::shared_ptr<evp_pkey_st> key_;
+};
+
+// X25519(private_key, peer_public_key), as X25519Key::load(private_key)->agree(...).
 Result<Bytes32> agree(const Bytes32& private_key, const Bytes32& peer_public_key);
 
 // HKDF-SHA256 (RFC 5869) of `secret` with an empty salt and `info`: 32 bytes.

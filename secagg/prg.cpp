@@ -11,8 +11,8 @@ namespace {
 constexpr size_t kBlock = 16;
 constexpr size_t kBufferBytes = 64 * 1024;  // keystream produced per OpenSSL call: fits L2
 
-template <class Word>
-void apply_words(const uint8_t* stream, size_t count, PrgExpander::Op op, uint64_t* acc) {
+template <class Word, class Acc>
+void apply_words(const uint8_t* stream, size_t count, PrgExpander::Op op, Acc* acc) {
   // Little-endian words (x86 and ARM as Debian builds them); memcpy compiles to plain loads.
   switch (op) {
     case PrgExpander::Op::kAdd:
@@ -62,6 +62,17 @@ PrgExpander::~PrgExpander() = default;
 Status PrgExpander::apply(const PrgKey& key, uint64_t offset, size_t count, size_t word_bytes,
                           Op op, uint64_t* acc) {
   if (word_bytes != 4 && word_bytes != 8) return invalid_argument("word_bytes must be 4 or 8");
+  return apply_to(key, offset, count, word_bytes, op, acc);
+}
+
+Status PrgExpander::apply(const PrgKey& key, uint64_t offset, size_t count, Op op,
+                          uint32_t* acc) {
+  return apply_to(key, offset, count, 4, op, acc);
+}
+
+template <class Acc>
+Status PrgExpander::apply_to(const PrgKey& key, uint64_t offset, size_t count, size_t word_bytes,
+                             Op op, Acc* acc) {
   if (ctx_->ctx == nullptr) return internal_error("OpenSSL failed: cipher context");
   const uint64_t first_byte = offset * word_bytes;
   // The counter block holding the first byte, big-endian in the 128-bit IV.
@@ -83,7 +94,7 @@ Status PrgExpander::apply(const PrgKey& key, uint64_t offset, size_t count, size
     }
     if (word_bytes == 4) {
       apply_words<uint32_t>(stream_.data() + skip, words, op, acc + done);
-    } else {
+    } else if constexpr (sizeof(Acc) == 8) {
       apply_words<uint64_t>(stream_.data() + skip, words, op, acc + done);
     }
     skip = 0;

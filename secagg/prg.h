@@ -38,8 +38,15 @@ class PrgExpander {
   // mod 2^64 (callers reduce mod 2^bits once, at the end). `word_bytes` is 4 or 8.
   Status apply(const PrgKey& key, uint64_t offset, size_t count, size_t word_bytes, Op op,
                uint64_t* acc);
+  // The same with 4-byte words into 32-bit accumulators (mod 2^32): for bits <= 32, half the
+  // memory traffic.
+  Status apply(const PrgKey& key, uint64_t offset, size_t count, Op op, uint32_t* acc);
 
  private:
+  template <class Acc>
+  Status apply_to(const PrgKey& key, uint64_t offset, size_t count, size_t word_bytes, Op op,
+                  Acc* acc);
+
   struct Context;
   std::unique_ptr<Context> ctx_;
   std::vector<uint8_t> zeros_;

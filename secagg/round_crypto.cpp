@@ -25,16 +25,16 @@ std::string share_associated_data(JobId job, RoundIndex round, ClientId sender,
   return binding("fedcase/secagg/share", job, round, sender, receiver);
 }
 
-Result<Bytes32> share_key(const Bytes32& own_cipher_private, const Bytes32& peer_cipher_public,
+Result<Bytes32> share_key(const X25519Key& own_cipher_key, const Bytes32& peer_cipher_public,
                           JobId job, RoundIndex round, ClientId sender, ClientId receiver) {
-  Result<Bytes32> secret = agree(own_cipher_private, peer_cipher_public);
+  Result<Bytes32> secret = own_cipher_key.agree(peer_cipher_public);
   if (!secret.ok()) return secret.status();
   return derive_key(*secret, binding("fedcase/secagg/share-key", job, round, sender, receiver));
 }
 
-Result<Bytes32> pairwise_seed(const Bytes32& own_mask_private, const Bytes32& peer_mask_public,
+Result<Bytes32> pairwise_seed(const X25519Key& own_mask_key, const Bytes32& peer_mask_public,
                               JobId job, RoundIndex round, ClientId a, ClientId b) {
-  Result<Bytes32> secret = agree(own_mask_private, peer_mask_public);
+  Result<Bytes32> secret = own_mask_key.agree(peer_mask_public);
   if (!secret.ok()) return secret.status();
   return derive_key(*secret,
                     binding("fedcase/secagg/mask", job, round, std::min(a, b), std::max(a, b)));
@@ -64,19 +64,38 @@ Status for_ranges(size_t n, size_t threads, const std::function<Status(size_t, s
   return ok_status();
 }
 
-Status apply_streams(const std::vector<MaskStream>& streams, size_t length, size_t word_bytes,
-                     size_t threads, uint64_t* acc) {
+namespace {
+
+template <class Acc>
+Status apply_streams_to(const std::vector<MaskStream>& streams, size_t length, size_t word_bytes,
+                        size_t threads, Acc* acc) {
   return for_ranges(length, threads, [&](size_t begin, size_t end) -> Status {
     PrgExpander expander;
     for (size_t chunk = begin; chunk < end; chunk += kChunkWords) {
       const size_t count = std::min(kChunkWords, end - chunk);
       for (const MaskStream& s : streams) {
-        FEDCASE_RETURN_IF_ERROR(
-            expander.apply(s.key, chunk, count, word_bytes, s.op, acc + chunk));
+        if constexpr (sizeof(Acc) == 4) {
+          FEDCASE_RETURN_IF_ERROR(expander.apply(s.key, chunk, count, s.op, acc + chunk));
+        } else {
+          FEDCASE_RETURN_IF_ERROR(
+              expander.apply(s.key, chunk, count, word_bytes, s.op, acc + chunk));
+        }
       }
     }
     return ok_status();
   });
+}
+
+}  // namespace
+
+Status apply_streams(const std::vector<MaskStream>& streams, size_t length, size_t word_bytes,
+                     size_t threads, uint64_t* acc) {
+  return apply_streams_to(streams, length, word_bytes, threads, acc);
+}
+
+Status apply_streams(const std::vector<MaskStream>& streams, size_t length, size_t threads,
+                     uint32_t* acc) {
+  return apply_streams_to(streams, length, 4, threads, acc);
 }
 
 }  // namespace fedcase::secagg

@@ -32,11 +32,11 @@ std::string share_associated_data(JobId job, RoundIndex round, ClientId sender,
                                   ClientId receiver);
 // The AES-256-GCM key of the shares `sender` sends `receiver`: HKDF of their cipher keys'
 // X25519 secret, bound to the direction (each key seals one message).
-Result<Bytes32> share_key(const Bytes32& own_cipher_private, const Bytes32& peer_cipher_public,
+Result<Bytes32> share_key(const X25519Key& own_cipher_key, const Bytes32& peer_cipher_public,
                           JobId job, RoundIndex round, ClientId sender, ClientId receiver);
 // The pairwise mask seed of clients a and b (either order gives the same seed): HKDF of their
 // mask keys' X25519 secret.
-Result<Bytes32> pairwise_seed(const Bytes32& own_mask_private, const Bytes32& peer_mask_public,
+Result<Bytes32> pairwise_seed(const X25519Key& own_mask_key, const Bytes32& peer_mask_public,
                               JobId job, RoundIndex round, ClientId a, ClientId b);
 // SHA-256 of the self-mask seed, bound to the client and round (reveals nothing of a random
 // 256-bit seed; lets the coordinator check a reconstruction).
@@ -56,6 +56,9 @@ struct MaskStream {
 // applied to in turn: each stream is expanded once, no stream is ever held whole.
 Status apply_streams(const std::vector<MaskStream>& streams, size_t length, size_t word_bytes,
                      size_t threads, uint64_t* acc);
+// The same with 4-byte words into 32-bit accumulators (mod 2^32).
+Status apply_streams(const std::vector<MaskStream>& streams, size_t length, size_t threads,
+                     uint32_t* acc);
 
 // Runs body(begin, end) over `threads` contiguous ranges of [0, n) in parallel (the caller's
 // thread runs the first) and returns the first error. Range bounds are multiples of 16.

@@ -38,6 +38,48 @@ std::set<ClientId> ids_of(const std::vector<T>& items) {
 
 std::vector<ClientId> sorted(const std::set<ClientId>& s) { return {s.begin(), s.end()}; }
 
+// sum[i] += word i of `body` (little-endian words of sizeof(Word) bytes), mod 2^(8 sizeof(Word)).
+template <class Word>
+Status fold_words(std::vector<Word>& sum, std::string_view body, size_t threads) {
+  Word* out = sum.data();
+  const char* data = body.data();
+  return for_ranges(sum.size(), threads, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      Word w;
+      std::memcpy(&w, data + i * sizeof(Word), sizeof(Word));
+      out[i] += w;
+    }
+    return ok_status();
+  });
+}
+
+template <class Word>
+Status remove_masks(std::vector<Word>& sum, const std::vector<MaskStream>& streams,
+                    size_t threads) {
+  if constexpr (sizeof(Word) == 4) {
+    return apply_streams(streams, sum.size(), threads, sum.data());
+  } else {
+    return apply_streams(streams, sum.size(), 8, threads, sum.data());
+  }
+}
+
+// The weighted sum (each of the first `length` words read as a signed bits-bit integer times
+// `unit`) and the total weight (the last word).
+template <class Word>
+Status decode(const std::vector<Word>& sum, uint32_t bits, double unit, size_t threads,
+              SecAggSum& out) {
+  const size_t length = sum.size() - 1;
+  out.weighted_sum.resize(length);
+  float* values = out.weighted_sum.data();
+  FEDCASE_RETURN_IF_ERROR(for_ranges(length, threads, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) values[i] = float(double(to_signed(sum[i], bits)) * unit);
+    return ok_status();
+  }));
+  const uint64_t low_bits = bits >= 64 ? ~uint64_t(0) : (uint64_t(1) << bits) - 1;
+  out.total_weight = double(uint64_t(sum[length]) & low_bits);
+  return ok_status();
+}
+
 }  // namespace
 
 Result<std::vector<float>> SecAggSum::mean() const {
@@ -61,14 +103,17 @@ Result<std::unique_ptr<SecAggServer>> SecAggServer::create(SecAggRoundSetup setu
   FEDCASE_RETURN_IF_ERROR(validate_params(setup.params, invitees.size()));
   Result<KeyPair> probe = generate_key_pair();
   if (!probe.ok()) return probe.status();
+  Result<X25519Key> probe_key = X25519Key::load(probe->private_key);
+  if (!probe_key.ok()) return probe_key.status();
   setup.threads = std::max<size_t>(1, setup.threads);
-  return std::unique_ptr<SecAggServer>(new SecAggServer(std::move(setup), probe->private_key));
+  return std::unique_ptr<SecAggServer>(new SecAggServer(std::move(setup), *probe_key));
 }
 
-SecAggServer::SecAggServer(SecAggRoundSetup setup, Bytes32 probe_private_key)
+SecAggServer::SecAggServer(SecAggRoundSetup setup, X25519Key probe_key)
     : setup_(std::move(setup)),
       invitees_(setup_.invitees.begin(), setup_.invitees.end()),
-      probe_private_key_(probe_private_key) {
+      probe_key_(std::move(probe_key)),
+      word_bytes_(word_bytes(setup_.params.bits)) {
   MutexLock lock(mu_);
   params_ = setup_.params;
 }
@@ -92,9 +137,13 @@ Status SecAggServer::fail(std::string reason) {
   stage_ = Stage::kFailed;
   failure_ = conflict("secure aggregation of job " + std::to_string(setup_.job) + " round " +
                       std::to_string(setup_.round) + " failed: " + reason);
-  sum_.clear();
-  sum_.shrink_to_fit();
+  free_sum();
   return failure_;
+}
+
+void SecAggServer::free_sum() {
+  sum32_ = {};
+  sum64_ = {};
 }
 
 Status SecAggServer::check_message(Stage stage, ClientId sender, ClientId named, JobId job,
@@ -135,7 +184,7 @@ Status SecAggServer::receive_keys(ClientId sender, const protocol::SecAggAdverti
     if (round_keys_.count(*key) != 0) {
       return permission_denied(client_name(sender) + " advertises a public key already in use");
     }
-    if (!agree(probe_private_key_, to_bytes32(*key)).ok()) {
+    if (!probe_key_.agree(to_bytes32(*key)).ok()) {
       return invalid_argument(client_name(sender) + " advertises a low-order public key");
     }
   }
@@ -227,7 +276,7 @@ Status SecAggServer::close_shares() {
     return fail(std::to_string(shares_.size()) + " clients sent shares, fewer than the threshold " +
                 std::to_string(params_.threshold));
   }
-  sum_.assign(params_.vector_length + 1, 0);
+  with_sum([&](auto& sum) { sum.assign(params_.vector_length + 1, 0); });
   stage_ = Stage::kMaskedInput;
   return ok_status();
 }
@@ -250,27 +299,6 @@ Result<protocol::SecAggForwardedShares> SecAggServer::forwarded_shares(ClientId 
 }
 
 // Stage 3: masked input.
-
-Status SecAggServer::fold(std::string_view body, uint32_t word_bytes) {
-  uint64_t* sum = sum_.data();
-  const char* data = body.data();
-  return for_ranges(sum_.size(), setup_.threads, [&](size_t begin, size_t end) {
-    if (word_bytes == 4) {
-      for (size_t i = begin; i < end; ++i) {
-        uint32_t w;
-        std::memcpy(&w, data + i * 4, 4);
-        sum[i] += w;
-      }
-    } else {
-      for (size_t i = begin; i < end; ++i) {
-        uint64_t w;
-        std::memcpy(&w, data + i * 8, 8);
-        sum[i] += w;
-      }
-    }
-    return ok_status();
-  });
-}
 
 Status SecAggServer::receive_masked_input(ClientId sender, const protocol::SecAggMaskedInput& h,
                                           std::string_view body) {
@@ -309,7 +337,8 @@ Status SecAggServer::receive_masked_input(ClientId sender, const protocol::SecAg
                                client_name(refused) + ", whose input is in the sum");
     }
   }
-  FEDCASE_RETURN_IF_ERROR(fold(body, h.word_bytes));
+  FEDCASE_RETURN_IF_ERROR(
+      with_sum([&](auto& sum) { return fold_words(sum, body, setup_.threads); }));
   survivors_.insert(sender);
   for (ClientId refused : h.refused_shares) refusers_[refused].insert(sender);
   return ok_status();
@@ -437,12 +466,14 @@ Result<std::vector<MaskStream>> SecAggServer::plan_unmasking() {
       return fail(client_name(j) + "'s mask key: " + std::to_string(shares.size()) +
                   " shares arrived, the threshold is " + std::to_string(t));
     }
-    Result<Bytes32> key = shamir_combine(shares, t);
-    Result<Bytes32> pub = key.ok() ? public_key_of(*key) : Result<Bytes32>(key.status());
+    Result<Bytes32> raw = shamir_combine(shares, t);
+    Result<Bytes32> pub = raw.ok() ? public_key_of(*raw) : Result<Bytes32>(raw.status());
     if (!pub.ok() || std::string(as_view(*pub)) != keys_.at(j).mask_public_key) {
       return fail(client_name(j) + "'s mask key does not match its public key: a share was "
                   "wrong");
     }
+    Result<X25519Key> key = X25519Key::load(*raw);
+    if (!key.ok()) return key.status();
     for (ClientId i : masked_with) {
       Result<Bytes32> seed = pairwise_seed(*key, to_bytes32(keys_.at(i).mask_public_key),
                                            setup_.job, setup_.round, j, i);
@@ -463,25 +494,15 @@ Result<SecAggSum> SecAggServer::finish() {
   if (stage_ != Stage::kUnmask) return conflict("the unmask stage is not open");
   Result<std::vector<MaskStream>> streams = plan_unmasking();
   if (!streams.ok()) return streams.status();
-  FEDCASE_RETURN_IF_ERROR(apply_streams(*streams, sum_.size(), word_bytes(params_.bits),
-                                        setup_.threads, sum_.data()));
   SecAggSum out;
-  const size_t length = params_.vector_length;
-  out.weighted_sum.resize(length);
   const double unit = double(params_.max_weight) / params_.scale;
-  const uint32_t bits = params_.bits;
-  const uint64_t* sum = sum_.data();
-  float* values = out.weighted_sum.data();
-  FEDCASE_RETURN_IF_ERROR(for_ranges(length, setup_.threads, [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) values[i] = float(double(to_signed(sum[i], bits)) * unit);
-    return ok_status();
+  FEDCASE_RETURN_IF_ERROR(with_sum([&](auto& sum) {
+    FEDCASE_RETURN_IF_ERROR(remove_masks(sum, *streams, setup_.threads));
+    return decode(sum, params_.bits, unit, setup_.threads, out);
   }));
-  const uint64_t low_bits = bits >= 64 ? ~uint64_t(0) : (uint64_t(1) << bits) - 1;
-  out.total_weight = double(sum_[length] & low_bits);
   out.survivors = sorted(survivors_);
   out.dropped = sorted(dropped_);
-  sum_.clear();
-  sum_.shrink_to_fit();
+  free_sum();
   stage_ = Stage::kDone;
   return out;
 }
@@ -493,7 +514,8 @@ std::set<std::string> SecAggServer::public_keys() const {
 
 std::vector<uint64_t> SecAggServer::masked_sum() const {
   MutexLock lock(mu_);
-  std::vector<uint64_t> out = sum_;
+  std::vector<uint64_t> out = with_sum(
+      [](const auto& sum) { return std::vector<uint64_t>(sum.begin(), sum.end()); });
   const uint64_t low_bits =
       params_.bits >= 64 ? ~uint64_t(0) : (uint64_t(1) << params_.bits) - 1;
   for (uint64_t& w : out) w &= low_bits;

@@ -122,12 +122,21 @@ class SecAggServer {
     std::map<ClientId, std::string> ciphertexts;  // by recipient
   };
 
-  explicit SecAggServer(SecAggRoundSetup setup, Bytes32 probe_private_key);
+  SecAggServer(SecAggRoundSetup setup, X25519Key probe_key);
 
   Status check_message(Stage stage, ClientId sender, ClientId named, JobId job,
                        RoundIndex round) const FEDCASE_REQUIRES(mu_);
   Status fail(std::string reason) FEDCASE_REQUIRES(mu_);
-  Status fold(std::string_view body, uint32_t word_bytes) FEDCASE_REQUIRES(mu_);
+  // Calls f(sum32_) or f(sum64_), whichever the round's bits use.
+  template <class F>
+  auto with_sum(F&& f) FEDCASE_REQUIRES(mu_) {
+    return word_bytes_ == 4 ? f(sum32_) : f(sum64_);
+  }
+  template <class F>
+  auto with_sum(F&& f) const FEDCASE_REQUIRES(mu_) {
+    return word_bytes_ == 4 ? f(sum32_) : f(sum64_);
+  }
+  void free_sum() FEDCASE_REQUIRES(mu_);
   // Clients among `candidates` that hold a valid share of `owner`'s secrets.
   std::vector<ClientId> holders(ClientId owner, const std::set<ClientId>& candidates) const
       FEDCASE_REQUIRES(mu_);
@@ -136,7 +145,8 @@ class SecAggServer {
 
   const SecAggRoundSetup setup_;
   const std::set<ClientId> invitees_;
-  const Bytes32 probe_private_key_;  // checks advertised keys are not low-order points
+  const X25519Key probe_key_;  // checks advertised keys are not low-order points
+  const uint32_t word_bytes_;  // of the masked vectors and the running sum
 
   mutable Mutex mu_;
   Stage stage_ FEDCASE_GUARDED_BY(mu_) = Stage::kAdvertiseKeys;
@@ -146,7 +156,9 @@ class SecAggServer {
   std::set<std::string> round_keys_ FEDCASE_GUARDED_BY(mu_);
   std::optional<NeighbourGraph> graph_ FEDCASE_GUARDED_BY(mu_);
   std::map<ClientId, SharesIn> shares_ FEDCASE_GUARDED_BY(mu_);  // U2 once closed
-  std::vector<uint64_t> sum_ FEDCASE_GUARDED_BY(mu_);
+  // The running sum mod 2^bits: 32-bit words when bits <= 32 (as the masked vectors), else 64.
+  std::vector<uint32_t> sum32_ FEDCASE_GUARDED_BY(mu_);
+  std::vector<uint64_t> sum64_ FEDCASE_GUARDED_BY(mu_);
   std::set<ClientId> survivors_ FEDCASE_GUARDED_BY(mu_);             // U3
   std::map<ClientId, std::set<ClientId>> refusers_ FEDCASE_GUARDED_BY(mu_);  // owner -> refusers
   std::set<ClientId> dropped_ FEDCASE_GUARDED_BY(mu_);  // U2 minus U3

@@ -35,13 +35,14 @@ TEST_CASE("X25519: both sides agree the same secret; a third party's differs") {
 TEST_CASE("pairwise seeds are symmetric and bound to the round; share keys to the direction") {
   Result<KeyPair> a = generate_key_pair(), b = generate_key_pair();
   REQUIRE((a.ok() && b.ok()));
-  const Bytes32 ab = *pairwise_seed(a->private_key, b->public_key, 1, 2, 10, 20);
-  CHECK(ab == *pairwise_seed(b->private_key, a->public_key, 1, 2, 20, 10));
-  CHECK(ab != *pairwise_seed(a->private_key, b->public_key, 1, 3, 10, 20));
-  CHECK(ab != *pairwise_seed(a->private_key, b->public_key, 2, 2, 10, 20));
-  const Bytes32 to_b = *share_key(a->private_key, b->public_key, 1, 2, 10, 20);
-  CHECK(to_b == *share_key(b->private_key, a->public_key, 1, 2, 10, 20));
-  CHECK(to_b != *share_key(b->private_key, a->public_key, 1, 2, 20, 10));
+  const X25519Key ka = *X25519Key::load(a->private_key), kb = *X25519Key::load(b->private_key);
+  const Bytes32 ab = *pairwise_seed(ka, b->public_key, 1, 2, 10, 20);
+  CHECK(ab == *pairwise_seed(kb, a->public_key, 1, 2, 20, 10));
+  CHECK(ab != *pairwise_seed(ka, b->public_key, 1, 3, 10, 20));
+  CHECK(ab != *pairwise_seed(ka, b->public_key, 2, 2, 10, 20));
+  const Bytes32 to_b = *share_key(ka, b->public_key, 1, 2, 10, 20);
+  CHECK(to_b == *share_key(kb, a->public_key, 1, 2, 10, 20));
+  CHECK(to_b != *share_key(kb, a->public_key, 1, 2, 20, 10));
 }
 
 TEST_CASE("AES-GCM opens what it sealed, and nothing tampered with or bound elsewhere") {
