@@ -15,14 +15,15 @@
 //    text and the masked vector's body);
 //  - server: CPU seconds (process CPU while only the server runs, its helper threads included)
 //    and wall seconds of every server call, split into keys and shares, folds, and unmasking
-//    (close of inputs, answers, finish); peak memory above the start of the round, over the
-//    server's calls (with the one masked body being folded, as an upload body would be);
+//    (close of inputs, answers, finish); the server's peak memory (ServerMeter), in models of
+//    P float32 (the masked body being folded is the client's, as an upload body would be);
 //  - plain: wall and CPU seconds of StreamingFedAvg folding the same N updates and its mean();
 //  - ratios: server wall over plain wall, and server wall over N log2 N across N.
 // With --dropout F, a fraction F of the clients send no masked input (after sharing keys), so
 // unmasking also rebuilds their keys and removes their pairwise masks.
 // The last line of output is one JSON object with every figure.
 
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -144,31 +145,35 @@ void fill_update(std::vector<float>& out, uint64_t seed) {
 
 uint64_t weight_of(size_t i) { return 50 + (i % 7) * 25; }
 
-// Times and accounts the server's calls: wall, process CPU and the peak memory above the
-// round's start (the peak counter is reset before each call, so a client's buffers freed
-// before it do not count; what is alive during it, such as the masked body being folded, does).
+// Times and accounts the server's calls: wall, process CPU, and memory. Only the server runs
+// during its calls, so the resident memory they add is the server's: its state is the sum of
+// what each call left resident, its peak the largest state plus what one call held at its
+// height (the kernel's peak counter is reset before each call). Large buffers are mmapped
+// (mallopt in main), so freeing one returns it; small allocations may reuse memory the
+// clients freed, so the figure can undercount the server's many small strings.
 class ServerMeter {
  public:
-  explicit ServerMeter(size_t baseline) : baseline_(baseline) {}
-
   template <class F>
   auto run(double& wall, F&& call) {
     PeakProbe reset;  // resets the kernel's peak-RSS counter to the current RSS
+    const long before = long(fedcase::bench::status_bytes("VmRSS"));
     const double cpu0 = process_cpu_seconds();
     const auto t0 = Clock::now();
     auto result = call();
     wall += std::chrono::duration<double>(Clock::now() - t0).count();
     cpu_ += process_cpu_seconds() - cpu0;
-    peak_ = std::max(peak_, fedcase::bench::status_bytes("VmHWM"));
+    const long height = long(fedcase::bench::status_bytes("VmHWM"));
+    peak_ = std::max(peak_, state_ + height - before);
+    state_ += long(fedcase::bench::status_bytes("VmRSS")) - before;
     return result;
   }
   double cpu() const { return cpu_; }
-  size_t peak_above_baseline() const { return peak_ > baseline_ ? peak_ - baseline_ : 0; }
+  size_t peak_bytes() const { return size_t(std::max(0L, peak_)); }
 
  private:
-  size_t baseline_;
   double cpu_ = 0;
-  size_t peak_ = 0;
+  long state_ = 0;
+  long peak_ = 0;
 };
 
 // Times and accounts one client's calls (thread CPU) and the bytes it sends and receives.
@@ -216,7 +221,7 @@ Json run_round(const Options& o, size_t n, size_t length) {
   for (size_t i = 0; i < n; ++i) setup.invitees.push_back(1000 + i);
 
   std::vector<float> update(length);
-  ServerMeter server_meter(fedcase::bench::status_bytes("VmRSS"));
+  ServerMeter server_meter;
   double keys_wall = 0, fold_wall = 0, unmask_wall = 0;
   std::unique_ptr<SecAggServer> server =
       server_meter.run(keys_wall, [&] { return require(SecAggServer::create(setup), "create"); });
@@ -359,9 +364,8 @@ Json run_round(const Options& o, size_t n, size_t length) {
   j["server_keys_wall_s"] = keys_wall;
   j["server_fold_wall_s"] = fold_wall;
   j["server_unmask_wall_s"] = unmask_wall;
-  j["server_peak_bytes"] = server_meter.peak_above_baseline();
-  j["server_peak_models"] =
-      double(server_meter.peak_above_baseline()) / double(length * sizeof(float));
+  j["server_peak_bytes"] = server_meter.peak_bytes();
+  j["server_peak_models"] = double(server_meter.peak_bytes()) / double(length * sizeof(float));
   j["plain_wall_s"] = plain_wall;
   j["plain_cpu_s"] = plain_cpu;
   j["server_over_plain_wall"] = server_wall / plain_wall;
@@ -380,6 +384,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const Options& o = *options;
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);  // buffers of 1 MiB and more return to the OS when freed
   std::cout << "secagg_bench: " << o.threads << " server threads, "
             << std::thread::hardware_concurrency() << " hardware threads, dropout " << o.dropout
             << "\n";

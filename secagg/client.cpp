@@ -56,7 +56,7 @@ struct Binding {
   JobId job = 0;
   RoundIndex round = 0;
   ClientId self = 0;
-  size_t threads = 1;
+  std::shared_ptr<aggregation::WorkerPool> pool;  // masks the vector; one stage at a time
 
   Status check(JobId j, RoundIndex r, const char* what) const {
     if (j != job || r != round) {
@@ -135,13 +135,14 @@ class UnmaskState : public ClientState {
 
 class MaskingState : public ClientState {
  public:
+  // `index`: this client's x coordinate in the graph (what its shares are for).
   MaskingState(Binding binding, OwnKeys keys, Bytes32 seed, protocol::SecAggParams params,
-               NeighbourGraph graph, std::map<ClientId, PeerKeys> peers)
-      : binding_(binding),
-        keys_(keys),
+               uint32_t index, std::map<ClientId, PeerKeys> peers)
+      : binding_(std::move(binding)),
+        keys_(std::move(keys)),
         seed_(seed),
         params_(params),
-        graph_(std::move(graph)),
+        index_(index),
         peers_(std::move(peers)) {}
   Stage stage() const override { return Stage::kMaskedInput; }
 
@@ -196,7 +197,7 @@ class MaskingState : public ClientState {
     if (!rounding_seed.ok()) return rounding_seed.status();
     Result<PrgKey> rounding = prg_key(*rounding_seed);
     if (!rounding.ok()) return rounding.status();
-    FEDCASE_RETURN_IF_ERROR(for_ranges(count, binding_.threads, [&](size_t begin, size_t end) {
+    FEDCASE_RETURN_IF_ERROR(for_ranges(*binding_.pool, count, [&](size_t begin, size_t end) {
       PrgExpander expander;
       return quantize(delta + begin, end - begin, multiplier, *rounding, begin, expander,
                       vector.data() + begin);
@@ -204,7 +205,7 @@ class MaskingState : public ClientState {
     vector[count] = w;
     const uint32_t bytes = word_bytes(params_.bits);
     FEDCASE_RETURN_IF_ERROR(
-        apply_streams(streams, vector.size(), bytes, binding_.threads, vector.data()));
+        apply_streams(streams, vector.size(), bytes, *binding_.pool, vector.data()));
 
     SecAggMaskedVector out;
     out.header = {binding_.job, binding_.round, binding_.self, vector.size(), bytes, refused};
@@ -229,7 +230,7 @@ class MaskingState : public ClientState {
     if (!plain.ok()) return plain.status();
     if (plain->size() != kSharePlaintextBytes) return invalid_argument("a share of a bad size");
     HeldShares held{plain->substr(0, kShareBytes), plain->substr(kShareBytes)};
-    const uint32_t x = graph_.index_of(binding_.self);
+    const uint32_t x = index_;
     for (const std::string* share : {&held.seed_share, &held.key_share}) {
       Result<ShamirShare> decoded = decode_share(*share);
       if (!decoded.ok()) return decoded.status();
@@ -242,8 +243,8 @@ class MaskingState : public ClientState {
   OwnKeys keys_;
   Bytes32 seed_;
   protocol::SecAggParams params_;
-  NeighbourGraph graph_;
-  std::map<ClientId, PeerKeys> peers_;
+  uint32_t index_;
+  std::map<ClientId, PeerKeys> peers_;  // the neighbours (the client keeps no more of the graph)
 };
 
 class SharingState : public ClientState {
@@ -307,8 +308,9 @@ class SharingState : public ClientState {
       out.shares.push_back({to, std::move(*sealed)});
     }
     return Step<protocol::SecAggShares>{
-        std::move(out), std::make_unique<MaskingState>(binding_, keys_, *seed, list.params,
-                                                       std::move(*graph), std::move(peers))};
+        std::move(out),
+        std::make_unique<MaskingState>(binding_, keys_, *seed, list.params,
+                                       graph->index_of(binding_.self), std::move(peers))};
   }
 
  private:
@@ -355,8 +357,8 @@ Result<Message> advance(std::unique_ptr<ClientState>& state, Handler handler) {
 }  // namespace
 
 SecAggClient::SecAggClient(JobId job, RoundIndex round, ClientId self, size_t threads)
-    : state_(std::make_unique<AdvertiseState>(
-          Binding{job, round, self, std::max<size_t>(1, threads)})) {}
+    : state_(std::make_unique<AdvertiseState>(Binding{
+          job, round, self, std::make_shared<aggregation::WorkerPool>(std::max<size_t>(1, threads))})) {}
 
 SecAggClient::~SecAggClient() = default;
 

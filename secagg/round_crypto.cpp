@@ -1,7 +1,8 @@
 #include "secagg/round_crypto.h"
 
 #include <algorithm>
-#include <thread>
+
+#include "aggregation/vector_ops.h"
 
 namespace fedcase::secagg {
 namespace {
@@ -46,18 +47,11 @@ Bytes32 seed_commitment(JobId job, RoundIndex round, ClientId client, const Byte
   return sha256(data);
 }
 
-Status for_ranges(size_t n, size_t threads, const std::function<Status(size_t, size_t)>& body) {
-  threads = std::max<size_t>(1, std::min(threads, (n + kChunkWords - 1) / kChunkWords));
-  const size_t per = (n / threads + 15) / 16 * 16;
-  std::vector<Status> results(threads);
-  std::vector<std::thread> workers;
-  for (size_t part = 1; part < threads; ++part) {
-    const size_t begin = std::min(n, part * per);
-    const size_t end = part + 1 == threads ? n : std::min(n, begin + per);
-    workers.emplace_back([&, part, begin, end] { results[part] = body(begin, end); });
-  }
-  results[0] = body(0, threads == 1 ? n : std::min(n, per));
-  for (std::thread& w : workers) w.join();
+Status for_ranges(aggregation::WorkerPool& pool, size_t n,
+                  const std::function<Status(size_t, size_t)>& body) {
+  std::vector<Status> results(pool.threads());
+  pool.for_ranges(n, aggregation::kMinParallelRange,
+                  [&](size_t part, size_t begin, size_t end) { results[part] = body(begin, end); });
   for (Status& s : results) {
     if (!s.ok()) return s;
   }
@@ -68,8 +62,8 @@ namespace {
 
 template <class Acc>
 Status apply_streams_to(const std::vector<MaskStream>& streams, size_t length, size_t word_bytes,
-                        size_t threads, Acc* acc) {
-  return for_ranges(length, threads, [&](size_t begin, size_t end) -> Status {
+                        aggregation::WorkerPool& pool, Acc* acc) {
+  return for_ranges(pool, length, [&](size_t begin, size_t end) -> Status {
     PrgExpander expander;
     for (size_t chunk = begin; chunk < end; chunk += kChunkWords) {
       const size_t count = std::min(kChunkWords, end - chunk);
@@ -89,13 +83,13 @@ Status apply_streams_to(const std::vector<MaskStream>& streams, size_t length, s
 }  // namespace
 
 Status apply_streams(const std::vector<MaskStream>& streams, size_t length, size_t word_bytes,
-                     size_t threads, uint64_t* acc) {
-  return apply_streams_to(streams, length, word_bytes, threads, acc);
+                     aggregation::WorkerPool& pool, uint64_t* acc) {
+  return apply_streams_to(streams, length, word_bytes, pool, acc);
 }
 
-Status apply_streams(const std::vector<MaskStream>& streams, size_t length, size_t threads,
-                     uint32_t* acc) {
-  return apply_streams_to(streams, length, 4, threads, acc);
+Status apply_streams(const std::vector<MaskStream>& streams, size_t length,
+                     aggregation::WorkerPool& pool, uint32_t* acc) {
+  return apply_streams_to(streams, length, 4, pool, acc);
 }
 
 }  // namespace fedcase::secagg

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "aggregation/worker_pool.h"
 #include "common/ids.h"
 #include "common/status.h"
 #include "secagg/crypto.h"
@@ -51,17 +52,19 @@ struct MaskStream {
   PrgExpander::Op op = PrgExpander::Op::kAdd;
 };
 
-// acc[i] op= word i of every stream, for i < length (mod 2^64). The vector is cut into
-// `threads` ranges run in parallel, each walked in cache-sized chunks that every stream is
-// applied to in turn: each stream is expanded once, no stream is ever held whole.
+// acc[i] op= word i of every stream, for i < length (mod 2^64). The vector is cut into one
+// range per thread of `pool` (aggregation/worker_pool.h: one caller at a time), each walked in
+// cache-sized chunks that every stream is applied to in turn: each stream is expanded once, no
+// stream is ever held whole.
 Status apply_streams(const std::vector<MaskStream>& streams, size_t length, size_t word_bytes,
-                     size_t threads, uint64_t* acc);
+                     aggregation::WorkerPool& pool, uint64_t* acc);
 // The same with 4-byte words into 32-bit accumulators (mod 2^32).
-Status apply_streams(const std::vector<MaskStream>& streams, size_t length, size_t threads,
-                     uint32_t* acc);
+Status apply_streams(const std::vector<MaskStream>& streams, size_t length,
+                     aggregation::WorkerPool& pool, uint32_t* acc);
 
-// Runs body(begin, end) over `threads` contiguous ranges of [0, n) in parallel (the caller's
-// thread runs the first) and returns the first error. Range bounds are multiples of 16.
-Status for_ranges(size_t n, size_t threads, const std::function<Status(size_t, size_t)>& body);
+// Runs body(begin, end) over contiguous ranges of [0, n) on `pool`'s threads (ranges of at
+// least aggregation::kMinParallelRange) and returns the first error.
+Status for_ranges(aggregation::WorkerPool& pool, size_t n,
+                  const std::function<Status(size_t, size_t)>& body);
 
 }  // namespace fedcase::secagg

@@ -40,10 +40,10 @@ std::vector<ClientId> sorted(const std::set<ClientId>& s) { return {s.begin(), s
 
 // sum[i] += word i of `body` (little-endian words of sizeof(Word) bytes), mod 2^(8 sizeof(Word)).
 template <class Word>
-Status fold_words(std::vector<Word>& sum, std::string_view body, size_t threads) {
+Status fold_words(std::vector<Word>& sum, std::string_view body, aggregation::WorkerPool& pool) {
   Word* out = sum.data();
   const char* data = body.data();
-  return for_ranges(sum.size(), threads, [&](size_t begin, size_t end) {
+  return for_ranges(pool, sum.size(), [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
       Word w;
       std::memcpy(&w, data + i * sizeof(Word), sizeof(Word));
@@ -55,23 +55,23 @@ Status fold_words(std::vector<Word>& sum, std::string_view body, size_t threads)
 
 template <class Word>
 Status remove_masks(std::vector<Word>& sum, const std::vector<MaskStream>& streams,
-                    size_t threads) {
+                    aggregation::WorkerPool& pool) {
   if constexpr (sizeof(Word) == 4) {
-    return apply_streams(streams, sum.size(), threads, sum.data());
+    return apply_streams(streams, sum.size(), pool, sum.data());
   } else {
-    return apply_streams(streams, sum.size(), 8, threads, sum.data());
+    return apply_streams(streams, sum.size(), 8, pool, sum.data());
   }
 }
 
 // The weighted sum (each of the first `length` words read as a signed bits-bit integer times
 // `unit`) and the total weight (the last word).
 template <class Word>
-Status decode(const std::vector<Word>& sum, uint32_t bits, double unit, size_t threads,
-              SecAggSum& out) {
+Status decode(const std::vector<Word>& sum, uint32_t bits, double unit,
+              aggregation::WorkerPool& pool, SecAggSum& out) {
   const size_t length = sum.size() - 1;
   out.weighted_sum.resize(length);
   float* values = out.weighted_sum.data();
-  FEDCASE_RETURN_IF_ERROR(for_ranges(length, threads, [&](size_t begin, size_t end) {
+  FEDCASE_RETURN_IF_ERROR(for_ranges(pool, length, [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) values[i] = float(double(to_signed(sum[i], bits)) * unit);
     return ok_status();
   }));
@@ -113,7 +113,8 @@ SecAggServer::SecAggServer(SecAggRoundSetup setup, X25519Key probe_key)
     : setup_(std::move(setup)),
       invitees_(setup_.invitees.begin(), setup_.invitees.end()),
       probe_key_(std::move(probe_key)),
-      word_bytes_(word_bytes(setup_.params.bits)) {
+      word_bytes_(word_bytes(setup_.params.bits)),
+      pool_(std::make_unique<aggregation::WorkerPool>(setup_.threads)) {
   MutexLock lock(mu_);
   params_ = setup_.params;
 }
@@ -338,7 +339,7 @@ Status SecAggServer::receive_masked_input(ClientId sender, const protocol::SecAg
     }
   }
   FEDCASE_RETURN_IF_ERROR(
-      with_sum([&](auto& sum) { return fold_words(sum, body, setup_.threads); }));
+      with_sum([&](auto& sum) { return fold_words(sum, body, *pool_); }));
   survivors_.insert(sender);
   for (ClientId refused : h.refused_shares) refusers_[refused].insert(sender);
   return ok_status();
@@ -497,8 +498,8 @@ Result<SecAggSum> SecAggServer::finish() {
   SecAggSum out;
   const double unit = double(params_.max_weight) / params_.scale;
   FEDCASE_RETURN_IF_ERROR(with_sum([&](auto& sum) {
-    FEDCASE_RETURN_IF_ERROR(remove_masks(sum, *streams, setup_.threads));
-    return decode(sum, params_.bits, unit, setup_.threads, out);
+    FEDCASE_RETURN_IF_ERROR(remove_masks(sum, *streams, *pool_));
+    return decode(sum, params_.bits, unit, *pool_, out);
   }));
   out.survivors = sorted(survivors_);
   out.dropped = sorted(dropped_);

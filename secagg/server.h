@@ -26,7 +26,8 @@
 //
 // Thread safety: every method may be called from any thread, concurrently; each runs under the
 // object's lock. receive_masked_input holds it for the fold (O(vector_length), split over the
-// setup's threads), finish for the unmasking; the stage getters for building a message.
+// object's worker pool of setup.threads threads), finish for the unmasking; the stage getters
+// for building a message.
 
 #include <cstddef>
 #include <cstdint>
@@ -123,6 +124,7 @@ class SecAggServer {
   };
 
   SecAggServer(SecAggRoundSetup setup, X25519Key probe_key);
+  // Folds and unmasking run on pool_, one call at a time under mu_.
 
   Status check_message(Stage stage, ClientId sender, ClientId named, JobId job,
                        RoundIndex round) const FEDCASE_REQUIRES(mu_);
@@ -147,6 +149,7 @@ class SecAggServer {
   const std::set<ClientId> invitees_;
   const X25519Key probe_key_;  // checks advertised keys are not low-order points
   const uint32_t word_bytes_;  // of the masked vectors and the running sum
+  const std::unique_ptr<aggregation::WorkerPool> pool_;  // used only with mu_ held
 
   mutable Mutex mu_;
   Stage stage_ FEDCASE_GUARDED_BY(mu_) = Stage::kAdvertiseKeys;

@@ -100,14 +100,18 @@ TEST_CASE("apply_streams over threads equals one stream at a time") {
   std::vector<MaskStream> streams = {{*prg_key(seed_of(1)), PrgExpander::Op::kAdd},
                                      {*prg_key(seed_of(2)), PrgExpander::Op::kSubtract},
                                      {*prg_key(seed_of(3)), PrgExpander::Op::kAdd}};
-  const size_t n = 70001;
+  const size_t n = 170001;
   std::vector<uint64_t> parallel(n, 5), serial(n, 5);
-  REQUIRE(apply_streams(streams, n, 4, 3, parallel.data()).ok());
+  std::vector<uint32_t> narrow(n, 5);
+  aggregation::WorkerPool pool(3);
+  REQUIRE(apply_streams(streams, n, 4, pool, parallel.data()).ok());
+  REQUIRE(apply_streams(streams, n, pool, narrow.data()).ok());
   PrgExpander expander;
   for (const MaskStream& s : streams) {
     REQUIRE(expander.apply(s.key, 0, n, 4, s.op, serial.data()).ok());
   }
   CHECK(parallel == serial);
+  for (size_t i = 0; i < n; ++i) REQUIRE(narrow[i] == uint32_t(serial[i]));  // mod 2^32
 }
 
 }  // namespace
