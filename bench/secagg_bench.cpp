@@ -247,15 +247,19 @@ Json run_round(const Options& o, size_t n, size_t length) {
     });
   }
   server_meter.run(keys_wall, [&] { return (require(server->close_keys(), "close keys"), 0); });
-  // Stage 2.
+  // Stage 2: the graph is one message for all, written once.
+  const std::string graph_text = server_meter.run(keys_wall, [&] {
+    return text(require(server->graph(), "graph"), protocol::write_secagg_graph);
+  });
   for (size_t i = 0; i < n; ++i) {
     const std::string list = server_meter.run(keys_wall, [&] {
       return text(require(server->key_list(setup.invitees[i]), "key list"),
                   protocol::write_secagg_key_list);
     });
-    meters[i].received += list.size();
+    meters[i].received += graph_text.size() + list.size();
     const std::string sent = meters[i].run([&] {
-      return text(require(clients[i]->share_keys(parse(list, protocol::read_secagg_key_list)),
+      return text(require(clients[i]->share_keys(parse(graph_text, protocol::read_secagg_graph),
+                                                 parse(list, protocol::read_secagg_key_list)),
                           "share keys"),
                   protocol::write_secagg_shares);
     });

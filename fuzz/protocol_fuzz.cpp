@@ -96,7 +96,7 @@ void check(const protocol::SecAggAdvertiseKeys& m) {
   check_key(m.mask_public_key);
 }
 
-void check(const protocol::SecAggKeyList& m) {
+void check(const protocol::SecAggGraph& m) {
   check(m.params);
   check_key(m.graph_seed);
   for (size_t i = 1; i < m.participants.size(); ++i) {
@@ -104,6 +104,9 @@ void check(const protocol::SecAggKeyList& m) {
       fedcase::fuzz::fuzz_fail("accepted participants out of order");
     }
   }
+}
+
+void check(const protocol::SecAggKeyList& m) {
   for (const auto& peer : m.neighbours) {
     check_key(peer.cipher_public_key);
     check_key(peer.mask_public_key);
@@ -177,6 +180,7 @@ FEDCASE_FUZZ_TARGET(protocol) {
     read_twice(*doc, protocol::read_error_reply, protocol::write_error_reply);
     read_twice(*doc, read_params, protocol::write_secagg_params);
     read_twice(*doc, protocol::read_secagg_advertise_keys, protocol::write_secagg_advertise_keys);
+    read_twice(*doc, protocol::read_secagg_graph, protocol::write_secagg_graph);
     read_twice(*doc, protocol::read_secagg_key_list, protocol::write_secagg_key_list);
     read_twice(*doc, protocol::read_secagg_shares, protocol::write_secagg_shares);
     read_twice(*doc, protocol::read_secagg_forwarded_shares,

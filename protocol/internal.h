@@ -43,6 +43,7 @@ Status read(const nlohmann::json& value, const std::string& where, SecAggAdverti
             Keys* keys);
 Status read(const nlohmann::json& value, const std::string& where, SecAggPeerKeys& out,
             Keys* keys);
+Status read(const nlohmann::json& value, const std::string& where, SecAggGraph& out, Keys* keys);
 Status read(const nlohmann::json& value, const std::string& where, SecAggKeyList& out, Keys* keys);
 Status read(const nlohmann::json& value, const std::string& where, SecAggCiphertext& out,
             Keys* keys);

@@ -62,8 +62,10 @@ nlohmann::json complete(Message message) {
       return write_secagg_advertise_keys({1, 4, 7, key, key});
     case Message::kSecAggPeerKeys:
       return write_secagg_peer_keys(peer);
+    case Message::kSecAggGraph:
+      return write_secagg_graph({1, 4, secagg_params, key, {7, 9}});
     case Message::kSecAggKeyList:
-      return write_secagg_key_list({1, 4, secagg_params, key, {7, 9}, {peer}});
+      return write_secagg_key_list({1, 4, {peer}});
     case Message::kSecAggCiphertext:
       return write_secagg_ciphertext(ciphertext);
     case Message::kSecAggShares:
@@ -99,7 +101,8 @@ const std::vector<Message>& all_messages() {
       Message::kTaskOffer,       Message::kTrainingSettings, Message::kEvaluationSettings,
       Message::kCacheDirectives, Message::kTaskStatus,       Message::kUpdateMeta,
       Message::kEvalReport,      Message::kErrorReply,       Message::kSecAggParams,
-      Message::kSecAggAdvertiseKeys, Message::kSecAggPeerKeys, Message::kSecAggKeyList,
+      Message::kSecAggAdvertiseKeys, Message::kSecAggPeerKeys, Message::kSecAggGraph,
+      Message::kSecAggKeyList,
       Message::kSecAggCiphertext,    Message::kSecAggShares,   Message::kSecAggForwardedShares,
       Message::kSecAggMaskedInput,   Message::kSecAggUnmaskRequest, Message::kSecAggShare,
       Message::kSecAggUnmaskResponse};
@@ -136,6 +139,8 @@ const char* message_name(Message message) {
       return "secagg_advertise_keys";
     case Message::kSecAggPeerKeys:
       return "secagg_peer_keys";
+    case Message::kSecAggGraph:
+      return "secagg_graph";
     case Message::kSecAggKeyList:
       return "secagg_key_list";
     case Message::kSecAggCiphertext:
@@ -201,6 +206,9 @@ std::vector<std::string> message_fields(Message message) {
       break;
     case Message::kSecAggPeerKeys:
       keys = keys_read<SecAggPeerKeys>(value);
+      break;
+    case Message::kSecAggGraph:
+      keys = keys_read<SecAggGraph>(value);
       break;
     case Message::kSecAggKeyList:
       keys = keys_read<SecAggKeyList>(value);

@@ -26,6 +26,7 @@ enum class Message {
   kSecAggParams,           // the key list's `params`
   kSecAggAdvertiseKeys,    // stage 1, client to coordinator
   kSecAggPeerKeys,         // an element of the key list's `neighbours`
+  kSecAggGraph,            // stage 1, coordinator to every client
   kSecAggKeyList,          // stage 1, coordinator to client
   kSecAggCiphertext,       // an element of the shares' and forwarded shares' `shares`
   kSecAggShares,           // stage 2, client to coordinator

@@ -151,14 +151,20 @@ Status read(const nlohmann::json& value, const std::string& where, SecAggPeerKey
   return finish(r, keys);
 }
 
-Status read(const nlohmann::json& value, const std::string& where, SecAggKeyList& out,
-            Keys* keys) {
+Status read(const nlohmann::json& value, const std::string& where, SecAggGraph& out, Keys* keys) {
   ObjectReader r(value, where);
   read_binding(r, out.job, out.round, nullptr);
   r.require("params");
   read_nested(r, "params", out.params);
   read_key(r, "graph_seed", out.graph_seed);
   read_ids(r, "participants", out.participants, true);
+  return finish(r, keys);
+}
+
+Status read(const nlohmann::json& value, const std::string& where, SecAggKeyList& out,
+            Keys* keys) {
+  ObjectReader r(value, where);
+  read_binding(r, out.job, out.round, nullptr);
   read_list(r, "neighbours", out.neighbours);
   return finish(r, keys);
 }
@@ -263,6 +269,18 @@ nlohmann::json write_secagg_peer_keys(const SecAggPeerKeys& m) {
           {"mask_public_key", encode_base64(m.mask_public_key)}};
 }
 
+Result<SecAggGraph> read_secagg_graph(const nlohmann::json& message) {
+  return internal::read_message<SecAggGraph>(message, "secagg_graph");
+}
+
+nlohmann::json write_secagg_graph(const SecAggGraph& m) {
+  return {{"job_id", m.job},
+          {"round", m.round},
+          {"params", write_secagg_params(m.params)},
+          {"graph_seed", encode_base64(m.graph_seed)},
+          {"participants", m.participants}};
+}
+
 Result<SecAggKeyList> read_secagg_key_list(const nlohmann::json& message) {
   return internal::read_message<SecAggKeyList>(message, "secagg_key_list");
 }
@@ -270,9 +288,6 @@ Result<SecAggKeyList> read_secagg_key_list(const nlohmann::json& message) {
 nlohmann::json write_secagg_key_list(const SecAggKeyList& m) {
   return {{"job_id", m.job},
           {"round", m.round},
-          {"params", write_secagg_params(m.params)},
-          {"graph_seed", encode_base64(m.graph_seed)},
-          {"participants", m.participants},
           {"neighbours", write_list(m.neighbours, write_secagg_peer_keys)}};
 }
 

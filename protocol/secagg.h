@@ -3,7 +3,8 @@
 // writer each, shared by the coordinator and the SDK (docs/protocol.md, "Secure aggregation"):
 //
 //   stage           client -> coordinator               coordinator -> client
-//   advertise keys  SecAggAdvertiseKeys                 SecAggKeyList (params, graph, keys)
+//   advertise keys  SecAggAdvertiseKeys                 SecAggGraph (one for all: params,
+//                                                       graph), SecAggKeyList (neighbours' keys)
 //   share keys      SecAggShares (encrypted shares)     SecAggForwardedShares
 //   masked input    SecAggMaskedInput + binary body     SecAggUnmaskRequest
 //   unmask          SecAggUnmaskResponse
@@ -77,19 +78,31 @@ struct SecAggPeerKeys {
   bool operator!=(const SecAggPeerKeys& o) const { return !(*this == o); }
 };
 
-// Stage 1, coordinator to client: the parameters, the graph (its seed and the participants it
-// is drawn over, so the client can check its neighbours) and the neighbours' keys.
-struct SecAggKeyList {
+// Stage 1, coordinator to every participant (the same message for all, so it is written once
+// a round): the parameters and the graph, its seed and the participants it is drawn over, so
+// a client can redraw it and check the neighbours its key list names.
+struct SecAggGraph {
   JobId job = 0;
   RoundIndex round = 1;
   SecAggParams params;
-  std::string graph_seed;                // kSecAggKeyBytes
-  std::vector<ClientId> participants;    // strictly increasing, at most kMaxSecAggClients
+  std::string graph_seed;              // kSecAggKeyBytes
+  std::vector<ClientId> participants;  // strictly increasing, at most kMaxSecAggClients
+
+  bool operator==(const SecAggGraph& o) const {
+    return job == o.job && round == o.round && params == o.params && graph_seed == o.graph_seed &&
+           participants == o.participants;
+  }
+  bool operator!=(const SecAggGraph& o) const { return !(*this == o); }
+};
+
+// Stage 1, coordinator to one client: its neighbours' public keys.
+struct SecAggKeyList {
+  JobId job = 0;
+  RoundIndex round = 1;
   std::vector<SecAggPeerKeys> neighbours;  // at most kMaxSecAggClients, distinct clients
 
   bool operator==(const SecAggKeyList& o) const {
-    return job == o.job && round == o.round && params == o.params && graph_seed == o.graph_seed &&
-           participants == o.participants && neighbours == o.neighbours;
+    return job == o.job && round == o.round && neighbours == o.neighbours;
   }
   bool operator!=(const SecAggKeyList& o) const { return !(*this == o); }
 };
@@ -207,6 +220,8 @@ nlohmann::json write_secagg_advertise_keys(const SecAggAdvertiseKeys& message);
 Result<SecAggPeerKeys> read_secagg_peer_keys(const nlohmann::json& message,
                                              const std::string& where = "peer");
 nlohmann::json write_secagg_peer_keys(const SecAggPeerKeys& message);
+Result<SecAggGraph> read_secagg_graph(const nlohmann::json& message);
+nlohmann::json write_secagg_graph(const SecAggGraph& message);
 Result<SecAggKeyList> read_secagg_key_list(const nlohmann::json& message);
 nlohmann::json write_secagg_key_list(const SecAggKeyList& message);
 Result<SecAggCiphertext> read_secagg_ciphertext(const nlohmann::json& message,

@@ -30,7 +30,8 @@ class ClientState {
   virtual Result<Step<protocol::SecAggAdvertiseKeys>> advertise_keys() {
     return out_of_stage("advertise keys");
   }
-  virtual Result<Step<protocol::SecAggShares>> share_keys(const protocol::SecAggKeyList&) {
+  virtual Result<Step<protocol::SecAggShares>> share_keys(const protocol::SecAggGraph&,
+                                                          const protocol::SecAggKeyList&) {
     return out_of_stage("share keys");
   }
   virtual Result<Step<SecAggMaskedVector>> mask_input(const protocol::SecAggForwardedShares&,
@@ -252,14 +253,16 @@ class SharingState : public ClientState {
   SharingState(Binding binding, OwnKeys keys) : binding_(binding), keys_(keys) {}
   Stage stage() const override { return Stage::kShareKeys; }
 
-  Result<Step<protocol::SecAggShares>> share_keys(const protocol::SecAggKeyList& list) override {
+  Result<Step<protocol::SecAggShares>> share_keys(const protocol::SecAggGraph& round,
+                                                  const protocol::SecAggKeyList& list) override {
+    FEDCASE_RETURN_IF_ERROR(binding_.check(round.job, round.round, "the graph"));
     FEDCASE_RETURN_IF_ERROR(binding_.check(list.job, list.round, "the key list"));
-    FEDCASE_RETURN_IF_ERROR(validate_params(list.params, list.participants.size()));
-    if (list.graph_seed.size() != protocol::kSecAggKeyBytes) {
+    FEDCASE_RETURN_IF_ERROR(validate_params(round.params, round.participants.size()));
+    if (round.graph_seed.size() != protocol::kSecAggKeyBytes) {
       return invalid_argument("the graph seed must hold 32 bytes");
     }
-    Result<NeighbourGraph> graph =
-        NeighbourGraph::draw(list.participants, list.params.degree, to_bytes32(list.graph_seed));
+    Result<NeighbourGraph> graph = NeighbourGraph::draw(round.participants, round.params.degree,
+                                                        to_bytes32(round.graph_seed));
     if (!graph.ok()) return graph.status();
     if (!graph->contains(binding_.self)) {
       return permission_denied("the key list's participants do not include this client");
@@ -284,10 +287,10 @@ class SharingState : public ClientState {
     std::vector<uint32_t> xs;
     for (ClientId c : expected) xs.push_back(graph->index_of(c));
     Result<std::vector<ShamirShare>> seed_shares =
-        shamir_split(*seed, list.params.threshold, xs);
+        shamir_split(*seed, round.params.threshold, xs);
     if (!seed_shares.ok()) return seed_shares.status();
     Result<std::vector<ShamirShare>> key_shares =
-        shamir_split(keys_.mask.private_key, list.params.threshold, xs);
+        shamir_split(keys_.mask.private_key, round.params.threshold, xs);
     if (!key_shares.ok()) return key_shares.status();
 
     protocol::SecAggShares out;
@@ -309,7 +312,7 @@ class SharingState : public ClientState {
     }
     return Step<protocol::SecAggShares>{
         std::move(out),
-        std::make_unique<MaskingState>(binding_, keys_, *seed, list.params,
+        std::make_unique<MaskingState>(binding_, keys_, *seed, round.params,
                                        graph->index_of(binding_.self), std::move(peers))};
   }
 
@@ -369,9 +372,10 @@ Result<protocol::SecAggAdvertiseKeys> SecAggClient::advertise_keys() {
                                                 [](ClientState& s) { return s.advertise_keys(); });
 }
 
-Result<protocol::SecAggShares> SecAggClient::share_keys(const protocol::SecAggKeyList& keys) {
+Result<protocol::SecAggShares> SecAggClient::share_keys(const protocol::SecAggGraph& graph,
+                                                       const protocol::SecAggKeyList& keys) {
   return advance<protocol::SecAggShares>(state_,
-                                         [&](ClientState& s) { return s.share_keys(keys); });
+                                         [&](ClientState& s) { return s.share_keys(graph, keys); });
 }
 
 Result<SecAggMaskedVector> SecAggClient::mask_input(const protocol::SecAggForwardedShares& shares,

@@ -5,7 +5,7 @@
 //
 //   stage            input                                       output
 //   kAdvertiseKeys   (nothing)                                   SecAggAdvertiseKeys
-//   kShareKeys       SecAggKeyList                               SecAggShares
+//   kShareKeys       SecAggGraph and SecAggKeyList               SecAggShares
 //   kMaskedInput     SecAggForwardedShares, the delta, weight    SecAggMaskedVector
 //   kUnmask          SecAggUnmaskRequest (one or more)           SecAggUnmaskResponse
 //
@@ -54,10 +54,11 @@ class SecAggClient {
   // Draws the round's two X25519 key pairs (one for the share cipher, one for the masks).
   Result<protocol::SecAggAdvertiseKeys> advertise_keys();
 
-  // Checks the key list (job, round, parameters, that its neighbours are the ones the graph's
-  // seed draws over its participants), draws the self-mask seed, splits it and the mask key
-  // t of k, and encrypts each neighbour's pair of shares to it.
-  Result<protocol::SecAggShares> share_keys(const protocol::SecAggKeyList& keys);
+  // Checks the graph and the key list (job, round, parameters, that the key list's neighbours
+  // are the ones the graph's seed draws over its participants), draws the self-mask seed,
+  // splits it and the mask key t of k, and encrypts each neighbour's pair of shares to it.
+  Result<protocol::SecAggShares> share_keys(const protocol::SecAggGraph& graph,
+                                            const protocol::SecAggKeyList& keys);
 
   // Decrypts the shares forwarded from the neighbours that completed the share stage (at
   // least `threshold` of them), and masks the update with its self mask and one pairwise mask

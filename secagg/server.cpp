@@ -220,6 +220,14 @@ Status SecAggServer::close_keys() {
   return ok_status();
 }
 
+Result<protocol::SecAggGraph> SecAggServer::graph() const {
+  MutexLock lock(mu_);
+  if (stage_ == Stage::kFailed) return failure_;
+  if (!graph_) return conflict("the graph is drawn when the keys stage closes");
+  return protocol::SecAggGraph{setup_.job, setup_.round, params_,
+                               std::string(as_view(setup_.graph_seed)), graph_->participants()};
+}
+
 Result<protocol::SecAggKeyList> SecAggServer::key_list(ClientId client) const {
   MutexLock lock(mu_);
   if (stage_ == Stage::kFailed) return failure_;
@@ -230,9 +238,6 @@ Result<protocol::SecAggKeyList> SecAggServer::key_list(ClientId client) const {
   protocol::SecAggKeyList list;
   list.job = setup_.job;
   list.round = setup_.round;
-  list.params = params_;
-  list.graph_seed = std::string(as_view(setup_.graph_seed));
-  list.participants = graph_->participants();
   for (ClientId c : graph_->neighbours(client)) {
     const Keys& k = keys_.at(c);
     list.neighbours.push_back({c, k.cipher_public_key, k.mask_public_key});

@@ -9,7 +9,7 @@
 // it yields is the sum of the survivors' weighted, clipped updates and their total weight.
 //
 //   stage           receive_*                close_* (the stage's deadline or all arrived)
-//   kAdvertiseKeys  receive_keys             close_keys: the graph; then key_list(client)
+//   kAdvertiseKeys  receive_keys             close_keys; then graph() and key_list(client)
 //   kShareKeys      receive_shares           close_shares; then forwarded_shares(client)
 //   kMaskedInput    receive_masked_input     close_masked_inputs; then unmask_request(client)
 //   kUnmask         receive_unmask_response  finish: the sum, or the reason it failed
@@ -90,8 +90,10 @@ class SecAggServer {
 
   Status receive_keys(ClientId sender, const protocol::SecAggAdvertiseKeys& message);
   Status close_keys();
-  // The key list for `client` (kPermissionDenied: not a participant; kConflict: before
-  // close_keys).
+  // The graph message, the same for every participant (a caller may write it once and serve
+  // the same bytes to all), and the key list of `client` (kPermissionDenied: not a
+  // participant). kConflict before close_keys.
+  Result<protocol::SecAggGraph> graph() const;
   Result<protocol::SecAggKeyList> key_list(ClientId client) const;
 
   Status receive_shares(ClientId sender, const protocol::SecAggShares& message);

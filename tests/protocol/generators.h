@@ -244,8 +244,11 @@ class Generator {
     return {count(), 1 + count(UINT64_MAX - 1), count(), key(), key()};
   }
   SecAggPeerKeys secagg_peer_keys(ClientId c) { return {c, key(), key()}; }
+  SecAggGraph secagg_graph() {
+    return {count(), 1 + count(UINT64_MAX - 1), secagg_params(), key(), ids(30, true)};
+  }
   SecAggKeyList secagg_key_list() {
-    return {count(), 1 + count(UINT64_MAX - 1), secagg_params(), key(), ids(30, true),
+    return {count(), 1 + count(UINT64_MAX - 1),
             per_client<SecAggPeerKeys>(8, [&](ClientId c) { return secagg_peer_keys(c); })};
   }
   SecAggCiphertext secagg_ciphertext(ClientId c) {

@@ -162,6 +162,8 @@ const std::vector<Reader>& readers() {
        }},
       {"secagg_peer_keys",
        [](const json& d) { return read_twice(d, read_peer, write_secagg_peer_keys); }},
+      {"secagg_graph",
+       [](const json& d) { return read_twice(d, read_secagg_graph, write_secagg_graph); }},
       {"secagg_key_list",
        [](const json& d) { return read_twice(d, read_secagg_key_list, write_secagg_key_list); }},
       {"secagg_ciphertext",
@@ -191,7 +193,7 @@ const std::vector<Reader>& readers() {
 
 // A valid message of a random kind, as its writer writes it.
 json valid_document(testing::Generator& g) {
-  switch (g.below(22)) {
+  switch (g.below(23)) {
     case 0:
       return write_eval_report(g.eval_report());
     case 1:
@@ -234,6 +236,8 @@ json valid_document(testing::Generator& g) {
       return write_secagg_share(g.secagg_share(g.count()));
     case 20:
       return write_secagg_unmask_response(g.secagg_unmask_response());
+    case 21:
+      return write_secagg_graph(g.secagg_graph());
     default:
       return write_error_reply(g.error_reply());
   }

@@ -96,6 +96,8 @@ TEST_CASE("every secure-aggregation message reads back what was written, over ra
                      write_secagg_advertise_keys, read_secagg_advertise_keys);
     check_round_trip(Message::kSecAggPeerKeys, g.secagg_peer_keys(g.count()),
                      write_secagg_peer_keys, read_peer);
+    check_round_trip(Message::kSecAggGraph, g.secagg_graph(), write_secagg_graph,
+                     read_secagg_graph);
     check_round_trip(Message::kSecAggKeyList, g.secagg_key_list(), write_secagg_key_list,
                      read_secagg_key_list);
     check_round_trip(Message::kSecAggCiphertext, g.secagg_ciphertext(g.count()),

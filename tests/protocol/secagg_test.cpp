@@ -47,18 +47,22 @@ TEST_CASE("secure-aggregation readers refuse what breaks their rules, naming the
   bad["round"] = 0;
   CHECK_FALSE(read_secagg_advertise_keys(bad).ok());
 
-  SecAggKeyList list = g.secagg_key_list();
-  list.participants = {3, 5, 9};
-  json unsorted = write_secagg_key_list(list);
+  SecAggGraph graph = g.secagg_graph();
+  graph.participants = {3, 5, 9};
+  json unsorted = write_secagg_graph(graph);
   unsorted["participants"] = {5, 3, 9};
-  CHECK_FALSE(read_secagg_key_list(unsorted).ok());
+  CHECK_FALSE(read_secagg_graph(unsorted).ok());
   unsorted["participants"] = {3, 3, 9};
-  CHECK_FALSE(read_secagg_key_list(unsorted).ok());
+  CHECK_FALSE(read_secagg_graph(unsorted).ok());
   unsorted["participants"] = {3, -5, 9};
-  CHECK_FALSE(read_secagg_key_list(unsorted).ok());
-  list.params.threshold = list.params.degree + 1;
-  CHECK(read_secagg_key_list(write_secagg_key_list(list)).status().message().find(
+  CHECK_FALSE(read_secagg_graph(unsorted).ok());
+  graph.params.threshold = graph.params.degree + 1;
+  CHECK(read_secagg_graph(write_secagg_graph(graph)).status().message().find(
             "threshold must be at most degree") != std::string::npos);
+  SecAggKeyList list = g.secagg_key_list();
+  list.neighbours = {{4, std::string(32, 'a'), std::string(32, 'b')},
+                     {4, std::string(32, 'c'), std::string(32, 'd')}};
+  CHECK_FALSE(read_secagg_key_list(write_secagg_key_list(list)).ok());  // a neighbour twice
 
   SecAggShares shares = g.secagg_shares();
   shares.shares = {{7, "a"}, {7, "b"}};

@@ -353,7 +353,7 @@ TEST_CASE("replays of a previous round's keys, shares or input are refused") {
   for (ClientId id : second.invitees()) {
     Result<protocol::SecAggKeyList> list = server.key_list(id);
     REQUIRE(list.ok());
-    Result<protocol::SecAggShares> m = second.client(id).share_keys(*list);
+    Result<protocol::SecAggShares> m = second.client(id).share_keys(*server.graph(), *list);
     REQUIRE(m.ok());
     if (id == b) {
       CHECK(server.receive_shares(b, first.shares_of(b)).code() == Code::kPermissionDenied);
@@ -440,10 +440,14 @@ TEST_CASE("a client refuses messages out of stage, of another round or with a fo
   round.advertise();
   CHECK(client.advertise_keys().status().code() == Code::kConflict);
   REQUIRE(round.server().close_keys().ok());
+  const protocol::SecAggGraph graph = *round.server().graph();
   protocol::SecAggKeyList list = *round.server().key_list(c);
   protocol::SecAggKeyList other_round = list;
   other_round.round = 9;
-  CHECK(client.share_keys(other_round).status().code() == Code::kPermissionDenied);
+  CHECK(client.share_keys(graph, other_round).status().code() == Code::kPermissionDenied);
+  protocol::SecAggGraph other_graph = graph;
+  other_graph.round = 9;
+  CHECK(client.share_keys(other_graph, list).status().code() == Code::kPermissionDenied);
   // Neighbours that are not the ones the seed draws (one swapped for a non-neighbour).
   protocol::SecAggKeyList forged = list;
   for (ClientId id : round.invitees()) {
@@ -453,12 +457,12 @@ TEST_CASE("a client refuses messages out of stage, of another round or with a fo
       break;
     }
   }
-  CHECK(client.share_keys(forged).status().code() == Code::kPermissionDenied);
-  protocol::SecAggKeyList reseeded = list;
+  CHECK(client.share_keys(graph, forged).status().code() == Code::kPermissionDenied);
+  protocol::SecAggGraph reseeded = graph;
   reseeded.graph_seed[0] ^= 1;
-  CHECK(client.share_keys(reseeded).status().code() == Code::kPermissionDenied);
+  CHECK(client.share_keys(reseeded, list).status().code() == Code::kPermissionDenied);
   CHECK(client.stage() == SecAggClient::Stage::kShareKeys);  // nothing changed
-  CHECK(client.share_keys(list).ok());
+  CHECK(client.share_keys(graph, list).ok());
 }
 
 // Pearson's chi-square statistic of `words` (values mod 2^bits) over 256 equal buckets.

@@ -109,13 +109,18 @@ class TestRound {
   std::set<ClientId> share(const std::set<ClientId>& absent = {},
                            const std::function<void(protocol::SecAggShares&)>& tamper = {}) {
     REQUIRE(server_->close_keys().ok());
+    Result<protocol::SecAggGraph> graph = server_->graph();
+    REQUIRE(graph.ok());
+    const protocol::SecAggGraph sent_graph =
+        over_the_wire(*graph, protocol::write_secagg_graph, protocol::read_secagg_graph);
     std::set<ClientId> accepted;
     for (ClientId c : invitees_) {
       if (absent.count(c) != 0) continue;
       Result<protocol::SecAggKeyList> list = server_->key_list(c);
       if (!list.ok()) continue;  // did not advertise
-      Result<protocol::SecAggShares> m = client(c).share_keys(over_the_wire(
-          *list, protocol::write_secagg_key_list, protocol::read_secagg_key_list));
+      Result<protocol::SecAggShares> m = client(c).share_keys(
+          sent_graph,
+          over_the_wire(*list, protocol::write_secagg_key_list, protocol::read_secagg_key_list));
       REQUIRE_MESSAGE(m.ok(), m.status().to_string());
       protocol::SecAggShares sent =
           over_the_wire(*m, protocol::write_secagg_shares, protocol::read_secagg_shares);
