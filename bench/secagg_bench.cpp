@@ -270,8 +270,7 @@ Json run_round(const Options& o, size_t n, size_t length) {
       return 0;
     });
   }
-  server_meter.run(keys_wall,
-                   [&] { return (require(server->close_shares(), "close shares"), 0); });
+  server_meter.run(keys_wall, [&] { return (require(server->close_shares(), "close shares"), 0); });
   // Stage 3: one client's update and masked vector at a time.
   for (size_t i = 0; i < n; ++i) {
     const std::string forwarded = server_meter.run(keys_wall, [&] {
@@ -282,18 +281,18 @@ Json run_round(const Options& o, size_t n, size_t length) {
     if (i < dropped) continue;  // drops out after sharing its keys
     fill_update(update, i + 1);
     secagg::SecAggMaskedVector masked = meters[i].run([&] {
-      return require(clients[i]->mask_input(
-                         parse(forwarded, protocol::read_secagg_forwarded_shares),
-                         update.data(), length, weight_of(i)),
-                     "mask");
+      return require(
+          clients[i]->mask_input(parse(forwarded, protocol::read_secagg_forwarded_shares),
+                                 update.data(), length, weight_of(i)),
+          "mask");
     });
     const std::string header = text(masked.header, protocol::write_secagg_masked_input);
     meters[i].sent += header.size() + masked.body.size();
     server_meter.run(fold_wall, [&] {
-      require(server->receive_masked_input(
-                  setup.invitees[i], parse(header, protocol::read_secagg_masked_input),
-                  masked.body),
-              "receive input");
+      require(
+          server->receive_masked_input(
+              setup.invitees[i], parse(header, protocol::read_secagg_masked_input), masked.body),
+          "receive input");
       return 0;
     });
   }
@@ -313,8 +312,8 @@ Json run_round(const Options& o, size_t n, size_t length) {
     });
     meters[i].sent += sent.size();
     server_meter.run(unmask_wall, [&] {
-      require(server->receive_unmask_response(
-                  setup.invitees[i], parse(sent, protocol::read_secagg_unmask_response)),
+      require(server->receive_unmask_response(setup.invitees[i],
+                                              parse(sent, protocol::read_secagg_unmask_response)),
               "receive response");
       return 0;
     });

@@ -1,9 +1,9 @@
-// Fuzzes every wire message reader (protocol/), secure aggregation's included: the input is JSON text, as the coordinator and
-// the SDK receive it (a request body, the X-Fedcase-Meta header, an answer), parsed with
-// parse_untrusted_json (common/json_read.h) and given to each reader in turn. A reader must
-// answer with a value or a Status, never throw; and a value it accepts must be accepted again
-// once written, and written the same (what a reader accepts is valid). Numbers it accepts are
-// finite, so the checks below hold for every accepted value.
+// Fuzzes every wire message reader (protocol/), secure aggregation's included: the input is JSON
+// text, as the coordinator and the SDK receive it (a request body, the X-Fedcase-Meta header, an
+// answer), parsed with parse_untrusted_json (common/json_read.h) and given to each reader in turn.
+// A reader must answer with a value or a Status, never throw; and a value it accepts must be
+// accepted again once written, and written the same (what a reader accepts is valid). Numbers it
+// accepts are finite, so the checks below hold for every accepted value.
 
 #include <cmath>
 #include <string>
@@ -187,8 +187,7 @@ FEDCASE_FUZZ_TARGET(protocol) {
                protocol::write_secagg_forwarded_shares);
     read_twice(*doc, protocol::read_secagg_masked_input, protocol::write_secagg_masked_input);
     read_twice(*doc, protocol::read_secagg_unmask_request, protocol::write_secagg_unmask_request);
-    read_twice(*doc, protocol::read_secagg_unmask_response,
-               protocol::write_secagg_unmask_response);
+    read_twice(*doc, protocol::read_secagg_unmask_response, protocol::write_secagg_unmask_response);
   } catch (const std::exception& e) {
     fedcase::fuzz::fuzz_fail(std::string("a reader threw: ") + e.what());
   }

@@ -41,8 +41,7 @@ Status read(const nlohmann::json& value, const std::string& where, TaskStatus& o
 Status read(const nlohmann::json& value, const std::string& where, SecAggParams& out, Keys* keys);
 Status read(const nlohmann::json& value, const std::string& where, SecAggAdvertiseKeys& out,
             Keys* keys);
-Status read(const nlohmann::json& value, const std::string& where, SecAggPeerKeys& out,
-            Keys* keys);
+Status read(const nlohmann::json& value, const std::string& where, SecAggPeerKeys& out, Keys* keys);
 Status read(const nlohmann::json& value, const std::string& where, SecAggGraph& out, Keys* keys);
 Status read(const nlohmann::json& value, const std::string& where, SecAggKeyList& out, Keys* keys);
 Status read(const nlohmann::json& value, const std::string& where, SecAggCiphertext& out,

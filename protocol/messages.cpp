@@ -96,16 +96,29 @@ internal::Keys keys_read(const nlohmann::json& value) {
 }  // namespace
 
 const std::vector<Message>& all_messages() {
-  static const std::vector<Message> messages = {
-      Message::kRegistration,    Message::kDeviceInfo,       Message::kRegistrationReply,
-      Message::kTaskOffer,       Message::kTrainingSettings, Message::kEvaluationSettings,
-      Message::kCacheDirectives, Message::kTaskStatus,       Message::kUpdateMeta,
-      Message::kEvalReport,      Message::kErrorReply,       Message::kSecAggParams,
-      Message::kSecAggAdvertiseKeys, Message::kSecAggPeerKeys, Message::kSecAggGraph,
-      Message::kSecAggKeyList,
-      Message::kSecAggCiphertext,    Message::kSecAggShares,   Message::kSecAggForwardedShares,
-      Message::kSecAggMaskedInput,   Message::kSecAggUnmaskRequest, Message::kSecAggShare,
-      Message::kSecAggUnmaskResponse};
+  static const std::vector<Message> messages = {Message::kRegistration,
+                                                Message::kDeviceInfo,
+                                                Message::kRegistrationReply,
+                                                Message::kTaskOffer,
+                                                Message::kTrainingSettings,
+                                                Message::kEvaluationSettings,
+                                                Message::kCacheDirectives,
+                                                Message::kTaskStatus,
+                                                Message::kUpdateMeta,
+                                                Message::kEvalReport,
+                                                Message::kErrorReply,
+                                                Message::kSecAggParams,
+                                                Message::kSecAggAdvertiseKeys,
+                                                Message::kSecAggPeerKeys,
+                                                Message::kSecAggGraph,
+                                                Message::kSecAggKeyList,
+                                                Message::kSecAggCiphertext,
+                                                Message::kSecAggShares,
+                                                Message::kSecAggForwardedShares,
+                                                Message::kSecAggMaskedInput,
+                                                Message::kSecAggUnmaskRequest,
+                                                Message::kSecAggShare,
+                                                Message::kSecAggUnmaskResponse};
   return messages;
 }
 

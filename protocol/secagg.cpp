@@ -40,9 +40,9 @@ const nlohmann::json* read_array(ObjectReader& r, const char* key) {
   const nlohmann::json* array = r.member(key);
   if (array == nullptr || !r.status().ok()) return nullptr;
   if (!array->is_array() || array->size() > kMaxSecAggClients) {
-    internal::check(r, false, key,
-                    "must be an array of at most " + std::to_string(kMaxSecAggClients) +
-                        " elements");
+    internal::check(
+        r, false, key,
+        "must be an array of at most " + std::to_string(kMaxSecAggClients) + " elements");
     return nullptr;
   }
   return array;
@@ -108,8 +108,7 @@ void read_binding(ObjectReader& r, JobId& job, RoundIndex& round, ClientId* clie
 
 namespace internal {
 
-Status read(const nlohmann::json& value, const std::string& where, SecAggParams& out,
-            Keys* keys) {
+Status read(const nlohmann::json& value, const std::string& where, SecAggParams& out, Keys* keys) {
   ObjectReader r(value, where);
   r.require("degree")
       .integer("degree", out.degree, 1, kMaxSecAggClients - 1)
@@ -161,8 +160,7 @@ Status read(const nlohmann::json& value, const std::string& where, SecAggGraph& 
   return finish(r, keys);
 }
 
-Status read(const nlohmann::json& value, const std::string& where, SecAggKeyList& out,
-            Keys* keys) {
+Status read(const nlohmann::json& value, const std::string& where, SecAggKeyList& out, Keys* keys) {
   ObjectReader r(value, where);
   read_binding(r, out.job, out.round, nullptr);
   read_list(r, "neighbours", out.neighbours);
@@ -177,8 +175,7 @@ Status read(const nlohmann::json& value, const std::string& where, SecAggCiphert
   return finish(r, keys);
 }
 
-Status read(const nlohmann::json& value, const std::string& where, SecAggShares& out,
-            Keys* keys) {
+Status read(const nlohmann::json& value, const std::string& where, SecAggShares& out, Keys* keys) {
   ObjectReader r(value, where);
   read_binding(r, out.job, out.round, &out.client);
   read_key(r, "seed_commitment", out.seed_commitment);
@@ -241,8 +238,12 @@ Result<SecAggParams> read_secagg_params(const nlohmann::json& params, const std:
 }
 
 nlohmann::json write_secagg_params(const SecAggParams& p) {
-  return {{"degree", p.degree},        {"threshold", p.threshold},   {"bits", p.bits},
-          {"clip", p.clip},            {"scale", p.scale},           {"max_weight", p.max_weight},
+  return {{"degree", p.degree},
+          {"threshold", p.threshold},
+          {"bits", p.bits},
+          {"clip", p.clip},
+          {"scale", p.scale},
+          {"max_weight", p.max_weight},
           {"vector_length", p.vector_length}};
 }
 
@@ -327,9 +328,8 @@ Result<SecAggMaskedInput> read_secagg_masked_input(const nlohmann::json& message
 }
 
 nlohmann::json write_secagg_masked_input(const SecAggMaskedInput& m) {
-  return {{"job_id", m.job},         {"round", m.round},
-          {"client_id", m.client},   {"words", m.words},
-          {"word_bytes", m.word_bytes}, {"refused_shares", m.refused_shares}};
+  return {{"job_id", m.job},  {"round", m.round},           {"client_id", m.client},
+          {"words", m.words}, {"word_bytes", m.word_bytes}, {"refused_shares", m.refused_shares}};
 }
 
 Result<SecAggUnmaskRequest> read_secagg_unmask_request(const nlohmann::json& message) {
@@ -337,10 +337,8 @@ Result<SecAggUnmaskRequest> read_secagg_unmask_request(const nlohmann::json& mes
 }
 
 nlohmann::json write_secagg_unmask_request(const SecAggUnmaskRequest& m) {
-  return {{"job_id", m.job},
-          {"round", m.round},
-          {"survivors", m.survivors},
-          {"dropped", m.dropped}};
+  return {
+      {"job_id", m.job}, {"round", m.round}, {"survivors", m.survivors}, {"dropped", m.dropped}};
 }
 
 Result<SecAggShare> read_secagg_share(const nlohmann::json& message, const std::string& where) {

@@ -27,20 +27,20 @@
 
 namespace fedcase::protocol {
 
-inline constexpr size_t kSecAggKeyBytes = 32;         // X25519 public keys, the graph seed
-inline constexpr size_t kMaxSecAggBlobBytes = 1024;   // a ciphertext or a share
-inline constexpr size_t kMaxSecAggClients = 100000;   // participants of a round, any id list
+inline constexpr size_t kSecAggKeyBytes = 32;        // X25519 public keys, the graph seed
+inline constexpr size_t kMaxSecAggBlobBytes = 1024;  // a ciphertext or a share
+inline constexpr size_t kMaxSecAggClients = 100000;  // participants of a round, any id list
 inline constexpr uint64_t kMaxSecAggVectorLength = uint64_t(1) << 32;  // masked parameters
 
 // The round's parameters (docs/secure_aggregation.md, "Parameters"): the key list's `params`.
 // Every member is required.
 struct SecAggParams {
-  uint32_t degree = 0;       // neighbours of each client, in [1, kMaxSecAggClients)
-  uint32_t threshold = 0;    // shares that reconstruct a secret, in [1, degree]
-  uint32_t bits = 32;        // arithmetic mod 2^bits, in [1, 64]
-  double clip = 1;           // L2 bound of a client's delta, finite, > 0
-  double scale = 1;          // quantisation steps per unit, finite, > 0
-  uint64_t max_weight = 1;   // a client's FedAvg weight is clipped to [0, max_weight], >= 1
+  uint32_t degree = 0;         // neighbours of each client, in [1, kMaxSecAggClients)
+  uint32_t threshold = 0;      // shares that reconstruct a secret, in [1, degree]
+  uint32_t bits = 32;          // arithmetic mod 2^bits, in [1, 64]
+  double clip = 1;             // L2 bound of a client's delta, finite, > 0
+  double scale = 1;            // quantisation steps per unit, finite, > 0
+  uint64_t max_weight = 1;     // a client's FedAvg weight is clipped to [0, max_weight], >= 1
   uint64_t vector_length = 1;  // parameters of the model, in [1, kMaxSecAggVectorLength]
 
   bool operator==(const SecAggParams& o) const {
@@ -53,8 +53,8 @@ struct SecAggParams {
 // Stage 1, client to coordinator: the client's two fresh X25519 public keys of the round.
 struct SecAggAdvertiseKeys {
   JobId job = 0;
-  RoundIndex round = 1;  // >= 1
-  ClientId client = 0;   // the sender
+  RoundIndex round = 1;           // >= 1
+  ClientId client = 0;            // the sender
   std::string cipher_public_key;  // kSecAggKeyBytes: agrees the keys that encrypt shares
   std::string mask_public_key;    // kSecAggKeyBytes: agrees the pairwise masks
 
@@ -126,7 +126,7 @@ struct SecAggShares {
   JobId job = 0;
   RoundIndex round = 1;
   ClientId client = 0;
-  std::string seed_commitment;  // kSecAggKeyBytes
+  std::string seed_commitment;           // kSecAggKeyBytes
   std::vector<SecAggCiphertext> shares;  // at most kMaxSecAggClients, distinct recipients
 
   bool operator==(const SecAggShares& o) const {
@@ -202,8 +202,8 @@ struct SecAggUnmaskResponse {
   std::vector<SecAggShare> key_shares;   // of dropped clients' mask keys
 
   bool operator==(const SecAggUnmaskResponse& o) const {
-    return job == o.job && round == o.round && client == o.client &&
-           seed_shares == o.seed_shares && key_shares == o.key_shares;
+    return job == o.job && round == o.round && client == o.client && seed_shares == o.seed_shares &&
+           key_shares == o.key_shares;
   }
   bool operator!=(const SecAggUnmaskResponse& o) const { return !(*this == o); }
 };

@@ -46,8 +46,8 @@ class ClientState {
  protected:
   Status out_of_stage(const char* what) const {
     static const char* kNames[] = {"advertise keys", "share keys", "masked input", "unmask"};
-    return conflict(std::string("cannot ") + what + " in the " +
-                    kNames[static_cast<int>(stage())] + " stage");
+    return conflict(std::string("cannot ") + what + " in the " + kNames[static_cast<int>(stage())] +
+                    " stage");
   }
 };
 
@@ -62,8 +62,8 @@ struct Binding {
   Status check(JobId j, RoundIndex r, const char* what) const {
     if (j != job || r != round) {
       return permission_denied(std::string(what) + " belongs to job " + std::to_string(j) +
-                               " round " + std::to_string(r) + ", not job " +
-                               std::to_string(job) + " round " + std::to_string(round));
+                               " round " + std::to_string(r) + ", not job " + std::to_string(job) +
+                               " round " + std::to_string(round));
     }
     return ok_status();
   }
@@ -114,8 +114,8 @@ class UnmaskState : public ClientState {
       if (before != revealed_.end() && before->second != seed) {
         return permission_denied("the unmask request asks for the " +
                                  std::string(seed ? "seed" : "key") + " share of client " +
-                                 std::to_string(client) + ", whose " +
-                                 (seed ? "key" : "seed") + " share was already revealed");
+                                 std::to_string(client) + ", whose " + (seed ? "key" : "seed") +
+                                 " share was already revealed");
       }
     }
     protocol::SecAggUnmaskResponse response;
@@ -176,9 +176,9 @@ class MaskingState : public ClientState {
         continue;
       }
       held[c.client] = std::move(*shares);
-      Result<Bytes32> pairwise = pairwise_seed(keys_.mask_key, peer->second.mask_public,
-                                               binding_.job, binding_.round, binding_.self,
-                                               c.client);
+      Result<Bytes32> pairwise =
+          pairwise_seed(keys_.mask_key, peer->second.mask_public, binding_.job, binding_.round,
+                        binding_.self, c.client);
       if (!pairwise.ok()) return pairwise.status();
       Result<PrgKey> key = prg_key(*pairwise);
       if (!key.ok()) return key.status();
@@ -191,8 +191,7 @@ class MaskingState : public ClientState {
     Result<double> factor = l2_clip_factor(delta, count, params_.clip);
     if (!factor.ok()) return factor.status();
     const uint64_t w = std::min(weight, params_.max_weight);
-    const double multiplier =
-        *factor * (double(w) / double(params_.max_weight)) * params_.scale;
+    const double multiplier = *factor * (double(w) / double(params_.max_weight)) * params_.scale;
     std::vector<uint64_t> vector(count + 1);
     Result<Bytes32> rounding_seed = random_seed();
     if (!rounding_seed.ok()) return rounding_seed.status();
@@ -261,12 +260,12 @@ class SharingState : public ClientState {
     if (round.graph_seed.size() != protocol::kSecAggKeyBytes) {
       return invalid_argument("the graph seed must hold 32 bytes");
     }
-    Result<NeighbourGraph> graph = NeighbourGraph::draw(round.participants, round.params.degree,
-                                                        to_bytes32(round.graph_seed));
-    if (!graph.ok()) return graph.status();
-    if (!graph->contains(binding_.self)) {
-      return permission_denied("the key list's participants do not include this client");
+    if (!std::binary_search(round.participants.begin(), round.participants.end(), binding_.self)) {
+      return permission_denied("the graph's participants do not include this client");
     }
+    Result<Neighbourhood> mine = NeighbourGraph::neighbourhood(
+        round.participants, round.params.degree, to_bytes32(round.graph_seed), binding_.self);
+    if (!mine.ok()) return mine.status();
     std::map<ClientId, PeerKeys> peers;
     for (const protocol::SecAggPeerKeys& p : list.neighbours) {
       if (p.cipher_public_key.size() != protocol::kSecAggKeyBytes ||
@@ -275,7 +274,7 @@ class SharingState : public ClientState {
       }
       peers[p.client] = {to_bytes32(p.cipher_public_key), to_bytes32(p.mask_public_key)};
     }
-    const std::vector<ClientId>& expected = graph->neighbours(binding_.self);
+    const std::vector<ClientId>& expected = mine->neighbours;
     std::vector<ClientId> given;
     for (const auto& [client, keys] : peers) given.push_back(client);
     if (given != expected || given.size() != list.neighbours.size()) {
@@ -285,9 +284,11 @@ class SharingState : public ClientState {
     Result<Bytes32> seed = random_seed();
     if (!seed.ok()) return seed.status();
     std::vector<uint32_t> xs;
-    for (ClientId c : expected) xs.push_back(graph->index_of(c));
-    Result<std::vector<ShamirShare>> seed_shares =
-        shamir_split(*seed, round.params.threshold, xs);
+    for (ClientId c : expected) {
+      const auto at = std::lower_bound(round.participants.begin(), round.participants.end(), c);
+      xs.push_back(static_cast<uint32_t>(at - round.participants.begin()) + 1);
+    }
+    Result<std::vector<ShamirShare>> seed_shares = shamir_split(*seed, round.params.threshold, xs);
     if (!seed_shares.ok()) return seed_shares.status();
     Result<std::vector<ShamirShare>> key_shares =
         shamir_split(keys_.mask.private_key, round.params.threshold, xs);
@@ -301,8 +302,8 @@ class SharingState : public ClientState {
         std::string(as_view(seed_commitment(binding_.job, binding_.round, binding_.self, *seed)));
     for (size_t i = 0; i < expected.size(); ++i) {
       const ClientId to = expected[i];
-      Result<Bytes32> key = share_key(keys_.cipher_key, peers[to].cipher_public,
-                                      binding_.job, binding_.round, binding_.self, to);
+      Result<Bytes32> key = share_key(keys_.cipher_key, peers[to].cipher_public, binding_.job,
+                                      binding_.round, binding_.self, to);
       if (!key.ok()) return key.status();
       Result<std::string> sealed =
           seal(*key, encode_share((*seed_shares)[i]) + encode_share((*key_shares)[i]),
@@ -311,9 +312,8 @@ class SharingState : public ClientState {
       out.shares.push_back({to, std::move(*sealed)});
     }
     return Step<protocol::SecAggShares>{
-        std::move(out),
-        std::make_unique<MaskingState>(binding_, keys_, *seed, round.params,
-                                       graph->index_of(binding_.self), std::move(peers))};
+        std::move(out), std::make_unique<MaskingState>(binding_, keys_, *seed, round.params,
+                                                       mine->index, std::move(peers))};
   }
 
  private:
@@ -339,8 +339,8 @@ class AdvertiseState : public ClientState {
                                       std::string(as_view(cipher->public_key)),
                                       std::string(as_view(mask->public_key))};
     return Step<protocol::SecAggAdvertiseKeys>{
-        std::move(out), std::make_unique<SharingState>(
-                            binding_, OwnKeys{*cipher, *mask, *cipher_key, *mask_key})};
+        std::move(out),
+        std::make_unique<SharingState>(binding_, OwnKeys{*cipher, *mask, *cipher_key, *mask_key})};
   }
 
  private:
@@ -360,8 +360,9 @@ Result<Message> advance(std::unique_ptr<ClientState>& state, Handler handler) {
 }  // namespace
 
 SecAggClient::SecAggClient(JobId job, RoundIndex round, ClientId self, size_t threads)
-    : state_(std::make_unique<AdvertiseState>(Binding{
-          job, round, self, std::make_shared<aggregation::WorkerPool>(std::max<size_t>(1, threads))})) {}
+    : state_(std::make_unique<AdvertiseState>(
+          Binding{job, round, self,
+                  std::make_shared<aggregation::WorkerPool>(std::max<size_t>(1, threads))})) {}
 
 SecAggClient::~SecAggClient() = default;
 
@@ -373,7 +374,7 @@ Result<protocol::SecAggAdvertiseKeys> SecAggClient::advertise_keys() {
 }
 
 Result<protocol::SecAggShares> SecAggClient::share_keys(const protocol::SecAggGraph& graph,
-                                                       const protocol::SecAggKeyList& keys) {
+                                                        const protocol::SecAggKeyList& keys) {
   return advance<protocol::SecAggShares>(state_,
                                          [&](ClientState& s) { return s.share_keys(graph, keys); });
 }

@@ -20,12 +20,24 @@
 
 namespace fedcase::secagg {
 
+// One client's part of the graph.
+struct Neighbourhood {
+  uint32_t index = 0;                // its position in the participants plus 1 (>= 1)
+  std::vector<ClientId> neighbours;  // increasing
+};
+
 class NeighbourGraph {
  public:
   // `participants` strictly increasing, at least 2; `degree` in [1, n - 1], even unless n - 1.
   // kInvalidArgument otherwise.
   static Result<NeighbourGraph> draw(const std::vector<ClientId>& participants, uint32_t degree,
                                      const Bytes32& seed);
+
+  // One client's index and neighbours, as draw() gives them, in O(n + k) time and memory
+  // instead of the whole graph's O(n k): what a client needs. kInvalidArgument as draw(), and
+  // for a client not among the participants.
+  static Result<Neighbourhood> neighbourhood(const std::vector<ClientId>& participants,
+                                             uint32_t degree, const Bytes32& seed, ClientId client);
 
   const std::vector<ClientId>& participants() const { return participants_; }
   uint32_t degree() const { return degree_; }
@@ -39,7 +51,7 @@ class NeighbourGraph {
  private:
   std::vector<ClientId> participants_;
   uint32_t degree_ = 0;
-  std::unordered_map<ClientId, uint32_t> index_;  // client -> position in participants_
+  std::unordered_map<ClientId, uint32_t> index_;   // client -> position in participants_
   std::vector<std::vector<ClientId>> neighbours_;  // by position in participants_
 };
 

@@ -78,8 +78,8 @@ Result<GraphParams> derive_graph_params(const GraphRequirements& req) {
     const uint64_t max_corrupt = tail_quantile(n - 1, std::min(corrupt, n - 1), k, security_bound);
     const uint64_t max_dropped =
         tail_quantile(n - 1, std::min(dropped, n - 1), k, correctness_bound);
-    const uint64_t t_min = req.threat == Threat::kSemiMalicious ? (k + max_corrupt) / 2 + 1
-                                                                : max_corrupt + 1;
+    const uint64_t t_min =
+        req.threat == Threat::kSemiMalicious ? (k + max_corrupt) / 2 + 1 : max_corrupt + 1;
     const uint64_t t_max = k - max_dropped;
     // The honest survivors stay connected unless k/2 consecutive ring positions are all
     // corrupt or dropped (the complete graph always stays connected).

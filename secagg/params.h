@@ -29,10 +29,10 @@ enum class Threat {
 };
 
 struct GraphRequirements {
-  uint64_t clients = 0;        // n: participants of the round, >= 2
-  double dropout = 0.05;       // delta in [0, 1): fraction that may drop out
-  double corrupt = 0.05;       // gamma in [0, 1): fraction that may collude with the coordinator
-  uint32_t security_bits = 40;     // sigma in [1, 128]
+  uint64_t clients = 0;         // n: participants of the round, >= 2
+  double dropout = 0.05;        // delta in [0, 1): fraction that may drop out
+  double corrupt = 0.05;        // gamma in [0, 1): fraction that may collude with the coordinator
+  uint32_t security_bits = 40;  // sigma in [1, 128]
   uint32_t correctness_bits = 20;  // eta in [1, 128]
   Threat threat = Threat::kSemiMalicious;
 };

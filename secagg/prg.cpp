@@ -55,7 +55,9 @@ Result<PrgKey> prg_key(const Bytes32& seed) {
 }
 
 PrgExpander::PrgExpander()
-    : ctx_(std::make_unique<Context>()), zeros_(kBufferBytes + kBlock), stream_(kBufferBytes + kBlock) {}
+    : ctx_(std::make_unique<Context>()),
+      zeros_(kBufferBytes + kBlock),
+      stream_(kBufferBytes + kBlock) {}
 
 PrgExpander::~PrgExpander() = default;
 
@@ -65,8 +67,7 @@ Status PrgExpander::apply(const PrgKey& key, uint64_t offset, size_t count, size
   return apply_to(key, offset, count, word_bytes, op, acc);
 }
 
-Status PrgExpander::apply(const PrgKey& key, uint64_t offset, size_t count, Op op,
-                          uint32_t* acc) {
+Status PrgExpander::apply(const PrgKey& key, uint64_t offset, size_t count, Op op, uint32_t* acc) {
   return apply_to(key, offset, count, 4, op, acc);
 }
 

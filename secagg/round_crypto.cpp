@@ -21,8 +21,7 @@ std::string binding(const char* domain, JobId job, RoundIndex round, ClientId a,
 
 }  // namespace
 
-std::string share_associated_data(JobId job, RoundIndex round, ClientId sender,
-                                  ClientId receiver) {
+std::string share_associated_data(JobId job, RoundIndex round, ClientId sender, ClientId receiver) {
   return binding("fedcase/secagg/share", job, round, sender, receiver);
 }
 

@@ -29,8 +29,7 @@ inline constexpr size_t kSharePlaintextBytes = 2 * kShareBytes;
 inline constexpr size_t kShareCiphertextBytes = kSharePlaintextBytes + kAeadOverhead;
 
 // The AEAD's associated data of a share from `sender` to `receiver`.
-std::string share_associated_data(JobId job, RoundIndex round, ClientId sender,
-                                  ClientId receiver);
+std::string share_associated_data(JobId job, RoundIndex round, ClientId sender, ClientId receiver);
 // The AES-256-GCM key of the shares `sender` sends `receiver`: HKDF of their cipher keys'
 // X25519 secret, bound to the direction (each key seals one message).
 Result<Bytes32> share_key(const X25519Key& own_cipher_key, const Bytes32& peer_cipher_public,

@@ -97,8 +97,7 @@ Result<std::unique_ptr<SecAggServer>> SecAggServer::create(SecAggRoundSetup setu
     return invalid_argument("the invitees must be distinct");
   }
   if (invitees.size() > protocol::kMaxSecAggClients) {
-    return invalid_argument("at most " + std::to_string(protocol::kMaxSecAggClients) +
-                            " invitees");
+    return invalid_argument("at most " + std::to_string(protocol::kMaxSecAggClients) + " invitees");
   }
   FEDCASE_RETURN_IF_ERROR(validate_params(setup.params, invitees.size()));
   Result<KeyPair> probe = generate_key_pair();
@@ -282,7 +281,8 @@ Status SecAggServer::close_shares() {
     return fail(std::to_string(shares_.size()) + " clients sent shares, fewer than the threshold " +
                 std::to_string(params_.threshold));
   }
-  with_sum([&](auto& sum) { sum.assign(params_.vector_length + 1, 0); });
+  const size_t words = params_.vector_length + 1;
+  with_sum([words](auto& sum) { sum.assign(words, 0); });
   stage_ = Stage::kMaskedInput;
   return ok_status();
 }
@@ -343,8 +343,7 @@ Status SecAggServer::receive_masked_input(ClientId sender, const protocol::SecAg
                                client_name(refused) + ", whose input is in the sum");
     }
   }
-  FEDCASE_RETURN_IF_ERROR(
-      with_sum([&](auto& sum) { return fold_words(sum, body, *pool_); }));
+  FEDCASE_RETURN_IF_ERROR(with_sum([&](auto& sum) { return fold_words(sum, body, *pool_); }));
   survivors_.insert(sender);
   for (ClientId refused : h.refused_shares) refusers_[refused].insert(sender);
   return ok_status();
@@ -457,7 +456,8 @@ Result<std::vector<MaskStream>> SecAggServer::plan_unmasking() {
     Result<Bytes32> seed = shamir_combine(shares, t);
     if (!seed.ok() || std::string(as_view(seed_commitment(setup_.job, setup_.round, i, *seed))) !=
                           shares_.at(i).seed_commitment) {
-      return fail(client_name(i) + "'s self-mask seed does not match its commitment: a share "
+      return fail(client_name(i) +
+                  "'s self-mask seed does not match its commitment: a share "
                   "was wrong");
     }
     Result<PrgKey> key = prg_key(*seed);
@@ -475,7 +475,8 @@ Result<std::vector<MaskStream>> SecAggServer::plan_unmasking() {
     Result<Bytes32> raw = shamir_combine(shares, t);
     Result<Bytes32> pub = raw.ok() ? public_key_of(*raw) : Result<Bytes32>(raw.status());
     if (!pub.ok() || std::string(as_view(*pub)) != keys_.at(j).mask_public_key) {
-      return fail(client_name(j) + "'s mask key does not match its public key: a share was "
+      return fail(client_name(j) +
+                  "'s mask key does not match its public key: a share was "
                   "wrong");
     }
     Result<X25519Key> key = X25519Key::load(*raw);
@@ -502,9 +503,10 @@ Result<SecAggSum> SecAggServer::finish() {
   if (!streams.ok()) return streams.status();
   SecAggSum out;
   const double unit = double(params_.max_weight) / params_.scale;
+  const uint32_t bits = params_.bits;
   FEDCASE_RETURN_IF_ERROR(with_sum([&](auto& sum) {
     FEDCASE_RETURN_IF_ERROR(remove_masks(sum, *streams, *pool_));
-    return decode(sum, params_.bits, unit, *pool_, out);
+    return decode(sum, bits, unit, *pool_, out);
   }));
   out.survivors = sorted(survivors_);
   out.dropped = sorted(dropped_);
@@ -520,10 +522,9 @@ std::set<std::string> SecAggServer::public_keys() const {
 
 std::vector<uint64_t> SecAggServer::masked_sum() const {
   MutexLock lock(mu_);
-  std::vector<uint64_t> out = with_sum(
-      [](const auto& sum) { return std::vector<uint64_t>(sum.begin(), sum.end()); });
-  const uint64_t low_bits =
-      params_.bits >= 64 ? ~uint64_t(0) : (uint64_t(1) << params_.bits) - 1;
+  std::vector<uint64_t> out =
+      with_sum([](const auto& sum) { return std::vector<uint64_t>(sum.begin(), sum.end()); });
+  const uint64_t low_bits = params_.bits >= 64 ? ~uint64_t(0) : (uint64_t(1) << params_.bits) - 1;
   for (uint64_t& w : out) w &= low_bits;
   return out;
 }

@@ -164,9 +164,9 @@ class SecAggServer {
   // The running sum mod 2^bits: 32-bit words when bits <= 32 (as the masked vectors), else 64.
   std::vector<uint32_t> sum32_ FEDCASE_GUARDED_BY(mu_);
   std::vector<uint64_t> sum64_ FEDCASE_GUARDED_BY(mu_);
-  std::set<ClientId> survivors_ FEDCASE_GUARDED_BY(mu_);             // U3
+  std::set<ClientId> survivors_ FEDCASE_GUARDED_BY(mu_);                     // U3
   std::map<ClientId, std::set<ClientId>> refusers_ FEDCASE_GUARDED_BY(mu_);  // owner -> refusers
-  std::set<ClientId> dropped_ FEDCASE_GUARDED_BY(mu_);  // U2 minus U3
+  std::set<ClientId> dropped_ FEDCASE_GUARDED_BY(mu_);                       // U2 minus U3
   std::map<ClientId, protocol::SecAggUnmaskRequest> requests_ FEDCASE_GUARDED_BY(mu_);
   std::set<ClientId> responded_ FEDCASE_GUARDED_BY(mu_);
   std::map<ClientId, std::vector<ShamirShare>> seed_shares_ FEDCASE_GUARDED_BY(mu_);

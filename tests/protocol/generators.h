@@ -264,9 +264,9 @@ class Generator {
     return {count(), 1 + count(UINT64_MAX - 1), ciphertexts()};
   }
   SecAggMaskedInput secagg_masked_input() {
-    return {count(),           1 + count(UINT64_MAX - 1),
-            count(),           2 + count(kMaxSecAggVectorLength - 1),
-            coin() ? 4u : 8u,  ids(10, false)};
+    return {count(),          1 + count(UINT64_MAX - 1),
+            count(),          2 + count(kMaxSecAggVectorLength - 1),
+            coin() ? 4u : 8u, ids(10, false)};
   }
   SecAggUnmaskRequest secagg_unmask_request() {
     return {count(), 1 + count(UINT64_MAX - 1), ids(10, false), ids(10, false)};

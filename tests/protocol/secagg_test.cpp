@@ -1,12 +1,13 @@
 // The secure-aggregation messages' own rules: canonical base64, exact key lengths, distinct and
 // ordered client lists, the parameters' ranges, and the masked vector's length check.
 
+#include "protocol/secagg.h"
+
 #include <doctest/doctest.h>
 
 #include <string>
 
 #include "protocol/base64.h"
-#include "protocol/secagg.h"
 #include "tests/protocol/generators.h"
 
 namespace fedcase::protocol {
@@ -24,8 +25,8 @@ TEST_CASE("base64 reads back every byte string and refuses every other spelling"
   }
   CHECK(encode_base64("fedcase") == "ZmVkY2FzZQ==");  // RFC 4648 alphabet and padding
   CHECK(decode_base64("ZmVkY2FzZQ==") == std::string("fedcase"));
-  for (const char* bad : {"ZmVkY2FzZQ", "ZmVkY2FzZR==", "ZmVk Y2Fz", "Zm=kY2Fz", "ZmVkY2Fz====",
-                          "ZmVkY2F-", "====", "Zg=A"}) {
+  for (const char* bad : {"ZmVkY2FzZQ", "ZmVkY2FzZR==", "ZmVk Y2Fz", "Zm=kY2Fz",
+                          "ZmVkY2Fz====", "ZmVkY2F-", "====", "Zg=A"}) {
     CAPTURE(bad);
     CHECK_FALSE(decode_base64(bad).has_value());
   }
@@ -57,8 +58,10 @@ TEST_CASE("secure-aggregation readers refuse what breaks their rules, naming the
   unsorted["participants"] = {3, -5, 9};
   CHECK_FALSE(read_secagg_graph(unsorted).ok());
   graph.params.threshold = graph.params.degree + 1;
-  CHECK(read_secagg_graph(write_secagg_graph(graph)).status().message().find(
-            "threshold must be at most degree") != std::string::npos);
+  CHECK(read_secagg_graph(write_secagg_graph(graph))
+            .status()
+            .message()
+            .find("threshold must be at most degree") != std::string::npos);
   SecAggKeyList list = g.secagg_key_list();
   list.neighbours = {{4, std::string(32, 'a'), std::string(32, 'b')},
                      {4, std::string(32, 'c'), std::string(32, 'd')}};
@@ -66,8 +69,10 @@ TEST_CASE("secure-aggregation readers refuse what breaks their rules, naming the
 
   SecAggShares shares = g.secagg_shares();
   shares.shares = {{7, "a"}, {7, "b"}};
-  CHECK(read_secagg_shares(write_secagg_shares(shares)).status().message().find(
-            "must not repeat a client") != std::string::npos);
+  CHECK(read_secagg_shares(write_secagg_shares(shares))
+            .status()
+            .message()
+            .find("must not repeat a client") != std::string::npos);
   shares.shares = {{7, std::string(kMaxSecAggBlobBytes + 1, 'c')}};
   CHECK_FALSE(read_secagg_shares(write_secagg_shares(shares)).ok());
   shares.shares = {{7, ""}};

@@ -1,11 +1,11 @@
 // The neighbour graph: k-regular, symmetric, a function of its seed.
 
+#include "secagg/graph.h"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <set>
-
-#include "secagg/graph.h"
 
 namespace fedcase::secagg {
 namespace {
@@ -23,8 +23,16 @@ Bytes32 seed_of(uint8_t fill) {
 }
 
 TEST_CASE("every participant has exactly k neighbours, and adjacency is symmetric") {
-  for (auto [n, k] : {std::pair<size_t, uint32_t>{2, 1}, {3, 2}, {10, 4}, {10, 9}, {11, 10},
-                      {50, 10}, {101, 30}, {1000, 52}}) {
+  for (auto [participants, degree] : {std::pair<size_t, uint32_t>{2, 1},
+                                      {3, 2},
+                                      {10, 4},
+                                      {10, 9},
+                                      {11, 10},
+                                      {50, 10},
+                                      {101, 30},
+                                      {1000, 52}}) {
+    const size_t n = participants;
+    const uint32_t k = degree;
     CAPTURE(n);
     CAPTURE(k);
     Result<NeighbourGraph> g = NeighbourGraph::draw(ids(n), k, seed_of(1));
@@ -38,6 +46,21 @@ TEST_CASE("every participant has exactly k neighbours, and adjacency is symmetri
       CHECK(g->index_of(c) >= 1);
       CHECK(g->index_of(c) <= n);
     }
+  }
+}
+
+TEST_CASE("one client's neighbourhood is its part of the whole graph") {
+  for (auto [participants, degree] :
+       {std::pair<size_t, uint32_t>{2, 1}, {10, 4}, {10, 9}, {101, 30}}) {
+    const std::vector<ClientId> p = ids(participants);
+    NeighbourGraph g = *NeighbourGraph::draw(p, degree, seed_of(5));
+    for (ClientId c : p) {
+      Result<Neighbourhood> mine = NeighbourGraph::neighbourhood(p, degree, seed_of(5), c);
+      REQUIRE(mine.ok());
+      CHECK(mine->index == g.index_of(c));
+      CHECK(mine->neighbours == g.neighbours(c));
+    }
+    CHECK_FALSE(NeighbourGraph::neighbourhood(p, degree, seed_of(5), 3).ok());
   }
 }
 

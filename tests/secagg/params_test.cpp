@@ -1,11 +1,11 @@
 // The parameters: k and t from the fleet and the tolerated fractions, b from the bound on the
 // sum, and the checks of a round's parameters.
 
+#include "secagg/params.h"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
-
-#include "secagg/params.h"
 
 namespace fedcase::secagg {
 namespace {

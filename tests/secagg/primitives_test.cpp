@@ -71,15 +71,15 @@ TEST_CASE("the mask stream: any range equals that range of the whole stream, bot
     const size_t n = 100003;  // not a multiple of any block or buffer size
     std::vector<uint64_t> whole(n, 0);
     REQUIRE(expander.apply(key, 0, n, word_bytes, PrgExpander::Op::kStore, whole.data()).ok());
-    for (auto [offset, count] : {std::pair<size_t, size_t>{1, 7}, {3, 20000}, {16385, 50000},
-                                 {n - 5, 5}}) {
+    for (auto [offset, count] :
+         {std::pair<size_t, size_t>{1, 7}, {3, 20000}, {16385, 50000}, {n - 5, 5}}) {
       std::vector<uint64_t> part(count, 10);
-      REQUIRE(expander.apply(key, offset, count, word_bytes, PrgExpander::Op::kAdd, part.data())
-                  .ok());
+      REQUIRE(
+          expander.apply(key, offset, count, word_bytes, PrgExpander::Op::kAdd, part.data()).ok());
       for (size_t i = 0; i < count; ++i) REQUIRE(part[i] == whole[offset + i] + 10);
-      REQUIRE(expander.apply(key, offset, count, word_bytes, PrgExpander::Op::kSubtract,
-                             part.data())
-                  .ok());
+      REQUIRE(
+          expander.apply(key, offset, count, word_bytes, PrgExpander::Op::kSubtract, part.data())
+              .ok());
       for (size_t i = 0; i < count; ++i) REQUIRE(part[i] == 10);
     }
     if (word_bytes == 4) {
@@ -87,9 +87,10 @@ TEST_CASE("the mask stream: any range equals that range of the whole stream, bot
     }
     // Another seed, another stream.
     std::vector<uint64_t> other(n, 0);
-    REQUIRE(expander.apply(*prg_key(seed_of(10)), 0, n, word_bytes, PrgExpander::Op::kStore,
-                           other.data())
-                .ok());
+    REQUIRE(
+        expander
+            .apply(*prg_key(seed_of(10)), 0, n, word_bytes, PrgExpander::Op::kStore, other.data())
+            .ok());
     size_t equal = 0;
     for (size_t i = 0; i < n; ++i) equal += other[i] == whole[i];
     CHECK(equal < 10);

@@ -76,8 +76,8 @@ void check_sum(const TestRound& round, const Inputs& in, const SecAggSum& got,
     const double error = std::abs(double(got.weighted_sum[i]) - want[i]);
     const double allowed = bound + std::abs(want[i]) * 0x1p-23;
     worst = std::max(worst, error / allowed);
-    REQUIRE_MESSAGE(error <= allowed, "coordinate " << i << ": " << got.weighted_sum[i]
-                                                    << " against " << want[i]);
+    REQUIRE_MESSAGE(error <= allowed,
+                    "coordinate " << i << ": " << got.weighted_sum[i] << " against " << want[i]);
   }
   Result<std::vector<float>> mean = got.mean();
   REQUIRE(mean.ok());
@@ -154,7 +154,8 @@ RoundOptions complete_ten() {
   return o;
 }
 
-TEST_CASE("dropouts after key sharing: at the threshold the sum is the survivors', below it fails") {
+TEST_CASE(
+    "dropouts after key sharing: at the threshold the sum is the survivors', below it fails") {
   for (size_t absent_count : {size_t(3), size_t(4)}) {
     CAPTURE(absent_count);
     TestRound round(complete_ten());
@@ -189,8 +190,7 @@ TEST_CASE("dropouts after masked input: at the threshold the sum is everyone's, 
     CAPTURE(absent_count);
     TestRound round(complete_ten());
     const Inputs in = make_inputs(round);
-    const std::set<ClientId> absent(round.invitees().end() - absent_count,
-                                    round.invitees().end());
+    const std::set<ClientId> absent(round.invitees().end() - absent_count, round.invitees().end());
     round.advertise();
     round.share();
     round.mask(in.updates, in.weights);
@@ -280,8 +280,8 @@ TEST_CASE("a masked vector of the wrong length or out of stage is refused; the r
   round.advertise();
   // Out of stage: a masked input while keys are advertised, a share list likewise.
   protocol::SecAggMaskedInput early{o.job, o.round, round.invitees()[0], o.length + 1, 4, {}};
-  CHECK(round.server().receive_masked_input(round.invitees()[0], early,
-                                            std::string((o.length + 1) * 4, '\0'))
+  CHECK(round.server()
+            .receive_masked_input(round.invitees()[0], early, std::string((o.length + 1) * 4, '\0'))
             .code() == Code::kConflict);
   round.share();
   round.mask(in.updates, in.weights);
@@ -374,8 +374,8 @@ TEST_CASE("replays of a previous round's keys, shares or input are refused") {
     if (id == b) continue;  // b goes last: its neighbours have refused its shares by then
     Result<protocol::SecAggForwardedShares> f = server.forwarded_shares(id);
     REQUIRE(f.ok());
-    Result<SecAggMaskedVector> m = second.client(id).mask_input(
-        *f, in2.updates.at(id).data(), o.length, in2.weights.at(id));
+    Result<SecAggMaskedVector> m =
+        second.client(id).mask_input(*f, in2.updates.at(id).data(), o.length, in2.weights.at(id));
     REQUIRE(m.ok());
     CHECK(m->header.refused_shares == std::vector<ClientId>{b});
     CHECK(server.receive_masked_input(id, m->header, m->body).ok());
@@ -416,8 +416,7 @@ TEST_CASE("a client refuses an unmask request that asks for both shares of one n
   CHECK(client.unmask({o.job, o.round, {peer}, {}}).ok());  // the same share again is fine
   // Not a neighbour's, another round's: refused.
   CHECK(client.unmask({o.job, o.round, {999}, {}}).status().code() == Code::kPermissionDenied);
-  CHECK(client.unmask({o.job, o.round + 1, {peer}, {}}).status().code() ==
-        Code::kPermissionDenied);
+  CHECK(client.unmask({o.job, o.round + 1, {peer}, {}}).status().code() == Code::kPermissionDenied);
   // The coordinator builds its requests by the same rule: never both for one client.
   for (ClientId id : round.invitees()) {
     Result<protocol::SecAggUnmaskRequest> r = round.server().unmask_request(id);
@@ -451,8 +450,9 @@ TEST_CASE("a client refuses messages out of stage, of another round or with a fo
   // Neighbours that are not the ones the seed draws (one swapped for a non-neighbour).
   protocol::SecAggKeyList forged = list;
   for (ClientId id : round.invitees()) {
-    if (id != c && !std::any_of(list.neighbours.begin(), list.neighbours.end(),
-                                [&](const protocol::SecAggPeerKeys& p) { return p.client == id; })) {
+    if (id != c &&
+        !std::any_of(list.neighbours.begin(), list.neighbours.end(),
+                     [&](const protocol::SecAggPeerKeys& p) { return p.client == id; })) {
       forged.neighbours[0].client = id;
       break;
     }
@@ -488,7 +488,8 @@ double worst_bit_z(const std::vector<uint64_t>& words, uint32_t bits) {
   return worst;
 }
 
-TEST_CASE("a masked vector of a non-uniform input looks uniform; the plain quantised one does not") {
+TEST_CASE(
+    "a masked vector of a non-uniform input looks uniform; the plain quantised one does not") {
   RoundOptions o;
   o.clients = 5;
   o.degree = 4;

@@ -143,10 +143,10 @@ class TestRound {
       Result<protocol::SecAggForwardedShares> f = server_->forwarded_shares(c);
       if (!f.ok()) continue;  // did not share
       const std::vector<float>& u = updates.at(c);
-      Result<SecAggMaskedVector> m = client(c).mask_input(
-          over_the_wire(*f, protocol::write_secagg_forwarded_shares,
-                        protocol::read_secagg_forwarded_shares),
-          u.data(), u.size(), weights.at(c));
+      Result<SecAggMaskedVector> m =
+          client(c).mask_input(over_the_wire(*f, protocol::write_secagg_forwarded_shares,
+                                             protocol::read_secagg_forwarded_shares),
+                               u.data(), u.size(), weights.at(c));
       REQUIRE_MESSAGE(m.ok(), m.status().to_string());
       masked_[c] = *m;
       if (server_->receive_masked_input(c, m->header, m->body).ok()) accepted.insert(c);
@@ -163,13 +163,12 @@ class TestRound {
       if (absent.count(c) != 0) continue;
       Result<protocol::SecAggUnmaskRequest> request = server_->unmask_request(c);
       if (!request.ok()) continue;
-      Result<protocol::SecAggUnmaskResponse> r = client(c).unmask(
-          over_the_wire(*request, protocol::write_secagg_unmask_request,
-                        protocol::read_secagg_unmask_request));
+      Result<protocol::SecAggUnmaskResponse> r = client(c).unmask(over_the_wire(
+          *request, protocol::write_secagg_unmask_request, protocol::read_secagg_unmask_request));
       REQUIRE_MESSAGE(r.ok(), r.status().to_string());
-      if (server_->receive_unmask_response(
-                     c, over_the_wire(*r, protocol::write_secagg_unmask_response,
-                                      protocol::read_secagg_unmask_response))
+      if (server_
+              ->receive_unmask_response(c, over_the_wire(*r, protocol::write_secagg_unmask_response,
+                                                         protocol::read_secagg_unmask_response))
               .ok()) {
         accepted.insert(c);
       }

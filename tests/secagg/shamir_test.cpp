@@ -1,19 +1,21 @@
 // Shamir sharing over GF(2^61 - 1): any t shares rebuild the secret, fewer do not.
 
+#include "secagg/shamir.h"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <numeric>
 #include <random>
 
-#include "secagg/shamir.h"
-
 namespace fedcase::secagg {
 namespace {
 
 TEST_CASE("any t of n shares rebuild the secret; t - 1 do not") {
   std::mt19937_64 rng(5);
-  for (auto [t, n] : {std::pair<uint32_t, uint32_t>{1, 1}, {2, 3}, {3, 5}, {6, 9}, {20, 31}}) {
+  for (auto [threshold, shares_count] :
+       {std::pair<uint32_t, uint32_t>{1, 1}, {2, 3}, {3, 5}, {6, 9}, {20, 31}}) {
+    const uint32_t t = threshold, n = shares_count;
     CAPTURE(t);
     CAPTURE(n);
     Bytes32 secret{};
@@ -56,8 +58,8 @@ TEST_CASE("shares travel as 44 bytes and bad ones are refused") {
     CHECK(back->y == s.y);
   }
   CHECK_FALSE(decode_share(std::string(kShareBytes - 1, '\0')).ok());
-  CHECK_FALSE(decode_share(std::string(kShareBytes, '\0')).ok());       // x = 0
-  CHECK_FALSE(decode_share(std::string(kShareBytes, '\xff')).ok());     // y >= p
+  CHECK_FALSE(decode_share(std::string(kShareBytes, '\0')).ok());    // x = 0
+  CHECK_FALSE(decode_share(std::string(kShareBytes, '\xff')).ok());  // y >= p
   // Repeated x coordinates or a tampered y.
   std::vector<ShamirShare> twice = {(*shares)[0], (*shares)[0]};
   CHECK_FALSE(shamir_combine(twice, 2).ok());
