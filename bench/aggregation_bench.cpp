@@ -42,6 +42,7 @@
 #include "aggregation/vector_ops.h"
 #include "aggregation/worker_pool.h"
 #include "bench/peak_probe.h"
+#include "bench/synthetic_update.h"
 
 namespace {
 
@@ -49,6 +50,7 @@ using fedcase::aggregation::Aggregator;
 using fedcase::aggregation::kMinParallelRange;
 using fedcase::aggregation::StreamingFedAvg;
 using fedcase::aggregation::WorkerPool;
+using fedcase::bench::fill_update;
 using fedcase::bench::PeakProbe;
 using Clock = std::chrono::steady_clock;
 using Json = nlohmann::ordered_json;
@@ -93,17 +95,6 @@ double time_it(const std::function<void()>& work) {
   const auto start = Clock::now();
   work();
   return seconds_since(start);
-}
-
-// Deterministic pseudo-random deltas in [-0.01, 0.01), like a round's client updates.
-void fill_update(std::vector<float>& out, uint64_t seed) {
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (float& v : out) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    v = (static_cast<float>(s >> 40) * 0x1.0p-24f - 0.5f) * 0.02f;
-  }
 }
 
 std::vector<std::vector<float>> make_updates(size_t count, size_t params, uint64_t seed) {

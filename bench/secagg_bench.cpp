@@ -44,6 +44,7 @@
 
 #include "aggregation/fedavg.h"
 #include "bench/peak_probe.h"
+#include "bench/synthetic_update.h"
 #include "protocol/secagg.h"
 #include "secagg/client.h"
 #include "secagg/params.h"
@@ -54,6 +55,7 @@ namespace {
 using fedcase::ClientId;
 using fedcase::Result;
 using fedcase::Status;
+using fedcase::bench::fill_update;
 using fedcase::bench::PeakProbe;
 using fedcase::secagg::SecAggClient;
 using fedcase::secagg::SecAggServer;
@@ -130,17 +132,6 @@ template <class T>
 T require(Result<T> r, const char* what) {
   require(r.status(), what);
   return std::move(*r);
-}
-
-// Deterministic pseudo-random deltas in [-0.01, 0.01), like a round's client updates.
-void fill_update(std::vector<float>& out, uint64_t seed) {
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (float& v : out) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    v = (static_cast<float>(s >> 40) * 0x1.0p-24f - 0.5f) * 0.02f;
-  }
 }
 
 uint64_t weight_of(size_t i) { return 50 + (i % 7) * 25; }

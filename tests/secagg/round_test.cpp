@@ -88,6 +88,14 @@ void check_sum(const TestRound& round, const Inputs& in, const SecAggSum& got,
   MESSAGE("worst error: " << worst << " of the bound (" << bound << ")");
 }
 
+RoundOptions options(size_t clients, uint32_t degree, uint32_t threshold) {
+  RoundOptions o;
+  o.clients = clients;
+  o.degree = degree;
+  o.threshold = threshold;
+  return o;
+}
+
 std::vector<ClientId> without(const std::vector<ClientId>& all, const std::set<ClientId>& out) {
   std::vector<ClientId> rest;
   for (ClientId c : all) {
@@ -115,10 +123,7 @@ TEST_CASE("the unmasked sum is the plaintext weighted sum, for K = 3, 10, 50 and
                  Case{50, 30, 18}, Case{50, 49, 30}}) {
     CAPTURE(c.clients);
     CAPTURE(c.degree);
-    RoundOptions o;
-    o.clients = c.clients;
-    o.degree = c.degree;
-    o.threshold = c.threshold;
+    RoundOptions o = options(c.clients, c.degree, c.threshold);
     o.length = 1000;
     TestRound round(o);
     const Inputs in = make_inputs(round);
@@ -131,10 +136,7 @@ TEST_CASE("the unmasked sum is the plaintext weighted sum, for K = 3, 10, 50 and
 }
 
 TEST_CASE("64-bit words: a modulus above 32 bits gives the same sum") {
-  RoundOptions o;
-  o.clients = 10;
-  o.degree = 4;
-  o.threshold = 3;
+  RoundOptions o = options(10, 4, 3);
   o.bits = 48;
   TestRound round(o);
   const Inputs in = make_inputs(round);
@@ -146,13 +148,7 @@ TEST_CASE("64-bit words: a modulus above 32 bits gives the same sum") {
 
 // The complete graph over 10 clients with t = 6: a secret of one client is held by its 9
 // neighbours, so it can be rebuilt while at most 3 of them are gone.
-RoundOptions complete_ten() {
-  RoundOptions o;
-  o.clients = 10;
-  o.degree = 9;
-  o.threshold = 6;
-  return o;
-}
+RoundOptions complete_ten() { return options(10, 9, 6); }
 
 TEST_CASE(
     "dropouts after key sharing: at the threshold the sum is the survivors', below it fails") {
@@ -210,10 +206,7 @@ TEST_CASE("dropouts after masked input: at the threshold the sum is everyone's, 
 }
 
 TEST_CASE("dropouts at every stage of a sparse round") {
-  RoundOptions o;
-  o.clients = 50;
-  o.degree = 10;
-  o.threshold = 6;
+  RoundOptions o = options(50, 10, 6);
   TestRound round(o);
   const Inputs in = make_inputs(round);
   const std::vector<ClientId>& all = round.invitees();
@@ -234,10 +227,7 @@ TEST_CASE("dropouts at every stage of a sparse round") {
 }
 
 TEST_CASE("malformed shares are refused, change nothing, and the round completes without them") {
-  RoundOptions o;
-  o.clients = 10;
-  o.degree = 6;
-  o.threshold = 3;
+  RoundOptions o = options(10, 6, 3);
   TestRound round(o);
   const Inputs in = make_inputs(round);
   const ClientId truncated = round.invitees()[2], missing = round.invitees()[5],
@@ -271,10 +261,7 @@ TEST_CASE("malformed shares are refused, change nothing, and the round completes
 }
 
 TEST_CASE("a masked vector of the wrong length or out of stage is refused; the round goes on") {
-  RoundOptions o;
-  o.clients = 10;
-  o.degree = 4;
-  o.threshold = 3;
+  RoundOptions o = options(10, 4, 3);
   TestRound round(o);
   const Inputs in = make_inputs(round);
   round.advertise();
@@ -317,10 +304,7 @@ TEST_CASE("a masked vector of the wrong length or out of stage is refused; the r
 }
 
 TEST_CASE("replays of a previous round's keys, shares or input are refused") {
-  RoundOptions o;
-  o.clients = 5;
-  o.degree = 4;
-  o.threshold = 3;
+  RoundOptions o = options(5, 4, 3);
   TestRound first(o);
   const Inputs in1 = make_inputs(first);
   REQUIRE(full_round(first, in1).ok());
@@ -394,10 +378,7 @@ TEST_CASE("replays of a previous round's keys, shares or input are refused") {
 }
 
 TEST_CASE("a client refuses an unmask request that asks for both shares of one neighbour") {
-  RoundOptions o;
-  o.clients = 5;
-  o.degree = 4;
-  o.threshold = 3;
+  RoundOptions o = options(5, 4, 3);
   TestRound round(o);
   const Inputs in = make_inputs(round);
   round.advertise();
@@ -428,10 +409,7 @@ TEST_CASE("a client refuses an unmask request that asks for both shares of one n
 }
 
 TEST_CASE("a client refuses messages out of stage, of another round or with a forged graph") {
-  RoundOptions o;
-  o.clients = 10;
-  o.degree = 4;
-  o.threshold = 3;
+  RoundOptions o = options(10, 4, 3);
   TestRound round(o);
   const ClientId c = round.invitees()[0];
   SecAggClient& client = round.client(c);
@@ -490,10 +468,7 @@ double worst_bit_z(const std::vector<uint64_t>& words, uint32_t bits) {
 
 TEST_CASE(
     "a masked vector of a non-uniform input looks uniform; the plain quantised one does not") {
-  RoundOptions o;
-  o.clients = 5;
-  o.degree = 4;
-  o.threshold = 3;
+  RoundOptions o = options(5, 4, 3);
   o.length = 65535;
   o.graph_seed = 11;
   TestRound round(o);
@@ -536,10 +511,7 @@ TEST_CASE(
 }
 
 TEST_CASE("the coordinator never holds an individual update: its running sum is far from one") {
-  RoundOptions o;
-  o.clients = 5;
-  o.degree = 4;
-  o.threshold = 3;
+  RoundOptions o = options(5, 4, 3);
   o.length = 4096;
   TestRound round(o);
   // One known sparse update (a few large coordinates), the others zero.
