@@ -9,6 +9,11 @@
 // tenant over its round-start limit waits); each opened round is charged to its tenant at
 // once, and corrected to the client-seconds it really used when it concludes.
 //
+// An asynchronous job (FedBuff) keeps one buffer open: its free slots are refilled whenever
+// clients are free (slot by slot, the jobs of the least-served tenants first, each batch
+// charged at once), tasks past their deadline are dropped, and once K updates are in the
+// buffer concludes and the next one opens at once with the tasks still in flight.
+//
 // A job with a target accuracy on the server's test set does not commit its next round while
 // the evaluation of its previous model is pending: once a model is known to reach the target,
 // the job finishes with it, and a round opened meanwhile is failed ("job reached its target"),
@@ -81,6 +86,17 @@ class RoundDriver {
   // Opens a round of `job` over the available clients less the `busy` ones, if enough are
   // free; whether it did.
   bool open(JobEntry& job, const std::set<ClientId>& busy, double now);
+  // Hands out tasks for the free slots of an asynchronous `job`'s buffer among `clients` less
+  // the `busy` ones (which gains the new invitees); how many it handed out.
+  size_t refill(JobEntry& job, const std::vector<ClientSnapshot>& clients,
+                std::set<ClientId>& busy, double now);
+  // Refills the buffers of the running asynchronous jobs with free slots, the least-served
+  // tenant's first.
+  void refill_in_turn(double now);
+  // The clients of `clients` that `job` may pick: available, with its labels, not `busy`.
+  static std::vector<rounds::PoolClient> pool_for(const JobEntry& job,
+                                                  const std::vector<ClientSnapshot>& clients,
+                                                  const std::set<ClientId>& busy);
   // Opens rounds for `waiting` jobs in the fair share's order (finishing those at their round
   // cap), after telling the fair share which tenants are active.
   void open_in_turn(std::vector<JobEntry*> waiting, double now);

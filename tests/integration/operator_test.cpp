@@ -4,7 +4,9 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 
@@ -118,7 +120,27 @@ TEST_CASE("metrics and the dashboard show a live coordinator's jobs, rounds and 
                            15));
     CHECK(browser.wait_for("document.querySelectorAll('#rounds-rows tr').length === 3", 15));
     CHECK(browser.evaluate("Number(document.getElementById('chart-updates').dataset.points)") == 3);
+    CHECK(browser.wait_for("document.querySelectorAll('#models-rows tr').length === 4", 15));
     browser.screenshot(std::string(FEDCASE_ARTIFACT_DIR) + "/dashboard-job.png");
+
+    // A version downloads from the job page, with the token: the file the export route serves.
+    const std::filesystem::path downloads = dir.file("downloads");
+    std::filesystem::create_directories(downloads);
+    browser.call("Browser.setDownloadBehavior",
+                 {{"behavior", "allow"}, {"downloadPath", downloads.string()}});
+    browser.evaluate(
+        "document.querySelector('#models-rows tr[data-version=\"3\"] "
+        "button[data-format=\"npz\"]').click(); true");
+    const std::string expected = admin.get(job_path + "/models/3/export?format=npz").raw;
+    const std::filesystem::path saved = downloads / ("job-" + std::to_string(job) + "-v3.npz");
+    CHECK(wait_until(
+        [&] {
+          std::error_code ec;
+          return std::filesystem::file_size(saved, ec) == expected.size() && !ec;
+        },
+        15));
+    std::ifstream file(saved, std::ios::binary);
+    CHECK(std::string(std::istreambuf_iterator<char>(file), {}) == expected);
 
     browser.evaluate("location.hash = '#/fleet'; true");
     CHECK(browser.wait_for(

@@ -185,6 +185,61 @@ function controls(job) {
   });
 }
 
+// Saves an export: fetched with the token (a plain link could not send it) and handed to the
+// browser under the file name the coordinator gives.
+async function download(path) {
+  try {
+    const response = await fetch(path, {
+      headers: { Authorization: "Bearer " + state.token },
+      cache: "no-store",
+    });
+    if (!response.ok) {
+      let message = response.statusText;
+      try {
+        message = (await response.json()).error.message;
+      } catch (_) {
+        // the status says enough
+      }
+      throw new Error(message);
+    }
+    const named = /filename="([^"]+)"/.exec(response.headers.get("Content-Disposition") || "");
+    const url = URL.createObjectURL(await response.blob());
+    const a = document.createElement("a");
+    a.href = url;
+    a.download = named ? named[1] : "model";
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+  } catch (e) {
+    $("error").textContent = "download failed: " + e.message;
+  }
+}
+
+// The job's model versions, newest first, each with a download per export format.
+function modelRows(listing) {
+  const labels = { torchscript: "TorchScript", npz: "npz", blob: "blob" };
+  return listing.models.slice().reverse().map((m) => {
+    const tr = document.createElement("tr");
+    tr.dataset.version = m.version;
+    const marks = [m.version === listing.latest ? "latest" : "",
+                   m.version === listing.best ? "best" : ""].filter((x) => x);
+    cell(tr, m.version + (marks.length ? " (" + marks.join(", ") + ")" : ""));
+    cell(tr, m.round);
+    cell(tr, fixed(m.accuracy, 4));
+    const td = cell(tr, "");
+    for (const [format, path] of Object.entries(m.exports)) {
+      const b = document.createElement("button");
+      b.type = "button";
+      b.textContent = labels[format] || format;
+      b.dataset.format = format;
+      b.addEventListener("click", () => download(path));
+      td.appendChild(b);
+    }
+    return tr;
+  });
+}
+
 function droppedText(dropped) {
   const reasons = {};
   for (const why of Object.values(dropped || {})) reasons[why] = (reasons[why] || 0) + 1;
@@ -193,7 +248,10 @@ function droppedText(dropped) {
 }
 
 async function renderJob(id) {
-  const job = await api("/v1/admin/jobs/" + encodeURIComponent(id));
+  const [job, listing] = await Promise.all([
+    api("/v1/admin/jobs/" + encodeURIComponent(id)),
+    api("/v1/admin/jobs/" + encodeURIComponent(id) + "/models"),
+  ]);
   $("job-title").textContent = "Job " + job.job_id + ": " + job.name;
   const facts = [
     ["state", job.state], ["policy", job.selection_policy], ["model", job.config.model],
@@ -312,6 +370,9 @@ async function renderJob(id) {
     cell(tr, r.metrics.failure || "");
     return tr;
   }));
+  $("models-summary").textContent = listing.models.length + " versions of " +
+    listing.parameters + " parameters; accuracy by " + listing.evaluation_target + " evaluation";
+  replaceRows($("models-rows"), modelRows(listing));
 }
 
 async function renderFleet() {
