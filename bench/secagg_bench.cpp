@@ -15,15 +15,14 @@
 //    text and the masked vector's body);
 //  - server: CPU seconds (process CPU while only the server runs, its helper threads included)
 //    and wall seconds of every server call, split into keys and shares, folds, and unmasking
-//    (close of inputs, answers, finish); the server's peak memory (ServerMeter), in models of
-//    P float32 (the masked body being folded is the client's, as an upload body would be);
+//    (close of inputs, answers, finish); the server's peak memory (the largest memory_bytes()
+//    after a call: what it holds, not allocator overhead), in models of P float32;
 //  - plain: wall and CPU seconds of StreamingFedAvg folding the same N updates and its mean();
 //  - ratios: server wall over plain wall, and server wall over N log2 N across N.
 // With --dropout F, a fraction F of the clients send no masked input (after sharing keys), so
 // unmasking also rebuilds their keys and removes their pairwise masks.
 // The last line of output is one JSON object with every figure.
 
-#include <malloc.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -43,7 +42,6 @@
 #include <vector>
 
 #include "aggregation/fedavg.h"
-#include "bench/peak_probe.h"
 #include "bench/synthetic_update.h"
 #include "protocol/secagg.h"
 #include "secagg/client.h"
@@ -56,7 +54,6 @@ using fedcase::ClientId;
 using fedcase::Result;
 using fedcase::Status;
 using fedcase::bench::fill_update;
-using fedcase::bench::PeakProbe;
 using fedcase::secagg::SecAggClient;
 using fedcase::secagg::SecAggServer;
 using Clock = std::chrono::steady_clock;
@@ -136,35 +133,29 @@ T require(Result<T> r, const char* what) {
 
 uint64_t weight_of(size_t i) { return 50 + (i % 7) * 25; }
 
-// Times and accounts the server's calls: wall, process CPU, and memory. Only the server runs
-// during its calls, so the resident memory they add is the server's: its state is the sum of
-// what each call left resident, its peak the largest state plus what one call held at its
-// height (the kernel's peak counter is reset before each call). Large buffers are mmapped
-// (mallopt in main), so freeing one returns it; small allocations may reuse memory the
-// clients freed, so the figure can undercount the server's many small strings.
+// Times and accounts the server's calls: wall, process CPU, and the largest memory_bytes() of
+// the server after any call (what it holds: the running sum, graph, keys, ciphertexts, shares).
 class ServerMeter {
  public:
+  explicit ServerMeter(const SecAggServer* const* server) : server_(server) {}
+
   template <class F>
   auto run(double& wall, F&& call) {
-    PeakProbe reset;  // resets the kernel's peak-RSS counter to the current RSS
-    const long before = long(fedcase::bench::status_bytes("VmRSS"));
     const double cpu0 = process_cpu_seconds();
     const auto t0 = Clock::now();
     auto result = call();
     wall += std::chrono::duration<double>(Clock::now() - t0).count();
     cpu_ += process_cpu_seconds() - cpu0;
-    const long height = long(fedcase::bench::status_bytes("VmHWM"));
-    peak_ = std::max(peak_, state_ + height - before);
-    state_ += long(fedcase::bench::status_bytes("VmRSS")) - before;
+    if (*server_ != nullptr) peak_ = std::max(peak_, (*server_)->memory_bytes());
     return result;
   }
   double cpu() const { return cpu_; }
-  size_t peak_bytes() const { return size_t(std::max(0L, peak_)); }
+  size_t peak_bytes() const { return peak_; }
 
  private:
+  const SecAggServer* const* server_;  // the round's server, once created
   double cpu_ = 0;
-  long state_ = 0;
-  long peak_ = 0;
+  size_t peak_ = 0;
 };
 
 // Times and accounts one client's calls (thread CPU) and the bytes it sends and receives.
@@ -212,10 +203,12 @@ Json run_round(const Options& o, size_t n, size_t length) {
   for (size_t i = 0; i < n; ++i) setup.invitees.push_back(1000 + i);
 
   std::vector<float> update(length);
-  ServerMeter server_meter;
+  const SecAggServer* measured = nullptr;
+  ServerMeter server_meter(&measured);
   double keys_wall = 0, fold_wall = 0, unmask_wall = 0;
   std::unique_ptr<SecAggServer> server =
       server_meter.run(keys_wall, [&] { return require(SecAggServer::create(setup), "create"); });
+  measured = server.get();
   std::vector<std::unique_ptr<SecAggClient>> clients;
   std::vector<ClientMeter> meters(n);
   for (size_t i = 0; i < n; ++i) {
@@ -378,7 +371,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   const Options& o = *options;
-  mallopt(M_MMAP_THRESHOLD, 1 << 20);  // buffers of 1 MiB and more return to the OS when freed
   std::cout << "secagg_bench: " << o.threads << " server threads, "
             << std::thread::hardware_concurrency() << " hardware threads, dropout " << o.dropout
             << "\n";

@@ -47,6 +47,10 @@ class NeighbourGraph {
   // The client's neighbours, increasing (empty for a client not in the graph).
   const std::vector<ClientId>& neighbours(ClientId client) const;
   bool adjacent(ClientId a, ClientId b) const;
+  // The bytes of its adjacency lists and index (payload only).
+  size_t memory_bytes() const {
+    return participants_.size() * (sizeof(ClientId) * (size_t(degree_) + 3) + sizeof(uint32_t));
+  }
 
  private:
   std::vector<ClientId> participants_;

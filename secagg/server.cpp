@@ -529,4 +529,19 @@ std::vector<uint64_t> SecAggServer::masked_sum() const {
   return out;
 }
 
+size_t SecAggServer::memory_bytes() const {
+  MutexLock lock(mu_);
+  size_t bytes = sum32_.capacity() * sizeof(uint32_t) + sum64_.capacity() * sizeof(uint64_t);
+  if (graph_) bytes += graph_->memory_bytes();
+  bytes += keys_.size() * (sizeof(ClientId) + 2 * protocol::kSecAggKeyBytes);
+  for (const auto& [client, in] : shares_) {
+    bytes += in.seed_commitment.size();
+    for (const auto& [to, ciphertext] : in.ciphertexts) bytes += sizeof(to) + ciphertext.size();
+  }
+  for (const auto* shares : {&seed_shares_, &key_shares_}) {
+    for (const auto& [owner, list] : *shares) bytes += list.size() * sizeof(ShamirShare);
+  }
+  return bytes;
+}
+
 }  // namespace fedcase::secagg

@@ -114,6 +114,9 @@ class SecAggServer {
   std::set<std::string> public_keys() const;
   // A copy of the running sum mod 2^bits as folded so far: masked until finish() (for tests).
   std::vector<uint64_t> masked_sum() const;
+  // The bytes of what the object holds now: the running sum, the graph, the keys, the stored
+  // ciphertexts and the revealed shares (payload only, not allocator overhead): for a gauge.
+  size_t memory_bytes() const;
 
  private:
   struct Keys {

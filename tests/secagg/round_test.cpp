@@ -127,10 +127,18 @@ TEST_CASE("the unmasked sum is the plaintext weighted sum, for K = 3, 10, 50 and
     o.length = 1000;
     TestRound round(o);
     const Inputs in = make_inputs(round);
-    Result<SecAggSum> sum = full_round(round, in);
+    round.advertise();
+    round.share();
+    round.mask(in.updates, in.weights);
+    REQUIRE(round.close_inputs());
+    round.unmask();
+    const size_t held = round.server().memory_bytes();
+    CHECK(held >= (o.length + 1) * sizeof(uint32_t));  // the running sum, at least
+    Result<SecAggSum> sum = round.server().finish();
     REQUIRE_MESSAGE(sum.ok(), sum.status().to_string());
     check_sum(round, in, *sum, round.invitees());
     CHECK(sum->dropped.empty());
+    CHECK(held - round.server().memory_bytes() == (o.length + 1) * sizeof(uint32_t));  // freed
     CHECK(round.server().stage() == SecAggServer::Stage::kDone);
   }
 }
