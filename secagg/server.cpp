@@ -142,8 +142,8 @@ Status SecAggServer::fail(std::string reason) {
 }
 
 void SecAggServer::free_sum() {
-  sum32_ = {};
-  sum64_ = {};
+  std::vector<uint32_t>().swap(sum32_);  // clear() would keep the capacity
+  std::vector<uint64_t>().swap(sum64_);
 }
 
 Status SecAggServer::check_message(Stage stage, ClientId sender, ClientId named, JobId job,
