@@ -115,6 +115,14 @@ class FedAvgAggregator : public Aggregator {
     return fedavg_.add_scaled(values, count, dp() ? 1.0 : weight, *factor * discount);
   }
 
+  Status add_sum(const UnalignedFloat* sum, size_t count, double total_weight,
+                 size_t updates) override {
+    if (dp() && total_weight != double(updates)) {
+      return invalid_argument("with DP every update of a sum must weigh 1");
+    }
+    return fedavg_.add_sum(sum, count, total_weight, updates);
+  }
+
   Result<std::vector<float>> result() const override {
     auto mean = fedavg_.mean();
     if (!mean.ok() || !dp()) return mean;

@@ -50,6 +50,18 @@ class Aggregator {
   virtual Status add(const UnalignedFloat* values, size_t count, double weight,
                      double discount) = 0;
 
+  // Takes in a sum of `updates` updates that their senders weighted and clipped themselves
+  // (secure aggregation's unmasked sum_i w_i clip(delta_i), of parameter_count floats), with
+  // their total weight sum_i w_i: the coordinator never held the updates, so nothing is
+  // clipped here. Only fedavg takes one (kInvalidArgument for the other rules, which need each
+  // update); with DP every sender must have weighed 1 (total_weight == updates), so the noise
+  // stays calibrated to a clip_norm sensitivity. Other errors as add().
+  virtual Status add_sum(const UnalignedFloat* sum, size_t count, double total_weight,
+                         size_t updates) {
+    return invalid_argument("aggregation.rule " + name() +
+                            " needs each update: it cannot take a secure aggregate's sum");
+  }
+
   // The aggregate of every update added so far; calling it again gives the same values (the
   // DP noise comes from the configured seed). kConflict when nothing was added or when the
   // rule needs more updates than it has (Krum: 2f + 3; Multi-Krum: also m).

@@ -22,7 +22,18 @@ Status StreamingFedAvg::add(const UnalignedFloat* values, size_t count, double w
 Status StreamingFedAvg::add_scaled(const UnalignedFloat* values, size_t count, double weight,
                                    double scale) {
   FEDCASE_RETURN_IF_ERROR(check_update_arguments(count, parameter_count_, weight));
-  const double coefficient = weight * scale;
+  return fold(values, count, weight * scale, weight, 1);
+}
+
+Status StreamingFedAvg::add_sum(const UnalignedFloat* sum, size_t count, double total_weight,
+                                size_t updates) {
+  FEDCASE_RETURN_IF_ERROR(check_update_arguments(count, parameter_count_, total_weight));
+  if (updates == 0) return invalid_argument("a sum of no updates");
+  return fold(sum, count, 1.0, total_weight, updates);
+}
+
+Status StreamingFedAvg::fold(const UnalignedFloat* values, size_t count, double coefficient,
+                             double weight, size_t updates) {
   if (!(coefficient >= 0) || coefficient > std::numeric_limits<float>::max()) {
     return invalid_argument("update weight times scale must be finite and non-negative");
   }
@@ -42,7 +53,7 @@ Status StreamingFedAvg::add_scaled(const UnalignedFloat* values, size_t count, d
     }
   });
   total_weight_ += weight;
-  ++updates_;
+  updates_ += updates;
   return ok_status();
 }
 

@@ -39,6 +39,11 @@ class StreamingFedAvg {
   // while its values are scaled by `scale` (finite, >= 0), e.g. the factor of norm clipping.
   Status add_scaled(const UnalignedFloat* values, size_t count, double weight, double scale);
 
+  // Folds in a sum of `updates` updates already weighted (and clipped) by their senders, with
+  // their total weight: what secure aggregation unmasks (sum_i w_i delta_i, sum_i w_i). Errors
+  // as add().
+  Status add_sum(const UnalignedFloat* sum, size_t count, double total_weight, size_t updates);
+
   size_t updates() const { return updates_; }
   double total_weight() const { return total_weight_; }
   size_t parameter_count() const { return parameter_count_; }
@@ -47,6 +52,10 @@ class StreamingFedAvg {
   Result<std::vector<float>> mean() const;
 
  private:
+  // sum += coefficient * values; the fold counts `updates` updates of total `weight`.
+  Status fold(const UnalignedFloat* values, size_t count, double coefficient, double weight,
+              size_t updates);
+
   size_t parameter_count_;
   std::shared_ptr<WorkerPool> pool_;
   std::unique_ptr<float[]> sum_;  // sum of weight * scale * values; allocated by the first add

@@ -3,6 +3,8 @@
 // the same N updates folded by a plain streaming FedAvg (aggregation/fedavg.h) in the same run.
 //
 //   secagg_bench [--clients N,N,...] [--params P,P,...] [--dropout F] [--threads T]
+//                [--coordinator-clients N,N,...] [--coordinator-params P,P,...]
+//                [--coordinator-bin PATH]
 //
 // Defaults: N in {50, 100, 200}, P in {100000, 1000000}, no dropouts, T = 2 (the server's
 // threads, as the plain FedAvg's). Larger: --clients 50,100,200,500,1000. Each round derives k
@@ -21,6 +23,13 @@
 //  - ratios: server wall over plain wall, and server wall over N log2 N across N.
 // With --dropout F, a fraction F of the clients send no masked input (after sharing keys), so
 // unmasking also rebuilds their keys and removes their pairwise masks.
+// Through the real coordinator (built with the server): for each N of --coordinator-clients
+// (default 50, 100) and P of --coordinator-params (default 100000), one secure round and one
+// plain round of N client threads against the fedcase-coordinator binary (a child process on
+// 127.0.0.1; --coordinator-bin, default ../server/fedcase-coordinator beside this binary):
+// the coordinator's CPU seconds from the job's creation to the commit, the round's wall
+// seconds and one client's CPU seconds (bench/secagg_coordinator.h); --coordinator-clients 0
+// skips them.
 // The last line of output is one JSON object with every figure.
 
 #include <sys/resource.h>
@@ -30,6 +39,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -42,6 +52,9 @@
 #include <vector>
 
 #include "aggregation/fedavg.h"
+#ifdef FEDCASE_BENCH_COORDINATOR
+#include "bench/secagg_coordinator.h"
+#endif
 #include "bench/synthetic_update.h"
 #include "protocol/secagg.h"
 #include "secagg/client.h"
@@ -66,6 +79,9 @@ struct Options {
   std::vector<size_t> params = {100000, 1000000};
   double dropout = 0;
   size_t threads = 2;
+  std::vector<size_t> coordinator_clients = {50, 100};
+  std::vector<size_t> coordinator_params = {100000};
+  std::string coordinator_bin;
 };
 
 std::optional<std::vector<size_t>> parse_list(const std::string& text) {
@@ -91,6 +107,14 @@ std::optional<Options> parse_options(int argc, char** argv) {
       auto list = parse_list(value);
       if (!list) return std::nullopt;
       (flag == "--clients" ? o.clients : o.params) = *list;
+    } else if (flag == "--coordinator-clients" && value == "0") {
+      o.coordinator_clients.clear();
+    } else if (flag == "--coordinator-clients" || flag == "--coordinator-params") {
+      auto list = parse_list(value);
+      if (!list) return std::nullopt;
+      (flag == "--coordinator-clients" ? o.coordinator_clients : o.coordinator_params) = *list;
+    } else if (flag == "--coordinator-bin") {
+      o.coordinator_bin = value;
     } else if (flag == "--dropout") {
       char* end = nullptr;
       o.dropout = std::strtod(value.c_str(), &end);
@@ -367,7 +391,9 @@ int main(int argc, char** argv) {
   const auto options = parse_options(argc, argv);
   if (!options) {
     std::cerr << "usage: secagg_bench [--clients N,N,...] [--params P,P,...] [--dropout F]"
-                 " [--threads T]   (positive integers; F in [0, 0.5))\n";
+                 " [--threads T] [--coordinator-clients N,N,...|0]"
+                 " [--coordinator-params P,P,...] [--coordinator-bin PATH]"
+                 "   (positive integers; F in [0, 0.5))\n";
     return 2;
   }
   const Options& o = *options;
@@ -427,12 +453,80 @@ int main(int argc, char** argv) {
           (*first)["server_wall_per_n_log_n_us"].get<double>();
     }
   }
+  Json coordinator = Json::array();
+#ifdef FEDCASE_BENCH_COORDINATOR
+  std::string binary = o.coordinator_bin;
+  if (binary.empty()) {
+    binary = (std::filesystem::read_symlink("/proc/self/exe").parent_path().parent_path() /
+              "server" / "fedcase-coordinator")
+                 .string();
+  }
+  if (!o.coordinator_clients.empty()) {
+    std::printf(
+        "\nthrough the coordinator (%s):\n%6s %8s | %10s %10s %10s | %10s %10s %10s | %7s\n",
+        binary.c_str(), "N", "P", "plain cpu", "wall s", "client s", "secure cpu", "wall s",
+        "client s", "cpu x");
+  }
+  for (size_t length : o.coordinator_params) {
+    for (size_t n : o.coordinator_clients) {
+      Json plain = fedcase::bench::coordinator_round(binary, n, length, false);
+      Json secure = fedcase::bench::coordinator_round(binary, n, length, true);
+      const double ratio =
+          secure["coordinator_cpu_s"].get<double>() / plain["coordinator_cpu_s"].get<double>();
+      std::printf("%6zu %8zu | %10.4f %10.4f %10.4f | %10.4f %10.4f %10.4f | %6.2fx\n", n, length,
+                  plain["coordinator_cpu_s"].get<double>(), plain["round_wall_s"].get<double>(),
+                  plain["client_cpu_s"].get<double>(), secure["coordinator_cpu_s"].get<double>(),
+                  secure["round_wall_s"].get<double>(), secure["client_cpu_s"].get<double>(),
+                  ratio);
+      std::fflush(stdout);
+      coordinator.push_back(
+          {{"clients", n},
+           {"params", length},
+           {"plain", plain},
+           {"secure", secure},
+           {"secure_over_plain_cpu", ratio},
+           {"secure_cpu_per_n_log_n_us",
+            secure["coordinator_cpu_s"].get<double>() * 1e6 / (double(n) * std::log2(double(n)))}});
+    }
+  }
+  const auto through = [&](size_t n, size_t p) -> const Json* {
+    for (const Json& r : coordinator) {
+      if (r["clients"] == n && r["params"] == p) return &r;
+    }
+    return nullptr;
+  };
+  if (const Json* r = through(100, 1000000)) {
+    targets["coordinator_n100_p1m_secure_over_plain_cpu"] = (*r)["secure_over_plain_cpu"];
+  }
+  for (size_t length : o.coordinator_params) {
+    const Json* small = through(100, length);
+    const Json* large = through(1000, length);
+    if (small && large) {
+      targets["coordinator_client_cpu_n1000_over_n100_p" + std::to_string(length)] =
+          (*large)["secure"]["client_cpu_s"].get<double>() /
+          (*small)["secure"]["client_cpu_s"].get<double>();
+    }
+    const Json* first = nullptr;
+    const Json* last = nullptr;
+    for (const Json& r : coordinator) {
+      if (r["params"] != length) continue;
+      if (!first || r["clients"] < (*first)["clients"]) first = &r;
+      if (!last || r["clients"] > (*last)["clients"]) last = &r;
+    }
+    if (first && last && first != last) {
+      targets["coordinator_cpu_per_n_log_n_growth_p" + std::to_string(length)] =
+          (*last)["secure_cpu_per_n_log_n_us"].get<double>() /
+          (*first)["secure_cpu_per_n_log_n_us"].get<double>();
+    }
+  }
+#endif
   Json out;
   out["bench"] = "secagg";
   out["threads"] = o.threads;
   out["hardware_threads"] = std::thread::hardware_concurrency();
   out["dropout"] = o.dropout;
   out["rounds"] = rounds;
+  out["coordinator_rounds"] = coordinator;
   out["targets"] = targets;
   std::cout << out.dump() << "\n";
   return 0;

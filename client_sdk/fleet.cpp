@@ -62,6 +62,7 @@ Result<std::unique_ptr<Fleet>> Fleet::start(const FleetConfig& config) {
     s.train_data = std::move(train).value();
     s.seed = config.seed * 1000003 + i;
     s.poll_wait_s = config.poll_wait_s;
+    s.require_secure_aggregation = config.require_secure_aggregation;
     s.compute_slots = slots;
     s.cache_capacity_bytes = config.cache_capacity_bytes;
     auto session = Session::create(std::move(s));

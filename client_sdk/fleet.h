@@ -32,6 +32,8 @@ struct FleetConfig {
   // How many clients may train at once (compute_slots.h); 0 = no bound. A slot is held for
   // the whole local round, emulated storage reads included.
   size_t concurrent_training = 0;
+  // Every client declines tasks of jobs without secure aggregation (SessionConfig).
+  bool require_secure_aggregation = false;
 };
 
 class Fleet {

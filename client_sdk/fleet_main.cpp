@@ -3,7 +3,7 @@
 //                  [--data-dir /usr/share/datasets/fashion-mnist] [--enrollment-token T]
 //                  [--state-dir DIR [--sample-bytes N] [--read-mbps M] [--read-latency-ms L]]
 //                  [--cache-capacity-bytes N] [--concurrent-training N]
-//                  [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]
+//                  [--tls-ca FILE [--tls-cert FILE --tls-key FILE]] [--secure-aggregation]
 // With --tls-ca the clients speak TLS and verify the coordinator against that CA and the host
 // name; --tls-cert and --tls-key give each client a certificate for mutual TLS.
 // With --state-dir, each client keeps its partition in a record file and its sampler state
@@ -12,6 +12,9 @@
 // With --concurrent-training N at most N clients train at once (default: no bound), so that
 // on one machine each emulated device trains at full speed on a core of its own; a client
 // holds its slot for the whole local round, emulated storage reads included.
+// With --secure-aggregation the clients take part only in jobs with secure aggregation (a
+// task whose update would travel in the clear is declined); such jobs' tasks run through its
+// stages whatever the flag says.
 // The enrollment token may also come from FEDCASE_ENROLLMENT_TOKEN. Stops on SIGINT/SIGTERM.
 
 #include <csignal>
@@ -31,7 +34,8 @@ void usage() {
                "                      [--state-dir DIR] [--sample-bytes N] [--read-mbps M]\n"
                "                      [--read-latency-ms L] [--cache-capacity-bytes N]\n"
                "                      [--concurrent-training N]\n"
-               "                      [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]\n";
+               "                      [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]\n"
+               "                      [--secure-aggregation]\n";
 }
 
 }  // namespace
@@ -82,6 +86,8 @@ int main(int argc, char** argv) {
         config.cache_capacity_bytes = std::stoull(value());
       else if (arg == "--concurrent-training")
         config.concurrent_training = std::stoul(value());
+      else if (arg == "--secure-aggregation")
+        config.require_secure_aggregation = true;
       else if (arg == "--help" || arg == "-h")
         return usage(), 0;
       else

@@ -10,6 +10,7 @@
 
 #include "client_sdk/http_client.h"
 #include "client_sdk/local_data.h"
+#include "client_sdk/secure_task.h"
 #include "common/blob.h"
 #include "common/crypto.h"
 #include "common/json_read.h"
@@ -87,6 +88,7 @@ struct Session::Impl {
   protocol::DeviceInfo device;  // config.device, read once
   std::mt19937_64 rng;
   double backoff_s = 0.1;
+  const std::atomic<bool>* stop = nullptr;  // run()'s
 
   explicit Impl(SessionConfig c)
       : config(std::move(c)), http(config.coordinator), rng(config.seed) {}
@@ -219,8 +221,10 @@ struct Session::Impl {
     return report;
   }
 
-  // Trains on the local samples from the cached model; returns the upload body and metadata.
-  Result<std::pair<std::string, protocol::UpdateMeta>> train(const protocol::TaskOffer& task) {
+  // Trains on the local samples from the cached model; returns the delta (the trained model
+  // minus the task's) and the update's metadata.
+  Result<std::pair<std::vector<float>, protocol::UpdateMeta>> train(
+      const protocol::TaskOffer& task) {
     FEDCASE_RETURN_IF_ERROR(prepare_trainer(task));
     std::optional<ComputeSlots::Hold> slot;
     if (config.compute_slots) slot.emplace(*config.compute_slots);
@@ -232,7 +236,6 @@ struct Session::Impl {
     if (!round.ok()) return round.status();
     std::vector<float>& delta = round->parameters;
     for (size_t i = 0; i < delta.size(); ++i) delta[i] -= cached->blob.data[i];
-    ModelBlob update{cached->version, cached->blob.layout, std::move(delta)};
     const RoundStats& stats = round->stats;
     meta.samples = stats.samples;
     meta.loss_sum = stats.loss_sum;
@@ -242,7 +245,36 @@ struct Session::Impl {
     meta.cache_hits = stats.cache_hits;
     meta.cache_misses = stats.cache_misses;
     meta.bytes_read = stats.bytes_read;
-    return std::make_pair(encode_blob(update), std::move(meta));
+    return std::make_pair(std::move(delta), std::move(meta));
+  }
+
+  // POSTs an update (plain or masked) to `url`. 503: the round's last places are held by
+  // uploads being checked, one of which may be refused; retried after the coordinator's
+  // Retry-After while the task's deadline allows. Transport failures propagate.
+  Result<HttpResponse> upload(const protocol::TaskOffer& task, const std::string& url,
+                              const std::string& body,
+                              const std::map<std::string, std::string>& headers) {
+    Result<HttpResponse> r = unavailable("no upload attempted");
+    for (int attempt = 0; attempt < kUploadAttempts; ++attempt) {
+      r = call("POST", url, body, headers, config.request_timeout_s);
+      if (!r.ok()) return r.status();
+      if (r->status != 503) break;
+      const double wait_s = std::clamp(std::atof(r->header("retry-after").c_str()), 0.1, 5.0);
+      if (unix_now() + wait_s >= task.deadline) break;
+      std::this_thread::sleep_for(std::chrono::duration<double>(wait_s));
+    }
+    return r;
+  }
+
+  // A job with secure aggregation: its stages around the training (secure_task.h).
+  std::unique_ptr<SecureTask> secure_task(const protocol::TaskOffer& task) {
+    auto calls = [this](const std::string& method, const std::string& target,
+                        const std::string& body, std::map<std::string, std::string> headers,
+                        double timeout_s) {
+      return call(method, target, body, std::move(headers), timeout_s);
+    };
+    return std::make_unique<SecureTask>(task, id, calls, config.poll_wait_s,
+                                        config.request_timeout_s, *stop);
   }
 
   // One task: fetch, train, upload. Transport failures propagate for backoff.
@@ -250,6 +282,16 @@ struct Session::Impl {
     log(LogLevel::kDebug, "task: job " + std::to_string(task.job) + " round " +
                               std::to_string(task.round) + ", expected to take " +
                               std::to_string(task.expected_duration_s) + " s");
+    std::unique_ptr<SecureTask> secure;
+    if (task.secure_aggregation) {
+      // Keys are agreed before training, so that only the masked input waits on it.
+      secure = secure_task(task);
+      FEDCASE_RETURN_IF_ERROR(secure->share_keys());
+    } else if (config.require_secure_aggregation) {
+      stats.tasks_declined++;
+      return unavailable("task of job " + std::to_string(task.job) +
+                         " declined: its updates are not securely aggregated");
+    }
     auto start = Clock::now();
     FEDCASE_RETURN_IF_ERROR(fetch_model(task));
     double download_s = seconds_since(start);
@@ -259,7 +301,7 @@ struct Session::Impl {
       return trained.status();
     }
     stats.rounds_trained++;
-    auto& [body, meta] = *trained;
+    auto& [delta, meta] = *trained;
     meta.download_s = download_s;
     // Is the update still needed? (A straggler's may not be.) An answer that does not read is
     // no reason to withhold it.
@@ -273,22 +315,28 @@ struct Session::Impl {
         return ok_status();
       }
     }
-    // 503: the round's last places are held by uploads being checked, one of which may be
-    // refused; retry after the coordinator's Retry-After while the task's deadline allows.
-    const std::string meta_header = protocol::write_update_meta(meta).dump();
+    std::map<std::string, std::string> headers = {
+        {"Content-Type", "application/octet-stream"},
+        {"X-Fedcase-Meta", protocol::write_update_meta(meta).dump()}};
     Result<HttpResponse> r = unavailable("no upload attempted");
-    for (int attempt = 0; attempt < kUploadAttempts; ++attempt) {
-      r = call("POST", task.upload_url, body,
-               {{"Content-Type", "application/octet-stream"}, {"X-Fedcase-Meta", meta_header}},
-               config.request_timeout_s);
-      if (!r.ok()) return r.status();
-      if (r->status != 503) break;
-      const double wait_s = std::clamp(std::atof(r->header("retry-after").c_str()), 0.1, 5.0);
-      if (unix_now() + wait_s >= task.deadline) break;
-      std::this_thread::sleep_for(std::chrono::duration<double>(wait_s));
+    if (secure) {
+      // The masked vector replaces the update; its weight is the samples trained on.
+      auto masked = secure->mask(delta, meta.samples);
+      if (!masked.ok()) return masked.status();
+      headers["X-Fedcase-SecAgg"] = masked->header;
+      r = upload(task, task.secure_aggregation->masked_input_url, masked->body, headers);
+    } else {
+      const std::string body =
+          encode_blob(ModelBlob{cached->version, cached->blob.layout, std::move(delta)});
+      r = upload(task, task.upload_url, body, headers);
     }
+    if (!r.ok()) return r.status();
     if (r->status == 200) {
       stats.updates_accepted++;
+      if (secure) {
+        FEDCASE_RETURN_IF_ERROR(secure->unmask());
+        stats.unmask_answers++;
+      }
     } else {
       // 409: the round closed without us (late) — not an error for the session.
       stats.updates_refused++;
@@ -314,13 +362,14 @@ struct Session::Impl {
     return ok_status();
   }
 
-  void run(const std::atomic<bool>& stop) {
-    while (!stop) {
+  void run(const std::atomic<bool>& stop_flag) {
+    stop = &stop_flag;
+    while (!stop_flag) {
       if (token.empty()) {
         Status s = register_client();
         if (!s.ok()) {
           log(LogLevel::kDebug, "register: " + s.to_string());
-          back_off(stop);
+          back_off(stop_flag);
           continue;
         }
       }
@@ -329,7 +378,7 @@ struct Session::Impl {
       if (!r.ok()) {
         stats.reconnects++;
         log(LogLevel::kDebug, r.status().to_string());
-        back_off(stop);
+        back_off(stop_flag);
         continue;
       }
       if (r->status == 401) {  // the coordinator no longer knows us: enroll again
@@ -337,7 +386,7 @@ struct Session::Impl {
         continue;
       }
       if (r->status == 429) {
-        back_off(stop);
+        back_off(stop_flag);
         continue;
       }
       if (r->status == 204) {
@@ -346,14 +395,14 @@ struct Session::Impl {
       }
       if (r->status != 200) {
         log(LogLevel::kWarn, "task poll: " + error_text(*r));
-        back_off(stop);
+        back_off(stop_flag);
         continue;
       }
       backoff_s = 0.1;
       auto task = read_answer(r->body, protocol::read_task_offer);
       if (!task.ok()) {  // a coordinator of another protocol version, or a broken one
         log(LogLevel::kWarn, "task refused: " + task.status().message());
-        back_off(stop);
+        back_off(stop_flag);
         continue;
       }
       Status s;
@@ -364,7 +413,7 @@ struct Session::Impl {
       }
       if (!s.ok()) {
         log(LogLevel::kDebug, "task: " + s.to_string());
-        back_off(stop);
+        back_off(stop_flag);
       }
     }
   }

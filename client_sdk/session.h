@@ -4,7 +4,9 @@
 // of its own: it registers, polls for tasks, downloads the job's model (and module, cached by
 // version and checksum), evaluates the model on the held-out samples when the task asks,
 // trains on the local samples as the task directs (sampling, sample budget, cache;
-// local_data.h) and uploads the update with its statistics.
+// local_data.h) and uploads the update with its statistics. A job with secure aggregation
+// runs through its stages (secure_task.h): keys before training, the masked update instead of
+// the plain one, the unmask answer after it.
 // Survives coordinator restarts: transient failures are retried with exponential backoff and
 // jitter, and an unknown token leads to registering again.
 // One Session per thread; run() blocks until `stop` becomes true. See docs/client_sdk.md.
@@ -46,6 +48,10 @@ struct SessionConfig {
   // Shared by the clients of one process that stand in for separate devices: a training runs
   // only while it holds a slot (compute_slots.h). Null: no bound.
   std::shared_ptr<ComputeSlots> compute_slots;
+  // Take part only in jobs with secure aggregation: a task whose update would travel in the
+  // clear is declined (logged, not trained). Tasks of jobs with secure aggregation are run
+  // through its stages whatever this says.
+  bool require_secure_aggregation = false;
   double poll_wait_s = 10;  // long-poll wait per task request
   double request_timeout_s = 60;
   double max_backoff_s = 5;
@@ -57,6 +63,8 @@ struct SessionStats {
   std::atomic<uint64_t> updates_accepted{0};
   std::atomic<uint64_t> updates_refused{0};
   std::atomic<uint64_t> updates_skipped{0};  // not sent: the round no longer needed them
+  std::atomic<uint64_t> tasks_declined{0};   // plain tasks, with require_secure_aggregation
+  std::atomic<uint64_t> unmask_answers{0};   // secure rounds: unmask requests answered
   std::atomic<uint64_t> model_downloads{0};
   std::atomic<uint64_t> reconnects{0};
 };

@@ -164,6 +164,10 @@ fedcase::Result<protocol::SecAggParams> read_params(const json& j) {
   return protocol::read_secagg_params(j);
 }
 
+fedcase::Result<protocol::SecAggTask> read_secure_task(const json& j) {
+  return protocol::read_secagg_task(j);
+}
+
 }  // namespace
 
 FEDCASE_FUZZ_TARGET(protocol) {
@@ -182,6 +186,8 @@ FEDCASE_FUZZ_TARGET(protocol) {
     read_twice(*doc, protocol::read_secagg_advertise_keys, protocol::write_secagg_advertise_keys);
     read_twice(*doc, protocol::read_secagg_graph, protocol::write_secagg_graph);
     read_twice(*doc, protocol::read_secagg_key_list, protocol::write_secagg_key_list);
+    read_twice(*doc, protocol::read_secagg_keys, protocol::write_secagg_keys);
+    read_twice(*doc, read_secure_task, protocol::write_secagg_task);
     read_twice(*doc, protocol::read_secagg_shares, protocol::write_secagg_shares);
     read_twice(*doc, protocol::read_secagg_forwarded_shares,
                protocol::write_secagg_forwarded_shares);

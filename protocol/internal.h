@@ -44,6 +44,8 @@ Status read(const nlohmann::json& value, const std::string& where, SecAggAdverti
 Status read(const nlohmann::json& value, const std::string& where, SecAggPeerKeys& out, Keys* keys);
 Status read(const nlohmann::json& value, const std::string& where, SecAggGraph& out, Keys* keys);
 Status read(const nlohmann::json& value, const std::string& where, SecAggKeyList& out, Keys* keys);
+Status read(const nlohmann::json& value, const std::string& where, SecAggKeys& out, Keys* keys);
+Status read(const nlohmann::json& value, const std::string& where, SecAggTask& out, Keys* keys);
 Status read(const nlohmann::json& value, const std::string& where, SecAggCiphertext& out,
             Keys* keys);
 Status read(const nlohmann::json& value, const std::string& where, SecAggShares& out, Keys* keys);

@@ -23,6 +23,10 @@ nlohmann::json complete(Message message) {
   task.upload_url = "/v1/jobs/1/rounds/4/update";
   task.status_url = "/v1/jobs/1/rounds/4/status";
   task.evaluate = EvaluationSettings{};
+  const SecAggTask secure{"/v1/jobs/1/rounds/4/secagg/keys", "/v1/jobs/1/rounds/4/secagg/shares",
+                          "/v1/jobs/1/rounds/4/secagg/masked_input",
+                          "/v1/jobs/1/rounds/4/secagg/unmask", 10};
+  task.secure_aggregation = secure;
   const std::string key(kSecAggKeyBytes, 'k');
   const SecAggParams secagg_params{4, 3, 32, 1.5, 1e5, 1000, 10};
   const SecAggPeerKeys peer{9, key, key};
@@ -44,6 +48,8 @@ nlohmann::json complete(Message message) {
       return write_evaluation_settings({});
     case Message::kCacheDirectives:
       return write_cache_directives({});
+    case Message::kSecAggTask:
+      return write_secagg_task(secure);
     case Message::kTaskStatus:
       return write_task_status({true, "open"});
     case Message::kUpdateMeta: {
@@ -66,6 +72,8 @@ nlohmann::json complete(Message message) {
       return write_secagg_graph({1, 4, secagg_params, key, {7, 9}});
     case Message::kSecAggKeyList:
       return write_secagg_key_list({1, 4, {peer}});
+    case Message::kSecAggKeys:
+      return write_secagg_keys({{1, 4, secagg_params, key, {7, 9}}, {1, 4, {peer}}});
     case Message::kSecAggCiphertext:
       return write_secagg_ciphertext(ciphertext);
     case Message::kSecAggShares:
@@ -103,6 +111,7 @@ const std::vector<Message>& all_messages() {
                                                 Message::kTrainingSettings,
                                                 Message::kEvaluationSettings,
                                                 Message::kCacheDirectives,
+                                                Message::kSecAggTask,
                                                 Message::kTaskStatus,
                                                 Message::kUpdateMeta,
                                                 Message::kEvalReport,
@@ -112,6 +121,7 @@ const std::vector<Message>& all_messages() {
                                                 Message::kSecAggPeerKeys,
                                                 Message::kSecAggGraph,
                                                 Message::kSecAggKeyList,
+                                                Message::kSecAggKeys,
                                                 Message::kSecAggCiphertext,
                                                 Message::kSecAggShares,
                                                 Message::kSecAggForwardedShares,
@@ -138,6 +148,8 @@ const char* message_name(Message message) {
       return "evaluate";
     case Message::kCacheDirectives:
       return "cache";
+    case Message::kSecAggTask:
+      return "secagg_task";
     case Message::kTaskStatus:
       return "task_status";
     case Message::kUpdateMeta:
@@ -156,6 +168,8 @@ const char* message_name(Message message) {
       return "secagg_graph";
     case Message::kSecAggKeyList:
       return "secagg_key_list";
+    case Message::kSecAggKeys:
+      return "secagg_keys";
     case Message::kSecAggCiphertext:
       return "secagg_ciphertext";
     case Message::kSecAggShares:
@@ -199,6 +213,9 @@ std::vector<std::string> message_fields(Message message) {
     case Message::kCacheDirectives:
       keys = keys_read<CacheDirectives>(value);
       break;
+    case Message::kSecAggTask:
+      keys = keys_read<SecAggTask>(value);
+      break;
     case Message::kTaskStatus:
       keys = keys_read<TaskStatus>(value);
       break;
@@ -225,6 +242,9 @@ std::vector<std::string> message_fields(Message message) {
       break;
     case Message::kSecAggKeyList:
       keys = keys_read<SecAggKeyList>(value);
+      break;
+    case Message::kSecAggKeys:
+      keys = keys_read<SecAggKeys>(value);
       break;
     case Message::kSecAggCiphertext:
       keys = keys_read<SecAggCiphertext>(value);

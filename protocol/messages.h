@@ -18,6 +18,7 @@ enum class Message {
   kTrainingSettings,    // task_offer.h: the task's `train`
   kEvaluationSettings,  // task_offer.h: the task's `evaluate`
   kCacheDirectives,     // task_offer.h: the task's `cache`
+  kSecAggTask,          // task_offer.h: the task's `secure_aggregation`
   kTaskStatus,          // task_status.h: GET .../rounds/{round}/status
   kUpdateMeta,          // update_meta.h: the X-Fedcase-Meta header of an upload
   kEvalReport,          // eval_report.h: the metadata's `evaluation`
@@ -28,6 +29,7 @@ enum class Message {
   kSecAggPeerKeys,         // an element of the key list's `neighbours`
   kSecAggGraph,            // stage 1, coordinator to every client
   kSecAggKeyList,          // stage 1, coordinator to client
+  kSecAggKeys,             // stage 1: the graph and the key list in one answer
   kSecAggCiphertext,       // an element of the shares' and forwarded shares' `shares`
   kSecAggShares,           // stage 2, client to coordinator
   kSecAggForwardedShares,  // stage 2, coordinator to client

@@ -167,6 +167,19 @@ Status read(const nlohmann::json& value, const std::string& where, SecAggKeyList
   return finish(r, keys);
 }
 
+Status read(const nlohmann::json& value, const std::string& where, SecAggKeys& out, Keys* keys) {
+  ObjectReader r(value, where);
+  r.require("graph");
+  read_nested(r, "graph", out.graph);
+  r.require("key_list");
+  read_nested(r, "key_list", out.key_list);
+  if (r.status().ok()) {
+    const bool same = out.graph.job == out.key_list.job && out.graph.round == out.key_list.round;
+    check(r, same, "key_list", "must name the graph's job and round");
+  }
+  return finish(r, keys);
+}
+
 Status read(const nlohmann::json& value, const std::string& where, SecAggCiphertext& out,
             Keys* keys) {
   ObjectReader r(value, where);
@@ -290,6 +303,19 @@ nlohmann::json write_secagg_key_list(const SecAggKeyList& m) {
   return {{"job_id", m.job},
           {"round", m.round},
           {"neighbours", write_list(m.neighbours, write_secagg_peer_keys)}};
+}
+
+Result<SecAggKeys> read_secagg_keys(const nlohmann::json& message) {
+  return internal::read_message<SecAggKeys>(message, "secagg_keys");
+}
+
+nlohmann::json write_secagg_keys(const SecAggKeys& m) {
+  return {{"graph", write_secagg_graph(m.graph)}, {"key_list", write_secagg_key_list(m.key_list)}};
+}
+
+std::string splice_secagg_keys(const std::string& graph_json, const std::string& key_list_json) {
+  // nlohmann's objects sort their keys: "graph" comes before "key_list".
+  return "{\"graph\":" + graph_json + ",\"key_list\":" + key_list_json + "}";
 }
 
 Result<SecAggCiphertext> read_secagg_ciphertext(const nlohmann::json& message,

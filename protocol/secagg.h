@@ -107,6 +107,16 @@ struct SecAggKeyList {
   bool operator!=(const SecAggKeyList& o) const { return !(*this == o); }
 };
 
+// Stage 1, coordinator to one client, in one answer: the graph (the same for every
+// participant) and the client's key list.
+struct SecAggKeys {
+  SecAggGraph graph;
+  SecAggKeyList key_list;
+
+  bool operator==(const SecAggKeys& o) const { return graph == o.graph && key_list == o.key_list; }
+  bool operator!=(const SecAggKeys& o) const { return !(*this == o); }
+};
+
 // An encrypted share between two clients: `client` is the recipient in SecAggShares and the
 // sender in SecAggForwardedShares.
 struct SecAggCiphertext {
@@ -224,6 +234,11 @@ Result<SecAggGraph> read_secagg_graph(const nlohmann::json& message);
 nlohmann::json write_secagg_graph(const SecAggGraph& message);
 Result<SecAggKeyList> read_secagg_key_list(const nlohmann::json& message);
 nlohmann::json write_secagg_key_list(const SecAggKeyList& message);
+Result<SecAggKeys> read_secagg_keys(const nlohmann::json& message);
+nlohmann::json write_secagg_keys(const SecAggKeys& message);
+// The same text as write_secagg_keys(...).dump() from the two messages already written (the
+// graph is written once a round and spliced into every participant's answer).
+std::string splice_secagg_keys(const std::string& graph_json, const std::string& key_list_json);
 Result<SecAggCiphertext> read_secagg_ciphertext(const nlohmann::json& message,
                                                 const std::string& where = "ciphertext");
 nlohmann::json write_secagg_ciphertext(const SecAggCiphertext& message);

@@ -54,7 +54,8 @@ bool TaskOffer::operator==(const TaskOffer& o) const {
          module_url == o.module_url && model_url == o.model_url && upload_url == o.upload_url &&
          status_url == o.status_url && deadline == o.deadline && train == o.train &&
          evaluate == o.evaluate && sample_budget == o.sample_budget && sampling == o.sampling &&
-         cache == o.cache && expected_duration_s == o.expected_duration_s;
+         cache == o.cache && expected_duration_s == o.expected_duration_s &&
+         secure_aggregation == o.secure_aggregation;
 }
 
 namespace internal {
@@ -103,6 +104,17 @@ Status read(const nlohmann::json& value, const std::string& where, CacheDirectiv
   return finish(r, keys);
 }
 
+Status read(const nlohmann::json& value, const std::string& where, SecAggTask& out, Keys* keys) {
+  ObjectReader r(value, where);
+  read_path(r, "keys_url", out.keys_url);
+  read_path(r, "shares_url", out.shares_url);
+  read_path(r, "masked_input_url", out.masked_input_url);
+  read_path(r, "unmask_url", out.unmask_url);
+  r.require("stage_seconds").finite("stage_seconds", out.stage_seconds, 0);
+  if (r.status().ok()) check(r, out.stage_seconds > 0, "stage_seconds", "must be > 0");
+  return finish(r, keys);
+}
+
 Status read(const nlohmann::json& value, const std::string& where, TaskOffer& out, Keys* keys) {
   ObjectReader r(value, where);
   // The version first: the rest of a task of another version may mean something else.
@@ -143,6 +155,8 @@ Status read(const nlohmann::json& value, const std::string& where, TaskOffer& ou
   r.require("cache");
   read_nested(r, "cache", out.cache);
   r.require("expected_duration_s").finite("expected_duration_s", out.expected_duration_s, 0);
+  SecAggTask secure;
+  if (read_nested(r, "secure_aggregation", secure)) out.secure_aggregation = secure;
   return finish(r, keys);
 }
 
@@ -174,6 +188,7 @@ nlohmann::json write_task_offer(const TaskOffer& t) {
     out["module_url"] = t.module_url;
   }
   if (t.evaluate) out["evaluate"] = write_evaluation_settings(*t.evaluate);
+  if (t.secure_aggregation) out["secure_aggregation"] = write_secagg_task(*t.secure_aggregation);
   return out;
 }
 
@@ -194,6 +209,18 @@ Result<EvaluationSettings> read_evaluation_settings(const nlohmann::json& evalua
 
 nlohmann::json write_evaluation_settings(const EvaluationSettings& e) {
   return {{"max_samples", e.max_samples}};
+}
+
+Result<SecAggTask> read_secagg_task(const nlohmann::json& secure, const std::string& where) {
+  return internal::read_message<SecAggTask>(secure, where);
+}
+
+nlohmann::json write_secagg_task(const SecAggTask& s) {
+  return {{"keys_url", s.keys_url},
+          {"shares_url", s.shares_url},
+          {"masked_input_url", s.masked_input_url},
+          {"unmask_url", s.unmask_url},
+          {"stage_seconds", s.stage_seconds}};
 }
 
 Result<CacheDirectives> read_cache_directives(const nlohmann::json& cache,

@@ -64,6 +64,28 @@ struct CacheDirectives {
   bool operator!=(const CacheDirectives& o) const { return !(*this == o); }
 };
 
+// Secure aggregation: the task's `secure_aggregation` member, present when the job masks its
+// updates (docs/protocol.md, "Secure aggregation"). Every member is required.
+struct SecAggTask {
+  // Paths on the coordinator (as the task's other URLs): POST the advertised keys to keys_url
+  // and GET the graph and key list there; POST the shares to shares_url and GET the forwarded
+  // shares there; POST the masked vector to masked_input_url; GET the unmask request from
+  // unmask_url and POST the answer there.
+  std::string keys_url;
+  std::string shares_url;
+  std::string masked_input_url;
+  std::string unmask_url;
+  // The longest the key stages and the unmask stage each wait for answers, finite, > 0.
+  double stage_seconds = 10;
+
+  bool operator==(const SecAggTask& o) const {
+    return keys_url == o.keys_url && shares_url == o.shares_url &&
+           masked_input_url == o.masked_input_url && unmask_url == o.unmask_url &&
+           stage_seconds == o.stage_seconds;
+  }
+  bool operator!=(const SecAggTask& o) const { return !(*this == o); }
+};
+
 struct TaskOffer {
   // Read first: a task of a version this build does not read is refused before any other
   // member is looked at (check_task_version).
@@ -90,15 +112,17 @@ struct TaskOffer {
   Sampling sampling = Sampling::kUniform;
   CacheDirectives cache;
   double expected_duration_s = 0;  // what the coordinator expects the task to take, >= 0
+  // nullopt: a plain upload to upload_url; else the stages of secure aggregation replace it.
+  std::optional<SecAggTask> secure_aggregation;
 
   bool operator==(const TaskOffer& o) const;
   bool operator!=(const TaskOffer& o) const { return !(*this == o); }
 };
 
-// Reads a task: every member is required except module_checksum and module_url (together)
-// and evaluate. kUnprocessable (check_task_version) for a protocol_version this build does
-// not read; kInvalidArgument naming the field ("task.train.lr ...") for a missing, mistyped
-// or out-of-range one. Unknown keys are ignored.
+// Reads a task: every member is required except module_checksum and module_url (together),
+// evaluate and secure_aggregation. kUnprocessable (check_task_version) for a protocol_version this
+// build does not read; kInvalidArgument naming the field ("task.train.lr ...") for a missing,
+// mistyped or out-of-range one. Unknown keys are ignored.
 Result<TaskOffer> read_task_offer(const nlohmann::json& task);
 nlohmann::json write_task_offer(const TaskOffer& task);
 
@@ -110,6 +134,9 @@ nlohmann::json write_training_settings(const TrainingSettings& train);
 Result<EvaluationSettings> read_evaluation_settings(const nlohmann::json& evaluate,
                                                     const std::string& where = "evaluate");
 nlohmann::json write_evaluation_settings(const EvaluationSettings& evaluate);
+Result<SecAggTask> read_secagg_task(const nlohmann::json& secure,
+                                    const std::string& where = "secure_aggregation");
+nlohmann::json write_secagg_task(const SecAggTask& secure);
 Result<CacheDirectives> read_cache_directives(const nlohmann::json& cache,
                                               const std::string& where = "cache");
 nlohmann::json write_cache_directives(const CacheDirectives& cache);

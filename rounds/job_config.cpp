@@ -124,6 +124,58 @@ Result<AsyncConfig> parse_async(const json& j, size_t k) {
   return a;
 }
 
+// The `secure_aggregation` section of a parsed config `c` (whose other sections are read): the
+// rules that need each update, per-update norm checks and buffers cannot see masked updates.
+Result<secagg::SecureAggregationConfig> parse_secure(const json& j, const JobConfig& c) {
+  auto parsed = secagg::parse_secure_aggregation(j);
+  if (!parsed.ok()) return parsed.status();
+  secagg::SecureAggregationConfig s = *parsed;
+  const aggregation::AggregatorConfig& a = c.aggregation;
+  if (a.rule != "fedavg") {
+    return invalid_argument("job.secure_aggregation needs aggregation.rule \"fedavg\": \"" +
+                            a.rule +
+                            "\" needs each update, and the coordinator sees only their sum");
+  }
+  if (c.max_update_norm > 0) {
+    return invalid_argument(
+        "job.max_update_norm cannot apply with secure_aggregation: the coordinator never sees "
+        "one update; each client clips its own to secure_aggregation.clip before masking it");
+  }
+  if (c.asynchronous()) {
+    return invalid_argument(
+        "job.secure_aggregation needs \"mode\": \"sync\" until a buffered variant exists: a "
+        "buffer's updates are weighted by their staleness one by one");
+  }
+  if (s.clip == 0) s.clip = a.clip_norm;
+  if (!(s.clip > 0)) {
+    return invalid_argument(
+        "job.secure_aggregation needs clip (or aggregation.clip_norm): the L2 norm each client "
+        "clips its update to before masking it");
+  }
+  if (a.clip_norm > 0 && s.clip != a.clip_norm) {
+    return invalid_argument(
+        "secure_aggregation.clip and aggregation.clip_norm must agree: the clients clip");
+  }
+  if (a.dp_noise_multiplier > 0) {
+    // DP-FedAvg counts every client once: each masks the weight 1.
+    if (j.is_object() && j.contains("max_weight") && s.max_weight != 1) {
+      return invalid_argument(
+          "secure_aggregation.max_weight must be 1 with DP: every client counts once");
+    }
+    s.max_weight = 1;
+  }
+  // Every round invites at least min_clients: the parameters must exist for that many.
+  for (size_t n : {std::max<size_t>(2, c.min_clients),
+                   scheduling::invited_count(c.clients_per_round, c.overcommit)}) {
+    auto params = secagg::round_params(s, std::max<size_t>(2, n), 1);
+    if (!params.ok()) {
+      return invalid_argument("job.secure_aggregation does not fit a round of " +
+                              std::to_string(n) + " clients: " + params.status().message());
+    }
+  }
+  return s;
+}
+
 }  // namespace
 
 double staleness_weight(const AsyncConfig& config, uint64_t tau) {
@@ -145,6 +197,7 @@ Result<JobConfig> parse_job_config(const json& j) {
   json training = json::object(), aggregation = json::object(), evaluation = json::object();
   json async = json::object();
   const json* init_from = nullptr;
+  const json* secure = nullptr;
   ObjectReader r(j, "job");
   r.text("name", c.name)
       .text("description", c.description)
@@ -173,6 +226,7 @@ Result<JobConfig> parse_job_config(const json& j) {
     if (const json* section = r.member(key)) *out = *section;
   }
   init_from = r.member("init_from");
+  secure = r.member("secure_aggregation");
   FEDCASE_RETURN_IF_ERROR(r.strict_status());
   if (init_from) {
     auto parsed = parse_init_from(*init_from);
@@ -220,6 +274,11 @@ Result<JobConfig> parse_job_config(const json& j) {
   if (c.aggregation.dp_seed) return invalid_argument("aggregation.dp_seed is set per round");
   if (c.mode != "sync" && c.mode != "async") {
     return invalid_argument("job.mode must be \"sync\" or \"async\"");
+  }
+  if (secure) {
+    auto secure_config = parse_secure(*secure, c);
+    if (!secure_config.ok()) return secure_config.status();
+    c.secure_aggregation = *secure_config;
   }
   if (!c.asynchronous()) {
     if (j.is_object() && j.contains("async")) {

@@ -18,6 +18,7 @@
 #include "common/status.h"
 #include "scheduling/round_plan.h"
 #include "scheduling/selection.h"
+#include "secagg/config.h"
 
 namespace fedcase::rounds {
 
@@ -94,6 +95,9 @@ struct JobConfig {
   // buffers of K updates from `async.concurrency` clients training continuously.
   std::string mode = "sync";
   AsyncConfig async;
+  // Secure aggregation (SecAgg+, docs/secure_aggregation.md): clients mask their clipped,
+  // quantised, weighted updates and the coordinator learns only their sum. none: plain uploads.
+  std::optional<secagg::SecureAggregationConfig> secure_aggregation;
 
   bool asynchronous() const { return mode == "async"; }
   // Whether `model` names a built-in architecture (no model file is uploaded with the job).

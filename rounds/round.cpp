@@ -17,6 +17,12 @@ Status RoundAggregate::add(const UnalignedFloat* values, size_t count, double we
   return aggregator_->add(values, count, weight, discount);
 }
 
+Status RoundAggregate::add_sum(const float* sum, size_t count, double total_weight,
+                               size_t updates) {
+  MutexLock lock(mu_);
+  return aggregator_->add_sum(sum, count, total_weight, updates);
+}
+
 Result<std::vector<float>> RoundAggregate::result() const {
   MutexLock lock(mu_);
   return aggregator_->result();

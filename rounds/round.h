@@ -48,6 +48,8 @@ class RoundAggregate {
   Status add(const UnalignedFloat* values, size_t count, double weight);
   // Folds it in scaled by `discount` (Aggregator::add with a discount).
   Status add(const UnalignedFloat* values, size_t count, double weight, double discount);
+  // Folds in a sum its senders weighted and clipped (Aggregator::add_sum: secure aggregation).
+  Status add_sum(const float* sum, size_t count, double total_weight, size_t updates);
   // The aggregate of everything added (see Aggregator::result).
   Result<std::vector<float>> result() const;
   std::string rule() const;
@@ -205,6 +207,8 @@ class Round {
                        std::optional<protocol::EvalReport> evaluation = std::nullopt);
   // The reserved update could not be folded in: frees its place.
   void release(ClientId client);
+  // Whether an upload holds a reservation (is being checked or folded).
+  bool uploads_in_flight() const { return !reserved_.empty(); }
   // Filled, or past its deadline (not a buffer), or closed, with no upload being folded.
   bool due(double now) const;
   // Admits nothing more (the round is being concluded or cancelled).

@@ -18,6 +18,13 @@ Status check_upload(const ModelLayout& layout, uint64_t trained_on, RoundIndex r
   }
   FEDCASE_RETURN_IF_ERROR(
       aggregation::validate_update(layout, update, {config.max_update_norm}));
+  return check_evaluation(trained_on, round, config, evaluation);
+}
+
+Status check_evaluation(uint64_t trained_on, RoundIndex round, const JobConfig& config,
+                        const std::optional<protocol::EvalReport>& evaluation) {
+  const std::string of_round = ", round " + std::to_string(round);
+  const std::string base_version = std::to_string(trained_on);
   if (!evaluation) return ok_status();
   if (evaluation->model_version != trained_on) {
     return unprocessable("the evaluation scores model version " +

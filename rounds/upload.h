@@ -27,4 +27,9 @@ Status check_upload(const ModelLayout& layout, uint64_t trained_on, RoundIndex r
                     const JobConfig& config, const BlobView& update,
                     const std::optional<protocol::EvalReport>& evaluation);
 
+// The evaluation's part of check_upload, for an update the coordinator cannot see (a masked
+// input of secure aggregation): its model version and sample count.
+Status check_evaluation(uint64_t trained_on, RoundIndex round, const JobConfig& config,
+                        const std::optional<protocol::EvalReport>& evaluation);
+
 }  // namespace fedcase::rounds

@@ -4,7 +4,13 @@
 # Prints one line per committed round and, last, a JSON summary of the model the job finished
 # with (the first committed model that reached the target accuracy).
 #
-#   scripts/demo.sh [--runs N] [build-dir]    (env: DEMO_CLIENTS, DEMO_ALPHA, DEMO_MAX_SECONDS)
+#   scripts/demo.sh [--runs N] [--secure-aggregation] [build-dir]
+#                   (env: DEMO_CLIENTS, DEMO_ALPHA, DEMO_MAX_SECONDS)
+#
+# With --secure-aggregation the job masks its updates (SecAgg+: its `secure_aggregation`
+# section, each client clipping its update to the L2 norm 100 that max_update_norm checked
+# in the clear) and the fleet takes part only in securely aggregated jobs
+# (fedcase-client --secure-aggregation).
 #
 # With --runs N the job runs N times (each on a fresh database); each run prints its summary
 # with where a round's seconds went, and the last line is one JSON object with the medians over
@@ -12,11 +18,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=0
+secure=0
 build=build
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs=${2:?--runs needs a number}; shift 2 ;;
-    -h|--help) sed -n 2,11p "$0"; exit 0 ;;
+    --secure-aggregation) secure=1; shift ;;
+    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
     *) build=$1; shift ;;
   esac
 done
@@ -49,17 +57,23 @@ run_once() {
   local base="http://127.0.0.1:$(cat "$dir/port")"
   admin() { curl -sS --fail-with-body -H "Authorization: Bearer $admin_token" "$@"; }
 
-  local job target
-  job=$(admin -X POST --data @"$job_config" "$base/v1/admin/jobs" | jq -r .job_id)
+  local job target fleet_flags=()
+  if [ "$secure" = 1 ]; then
+    jq 'del(.max_update_norm) | .secure_aggregation = {clip: 100}' "$job_config" > "$dir/job.json"
+    fleet_flags=(--secure-aggregation)
+  else
+    cp "$job_config" "$dir/job.json"
+  fi
+  job=$(admin -X POST --data @"$dir/job.json" "$base/v1/admin/jobs" | jq -r .job_id)
   target=$(jq -r .target_accuracy "$job_config")
-  echo "demo: job $job ($(jq -r .name "$job_config")), $clients clients, Dirichlet alpha $alpha, target accuracy $target"
+  echo "demo: job $job ($(jq -r .name "$job_config")), $clients clients, Dirichlet alpha $alpha, target accuracy $target$([ "$secure" = 1 ] && echo ", secure aggregation")"
   echo "demo: coordinator $base, logs in $dir/"
 
   # The fleet stands in for remote devices: on this one machine it runs at a lower priority so
   # the coordinator (polls, aggregation, evaluation) stays as responsive as it would be alone,
   # and at most one client per core trains at a time, so each trains at a device's full speed.
   nice -n 10 "$build/client_sdk/fedcase-client" --port "$(cat "$dir/port")" --clients "$clients" --alpha "$alpha" \
-    --concurrent-training "$(nproc)" > "$dir/fleet.log" 2>&1 &
+    --concurrent-training "$(nproc)" "${fleet_flags[@]}" > "$dir/fleet.log" 2>&1 &
   pids+=($!)
 
   printf '%6s %9s %8s %10s %8s %9s\n' round accuracy loss seconds updates samples
@@ -136,10 +150,10 @@ for i in $(seq "$runs"); do
   summaries+=("$(cat "$dir/summary.json")")
   echo "run $i: $(cat "$dir/summary.json")"
 done
-printf '%s\n' "${summaries[@]}" | jq -cs --argjson clients "$clients" '
+printf '%s\n' "${summaries[@]}" | jq -cs --argjson clients "$clients" --argjson secure "$secure" '
   def median: sort | if length % 2 == 1 then .[length / 2 | floor]
                      else (.[length / 2 - 1] + .[length / 2]) / 2 end;
-  {bench: "demo", runs: length, clients: $clients,
+  {bench: "demo", runs: length, clients: $clients, secure_aggregation: ($secure == 1),
    rounds_to_target: [.[].rounds], wall_seconds_to_target: [.[].wall_seconds],
    median_rounds: ([.[].rounds] | median), median_wall_seconds: ([.[].wall_seconds] | median),
    median_samples_per_round: ([.[].samples_per_round] | median),

@@ -306,9 +306,8 @@ Result<protocol::SecAggForwardedShares> SecAggServer::forwarded_shares(ClientId 
 
 // Stage 3: masked input.
 
-Status SecAggServer::receive_masked_input(ClientId sender, const protocol::SecAggMaskedInput& h,
-                                          std::string_view body) {
-  MutexLock lock(mu_);
+Status SecAggServer::check_input(ClientId sender, const protocol::SecAggMaskedInput& h,
+                                 size_t body_bytes) const {
   FEDCASE_RETURN_IF_ERROR(check_message(Stage::kMaskedInput, sender, h.client, h.job, h.round));
   if (shares_.count(sender) == 0) {
     return permission_denied(client_name(sender) + " did not complete the share stage");
@@ -321,7 +320,7 @@ Status SecAggServer::receive_masked_input(ClientId sender, const protocol::SecAg
                          std::to_string(params_.vector_length + 1) + " words of " +
                          std::to_string(word_bytes(params_.bits)) + " bytes");
   }
-  FEDCASE_RETURN_IF_ERROR(protocol::check_masked_vector(h, body.size()));
+  FEDCASE_RETURN_IF_ERROR(protocol::check_masked_vector(h, body_bytes));
   for (ClientId refused : h.refused_shares) {
     if (!graph_->adjacent(sender, refused) || shares_.count(refused) == 0) {
       return invalid_argument(client_name(sender) + " refuses the share of " +
@@ -343,6 +342,19 @@ Status SecAggServer::receive_masked_input(ClientId sender, const protocol::SecAg
                                client_name(refused) + ", whose input is in the sum");
     }
   }
+  return ok_status();
+}
+
+Status SecAggServer::check_masked_input(ClientId sender, const protocol::SecAggMaskedInput& h,
+                                        size_t body_bytes) const {
+  MutexLock lock(mu_);
+  return check_input(sender, h, body_bytes);
+}
+
+Status SecAggServer::receive_masked_input(ClientId sender, const protocol::SecAggMaskedInput& h,
+                                          std::string_view body) {
+  MutexLock lock(mu_);
+  FEDCASE_RETURN_IF_ERROR(check_input(sender, h, body.size()));
   FEDCASE_RETURN_IF_ERROR(with_sum([&](auto& sum) { return fold_words(sum, body, *pool_); }));
   survivors_.insert(sender);
   for (ClientId refused : h.refused_shares) refusers_[refused].insert(sender);

@@ -100,6 +100,10 @@ class SecAggServer {
   Status close_shares();
   Result<protocol::SecAggForwardedShares> forwarded_shares(ClientId client) const;
 
+  // Whether receive_masked_input would take this input now (the same checks, nothing folded):
+  // for a caller that records the input elsewhere before folding it.
+  Status check_masked_input(ClientId sender, const protocol::SecAggMaskedInput& header,
+                            size_t body_bytes) const;
   // `body` is read during the call, never kept.
   Status receive_masked_input(ClientId sender, const protocol::SecAggMaskedInput& header,
                               std::string_view body);
@@ -133,6 +137,8 @@ class SecAggServer {
 
   Status check_message(Stage stage, ClientId sender, ClientId named, JobId job,
                        RoundIndex round) const FEDCASE_REQUIRES(mu_);
+  Status check_input(ClientId sender, const protocol::SecAggMaskedInput& header,
+                     size_t body_bytes) const FEDCASE_REQUIRES(mu_);
   Status fail(std::string reason) FEDCASE_REQUIRES(mu_);
   // Calls f(sum32_) or f(sum64_), whichever the round's bits use.
   template <class F>

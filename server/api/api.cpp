@@ -9,6 +9,7 @@
 #include "common/json_read.h"
 #include "common/log.h"
 #include "protocol/error_reply.h"
+#include "protocol/secagg.h"
 #include "server/api/client_query.h"
 #include "server/api/dashboard.h"
 #include "server/api/views.h"
@@ -20,6 +21,7 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kMetaHeader = "X-Fedcase-Meta";
+constexpr const char* kSecAggHeader = "X-Fedcase-SecAgg";
 
 std::vector<std::string> split_path(std::string_view path) {
   std::vector<std::string> parts;
@@ -307,9 +309,15 @@ Reply heartbeat(Coordinator& coordinator, const Call& call) {
   return json_reply({{"ok", true}}, call.request);
 }
 
-// A long poll: answered at once when the client has a task, else when one is made for it or
-// `wait` seconds pass (at most long_poll_max_s).
-Reply next_task(Coordinator& coordinator, const Call& call) {
+// What a long poll asks once at its start and again at each wake-up (on an I/O thread): the
+// answer (from the original request's `head`), or nullopt while there is none. May throw.
+using PollAnswer = std::function<std::optional<Response>(const Request& head)>;
+
+// A long poll: answered at once when `look` has an answer, else when `watch` wakes it and
+// `look` has one, or empty (204) when `wait=S` seconds pass (at most long_poll_max_s).
+Reply long_poll(Coordinator& coordinator, const Call& call, PollAnswer look,
+                std::function<uint64_t(std::function<void()>)> watch,
+                std::function<void(uint64_t)> unwatch) {
   const Request& req = call.request;
   double wait = 0;
   const auto params = query_params(call.query);
@@ -321,19 +329,15 @@ Reply next_task(Coordinator& coordinator, const Call& call) {
     }
     wait = std::min(wait, coordinator.config().long_poll_max_s);
   }
-  const ClientId id = call.caller.client;
   Request head;  // only version and keep-alive are needed to answer later
   head.version(req.version());
   head.keep_alive(req.keep_alive());
   // Runs on an I/O thread, at the start of the wait and at each wake-up: nothing may escape.
-  auto poll = [&coordinator, id, head]() -> std::optional<Response> {
+  auto poll = [look = std::move(look), head]() -> std::optional<Response> {
     try {
-      auto task = coordinator.next_task(id);
-      if (!task.ok()) return error_response(task.status(), head.version(), head.keep_alive());
-      if (!task->has_value()) return std::nullopt;
-      return json_response(http::status::ok, task_json(**task), head);
+      return look(head);
     } catch (const std::exception& e) {
-      log_error(std::string("task poll failed: ") + e.what());
+      log_error(std::string("long poll failed: ") + e.what());
       return error_response(internal_error(std::string(kInternalErrorMessage)), head.version(),
                             head.keep_alive());
     }
@@ -346,11 +350,115 @@ Reply next_task(Coordinator& coordinator, const Call& call) {
   Reply waiting = answer(std::move(empty));
   waiting.poll = poll;
   waiting.wait_s = wait;
-  waiting.watch = [&coordinator, id](std::function<void()> wake) {
-    return coordinator.watch_tasks(id, std::move(wake));
-  };
-  waiting.unwatch = [&coordinator, id](uint64_t handle) { coordinator.unwatch_tasks(id, handle); };
+  waiting.watch = std::move(watch);
+  waiting.unwatch = std::move(unwatch);
   return waiting;
+}
+
+// A task poll: answered as soon as a round that invites the client opens.
+Reply next_task(Coordinator& coordinator, const Call& call) {
+  const ClientId id = call.caller.client;
+  return long_poll(
+      coordinator, call,
+      [&coordinator, id](const Request& head) -> std::optional<Response> {
+        auto task = coordinator.next_task(id);
+        if (!task.ok()) return error_response(task.status(), head.version(), head.keep_alive());
+        if (!task->has_value()) return std::nullopt;
+        return json_response(http::status::ok, task_json(**task), head);
+      },
+      [&coordinator, id](std::function<void()> wake) {
+        return coordinator.watch_tasks(id, std::move(wake));
+      },
+      [&coordinator, id](uint64_t handle) { coordinator.unwatch_tasks(id, handle); });
+}
+
+// ---- secure aggregation's stages (docs/protocol.md, "Secure aggregation") ----
+
+// The stage a secure-aggregation route serves, for the refusals' metric label.
+template <const char* kStage>
+void count_refusal(Coordinator& coordinator, const Status& why) {
+  coordinator.metrics().add(metric::kSecAggMessagesRefused,
+                            {{"stage", kStage}, {"reason", code_name(why.code())}});
+}
+constexpr char kKeysStage[] = "advertise_keys";
+constexpr char kSharesStage[] = "share_keys";
+constexpr char kInputStage[] = "masked_input";
+constexpr char kUnmaskStage[] = "unmask";
+
+// A client's message of a stage (a JSON body): read, then taken by its round's SecureRound.
+template <const char* kStage, class Message, Result<Message> (*kRead)(const json&),
+          Status (SecureRound::*kReceive)(ClientId, const Message&)>
+Reply secure_message(Coordinator& coordinator, const Call& call) {
+  auto round = coordinator.secure_round(call.ids[0], call.ids[1]);
+  Status taken = round.status();
+  if (taken.ok()) {
+    Result<Message> message = kRead(call.body);
+    taken = message.ok() ? ((**round).*kReceive)(call.caller.client, *message) : message.status();
+  }
+  if (!taken.ok()) {
+    count_refusal<kStage>(coordinator, taken);
+    return error_reply(taken, call.request);
+  }
+  return json_reply({{"accepted", true}}, call.request);
+}
+
+// A long poll for the client's message of a stage, answered once the stage before has closed.
+template <Result<std::optional<std::string>> (SecureRound::*kRead)(ClientId) const>
+Reply secure_poll(Coordinator& coordinator, const Call& call) {
+  auto round = coordinator.secure_round(call.ids[0], call.ids[1]);
+  if (!round.ok()) return error_reply(round.status(), call.request);
+  const ClientId id = call.caller.client;
+  return long_poll(
+      coordinator, call,
+      [secure = *round, id](const Request& head) -> std::optional<Response> {
+        auto message = ((*secure).*kRead)(id);
+        if (!message.ok())
+          return error_response(message.status(), head.version(), head.keep_alive());
+        if (!message->has_value()) return std::nullopt;
+        Response res{http::status::ok, head.version()};
+        res.set(http::field::content_type, "application/json");
+        res.keep_alive(head.keep_alive());
+        res.body() = std::move(**message);
+        res.prepare_payload();
+        return res;
+      },
+      [&coordinator, id](std::function<void()> wake) {
+        return coordinator.watch_secure_stages(id, std::move(wake));
+      },
+      [&coordinator, id](uint64_t handle) { coordinator.unwatch_secure_stages(id, handle); });
+}
+
+// A JSON header of an upload, or why it is missing or unreadable.
+Result<json> json_header(const Request& req, const char* name) {
+  auto header = req.find(name);
+  if (header == req.end()) return invalid_argument(std::string("missing ") + name + " header");
+  auto parsed =
+      parse_untrusted_json(std::string_view(header->value().data(), header->value().size()));
+  if (!parsed.ok()) return invalid_argument(std::string(name) + ": " + parsed.status().message());
+  return parsed;
+}
+
+// An upload's answer (plain or masked), counted as accepted or refused.
+Reply upload_reply(Coordinator& coordinator, const Result<UpdateAccepted>& accepted,
+                   const Request& req) {
+  if (accepted.ok()) {
+    coordinator.metrics().add(metric::kUpdatesAccepted, {});
+  } else {
+    coordinator.metrics().add(metric::kUpdatesRefused,
+                              {{"reason", code_name(accepted.status().code())}});
+  }
+  return result_reply(accepted, update_accepted_json, req);
+}
+
+// The masked vector, with its header (X-Fedcase-SecAgg) and the update's metadata
+// (X-Fedcase-Meta): an upload, with upload body slots and limits.
+Reply masked_input(Coordinator& coordinator, const Call& call) {
+  const Request& req = call.request;
+  auto accepted = coordinator.submit_masked_input(
+      call.caller.client, call.ids[0], call.ids[1], json_header(req, kSecAggHeader),
+      json_header(req, kMetaHeader), req.body(), call.receive_seconds);
+  if (!accepted.ok()) count_refusal<kInputStage>(coordinator, accepted.status());
+  return upload_reply(coordinator, accepted, req);
 }
 
 // Downloads (models, modules): the admin, a tenant for its own jobs, and a client for the job
@@ -403,23 +511,10 @@ Reply task_status(Coordinator& coordinator, const Call& call) {
 Reply upload(Coordinator& coordinator, const Call& call) {
   const Request& req = call.request;
   // Parsed here, judged by the coordinator after its state checks.
-  Result<json> meta = invalid_argument(std::string("missing ") + kMetaHeader + " header");
-  auto meta_header = req.find(kMetaHeader);
-  if (meta_header != req.end()) {
-    meta = parse_untrusted_json(
-        std::string_view(meta_header->value().data(), meta_header->value().size()));
-    if (!meta.ok())
-      meta = invalid_argument(std::string(kMetaHeader) + ": " + meta.status().message());
-  }
-  auto accepted = coordinator.submit_update(call.caller.client, call.ids[0], call.ids[1], meta,
-                                            req.body(), call.receive_seconds);
-  if (accepted.ok()) {
-    coordinator.metrics().add(metric::kUpdatesAccepted, {});
-  } else {
-    coordinator.metrics().add(metric::kUpdatesRefused,
-                              {{"reason", code_name(accepted.status().code())}});
-  }
-  return result_reply(accepted, update_accepted_json, req);
+  auto accepted =
+      coordinator.submit_update(call.caller.client, call.ids[0], call.ids[1],
+                                json_header(req, kMetaHeader), req.body(), call.receive_seconds);
+  return upload_reply(coordinator, accepted, req);
 }
 
 // ---- the route table: routing, body limits and metric labels all read it ----
@@ -470,6 +565,23 @@ const Route kRoutes[] = {
     {http::verb::get, "/v1/jobs/{job}/models/{version}", kDownloaders, Body::kNone, get_model},
     {http::verb::get, "/v1/jobs/{job}/rounds/{round}/status", kClients, Body::kNone, task_status},
     {http::verb::post, "/v1/jobs/{job}/rounds/{round}/update", kClients, Body::kUpload, upload},
+    {http::verb::post, "/v1/jobs/{job}/rounds/{round}/secagg/keys", kClients, Body::kJson,
+     secure_message<kKeysStage, protocol::SecAggAdvertiseKeys, protocol::read_secagg_advertise_keys,
+                    &SecureRound::receive_keys>},
+    {http::verb::get, "/v1/jobs/{job}/rounds/{round}/secagg/keys", kClients, Body::kNone,
+     secure_poll<&SecureRound::keys_reply>},
+    {http::verb::post, "/v1/jobs/{job}/rounds/{round}/secagg/shares", kClients, Body::kJson,
+     secure_message<kSharesStage, protocol::SecAggShares, protocol::read_secagg_shares,
+                    &SecureRound::receive_shares>},
+    {http::verb::get, "/v1/jobs/{job}/rounds/{round}/secagg/shares", kClients, Body::kNone,
+     secure_poll<&SecureRound::forwarded_shares>},
+    {http::verb::post, "/v1/jobs/{job}/rounds/{round}/secagg/masked_input", kClients, Body::kUpload,
+     masked_input},
+    {http::verb::get, "/v1/jobs/{job}/rounds/{round}/secagg/unmask", kClients, Body::kNone,
+     secure_poll<&SecureRound::unmask_request>},
+    {http::verb::post, "/v1/jobs/{job}/rounds/{round}/secagg/unmask", kClients, Body::kJson,
+     secure_message<kUnmaskStage, protocol::SecAggUnmaskResponse,
+                    protocol::read_secagg_unmask_response, &SecureRound::receive_unmask_response>},
 };
 
 // Whether a pattern's segment is a {name} or [name] placeholder.

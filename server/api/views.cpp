@@ -23,6 +23,11 @@ std::string status_url(JobId job, RoundIndex round) {
   return "/v1/jobs/" + std::to_string(job) + "/rounds/" + std::to_string(round) + "/status";
 }
 
+std::string secagg_url(JobId job, RoundIndex round, const char* stage) {
+  return "/v1/jobs/" + std::to_string(job) + "/rounds/" + std::to_string(round) + "/secagg/" +
+         stage;
+}
+
 json task_json(const TaskOffer& o) {
   const scheduling::ClientTask& t = o.task;
   protocol::TaskOffer task;
@@ -47,6 +52,12 @@ json task_json(const TaskOffer& o) {
   task.sampling = t.sampling;
   task.cache = t.cache;
   task.expected_duration_s = t.expected_duration_s;
+  if (o.secure_stage_seconds) {
+    task.secure_aggregation = protocol::SecAggTask{
+        secagg_url(o.job, o.round, "keys"), secagg_url(o.job, o.round, "shares"),
+        secagg_url(o.job, o.round, "masked_input"), secagg_url(o.job, o.round, "unmask"),
+        *o.secure_stage_seconds};
+  }
   return protocol::write_task_offer(task);
 }
 
@@ -109,6 +120,9 @@ json job_detail_json(const JobDetail& d) {
                             {"invited", d.current_round->invited},
                             {"updates", d.current_round->updates},
                             {"deadline", d.current_round->deadline}};
+    if (!d.current_round->secure_aggregation.is_null()) {
+      out["current_round"]["secure_aggregation"] = d.current_round->secure_aggregation;
+    }
   }
   out["rounds"] = json::array();
   const double target = d.config.value("target_accuracy", 0.0);

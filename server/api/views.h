@@ -15,6 +15,8 @@ std::string model_url(JobId job, uint64_t version);
 std::string module_url(JobId job);
 std::string update_url(JobId job, RoundIndex round);
 std::string status_url(JobId job, RoundIndex round);
+// A secure round's stage route: `stage` is "keys", "shares", "masked_input" or "unmask".
+std::string secagg_url(JobId job, RoundIndex round, const char* stage);
 // The export of `version` (a number, "latest" or "best") of `job` in `format`.
 std::string export_url(JobId job, const std::string& version, ExportFormat format);
 

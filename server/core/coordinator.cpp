@@ -139,7 +139,8 @@ struct Coordinator::State {
         tenants(*store),
         jobs(*store),
         evaluator(std::move(e)),
-        driver(jobs, clients, tenants, *store, *evaluator, tasks_ready, metrics, clock),
+        secure(metrics, [this] { driver.wake(); }),
+        driver(jobs, clients, tenants, *store, *evaluator, tasks_ready, secure, metrics, clock),
         collector(metrics.add_collector([this](Metrics& m) { collect(m); })) {}
 
   static scheduling::ProfileParams profile_params(const CoordinatorConfig& c) {
@@ -159,6 +160,7 @@ struct Coordinator::State {
   ModelExports exports{config.export_cache_bytes};
   std::unique_ptr<ModelEvaluator> evaluator;
   TaskNotifier tasks_ready;
+  SecureRounds secure;  // the stages of jobs with secure aggregation
   RoundDriver driver;
   const std::unique_ptr<Metrics::Registration> collector;  // last: it reads all of the above
 
@@ -275,7 +277,10 @@ Result<std::optional<TaskOffer>> Coordinator::next_task(ClientId client) {
         terms.deadline,
         job.config.training.local_epochs,
         evaluation.federated ? std::optional<size_t>(evaluation.max_samples) : std::nullopt,
-        *task};
+        *task,
+        job.config.secure_aggregation
+            ? std::optional<double>(job.config.secure_aggregation->stage_seconds)
+            : std::nullopt};
   });
   return offer;
 }
@@ -339,17 +344,64 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
                                                   const Result<json>& meta_json,
                                                   std::string_view bytes, double upload_seconds) {
   State& s = *state_;
+  const rounds::JobConfig* config = nullptr;
+  if (const JobEntry* job = s.jobs.find(job_id)) config = &job->config;
+  return admit_upload(
+      client, job_id, round_index, /*masked=*/false, meta_json, bytes.size(), upload_seconds,
+      [&](const HeldPlace& held, const protocol::UpdateMeta& meta,
+          const std::function<Status()>& record) -> Result<double> {
+        // The update's values are validated and folded where they lie in the request body.
+        BlobView update;
+        FEDCASE_RETURN_IF_ERROR(view_blob(bytes, s.config.max_upload_bytes, update));
+        FEDCASE_RETURN_IF_ERROR(rounds::check_upload(held.model->layout, held.trained_on,
+                                                     held.round, *config, update, meta.evaluation));
+        FEDCASE_RETURN_IF_ERROR(record());
+        const auto start = std::chrono::steady_clock::now();
+        FEDCASE_RETURN_IF_ERROR(
+            held.aggregate->add(update.values, update.count, meta.samples, held.discount));
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      });
+}
+
+Result<UpdateAccepted> Coordinator::submit_masked_input(
+    ClientId client, JobId job_id, RoundIndex round_index, const Result<json>& header_json,
+    const Result<json>& meta_json, std::string_view body, double upload_seconds) {
+  State& s = *state_;
+  const rounds::JobConfig* config = nullptr;
+  if (const JobEntry* job = s.jobs.find(job_id)) config = &job->config;
+  return admit_upload(
+      client, job_id, round_index, /*masked=*/true, meta_json, body.size(), upload_seconds,
+      [&](const HeldPlace& held, const protocol::UpdateMeta& meta,
+          const std::function<Status()>& record) -> Result<double> {
+        auto header = header_json.ok() ? protocol::read_secagg_masked_input(*header_json)
+                                       : Result<protocol::SecAggMaskedInput>(header_json.status());
+        if (!header.ok()) return header.status();
+        FEDCASE_RETURN_IF_ERROR(
+            rounds::check_evaluation(held.trained_on, held.round, *config, meta.evaluation));
+        auto secure = secure_round(job_id, held.round);
+        if (!secure.ok()) return secure.status();
+        const auto start = std::chrono::steady_clock::now();
+        FEDCASE_RETURN_IF_ERROR((*secure)->receive_masked_input(client, *header, body, record));
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      });
+}
+
+Result<UpdateAccepted> Coordinator::admit_upload(ClientId client, JobId job_id,
+                                                 RoundIndex round_index, bool masked,
+                                                 const Result<json>& meta_json, size_t body_bytes,
+                                                 double upload_seconds, const FoldUpload& fold) {
+  State& s = *state_;
   JobEntry* job = s.jobs.find(job_id);
   if (!job) return job_not_found(job_id);
+  if (bool(job->config.secure_aggregation) != masked) {
+    return conflict(masked ? "job " + std::to_string(job_id) +
+                                 " does not use secure aggregation: upload the update itself"
+                           : "job " + std::to_string(job_id) +
+                                 " uses secure aggregation: send the masked input to the "
+                                 "task's secure_aggregation.masked_input_url");
+  }
   // Decide: the state checks come first and hold one of the round's places for this upload.
-  struct Held {
-    std::shared_ptr<rounds::RoundAggregate> aggregate;
-    RoundIndex round = 0;        // the open round (an asynchronous job's buffer)
-    uint64_t trained_on = 0;     // the version the client's task trains from
-    double discount = 1;         // its staleness weight in a buffer
-    std::shared_ptr<const rounds::GlobalModel> model;  // the latest: the layout, the sizes
-  };
-  auto held = s.jobs.update(*job, [&](JobStatus& status) -> Result<Held> {
+  auto held = s.jobs.update(*job, [&](JobStatus& status) -> Result<HeldPlace> {
     if (!status.round) {
       if (status.concluding && job->config.asynchronous()) {
         return unavailable("job " + std::to_string(job_id) +
@@ -362,8 +414,9 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
     FEDCASE_RETURN_IF_ERROR(r.check_task_round(client, round_index));
     auto reserved = r.reserve(client, s.clock());
     if (!reserved.ok()) return reserved.status();
-    return Held{*reserved, r.index(), r.terms_for(client)->base_version,
-                rounds::staleness_weight(job->config.async, r.staleness(client)), status.model};
+    return HeldPlace{*reserved, r.index(), r.terms_for(client)->base_version,
+                     rounds::staleness_weight(job->config.async, r.staleness(client)),
+                     status.model};
   });
   if (!held.ok()) return held.status();
   // A refused upload gives its place back; the round may be due once no upload is in flight.
@@ -377,45 +430,25 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
     if (due) s.driver.wake();
     return why;
   };
-  // Write, without any lock: parse, validate, record the update, fold it in. The update's
-  // values are validated and folded where they lie in the request body.
+  // Write, without any lock: parse, validate, record the update, fold it in.
   auto meta = meta_json.ok() ? protocol::read_update_meta(*meta_json)
                              : Result<protocol::UpdateMeta>(meta_json.status());
   if (!meta.ok()) return refuse(meta.status());
-  BlobView update;
-  if (Status read = view_blob(bytes, s.config.max_upload_bytes, update); !read.ok()) {
-    return refuse(read);
-  }
-  const rounds::GlobalModel& latest = *held->model;
-  if (Status valid = rounds::check_upload(latest.layout, held->trained_on, round, job->config,
-                                          update, meta->evaluation);
-      !valid.ok()) {
-    return refuse(valid);
-  }
   const double now = s.clock();
-  if (Status written = s.store->record_update({job_id, round, client, *meta_json, now});
-      !written.ok()) {
-    return refuse(written);
-  }
-  const auto fold_start = std::chrono::steady_clock::now();
-  if (Status folded =
-          held->aggregate->add(update.values, update.count, meta->samples, held->discount);
-      !folded.ok()) {
-    return refuse(folded);
-  }
-  const double fold_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - fold_start).count();
-  s.metrics.observe(metric::kFoldSeconds, {}, fold_s);
+  auto record = [&] { return s.store->record_update({job_id, round, client, *meta_json, now}); };
+  Result<double> fold_s = fold(*held, *meta, record);
+  if (!fold_s.ok()) return refuse(fold_s.status());
+  s.metrics.observe(metric::kFoldSeconds, {}, *fold_s);
   // Publish.
   const scheduling::RoundReport report =
-      completion_report(*meta, latest.blob.size(), bytes.size(), upload_seconds);
+      completion_report(*meta, held->model->blob.size(), body_bytes, upload_seconds);
   rounds::ProfileChange completed;
   UpdateAccepted accepted{round, 0};
   uint64_t staleness = 0;
   s.jobs.update(*job, [&](JobStatus& status) {
     rounds::Round& r = *status.round;  // a round with a reservation in flight stays open
     staleness = r.staleness(client);
-    completed = r.accept(client, report, now, fold_s, std::move(meta->evaluation));
+    completed = r.accept(client, report, now, *fold_s, std::move(meta->evaluation));
     accepted.updates = r.accepted();
   });
   if (job->config.asynchronous()) {
@@ -426,6 +459,25 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
   (void)touched;    // the client exists: it was identified by its token
   s.driver.wake();  // the round may be due, and the client is free for another job's round
   return accepted;
+}
+
+Result<std::shared_ptr<SecureRound>> Coordinator::secure_round(JobId job_id, RoundIndex round) {
+  State& s = *state_;
+  if (!s.jobs.find(job_id)) return job_not_found(job_id);
+  std::shared_ptr<SecureRound> secure = s.secure.find(job_id);
+  if (!secure || secure->index() != round) {
+    return conflict("round " + std::to_string(round) + " of job " + std::to_string(job_id) +
+                    " is not a secure round in progress");
+  }
+  return secure;
+}
+
+uint64_t Coordinator::watch_secure_stages(ClientId client, std::function<void()> wake) {
+  return state_->secure.watch(client, std::move(wake));
+}
+
+void Coordinator::unwatch_secure_stages(ClientId client, uint64_t handle) {
+  state_->secure.unwatch(client, handle);
 }
 
 Result<ModelListing> Coordinator::models(JobId id, Scope scope) {
@@ -586,11 +638,14 @@ Result<JobDetail> Coordinator::job_detail(JobId id, Scope scope) {
     d.privacy = status.privacy;
     if (status.round) {
       const rounds::Round& r = *status.round;
-      d.current_round =
-          JobDetail::OpenRound{r.index(), r.tasks().size(), r.accepted(),
-                               r.next_deadline().value_or(r.opened_at())};
+      d.current_round = JobDetail::OpenRound{r.index(), r.tasks().size(), r.accepted(),
+                                             r.next_deadline().value_or(r.opened_at()), nullptr};
     }
   });
+  if (std::shared_ptr<SecureRound> secure = s.secure.find(id);
+      secure && d.current_round && secure->index() == d.current_round->index) {
+    d.current_round->secure_aggregation = secure->summary();
+  }
   auto rounds = s.store->list_rounds(id);
   if (!rounds.ok()) return rounds.status();
   d.rounds = std::move(rounds).value();

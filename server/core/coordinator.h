@@ -27,6 +27,7 @@
 #include "common/ids.h"
 #include "common/states.h"
 #include "common/status.h"
+#include "protocol/update_meta.h"
 #include "rounds/job_config.h"
 #include "rounds/round.h"
 #include "scheduling/profile.h"
@@ -36,6 +37,7 @@
 #include "server/core/job_table.h"
 #include "server/core/metrics.h"
 #include "server/core/model_exports.h"
+#include "server/core/secure_round.h"
 #include "server/core/tenants.h"
 #include "storage/store.h"
 
@@ -75,6 +77,8 @@ struct TaskOffer {
   // when the job does not ask for one.
   std::optional<size_t> evaluate_max_samples;
   scheduling::ClientTask task;
+  // A job with secure aggregation: how long its key and unmask stages wait (nullopt: plain).
+  std::optional<double> secure_stage_seconds;
 };
 
 struct UpdateAccepted {
@@ -112,6 +116,7 @@ struct JobDetail {
     RoundIndex index = 0;
     size_t invited = 0, updates = 0;
     double deadline = 0;
+    nlohmann::json secure_aggregation;  // a secure round's SecureRound::summary (null: plain)
   };
   std::optional<OpenRound> current_round;
   std::vector<storage::RoundRecord> rounds;
@@ -200,6 +205,24 @@ class Coordinator {
                                        const Result<nlohmann::json>& meta, std::string_view blob,
                                        double upload_seconds = 0);
 
+  // ---- secure aggregation (docs/protocol.md, "Secure aggregation"; secure_round.h) ----
+  // The secure round `round` of `job`, for a client's stage message or long poll: kNotFound
+  // for an unknown job, kConflict when the job has no secure round of that index in progress
+  // (a plain job, another round, or the round is over).
+  Result<std::shared_ptr<SecureRound>> secure_round(JobId job, RoundIndex round);
+  // Long polls of stage messages wait here; `wake` as for watch_tasks.
+  uint64_t watch_secure_stages(ClientId client, std::function<void()> wake);
+  void unwatch_secure_stages(ClientId client, uint64_t handle);
+  // A masked input (`header`: the secagg_masked_input, `body` its vector) with its update
+  // metadata: admitted as submit_update admits an update (404, 409, 403, 503 in that order),
+  // then the header and metadata are read (400) and the evaluation checked (422), and the
+  // secure round checks, records and folds it (SecureRound::receive_masked_input: 403, 409,
+  // 422). A refused input changes nothing.
+  Result<UpdateAccepted> submit_masked_input(ClientId client, JobId job, RoundIndex round,
+                                             const Result<nlohmann::json>& header,
+                                             const Result<nlohmann::json>& meta,
+                                             std::string_view body, double upload_seconds = 0);
+
   // ---- admin API ----
   // Jobs are seen through a Scope (job_table.h): the admin's, every job, or one tenant's own.
   // A committed model of `job`, for the admin or a tenant for its own jobs (`scope`), or for
@@ -255,6 +278,26 @@ class Coordinator {
   // (errors as create_job's); their model_version is the version they come from.
   Result<ModelBlob> trained_start(const rounds::InitFrom& from, TenantId owner,
                                   const ModelLayout& layout);
+  // An upload's place in its round, held while it is checked and folded.
+  struct HeldPlace {
+    std::shared_ptr<rounds::RoundAggregate> aggregate;
+    RoundIndex round = 0;     // the open round (an asynchronous job's buffer)
+    uint64_t trained_on = 0;  // the version the client's task trains from
+    double discount = 1;      // its staleness weight in a buffer
+    std::shared_ptr<const rounds::GlobalModel> model;  // the latest: the layout, the sizes
+  };
+  // Checks an upload that holds a place and folds it in: runs `record` (the metadata's store
+  // write) before or while it folds; returns the fold's seconds.
+  using FoldUpload =
+      std::function<Result<double>(const HeldPlace& held, const protocol::UpdateMeta& meta,
+                                   const std::function<Status()>& record)>;
+  // The steps of every upload (docs/architecture.md, "An upload"): decide (the state checks
+  // hold a place; a plain upload to a secure job, or a masked input to a plain one, is
+  // kConflict), write (the metadata read, then `fold`), publish (the update counts). Any
+  // failure gives the place back and changes nothing.
+  Result<UpdateAccepted> admit_upload(ClientId client, JobId job, RoundIndex round, bool masked,
+                                      const Result<nlohmann::json>& meta, size_t body_bytes,
+                                      double upload_seconds, const FoldUpload& fold);
   std::unique_ptr<State> state_;
 };
 

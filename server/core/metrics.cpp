@@ -56,6 +56,22 @@ const std::vector<Declaration>& declarations() {
       {kJobs, kGauge, "Jobs, by state.", {}},
       {kJobTestAccuracy, kGauge, "Test accuracy of a job's newest evaluated model.", {}},
       {kJobPrivacyEpsilon, kGauge, "Privacy spent (epsilon) by a job with central DP.", {}},
+      {kSecAggRounds,
+       kCounter,
+       "Secure rounds concluded, by outcome (committed, or failed) and the stage they ended in.",
+       {}},
+      {kSecAggStageSeconds, kHistogram,
+       "Duration of each stage of a secure round (unmasking: the coordinator's removal of the "
+       "masks).",
+       kFoldBuckets},
+      {kSecAggDropouts,
+       kCounter,
+       "Clients of a secure round that did not answer a stage they were in, by stage.",
+       {}},
+      {kSecAggMessagesRefused,
+       kCounter,
+       "Secure-aggregation messages refused, by stage and reason (the error code).",
+       {}},
   };
   return all;
 }

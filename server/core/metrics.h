@@ -52,6 +52,10 @@ inline constexpr const char* kClientsConnected = "fedcase_clients_connected";
 inline constexpr const char* kJobs = "fedcase_jobs";
 inline constexpr const char* kJobTestAccuracy = "fedcase_job_test_accuracy";
 inline constexpr const char* kJobPrivacyEpsilon = "fedcase_job_privacy_epsilon";
+inline constexpr const char* kSecAggRounds = "fedcase_secagg_rounds_total";
+inline constexpr const char* kSecAggStageSeconds = "fedcase_secagg_stage_seconds";
+inline constexpr const char* kSecAggDropouts = "fedcase_secagg_dropouts_total";
+inline constexpr const char* kSecAggMessagesRefused = "fedcase_secagg_messages_refused_total";
 }  // namespace metric
 
 class Metrics {

@@ -61,17 +61,20 @@ struct RoundDriver::Closing {
   JobEntry* job = nullptr;
   rounds::Round round;
   std::string stop_reason;  // non-empty: fail the round for this reason
+  std::shared_ptr<SecureRound> secure;  // a secure round's stages (null: a plain round)
 };
 
 RoundDriver::RoundDriver(JobTable& jobs, ClientRegistry& clients, TenantRegistry& tenants,
                          storage::Store& store, ModelEvaluator& evaluator,
-                         TaskNotifier& tasks_ready, Metrics& metrics, Clock clock)
+                         TaskNotifier& tasks_ready, SecureRounds& secure, Metrics& metrics,
+                         Clock clock)
     : jobs_(jobs),
       clients_(clients),
       tenants_(tenants),
       store_(store),
       evaluator_(evaluator),
       tasks_ready_(tasks_ready),
+      secure_(secure),
       metrics_(metrics),
       clock_(std::move(clock)),
       last_flush_(clock_()) {}
@@ -130,26 +133,56 @@ std::optional<double> RoundDriver::tick() {
   std::vector<JobEntry*> waiting = jobs_.waiting_jobs();
   std::vector<Closing> closing;
   std::vector<rounds::ProfileChange> expired;
+  // Secure rounds: the key stages close when due; masked inputs close below, under no lock.
+  const bool stages_closed = secure_.advance(now);
+  std::vector<std::shared_ptr<SecureRound>> inputs_closing;
   jobs_.update_each([&](JobEntry& job, JobStatus& status) {
     if (status.concluding || !status.round) return;
-    const std::string reason = stop_reason(status.state);
+    std::string reason = stop_reason(status.state);
     if (!reason.empty()) status.round->close();
     if (status.round->buffered()) {
       for (auto& change : job.runtime->expire(*status.round, now)) expired.push_back(change);
     }
+    std::shared_ptr<SecureRound> secure =
+        job.config.secure_aggregation ? secure_.find(job.id) : nullptr;
+    if (secure && secure->index() != status.round->index()) secure = nullptr;
+    if (secure && reason.empty()) {
+      const SecureRound::Stage stage = secure->stage();
+      if (stage == SecureRound::Stage::kFailed) {
+        reason = "secure aggregation failed: " + secure->failure();
+        status.round->close();
+      } else if (stage == SecureRound::Stage::kMaskedInput) {
+        // The Round stays, closed, through the unmask stage: no task or upload reaches it.
+        const bool all_in = secure->inputs_complete() && !status.round->uploads_in_flight();
+        if (status.round->due(now) || all_in) {
+          status.round->close();
+          inputs_closing.push_back(secure);
+        }
+        return;
+      } else if (stage != SecureRound::Stage::kUnmask || !secure->unmask_due(now)) {
+        return;  // a key stage (advance() closes it), or the unmask answers still coming
+      }
+    }
     if (!status.round->due(now)) return;
     // Whether the previous model reached the target decides whether this round may commit.
     if (reason.empty() && target_unknown(job, status)) return;
-    closing.push_back({&job, std::move(*status.round), reason});
+    closing.push_back({&job, std::move(*status.round), reason, std::move(secure)});
     status.round.reset();
     status.concluding = true;
   });
   clients_.apply(expired);
+  for (const auto& secure : inputs_closing) {
+    Status closed = secure->close_inputs(now);
+    if (!closed.ok()) log_warn(closed.message());
+  }
   for (Closing& c : closing) conclude(c, now);
   open_in_turn(std::move(waiting), now);
   refill_in_turn(now);
-  std::optional<double> next = closing.empty() ? std::nullopt : std::optional<double>(now);
+  // A secure round that moved on may have its next step at once (a failure to conclude).
+  const bool again = !closing.empty() || stages_closed || !inputs_closing.empty();
+  std::optional<double> next = again ? std::optional<double>(now) : std::nullopt;
   next = earliest(next, earliest(jobs_.next_deadline(now), tenants_.throttle_ends(now)));
+  next = earliest(next, secure_.next_deadline(now));
   if (clients_.has_unsaved()) {
     if (now - last_flush_ >= kSaveContactsEvery) {
       clients_.flush();
@@ -170,12 +203,15 @@ void RoundDriver::conclude_all() {
     status.round->close();
     if (!status.round->due(now)) return;
     const std::string reason = stop_reason(status.state);
+    // A secure round's sum is known only after its unmask stage: it cannot commit now.
+    std::shared_ptr<SecureRound> secure = secure_.find(job.id);
     const bool may_commit = status.state == JobState::kRunning && !target_unknown(job, status) &&
-                            status.round->accepted() >= job.config.min_updates;
+                            status.round->accepted() >= job.config.min_updates && !secure;
     closing.push_back({&job, std::move(*status.round),
                        may_commit       ? ""
                        : reason.empty() ? "coordinator stopped"
-                                        : reason});
+                                        : reason,
+                       secure});
     status.round.reset();
     status.concluding = true;
   });
@@ -333,6 +369,11 @@ bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now
              std::to_string(static_cast<int>(round.deadline() - now)) + " s");
   }
   const std::vector<ClientId> invited = round.invited();
+  if (const auto& secure = job.config.secure_aggregation) {
+    // Before the round is published: its invitees' first messages find their secure round.
+    secure_.open(job.id, round.index(), *secure, invited, runtime.model()->layout.element_count(),
+                 now, job.config.aggregation.threads);
+  }
   jobs_.update(job, [&](JobStatus& status) {
     status.last_round = round.index();
     status.round = std::move(round);
@@ -425,8 +466,14 @@ void RoundDriver::conclude(Closing& c, double now) {
   rounds::JobRuntime& runtime = *job.runtime;
   tenants_.round_concluded(job.tenant, job.id, job.round_expected_client_s,
                            c.round.client_seconds(now), job.round_class_cost);
-  rounds::Conclusion k = c.stop_reason.empty() ? runtime.conclude(c.round, now)
-                                               : runtime.fail(c.round, now, c.stop_reason);
+  if (c.secure && !c.stop_reason.empty()) c.secure->abort(c.stop_reason, now);
+  rounds::Conclusion k = !c.stop_reason.empty() ? runtime.fail(c.round, now, c.stop_reason)
+                         : c.secure             ? conclude_secure(c, now)
+                                                : runtime.conclude(c.round, now);
+  if (c.secure) {
+    k.metrics["secure_aggregation"] = c.secure->summary();
+    secure_.close(job.id, *c.secure);
+  }
   clients_.apply(k.profile_changes);
   storage::RoundRecord record = open_record(job.id, c.round);
   record.state = k.state;
@@ -457,6 +504,14 @@ void RoundDriver::conclude(Closing& c, double now) {
   const bool committed = record.state == RoundState::kCommitted;
   const char* outcome = committed ? "committed" : "failed";
   metrics_.add(metric::kRounds, {{"job", std::to_string(job.id)}, {"outcome", outcome}});
+  if (c.secure) {
+    const json& summary = k.metrics["secure_aggregation"];
+    metrics_.add(metric::kSecAggRounds,
+                 {{"outcome", outcome}, {"stage", summary.value("failed_in", "done")}});
+    for (const auto& [stage, count] : summary["dropouts"].items()) {
+      metrics_.add(metric::kSecAggDropouts, {{"stage", stage}}, count.get<double>());
+    }
+  }
   metrics_.observe(metric::kRoundSeconds, {{"outcome", outcome}}, now - record.opened_at);
   // An asynchronous job's next buffer opens at once with the tasks still in flight, so that
   // their uploads find it: they were told to retry only while this conclusion ran.
@@ -486,6 +541,21 @@ void RoundDriver::conclude(Closing& c, double now) {
   } else {
     log_warn(job_prefix(job) + "round " + std::to_string(record.index) + " failed: " + k.failure);
   }
+}
+
+rounds::Conclusion RoundDriver::conclude_secure(Closing& c, double now) {
+  rounds::JobRuntime& runtime = *c.job->runtime;
+  Result<secagg::SecAggSum> sum = c.secure->finish(now);
+  Status folded = sum.status();
+  if (sum.ok()) {
+    // The aggregate receives the sum alone: never an individual update.
+    folded = c.round.aggregate()->add_sum(sum->weighted_sum.data(), sum->weighted_sum.size(),
+                                          sum->total_weight, sum->survivors.size());
+  }
+  if (!folded.ok()) {
+    return runtime.fail(c.round, now, "secure aggregation failed: " + folded.message());
+  }
+  return runtime.conclude(c.round, now);
 }
 
 void RoundDriver::evaluate(JobEntry& job, std::shared_ptr<const rounds::GlobalModel> model,

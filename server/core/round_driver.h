@@ -22,6 +22,13 @@
 // "federated" finishes after a committed round whose federated accuracy (of the round's base
 // model, reported by its clients) reaches the target.
 //
+// A job with secure aggregation (secure_round.h) runs its round through the stages of SecAgg+
+// beside the Round: the key stages close at their deadlines (or once every client answered),
+// the masked input stage when the Round is due (or every sharer sent its input), after which
+// the Round stays closed through the unmask stage; then the masks are removed in conclude(),
+// with no lock held, and the sum goes through the server optimizer as a plain aggregate does.
+// A stage that ends below the threshold fails the round with the library's reason.
+//
 // The thread runs on events, never on a fixed tick: it sleeps until the next thing that is due
 // (an open round's deadline, a tenant's round-start window freeing, contacts to save) or until
 // wake() says something changed (an upload accepted or refused, a client registered or back
@@ -41,6 +48,7 @@
 #include "server/core/evaluator.h"
 #include "server/core/job_table.h"
 #include "server/core/metrics.h"
+#include "server/core/secure_round.h"
 #include "server/core/task_notifier.h"
 #include "server/core/tenants.h"
 #include "storage/store.h"
@@ -52,7 +60,7 @@ class RoundDriver {
   // Every argument must outlive the driver.
   RoundDriver(JobTable& jobs, ClientRegistry& clients, TenantRegistry& tenants,
               storage::Store& store, ModelEvaluator& evaluator, TaskNotifier& tasks_ready,
-              Metrics& metrics, Clock clock);
+              SecureRounds& secure, Metrics& metrics, Clock clock);
   ~RoundDriver();  // stops the thread
 
   // Starts / stops the thread that calls tick() at its deadlines and at once after wake().
@@ -114,6 +122,9 @@ class RoundDriver {
   // coordinator's duration priors, not the job's.
   static double class_cost_of(const JobEntry& job, const std::vector<ClientSnapshot>& clients);
   void conclude(Closing& closing, double now);
+  // A secure round's conclusion: the masks removed, the sum folded into the round's aggregate
+  // and concluded as a plain round; or failed with the reason.
+  rounds::Conclusion conclude_secure(Closing& closing, double now);
   // Running or paused -> finished (round cap or target reached).
   void finish(JobEntry& job);
   // Records the evaluation of model `version` with `timing` (commit and evaluation seconds).
@@ -129,6 +140,7 @@ class RoundDriver {
   storage::Store& store_;
   ModelEvaluator& evaluator_;
   TaskNotifier& tasks_ready_;  // told who was invited once a round is published
+  SecureRounds& secure_;       // the secure rounds of jobs with secure aggregation
   Metrics& metrics_;           // selection time, rounds concluded and their durations
   Clock clock_;
 

@@ -285,3 +285,30 @@ TEST_CASE("central DP: clipped equal-weight mean plus seeded Gaussian noise of s
   REQUIRE(agg->add(b.data(), 1, 1000).ok());
   CHECK((*agg->result())[0] == doctest::Approx(2.0));
 }
+
+TEST_CASE("a sum its senders weighted (secure aggregation) counts as those updates did") {
+  const auto updates = random_updates(3, 257, 11);
+  const std::vector<double> weights = {1, 2, 3};
+  auto separate = make({{"rule", "fedavg"}}, 257);
+  std::vector<float> sum(257, 0);
+  for (size_t i = 0; i < 3; ++i) {
+    REQUIRE(separate->add(updates[i].data(), 257, weights[i]).ok());
+    for (size_t k = 0; k < 257; ++k) sum[k] += float(weights[i]) * updates[i][k];
+  }
+  auto summed = make({{"rule", "fedavg"}}, 257);
+  REQUIRE(summed->add_sum(sum.data(), sum.size(), 6, 3).ok());
+  CHECK(summed->updates() == 3);
+  auto a = separate->result();
+  auto b = summed->result();
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  for (size_t k = 0; k < 257; ++k) CHECK((*a)[k] == doctest::Approx((*b)[k]).epsilon(1e-5));
+  CHECK_FALSE(summed->add_sum(sum.data(), 256, 6, 3).ok());  // wrong length
+  CHECK_FALSE(summed->add_sum(sum.data(), 257, 0, 3).ok());  // no weight
+  // With DP each update counts once; rules that need each update refuse a sum.
+  auto dp = make({{"rule", "fedavg"}, {"clip_norm", 1}, {"dp_noise_multiplier", 1}}, 257);
+  CHECK_FALSE(dp->add_sum(sum.data(), 257, 6, 3).ok());
+  CHECK(dp->add_sum(sum.data(), 257, 3, 3).ok());
+  auto median = make({{"rule", "median"}}, 257);
+  CHECK(median->add_sum(sum.data(), 257, 3, 3).code() == Code::kInvalidArgument);
+}

@@ -162,8 +162,11 @@ class Generator {
     t.sampling = coin() ? Sampling::kUniform : Sampling::kImportance;
     t.cache = cache_directives();
     t.expected_duration_s = unbounded(0);
+    if (coin()) t.secure_aggregation = secagg_task();
     return t;
   }
+
+  SecAggTask secagg_task() { return {path(), path(), path(), path(), 0.001 + unbounded(0)}; }
 
   DeviceInfo device_info() {
     DeviceInfo d;
@@ -250,6 +253,12 @@ class Generator {
   SecAggKeyList secagg_key_list() {
     return {count(), 1 + count(UINT64_MAX - 1),
             per_client<SecAggPeerKeys>(8, [&](ClientId c) { return secagg_peer_keys(c); })};
+  }
+  SecAggKeys secagg_keys() {
+    SecAggKeys k{secagg_graph(), secagg_key_list()};
+    k.key_list.job = k.graph.job;
+    k.key_list.round = k.graph.round;
+    return k;
   }
   SecAggCiphertext secagg_ciphertext(ClientId c) {
     return {c, bytes(1, coin() ? 200 : kMaxSecAggBlobBytes)};

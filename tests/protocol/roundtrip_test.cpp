@@ -64,6 +64,7 @@ Result<SecAggParams> read_params(const json& j) { return read_secagg_params(j); 
 Result<SecAggPeerKeys> read_peer(const json& j) { return read_secagg_peer_keys(j); }
 Result<SecAggCiphertext> read_ciphertext(const json& j) { return read_secagg_ciphertext(j); }
 Result<SecAggShare> read_share(const json& j) { return read_secagg_share(j); }
+Result<SecAggTask> read_secure(const json& j) { return read_secagg_task(j); }
 
 TEST_CASE("every message reads back what was written, over random values") {
   for (uint64_t seed = 1; seed <= kValues; ++seed) {
@@ -78,6 +79,7 @@ TEST_CASE("every message reads back what was written, over random values") {
     check_round_trip(Message::kCacheDirectives, g.cache_directives(), write_cache_directives,
                      read_cache);
     check_round_trip(Message::kTaskOffer, g.task_offer(), write_task_offer, read_task_offer);
+    check_round_trip(Message::kSecAggTask, g.secagg_task(), write_secagg_task, read_secure);
     check_round_trip(Message::kDeviceInfo, g.device_info(), write_device_info, read_device);
     check_round_trip(Message::kRegistration, g.registration(), write_registration,
                      read_registration);
@@ -100,6 +102,11 @@ TEST_CASE("every secure-aggregation message reads back what was written, over ra
                      read_secagg_graph);
     check_round_trip(Message::kSecAggKeyList, g.secagg_key_list(), write_secagg_key_list,
                      read_secagg_key_list);
+    const SecAggKeys keys = g.secagg_keys();
+    check_round_trip(Message::kSecAggKeys, keys, write_secagg_keys, read_secagg_keys);
+    CHECK(splice_secagg_keys(write_secagg_graph(keys.graph).dump(),
+                             write_secagg_key_list(keys.key_list).dump()) ==
+          write_secagg_keys(keys).dump());
     check_round_trip(Message::kSecAggCiphertext, g.secagg_ciphertext(g.count()),
                      write_secagg_ciphertext, read_ciphertext);
     check_round_trip(Message::kSecAggShares, g.secagg_shares(), write_secagg_shares,

@@ -197,5 +197,37 @@ TEST_CASE("init_from names a job and a version: a number, latest or best") {
   CHECK(message(3).find("init_from") != std::string::npos);
 }
 
+TEST_CASE("secure aggregation: its clip, DP's weights and the rules it cannot go with") {
+  auto job = parse_job_config({{"name", "j"},
+                               {"aggregation", {{"clip_norm", 5}, {"dp_noise_multiplier", 1}}},
+                               {"secure_aggregation", {{"threshold", 4}}}});
+  REQUIRE_MESSAGE(job.ok(), job.status().to_string());
+  REQUIRE(job->secure_aggregation);
+  CHECK(job->secure_aggregation->clip == 5);        // the DP clip: the clients clip to it
+  CHECK(job->secure_aggregation->max_weight == 1);  // DP-FedAvg: every client counts once
+  auto message = [](json secure, json patch = json::object()) {
+    json j = {{"name", "j"}, {"secure_aggregation", secure}};
+    j.merge_patch(patch);
+    return parse_job_config(j).status().message();
+  };
+  CHECK(message({{"clip", 1}}, {{"aggregation", {{"rule", "krum"}}}}).find("each update") !=
+        std::string::npos);
+  CHECK(message({{"clip", 1}}, {{"aggregation", {{"rule", "trimmed_mean"}}}}).find("each update") !=
+        std::string::npos);
+  CHECK(message({{"clip", 1}}, {{"max_update_norm", 3}}).find("max_update_norm") !=
+        std::string::npos);
+  CHECK(message({{"clip", 1}}, {{"mode", "async"}}).find("buffered variant") != std::string::npos);
+  CHECK(message(json::object()).find("needs clip") != std::string::npos);
+  CHECK(message({{"clip", 2}}, {{"aggregation", {{"clip_norm", 3}}}}).find("agree") !=
+        std::string::npos);
+  CHECK(message({{"clip", 1}, {"max_weight", 7}},
+                {{"aggregation", {{"clip_norm", 1}, {"dp_noise_multiplier", 1}}}})
+            .find("max_weight") != std::string::npos);
+  // Every round invites at least min_clients (here 3): 5% of 3 is one client, and no graph
+  // over 3 clients tolerates one dropout and one corrupt client.
+  CHECK(message({{"clip", 1}}, {{"clients_per_round", 3}}).find("does not fit") !=
+        std::string::npos);
+}
+
 }  // namespace
 }  // namespace fedcase::rounds

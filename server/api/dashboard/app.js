@@ -241,6 +241,15 @@ function modelRows(listing) {
   });
 }
 
+// A secure round's stage reached and its dropouts per stage ("" for a plain round).
+function secureText(secure) {
+  if (!secure) return "";
+  const d = secure.dropouts || {};
+  const lost = Object.entries(d).filter(([, n]) => n > 0).map(([stage, n]) => n + " at " + stage);
+  return (secure.failed_in ? "failed at " + secure.failed_in : secure.stage) +
+    (lost.length ? "; dropped " + lost.join(", ") : "");
+}
+
 function droppedText(dropped) {
   const reasons = {};
   for (const why of Object.values(dropped || {})) reasons[why] = (reasons[why] || 0) + 1;
@@ -263,6 +272,8 @@ async function renderJob(id) {
   if (job.current_round) {
     facts.push(["open round", job.current_round.round + ": " + job.current_round.updates + " of " +
       job.current_round.invited + " updates"]);
+    const secure = job.current_round.secure_aggregation;
+    if (secure) facts.push(["secure stage", secureText(secure)]);
   }
   if (job.config.mode === "async") {
     const a = job.config.async || {};
@@ -391,6 +402,7 @@ async function renderJob(id) {
     cell(tr, droppedText(r.metrics.dropped));
     cell(tr, r.state === "open" ? "–" : fixed(r.closed_at - r.opened_at, 1));
     cell(tr, fixed(r.metrics.test_accuracy, 4));
+    cell(tr, secureText(r.metrics.secure_aggregation));
     cell(tr, r.metrics.failure || "");
     return tr;
   }));
