@@ -73,16 +73,17 @@ SecureRound::SecureRound(const Setup& setup, TaskNotifier& notifier,
 std::shared_ptr<SecureRound> SecureRound::open(Setup setup, TaskNotifier& notifier,
                                                std::function<void()> wake_driver,
                                                Metrics& metrics) {
-  std::shared_ptr<SecureRound> round(
+  std::shared_ptr<SecureRound> made(
       new SecureRound(setup, notifier, std::move(wake_driver), metrics));
+  SecureRound* round = made.get();
   MutexLock lock(round->mu_);
   round->stage_started_ = setup.opened_at;
   round->deadline_ = setup.opened_at + setup.config.stage_seconds;
   Result<protocol::SecAggParams> params =
       secagg::round_params(setup.config, setup.invitees.size(), setup.vector_length);
   Result<secagg::Bytes32> seed = secagg::random_seed();
-  Status made = !params.ok() ? params.status() : seed.status();
-  if (made.ok()) {
+  Status ready = !params.ok() ? params.status() : seed.status();
+  if (ready.ok()) {
     secagg::SecAggRoundSetup s;
     s.job = setup.job;
     s.round = setup.round;
@@ -96,11 +97,12 @@ std::shared_ptr<SecureRound> SecureRound::open(Setup setup, TaskNotifier& notifi
       round->server_ = std::move(server).value();
       round->params_ = *params;
     }
-    made = server.status();
+    ready = server.status();
   }
-  if (!made.ok())
-    round->fail("secure aggregation cannot start: " + made.message(), setup.opened_at);
-  return round;
+  if (!ready.ok()) {
+    round->fail("secure aggregation cannot start: " + ready.message(), setup.opened_at);
+  }
+  return made;
 }
 
 SecureRound::Stage SecureRound::stage() const {

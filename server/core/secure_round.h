@@ -153,7 +153,8 @@ class SecureRound {
   // A poll's answer from `written` once the round reached `ready`.
   Result<std::optional<std::string>> written_message(Stage ready,
                                                      const std::map<ClientId, std::string>& written,
-                                                     ClientId client, const char* missing) const;
+                                                     ClientId client, const char* missing) const
+      FEDCASE_REQUIRES(mu_);
   // Closes the key stage (the graph and the key lists) or the share stage (the forwarded
   // shares); kConflict with the round's failure when too few answered.
   Status close_keys(double now);
