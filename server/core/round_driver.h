@@ -26,7 +26,8 @@
 // (an open round's deadline, a tenant's round-start window freeing, contacts to save) or until
 // wake() says something changed (an upload accepted or refused, a client registered or back
 // online, a job created or controlled, an evaluation done). The clients' profiles are copied
-// only when a job waits for a round and enough clients are free to open one.
+// only when a job waits for a round and enough clients are free to open one, or an
+// asynchronous job's buffer has a free slot and a client is free (once a tick).
 //
 // Thread safety: start, stop, wake and tick may be called from any thread; tick runs on the
 // driver thread when started (tests without a thread may call it directly, one at a time).
