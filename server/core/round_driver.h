@@ -88,9 +88,9 @@ class RoundDriver {
   // free; whether it did.
   bool open(JobEntry& job, const std::set<ClientId>& busy, double now);
   // Hands out tasks for the free slots of an asynchronous `job`'s buffer among `clients` less
-  // the `busy` ones (which gains the new invitees); how many it handed out.
-  size_t refill(JobEntry& job, const std::vector<ClientSnapshot>& clients,
-                std::set<ClientId>& busy, double now);
+  // the `busy` ones (which gains the new invitees).
+  void refill(JobEntry& job, const std::vector<ClientSnapshot>& clients, std::set<ClientId>& busy,
+              double now);
   // Refills the buffers of the running asynchronous jobs with free slots, the least-served
   // tenant's first.
   void refill_in_turn(double now);
