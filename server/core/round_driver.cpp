@@ -382,8 +382,8 @@ bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now
   return true;
 }
 
-size_t RoundDriver::refill(JobEntry& job, const std::vector<ClientSnapshot>& clients,
-                          std::set<ClientId>& busy, double now) {
+void RoundDriver::refill(JobEntry& job, const std::vector<ClientSnapshot>& clients,
+                         std::set<ClientId>& busy, double now) {
   rounds::JobRuntime& runtime = *job.runtime;
   // Decide: the buffer's free slots and the clients it already has.
   struct Slots {
@@ -402,14 +402,14 @@ size_t RoundDriver::refill(JobEntry& job, const std::vector<ClientSnapshot>& cli
     for (const auto& task : buffer.tasks()) out.excluded.insert(task.client);
     return out;
   });
-  if (slots.free == 0) return 0;
+  if (slots.free == 0) return;
   // Select and plan without a lock.
   auto planned =
       runtime.plan_slots(slots.index, slots.free, slots.excluded, pool_for(job, clients, busy), now);
   if (!planned.ok()) {
     log_error(job_prefix(job) + "cannot refill buffer " + std::to_string(slots.index) + ": " +
               planned.status().to_string());
-    return 0;
+    return;
   }
   // Publish into the same buffer, unless it moved on meanwhile.
   std::vector<ClientId> invited;
@@ -423,7 +423,7 @@ size_t RoundDriver::refill(JobEntry& job, const std::vector<ClientSnapshot>& cli
       status.round->assign(std::move(a.task), a.terms);
     }
   });
-  if (invited.empty()) return 0;
+  if (invited.empty()) return;
   std::vector<rounds::ProfileChange> selected;
   for (ClientId id : invited) {
     selected.push_back({rounds::ProfileChange::Kind::kSelected, id, slots.index, {}, {}});
@@ -433,7 +433,6 @@ size_t RoundDriver::refill(JobEntry& job, const std::vector<ClientSnapshot>& cli
   job.round_expected_client_s += expected_s;
   tenants_.slots_opened(job.tenant, job.id, expected_s, job.round_class_cost);
   tasks_ready_.notify(invited);
-  return invited.size();
 }
 
 void RoundDriver::refill_in_turn(double now) {

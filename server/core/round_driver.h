@@ -33,7 +33,8 @@
 // (an open round's deadline, a tenant's round-start window freeing, contacts to save) or until
 // wake() says something changed (an upload accepted or refused, a client registered or back
 // online, a job created or controlled, an evaluation done). The clients' profiles are copied
-// only when a job waits for a round and enough clients are free to open one.
+// only when a job waits for a round and enough clients are free to open one, or an
+// asynchronous job's buffer has a free slot and a client is free (once a tick).
 //
 // Thread safety: start, stop, wake and tick may be called from any thread; tick runs on the
 // driver thread when started (tests without a thread may call it directly, one at a time).
@@ -95,9 +96,9 @@ class RoundDriver {
   // free; whether it did.
   bool open(JobEntry& job, const std::set<ClientId>& busy, double now);
   // Hands out tasks for the free slots of an asynchronous `job`'s buffer among `clients` less
-  // the `busy` ones (which gains the new invitees); how many it handed out.
-  size_t refill(JobEntry& job, const std::vector<ClientSnapshot>& clients,
-                std::set<ClientId>& busy, double now);
+  // the `busy` ones (which gains the new invitees).
+  void refill(JobEntry& job, const std::vector<ClientSnapshot>& clients, std::set<ClientId>& busy,
+              double now);
   // Refills the buffers of the running asynchronous jobs with free slots, the least-served
   // tenant's first.
   void refill_in_turn(double now);
