@@ -4,7 +4,7 @@
 //
 //   secagg_bench [--clients N,N,...] [--params P,P,...] [--dropout F] [--threads T]
 //                [--coordinator-clients N,N,...] [--coordinator-params P,P,...]
-//                [--coordinator-bin PATH]
+//                [--coordinator-bin PATH] [--flower FILE]
 //
 // Defaults: N in {50, 100, 200}, P in {100000, 1000000}, no dropouts, T = 2 (the server's
 // threads, as the plain FedAvg's). Larger: --clients 50,100,200,500,1000. Each round derives k
@@ -30,6 +30,10 @@
 // the coordinator's CPU seconds from the job's creation to the commit, the round's wall
 // seconds and one client's CPU seconds (bench/secagg_coordinator.h); --coordinator-clients 0
 // skips them.
+// With --flower FILE (the output of bench/flower_secaggplus.py, Flower's own SecAgg+ workflow
+// timed the same way: its last line is read), each of its rounds is set beside this run's
+// round of the same N and P: Flower's server CPU seconds over fedcase's, and the same for one
+// client's CPU seconds and bytes sent.
 // The last line of output is one JSON object with every figure.
 
 #include <sys/resource.h>
@@ -40,6 +44,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -82,6 +87,7 @@ struct Options {
   std::vector<size_t> coordinator_clients = {50, 100};
   std::vector<size_t> coordinator_params = {100000};
   std::string coordinator_bin;
+  std::string flower;
 };
 
 std::optional<std::vector<size_t>> parse_list(const std::string& text) {
@@ -115,6 +121,8 @@ std::optional<Options> parse_options(int argc, char** argv) {
       (flag == "--coordinator-clients" ? o.coordinator_clients : o.coordinator_params) = *list;
     } else if (flag == "--coordinator-bin") {
       o.coordinator_bin = value;
+    } else if (flag == "--flower") {
+      o.flower = value;
     } else if (flag == "--dropout") {
       char* end = nullptr;
       o.dropout = std::strtod(value.c_str(), &end);
@@ -385,6 +393,46 @@ Json run_round(const Options& o, size_t n, size_t length) {
   return j;
 }
 
+// The last line of `path` (flower_secaggplus.py's JSON); exits the process if it is not one.
+Json read_last_json_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (!line.empty()) last = line;
+  }
+  Json j = Json::parse(last, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.contains("rounds")) {
+    std::cerr << "secagg_bench: " << path << " does not end with flower_secaggplus.py's JSON\n";
+    std::exit(1);
+  }
+  return j;
+}
+
+// Flower's rounds beside this run's rounds of the same N and P.
+Json beside_flower(const Json& flower, const Json& rounds) {
+  Json out = Json::array();
+  for (const Json& f : flower["rounds"]) {
+    for (const Json& r : rounds) {
+      if (r["clients"] != f["clients"] || r["params"] != f["params"]) continue;
+      out.push_back({{"clients", r["clients"]},
+                     {"params", r["params"]},
+                     {"flower_server_cpu_s", f["server_cpu_s"]},
+                     {"fedcase_server_cpu_s", r["server_cpu_s"]},
+                     {"flower_over_fedcase_server_cpu",
+                      f["server_cpu_s"].get<double>() / r["server_cpu_s"].get<double>()},
+                     {"flower_client_cpu_s", f["client_cpu_s"]},
+                     {"fedcase_client_cpu_s", r["client_cpu_s"]},
+                     {"flower_over_fedcase_client_cpu",
+                      f["client_cpu_s"].get<double>() / r["client_cpu_s"].get<double>()},
+                     {"flower_client_sent_bytes", f["client_sent_bytes"]},
+                     {"fedcase_client_sent_bytes", r["client_sent_bytes"]},
+                     {"flower_secure_over_plain_server_cpu", f.value("server_cpu_over_plain", 0.0)},
+                     {"fedcase_secure_over_plain_server_wall", r["server_over_plain_wall"]}});
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -392,7 +440,7 @@ int main(int argc, char** argv) {
   if (!options) {
     std::cerr << "usage: secagg_bench [--clients N,N,...] [--params P,P,...] [--dropout F]"
                  " [--threads T] [--coordinator-clients N,N,...|0]"
-                 " [--coordinator-params P,P,...] [--coordinator-bin PATH]"
+                 " [--coordinator-params P,P,...] [--coordinator-bin PATH] [--flower FILE]"
                  "   (positive integers; F in [0, 0.5))\n";
     return 2;
   }
@@ -527,6 +575,24 @@ int main(int argc, char** argv) {
   out["dropout"] = o.dropout;
   out["rounds"] = rounds;
   out["coordinator_rounds"] = coordinator;
+  if (!o.flower.empty()) {
+    const Json flower = read_last_json_line(o.flower);
+    out["flower"] = beside_flower(flower, rounds);
+    std::printf("\nbeside Flower's SecAgg+ (%s):\n%6s %8s | %12s %12s %8s | %12s %12s %8s\n",
+                o.flower.c_str(), "N", "P", "flower srv s", "fedcase srv s", "x", "flower cli s",
+                "fedcase cli s", "x");
+    for (const Json& b : out["flower"]) {
+      std::printf("%6zu %8zu | %12.4f %12.4f %7.1fx | %12.4f %12.4f %7.1fx\n",
+                  b["clients"].get<size_t>(), b["params"].get<size_t>(),
+                  b["flower_server_cpu_s"].get<double>(), b["fedcase_server_cpu_s"].get<double>(),
+                  b["flower_over_fedcase_server_cpu"].get<double>(),
+                  b["flower_client_cpu_s"].get<double>(), b["fedcase_client_cpu_s"].get<double>(),
+                  b["flower_over_fedcase_client_cpu"].get<double>());
+      if (b["clients"] == 100 && b["params"] == 1000000) {
+        targets["n100_p1m_flower_over_fedcase_server_cpu"] = b["flower_over_fedcase_server_cpu"];
+      }
+    }
+  }
   out["targets"] = targets;
   std::cout << out.dump() << "\n";
   return 0;
