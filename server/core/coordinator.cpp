@@ -631,6 +631,11 @@ Result<JobDetail> Coordinator::job_detail(JobId id, Scope scope) {
   d.selection_policy = job->policy_name;
   d.aggregation = job->config.aggregation.rule;
   d.server_optimizer = job->optimizer_name;
+  // The rounds before the status: an evaluation publishes the job's accuracy before it
+  // records the round's figures, so the detail never shows figures newer than its accuracy.
+  auto rounds = s.store->list_rounds(id);
+  if (!rounds.ok()) return rounds.status();
+  d.rounds = std::move(rounds).value();
   s.jobs.read(*job, [&](const JobStatus& status) {
     d.summary = summary_of(*job, status);
     d.parameters = status.model->layout.element_count();
@@ -646,9 +651,6 @@ Result<JobDetail> Coordinator::job_detail(JobId id, Scope scope) {
       secure && d.current_round && secure->index() == d.current_round->index) {
     d.current_round->secure_aggregation = secure->summary();
   }
-  auto rounds = s.store->list_rounds(id);
-  if (!rounds.ok()) return rounds.status();
-  d.rounds = std::move(rounds).value();
   return d;
 }
 

@@ -585,6 +585,10 @@ void RoundDriver::on_evaluated(JobEntry& job, uint64_t version,
   json metrics = {
       {"test_accuracy", e.accuracy}, {"test_loss", e.loss}, {"test_samples", e.samples}};
   metrics.update(timing);
+  const bool scored = job.config.evaluation.target == "server";  // else federated figures count
+  // Published before it is recorded: a reader that sees the round's figures in the store
+  // (job_detail reads the store first) then sees the job's accuracy up to date.
+  if (scored) jobs_.update(job, [&](JobStatus& status) { status.last_accuracy = e.accuracy; });
   Status s = store_.add_round_metrics(job.id, version, metrics);
   if (!s.ok()) log_error(job_prefix(job) + "cannot record evaluation: " + s.to_string());
   char line[160];
@@ -592,16 +596,12 @@ void RoundDriver::on_evaluated(JobEntry& job, uint64_t version,
                 static_cast<unsigned long long>(job.id), static_cast<unsigned long long>(version),
                 e.accuracy, e.loss);
   log_info(line);
-  const bool scored = job.config.evaluation.target == "server";  // else federated figures count
   const bool reached =
       scored && job.config.target_accuracy > 0 && e.accuracy >= job.config.target_accuracy;
   // Finished before the pending count drops: a round held back by this evaluation must see
   // the job finished, never a job with nothing pending that may commit it.
   if (reached) finish(job);
-  jobs_.update(job, [&](JobStatus& status) {
-    status.evaluations_pending -= 1;
-    if (scored) status.last_accuracy = e.accuracy;
-  });
+  jobs_.update(job, [](JobStatus& status) { status.evaluations_pending -= 1; });
   wake();
 }
 
