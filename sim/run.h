@@ -3,10 +3,9 @@
 // with the time to the target accuracy. Formatting is pure; the caller writes the text.
 
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "sim/simulator.h"
@@ -44,7 +43,7 @@ class TargetTracker {
 
  private:
   double target_;
-  uint32_t needed_;                       // >= 1
+  uint32_t needed_;  // >= 1
   std::optional<TargetReached> first_, sustained_;
   std::optional<TargetReached> streak_;  // the start of the current streak at the target
   uint32_t streak_length_ = 0;

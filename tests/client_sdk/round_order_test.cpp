@@ -50,7 +50,8 @@ TEST_CASE("importance rounds are frequency-ordered draws with the cache's reuse"
   }
   std::map<size_t, size_t> drawn;
   for (size_t id : expected) drawn[id]++;
-  auto reused = plan_round_order(sampler, Sampling::kImportance, 200, cache.get(), Repeats::fixed(3));
+  auto reused =
+      plan_round_order(sampler, Sampling::kImportance, 200, cache.get(), Repeats::fixed(3));
   std::map<size_t, size_t> read;
   for (size_t id : reused) read[id]++;
   CHECK(read[48] == 3 * drawn[48]);
@@ -109,7 +110,8 @@ TEST_CASE("a round's plan repeats an LRU cache's hits as it does the importance 
   for (CachePolicy policy : {CachePolicy::kLru, CachePolicy::kImportance}) {
     auto cache = make_cache(policy, 2, 20);
     for (size_t id : {10, 11}) cache->offer(id, "x");
-    plans.push_back(plan_round_order(sampler, Sampling::kUniform, 30, cache.get(), Repeats::fixed(4)));
+    plans.push_back(
+        plan_round_order(sampler, Sampling::kUniform, 30, cache.get(), Repeats::fixed(4)));
     CHECK(cache->stats().reused > 0);
     CHECK(cache->pinned(10));
   }
@@ -117,7 +119,8 @@ TEST_CASE("a round's plan repeats an LRU cache's hits as it does the importance 
   CHECK(plans[0] != plan_round_order(sampler, Sampling::kUniform, 30, nullptr, Repeats::fixed(4)));
 }
 
-TEST_CASE("the adaptive factor is the artifact's: enough to fill the round up to 3, else at least 3") {
+TEST_CASE(
+    "the adaptive factor is the artifact's: enough to fill the round up to 3, else at least 3") {
   // floor(budget / hits) + 1 uses fill the round; it is taken when it is at most 3.
   CHECK(adaptive_repetition_factor(60, 100, 20) == 2);
   CHECK(adaptive_repetition_factor(50, 100, 20) == 3);
@@ -125,8 +128,8 @@ TEST_CASE("the adaptive factor is the artifact's: enough to fill the round up to
   CHECK(adaptive_repetition_factor(100, 100, 20) == 2);
   CHECK(adaptive_repetition_factor(150, 100, 20) == 1);
   // More than 0.6 x batch hits: half the filling factor, rounded up, at least 3.
-  CHECK(adaptive_repetition_factor(13, 100, 20) == 4);  // fill 8
-  CHECK(adaptive_repetition_factor(25, 100, 20) == 3);  // fill 5 -> 3
+  CHECK(adaptive_repetition_factor(13, 100, 20) == 4);    // fill 8
+  CHECK(adaptive_repetition_factor(25, 100, 20) == 3);    // fill 5 -> 3
   CHECK(adaptive_repetition_factor(20, 1000, 20) == 26);  // fill 51
   // Fewer: 0.2 x batch, at least 3.
   CHECK(adaptive_repetition_factor(10, 100, 20) == 4);
