@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cctype>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -676,10 +677,13 @@ int fedcase_local_data_train_round(fedcase_local_data* data, fedcase_trainer* tr
   if ((!parameters || !out_parameters) && count > 0) return null_argument("parameters");
   return guarded([&]() -> int {
     fedcase_directives d;
-    if (Status s = read_struct(directives, sizeof d, d); !s.ok()) return fail(s);
+    // The first version ended at repetition_factor.
+    const size_t first_version = offsetof(fedcase_directives, repetition_factor) + sizeof(double);
+    if (Status s = read_struct(directives, first_version, d); !s.ok()) return fail(s);
     if (d.sampling < FEDCASE_SAMPLING_UNIFORM || d.sampling > FEDCASE_SAMPLING_IMPORTANCE ||
-        d.cache_policy < FEDCASE_CACHE_NONE || d.cache_policy > FEDCASE_CACHE_IMPORTANCE) {
-      return fail(FEDCASE_INVALID_ARGUMENT, "unknown sampling mode or cache policy");
+        d.cache_policy < FEDCASE_CACHE_NONE || d.cache_policy > FEDCASE_CACHE_IMPORTANCE ||
+        d.repetition < FEDCASE_REPETITION_FIXED || d.repetition > FEDCASE_REPETITION_ADAPTIVE) {
+      return fail(FEDCASE_INVALID_ARGUMENT, "unknown sampling mode, cache policy or repetition");
     }
     if (stats && stats->struct_size < sizeof(fedcase_round_stats)) {
       return fail(FEDCASE_INVALID_ARGUMENT, "stats->struct_size is below the first version's");
@@ -691,6 +695,7 @@ int fedcase_local_data_train_round(fedcase_local_data* data, fedcase_trainer* tr
     directives_cpp.cache_policy = static_cast<CachePolicy>(d.cache_policy);
     directives_cpp.cache_budget_bytes = d.cache_budget_bytes;
     directives_cpp.repetition_factor = d.repetition_factor;
+    directives_cpp.repetition = static_cast<fedcase::protocol::Repetition>(d.repetition);
     TrainSettings train_settings;
     train_settings.batch_size = settings->batch_size;
     train_settings.lr = settings->lr;

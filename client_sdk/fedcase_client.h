@@ -268,7 +268,13 @@ typedef enum fedcase_cache_policy {
   FEDCASE_CACHE_IMPORTANCE = 2
 } fedcase_cache_policy;
 
-/* What a task asks of the local data (DataDirectives). */
+typedef enum fedcase_repetition {
+  FEDCASE_REPETITION_FIXED = 0,   /* each cached draw serves repetition_factor uses */
+  FEDCASE_REPETITION_ADAPTIVE = 1 /* the FedCaSe artifact's rule (docs/client_sdk.md) */
+} fedcase_repetition;
+
+/* What a task asks of the local data (DataDirectives). A caller built before `repetition`
+ * existed passes a smaller struct_size and gets FEDCASE_REPETITION_FIXED. */
 typedef struct fedcase_directives {
   uint32_t struct_size;   /* sizeof(fedcase_directives) */
   int sampling;           /* fedcase_sampling */
@@ -277,6 +283,7 @@ typedef struct fedcase_directives {
   int cache_policy; /* fedcase_cache_policy */
   uint64_t cache_budget_bytes;
   double repetition_factor; /* >= 1 */
+  int repetition;           /* fedcase_repetition */
 } fedcase_directives;
 
 /* One round's figures (RoundStats). */

@@ -34,6 +34,7 @@ DataDirectives data_directives(const protocol::TaskOffer& task) {
   d.cache_policy = task.cache.policy;
   d.cache_budget_bytes = task.cache.budget_bytes;
   d.repetition_factor = task.cache.repetition_factor;
+  d.repetition = task.cache.repetition;
   return d;
 }
 
@@ -181,7 +182,8 @@ Result<LocalData::Trained> LocalData::train_round(Trainer& trainer,
   const double device_before = config_.source->device_seconds();
 
   const std::vector<size_t> order =
-      plan_round_order(sampler_, d.sampling, budget, cache_.get(), d.repetition_factor);
+      plan_round_order(sampler_, d.sampling, budget, cache_.get(),
+                       {d.repetition, d.repetition_factor, uint32_t(settings.batch_size)});
   Samples samples(order, *config_.source, cache_.get(), &sampler_);
   const auto start = Clock::now();
   auto trained = trainer.train(parameters, samples, settings);

@@ -29,6 +29,9 @@ struct DataDirectives {
   CachePolicy cache_policy = CachePolicy::kNone;
   uint64_t cache_budget_bytes = 0;
   double repetition_factor = 1;  // uses each draw of a cached sample may serve (>= 1)
+  // kAdaptive: the artifact's rule instead of repetition_factor (client::plan_reuse), reading
+  // the round's batch size.
+  Repetition repetition = Repetition::kFixed;
 };
 
 // What `task` asks of the local data: its sampling, sample budget, epochs and cache.

@@ -10,7 +10,7 @@ namespace fedcase::client {
 
 std::vector<size_t> plan_round_order(const ImportanceSampler& sampler, Sampling sampling,
                                      uint64_t budget, SampleCache* cache,
-                                     double repetition_factor) {
+                                     const Repeats& repeats) {
   std::vector<size_t> order;
   if (sampling == Sampling::kImportance) {
     order = sampler.draw(budget);
@@ -26,16 +26,25 @@ std::vector<size_t> plan_round_order(const ImportanceSampler& sampler, Sampling 
     }
   }
   if (cache) {
-    const size_t reused = plan_reuse(order, *cache, sampler, repetition_factor);
+    const size_t reused = plan_reuse(order, *cache, sampler, repeats);
     cache->adopt_plan(order, reused);
   }
   return order;
 }
 
+size_t adaptive_repetition_factor(size_t hits, size_t budget, uint32_t batch_size) {
+  if (hits == 0) return 1;
+  const size_t fill = budget / hits + 1;
+  if (fill <= 3) return fill;
+  const double batch = double(batch_size);
+  if (double(hits) > 0.6 * batch) return std::max<size_t>(3, (fill + 1) / 2);
+  return std::max<size_t>(3, size_t(std::floor(0.2 * batch)));
+}
+
 size_t plan_reuse(std::vector<size_t>& order, const SampleCache& cache,
-                  const ImportanceSampler& sampler, double repetition_factor) {
-  if (!std::isfinite(repetition_factor) || repetition_factor < 1) return 0;
-  const size_t factor = size_t(std::floor(std::min(repetition_factor, 1e6)));
+                  const ImportanceSampler& sampler, const Repeats& repeats) {
+  const bool adaptive = repeats.rule == Repetition::kAdaptive;
+  if (!adaptive && (!std::isfinite(repeats.factor) || repeats.factor < 1)) return 0;
   std::unordered_map<size_t, size_t> draws;  // of each cached sample: the hits
   std::vector<size_t> hit;                   // the hit samples, by first draw
   std::vector<size_t> misses;                // positions of draws that would miss
@@ -46,6 +55,10 @@ size_t plan_reuse(std::vector<size_t>& order, const SampleCache& cache,
       hit.push_back(order[p]);
     }
   }
+  const size_t factor =
+      adaptive ? adaptive_repetition_factor(order.size() - misses.size(), order.size(),
+                                            repeats.batch_size)
+               : size_t(std::floor(std::min(repeats.factor, 1e6)));
   auto weight = [&](size_t id) { return sampler.weight(id); };
   std::stable_sort(misses.begin(), misses.end(),
                    [&](size_t a, size_t b) { return weight(order[a]) < weight(order[b]); });

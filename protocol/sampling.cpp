@@ -42,4 +42,22 @@ Result<CachePolicy> parse_cache_policy(std::string_view name) {
                           "' (expected \"importance\", \"lru\" or \"none\")");
 }
 
+const char* repetition_name(Repetition repetition) {
+  switch (repetition) {
+    case Repetition::kFixed:
+      return "fixed";
+    case Repetition::kAdaptive:
+      return "adaptive";
+  }
+  return "fixed";
+}
+
+Result<Repetition> parse_repetition(std::string_view name) {
+  for (Repetition r : {Repetition::kFixed, Repetition::kAdaptive}) {
+    if (name == repetition_name(r)) return r;
+  }
+  return invalid_argument("unknown repetition '" + std::string(name) +
+                          "' (expected \"fixed\" or \"adaptive\")");
+}
+
 }  // namespace fedcase::protocol

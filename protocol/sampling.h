@@ -1,6 +1,6 @@
 #pragma once
 // How a task asks a client to sample and cache its local data: the one place the names of the
-// sampling modes and cache policies are spelled, for the job config, the task offer, the SDK
+// sampling modes, cache policies and repetition rules are spelled, for the job config, the task offer, the SDK
 // and the simulator.
 //
 // Pure functions; thread-safe.
@@ -22,6 +22,12 @@ enum class CachePolicy {
   kImportance,  // "importance": the most important records (SHADE's cache)
 };
 
+// How many uses each draw of a cached sample may serve within a task (client::plan_reuse).
+enum class Repetition {
+  kFixed,     // "fixed": the task's repetition_factor
+  kAdaptive,  // "adaptive": the FedCaSe artifact's rule, from the task's hits, budget and batch
+};
+
 const char* sampling_name(Sampling sampling);
 // The mode named `name`; kInvalidArgument listing the names for any other.
 Result<Sampling> parse_sampling(std::string_view name);
@@ -29,5 +35,9 @@ Result<Sampling> parse_sampling(std::string_view name);
 const char* cache_policy_name(CachePolicy policy);
 // The policy named `name`; kInvalidArgument listing the names for any other.
 Result<CachePolicy> parse_cache_policy(std::string_view name);
+
+const char* repetition_name(Repetition repetition);
+// The rule named `name`; kInvalidArgument listing the names for any other.
+Result<Repetition> parse_repetition(std::string_view name);
 
 }  // namespace fedcase::protocol

@@ -90,16 +90,21 @@ Status read(const nlohmann::json& value, const std::string& where, CacheDirectiv
             Keys* keys) {
   ObjectReader r(value, where);
   std::string policy;
+  std::string repetition = repetition_name(Repetition::kFixed);
   r.require("policy")
       .text("policy", policy)
       .require("budget_bytes")
       .integer("budget_bytes", out.budget_bytes)
       .require("repetition_factor")
-      .finite("repetition_factor", out.repetition_factor, 1);
+      .finite("repetition_factor", out.repetition_factor, 1)
+      .text("repetition", repetition);
   if (r.status().ok()) {
     auto parsed = parse_cache_policy(policy);
     check(r, parsed.ok(), "policy", "must be \"importance\", \"lru\" or \"none\"");
     if (parsed.ok()) out.policy = *parsed;
+    auto rule = parse_repetition(repetition);
+    check(r, rule.ok(), "repetition", "must be \"fixed\" or \"adaptive\"");
+    if (rule.ok()) out.repetition = *rule;
   }
   return finish(r, keys);
 }
@@ -231,7 +236,8 @@ Result<CacheDirectives> read_cache_directives(const nlohmann::json& cache,
 nlohmann::json write_cache_directives(const CacheDirectives& c) {
   return {{"policy", cache_policy_name(c.policy)},
           {"budget_bytes", c.budget_bytes},
-          {"repetition_factor", c.repetition_factor}};
+          {"repetition_factor", c.repetition_factor},
+          {"repetition", repetition_name(c.repetition)}};
 }
 
 }  // namespace fedcase::protocol

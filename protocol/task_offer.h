@@ -51,15 +51,19 @@ struct EvaluationSettings {
 };
 
 // How the client's sample cache behaves during the task: the task's `cache` member (also the
-// shape of a job config's `training.cache`, with defaults there). Every member is required.
+// shape of a job config's `training.cache`, with defaults there). Every member is required
+// but `repetition`, which a coordinator that predates it does not send (absent: kFixed).
 struct CacheDirectives {
   CachePolicy policy = CachePolicy::kImportance;
   uint64_t budget_bytes = 4 << 20;  // bytes the cache may hold
   double repetition_factor = 1;     // uses allowed per cache hit within the task, finite, >= 1
+  // kFixed: repetition_factor; kAdaptive: the artifact's rule (client::plan_reuse). An SDK
+  // that predates `repetition` ignores it and repeats at repetition_factor.
+  Repetition repetition = Repetition::kFixed;
 
   bool operator==(const CacheDirectives& o) const {
     return policy == o.policy && budget_bytes == o.budget_bytes &&
-           repetition_factor == o.repetition_factor;
+           repetition_factor == o.repetition_factor && repetition == o.repetition;
   }
   bool operator!=(const CacheDirectives& o) const { return !(*this == o); }
 };

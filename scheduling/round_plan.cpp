@@ -56,7 +56,8 @@ Status parse_cache(ObjectReader& parent, protocol::CacheDirectives& out) {
   protocol::CacheDirectives c;
   r.merge(parse_name(r, "policy", protocol::parse_cache_policy, c.policy))
       .integer("budget_bytes", c.budget_bytes)
-      .number("repetition_factor", c.repetition_factor, 1, kInf);
+      .number("repetition_factor", c.repetition_factor, 1, kInf)
+      .merge(parse_name(r, "repetition", protocol::parse_repetition, c.repetition));
   FEDCASE_RETURN_IF_ERROR(r.strict_status());
   out = c;
   return ok_status();

@@ -62,9 +62,9 @@ struct ClientOutcome {
 struct RoundOutcome {
   RoundIndex round = 0;
   double duration_s = 0;  // round open to close
-  // The round's loss: the mean per-sample training loss over the finished clients
-  // (sum of loss_sum / sum of samples), or the evaluation loss if the job evaluates every
-  // round. NaN when unknown: policies then learn nothing about progress from this round.
+  // The round's loss: always the mean per-sample training loss over the kept updates
+  // (sum of loss_sum / sum of samples), never an evaluation loss. NaN when no update was
+  // kept: policies then learn nothing about progress from this round.
   double loss = std::numeric_limits<double>::quiet_NaN();
   std::vector<ClientOutcome> clients;  // every invited client
 };

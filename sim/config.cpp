@@ -20,6 +20,7 @@ Result<SimConfig> parse_sim_config(const nlohmann::json& config) {
       .integer("frequency_order_period", c.frequency_order_period)
       .number("max_virtual_s", c.max_virtual_s, 0, kInf)
       .integer("eval_samples", c.eval_samples)
+      .integer("sustained_evaluations", c.sustained_evaluations, 1, 1000)
       .number("heartbeat_s", c.heartbeat_s, 1e-3, 89)
       .number("idle_wait_s", c.idle_wait_s, 1e-3, kInf)
       .number("duration_sigma", c.duration_sigma, 0, 10)

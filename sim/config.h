@@ -32,7 +32,10 @@ struct SimConfig {
   uint32_t frequency_order_period = 1;  // periodic: every k-th round (0 = never)
 
   // The simulation.
-  bool stop_at_target = true;
+  bool stop_at_target = true;  // end the run once the sustained target is reached
+  // The sustained target: this many consecutive evaluations at or above the target (>= 1;
+  // 1 makes it the first crossing). See sim/run.h.
+  uint32_t sustained_evaluations = 3;
   double max_virtual_s = std::numeric_limits<double>::infinity();
   size_t eval_samples = 2000;   // the first n test images
   double heartbeat_s = 30;      // clients' heartbeat period while online

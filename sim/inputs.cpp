@@ -19,22 +19,22 @@ Result<Inputs> load_inputs(const SimConfig& config) {
   if (!train.ok()) return train.status();
   auto test = ml::load_fashion_mnist(config.data_dir, ml::Split::kTest);
   if (!test.ok()) return test.status();
+  auto devices = load_devices(config);
+  if (!devices.ok()) return devices.status();
   in.train = std::move(train).value();
   in.test = std::move(test).value();
-  if (!config.fleet_csv.empty()) {
-    auto text = read_text_file(config.fleet_csv);
-    if (!text.ok()) return text.status();
-    auto rows = parse_fleet_csv(*text);
-    if (!rows.ok()) return rows.status();
-    in.devices = std::move(rows).value();
-    return in;
-  }
-  auto text = read_text_file(config.bandwidth_trace);
+  in.devices = std::move(devices).value();
+  return in;
+}
+
+Result<std::vector<DeviceRow>> load_devices(const SimConfig& config) {
+  const bool from_csv = !config.fleet_csv.empty();
+  auto text = read_text_file(from_csv ? config.fleet_csv : config.bandwidth_trace);
   if (!text.ok()) return text.status();
+  if (from_csv) return parse_fleet_csv(*text);
   auto trace = parse_bandwidth_trace(*text);
   if (!trace.ok()) return trace.status();
-  in.devices = draw_devices(config.fleet, *trace);
-  return in;
+  return draw_devices(config.fleet, *trace);
 }
 
 }  // namespace fedcase::sim

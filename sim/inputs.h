@@ -22,5 +22,8 @@ Result<std::string> read_text_file(const std::string& path);
 
 // Loads the datasets and the device rows of `config` (paths already resolved).
 Result<Inputs> load_inputs(const SimConfig& config);
+// The device rows alone: config.fleet_csv's, or drawn from the bandwidth trace with the fleet
+// params (config.fleet.seed among them).
+Result<std::vector<DeviceRow>> load_devices(const SimConfig& config);
 
 }  // namespace fedcase::sim

@@ -6,6 +6,21 @@
 
 namespace fedcase::sim {
 
+TargetTracker::TargetTracker(double target, uint32_t sustained_evaluations)
+    : target_(target), needed_(std::max<uint32_t>(1, sustained_evaluations)) {}
+
+void TargetTracker::observe(bool committed, double accuracy, const TargetReached& now) {
+  if (!committed || sustained_) return;  // no new evaluation, or nothing left to find
+  if (accuracy < target_) {
+    streak_.reset();
+    streak_length_ = 0;
+    return;
+  }
+  if (!first_) first_ = now;
+  if (!streak_) streak_ = now;
+  if (++streak_length_ >= needed_) sustained_ = streak_;
+}
+
 Result<RunSummary> run_simulation(Simulator& simulator, const SimConfig& config,
                                   const std::function<void(const RoundRecord&)>& on_round) {
   const auto start = std::chrono::steady_clock::now();
@@ -14,6 +29,8 @@ Result<RunSummary> run_simulation(Simulator& simulator, const SimConfig& config,
   out.seed = config.job.seed;
   out.clients = simulator.fleet().size();
   out.target_accuracy = config.job.target_accuracy;
+  TargetTracker target(config.job.target_accuracy, config.sustained_evaluations);
+  out.sustained_evaluations = target.sustained_evaluations();
   double hit_sum = 0;
   while (simulator.rounds() < config.job.rounds && simulator.now_s() < config.max_virtual_s) {
     auto record = simulator.run_round();
@@ -29,13 +46,11 @@ Result<RunSummary> run_simulation(Simulator& simulator, const SimConfig& config,
     hit_sum += record->hit_ratio;
     out.client_s += record->client_s;
     out.wasted += record->wasted;
-    if (!out.time_to_target_s && record->accuracy >= config.job.target_accuracy) {
-      out.time_to_target_s = record->close_s;
-      out.rounds_to_target = record->round;
-      out.client_s_to_target = out.client_s;
-      out.wasted_to_target = out.wasted;
-      if (config.stop_at_target) break;
-    }
+    target.observe(record->committed, record->accuracy,
+                   {record->close_s, record->round, out.client_s, out.wasted});
+    out.first = target.first();
+    out.sustained = target.sustained();
+    if (out.sustained && config.stop_at_target) break;
   }
   out.mean_hit_ratio = out.rounds ? hit_sum / double(out.rounds) : 0;
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -61,8 +76,14 @@ nlohmann::ordered_json summary_json(const RunSummary& s) {
   j["seed"] = s.seed;
   j["clients"] = s.clients;
   j["target_accuracy"] = s.target_accuracy;
-  j["time_to_target_s"] = s.time_to_target_s ? nlohmann::ordered_json(*s.time_to_target_s) : nullptr;
-  j["rounds_to_target"] = s.rounds_to_target ? nlohmann::ordered_json(*s.rounds_to_target) : nullptr;
+  j["sustained_evaluations"] = s.sustained_evaluations;
+  using Json = nlohmann::ordered_json;
+  auto time_of = [](const std::optional<TargetReached>& t) { return t ? Json(t->time_s) : Json(); };
+  auto round_of = [](const std::optional<TargetReached>& t) { return t ? Json(t->round) : Json(); };
+  j["time_to_target_s"] = time_of(s.first);
+  j["rounds_to_target"] = round_of(s.first);
+  j["sustained_time_to_target_s"] = time_of(s.sustained);
+  j["sustained_rounds_to_target"] = round_of(s.sustained);
   j["rounds"] = s.rounds;
   j["virtual_s"] = s.virtual_s;
   j["final_accuracy"] = s.final_accuracy;

@@ -209,8 +209,9 @@ Status Simulator::State::apply(const std::vector<rounds::ProfileChange>& changes
 
 std::vector<size_t> Simulator::State::plan_reads(Device& d,
                                                  const scheduling::ClientTask& task) const {
-  return client::plan_round_order(d.sampler, task.sampling, task.samples, d.cache.get(),
-                                  task.cache.repetition_factor);
+  return client::plan_round_order(
+      d.sampler, task.sampling, task.samples, d.cache.get(),
+      {task.cache.repetition, task.cache.repetition_factor, task.batch_size});
 }
 
 void Simulator::State::prepare_cache(Device& d, const SimClient& c,

@@ -66,7 +66,7 @@ class DirectivesStruct(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("sampling", ctypes.c_int),
                 ("sample_budget", ctypes.c_uint64), ("epochs", ctypes.c_uint64),
                 ("cache_policy", ctypes.c_int), ("cache_budget_bytes", ctypes.c_uint64),
-                ("repetition_factor", ctypes.c_double)]
+                ("repetition_factor", ctypes.c_double), ("repetition", ctypes.c_int)]
 
 
 class RoundStatsStruct(ctypes.Structure):

@@ -189,7 +189,7 @@ class LocalData:
         d = _capi.DirectivesStruct(ctypes.sizeof(_capi.DirectivesStruct), int(directives.sampling),
                                    directives.sample_budget, directives.epochs,
                                    int(directives.cache_policy), directives.cache_budget_bytes,
-                                   directives.repetition_factor)
+                                   directives.repetition_factor, int(directives.repetition))
         s = _capi.TrainSettingsStruct(settings.batch_size, settings.lr, settings.momentum,
                                       settings.weight_decay, settings.prox_mu)
         stats = _capi.RoundStatsStruct(ctypes.sizeof(_capi.RoundStatsStruct))

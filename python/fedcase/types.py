@@ -63,6 +63,11 @@ class CachePolicy(enum.IntEnum):
     IMPORTANCE = 2  # SHADE's cache: the most important records
 
 
+class Repetition(enum.IntEnum):
+    FIXED = 0     # each cached draw serves up to repetition_factor uses
+    ADAPTIVE = 1  # the FedCaSe artifact's rule, from the round's hits and batch size
+
+
 @dataclass(frozen=True)
 class Directives:
     """What a task asks of the local data (a local round's plan)."""
@@ -72,6 +77,7 @@ class Directives:
     cache_policy: CachePolicy = CachePolicy.NONE
     cache_budget_bytes: int = 0
     repetition_factor: float = 1.0  # uses each cached sample may serve within the round (>= 1)
+    repetition: Repetition = Repetition.FIXED  # ADAPTIVE: the artifact's rule instead
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The fedcase package without a coordinator: local rounds through the C interface, against the
 C++ SDK's own read plan, with trainers that fail in every way a Python trainer can."""
+import dataclasses
 import json
 import math
 import os
@@ -9,7 +10,8 @@ import unittest
 import numpy as np
 
 import fedcase
-from fedcase import Directives, LocalData, MemorySource, Sampling, CachePolicy, TrainSettings
+from fedcase import (CachePolicy, Directives, LocalData, MemorySource, Repetition, Sampling,
+                     TrainSettings)
 
 
 def plan_records():
@@ -90,6 +92,18 @@ class LocalRounds(unittest.TestCase):
         self.assertLess(len(set(self.trainer.ids)), len(self.trainer.ids))
         self.assertGreater(sum(r["cache_hits"] for r in self.plan["rounds"]), 0)
 
+    def test_adaptive_repetition_repeats_hits_a_factor_of_one_does_not(self):
+        fixed = dataclasses.replace(self.directives, repetition_factor=1.0)
+        adaptive = dataclasses.replace(fixed, repetition=Repetition.ADAPTIVE)
+        hits = {}
+        for directives in (fixed, adaptive):
+            with LocalData(MemorySource(plan_records()), seed=self.plan["seed"]) as local:
+                hits[directives.repetition] = sum(
+                    local.train_round(PlanTrainer(), self.parameters, self.settings,
+                                      directives)[1].cache_hits for _ in range(4))
+        # The same draws (same seed, same losses); only the adaptive plan repeats its hits.
+        self.assertGreater(hits[Repetition.ADAPTIVE], hits[Repetition.FIXED])
+
     def test_parameters_arrive_as_read_only_views_in_the_model_shapes(self):
         self.round()
         seen = self.trainer.seen
@@ -147,6 +161,9 @@ class LocalRounds(unittest.TestCase):
         with self.assertRaises(fedcase.FedcaseError):
             self.local.train_round(self.trainer, self.parameters, self.settings,
                                    Directives(repetition_factor=0.5))
+        with self.assertRaises(fedcase.FedcaseError):
+            self.local.train_round(self.trainer, self.parameters, self.settings,
+                                   Directives(repetition=7))
         with self.assertRaises(fedcase.FedcaseError):
             self.local.train_round(self.trainer, self.parameters, TrainSettings(lr=-1),
                                    self.directives)

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -307,6 +308,23 @@ TEST_CASE("a callback that fails, throws or breaks the loss contract fails only 
   bad.repetition_factor = 0.5;
   CHECK_EQ(fedcase_local_data_train_round(data, trainer, parameters.data(), parameters.size(),
                                           &kSettings, &bad, out.data(), nullptr),
+           FEDCASE_INVALID_ARGUMENT);
+  bad = d;
+  bad.repetition = 2;
+  CHECK_EQ(fedcase_local_data_train_round(data, trainer, parameters.data(), parameters.size(),
+                                          &kSettings, &bad, out.data(), nullptr),
+           FEDCASE_INVALID_ARGUMENT);
+  // A caller built before `repetition` existed passes the first version's size, and its
+  // repeats are fixed: what lies past its struct is never read.
+  fedcase_directives first_version = d;
+  first_version.struct_size = offsetof(fedcase_directives, repetition_factor) + sizeof(double);
+  first_version.repetition = 9;
+  CHECK_EQ(fedcase_local_data_train_round(data, trainer, parameters.data(), parameters.size(),
+                                          &kSettings, &first_version, out.data(), nullptr),
+           FEDCASE_OK);
+  first_version.struct_size -= 1;
+  CHECK_EQ(fedcase_local_data_train_round(data, trainer, parameters.data(), parameters.size(),
+                                          &kSettings, &first_version, out.data(), nullptr),
            FEDCASE_INVALID_ARGUMENT);
   const fedcase_train_settings bad_lr{8, -1, 0, 0, 0};
   CHECK_EQ(fedcase_local_data_train_round(data, trainer, parameters.data(), parameters.size(),

@@ -97,7 +97,7 @@ TEST_CASE("a task's sampling, budget, epochs and cache become its data directive
   task.sampling = Sampling::kImportance;
   task.sample_budget = 500;
   task.train.epochs = 3;
-  task.cache = {CachePolicy::kLru, 4096, 2.5};
+  task.cache = {CachePolicy::kLru, 4096, 2.5, protocol::Repetition::kAdaptive};
   const DataDirectives d = data_directives(task);
   CHECK(d.sampling == Sampling::kImportance);
   CHECK(d.sample_budget == 500);
@@ -105,6 +105,31 @@ TEST_CASE("a task's sampling, budget, epochs and cache become its data directive
   CHECK(d.cache_policy == CachePolicy::kLru);
   CHECK(d.cache_budget_bytes == 4096);
   CHECK(d.repetition_factor == 2.5);
+  CHECK(d.repetition == protocol::Repetition::kAdaptive);
+}
+
+TEST_CASE("adaptive directives repeat each round's hits by the artifact's factor") {
+  auto source = in_memory();
+  auto local = open_local(*source);
+  Mlp mlp;
+  DataDirectives d = importance_directives(CachePolicy::kImportance);
+  d.repetition = protocol::Repetition::kAdaptive;
+  const TrainSettings settings{32, 0.05};
+  mlp.round(*local, d, settings);  // fills the cache
+  for (int round = 0; round < 3; ++round) {
+    const RoundStats stats = mlp.round(*local, d, settings);
+    const uint64_t drawn_hits = stats.cache_hits - stats.reused;
+    REQUIRE(drawn_hits > 0);
+    CHECK(stats.reused > 0);
+    // The plan saw h of the draws hit, at most drawn_hits: a sample admitted during the round
+    // is hit by its later draws too. Some h <= drawn_hits gives exactly the repeats.
+    bool explained = false;
+    for (uint64_t h = 1; h <= drawn_hits; ++h) {
+      const size_t factor = adaptive_repetition_factor(h, 600, 32);
+      explained = explained || stats.reused == std::min<uint64_t>(600 - h, h * (factor - 1));
+    }
+    CHECK_MESSAGE(explained, "reused ", stats.reused, " with ", drawn_hits, " drawn hits");
+  }
 }
 
 TEST_CASE("a memory source trains every planned sample and ranks it") {

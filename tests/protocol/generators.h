@@ -137,7 +137,10 @@ class Generator {
   CacheDirectives cache_directives() {
     const CachePolicy policies[] = {CachePolicy::kNone, CachePolicy::kLru,
                                     CachePolicy::kImportance};
-    return {policies[below(3)], count(), unbounded(1)};
+    const CachePolicy policy = policies[below(3)];
+    const uint64_t budget = count();
+    const double factor = unbounded(1);
+    return {policy, budget, factor, below(2) ? Repetition::kAdaptive : Repetition::kFixed};
   }
 
   TaskOffer task_offer() {

@@ -61,8 +61,10 @@ TEST_CASE("a task offer is written as docs/protocol.md shows it") {
                               {"weight_decay", 1e-4},
                               {"prox_mu", 0}});
   CHECK(task["sampling"] == "importance");
-  CHECK(task["cache"] ==
-        json{{"policy", "lru"}, {"budget_bytes", 4194304}, {"repetition_factor", 1}});
+  CHECK(task["cache"] == json{{"policy", "lru"},
+                              {"budget_bytes", 4194304},
+                              {"repetition_factor", 1},
+                              {"repetition", "fixed"}});
   CHECK(task["evaluate"] == json{{"max_samples", 0}});
   TaskOffer plain = offer();
   plain.module_checksum.clear();
@@ -112,9 +114,28 @@ TEST_CASE("a task offer with a missing or bad member is refused, naming it") {
             .find("task.cache.policy") != std::string::npos);
   CHECK(error({{"cache", {{"policy", "lru"}, {"budget_bytes", 1}, {"repetition_factor", 0.5}}}})
             .find("task.cache.repetition_factor") != std::string::npos);
+  CHECK(error({{"cache",
+                {{"policy", "lru"},
+                 {"budget_bytes", 1},
+                 {"repetition_factor", 1},
+                 {"repetition", "sometimes"}}}}) ==
+        "task.cache.repetition must be \"fixed\" or \"adaptive\"");
   CHECK(error({{"evaluate", {{"max_samples", "all"}}}}).find("task.evaluate.max_samples") !=
         std::string::npos);
   CHECK(error({{"evaluate", json::object()}}) == "task.evaluate.max_samples is required");
+}
+
+TEST_CASE("a task's cache without a repetition rule, from an older coordinator, repeats fixed") {
+  TaskOffer adaptive = offer();
+  adaptive.cache.repetition = Repetition::kAdaptive;
+  json task = write_task_offer(adaptive);
+  CHECK(task["cache"]["repetition"] == "adaptive");
+  CHECK(read_task_offer(task)->cache.repetition == Repetition::kAdaptive);
+  task["cache"].erase("repetition");
+  Result<TaskOffer> older = read_task_offer(task);
+  REQUIRE(older.ok());
+  CHECK(older->cache.repetition == Repetition::kFixed);
+  CHECK(older->cache.repetition_factor == adaptive.cache.repetition_factor);
 }
 
 TEST_CASE("a task offer keeps what it does not know") {
@@ -159,6 +180,12 @@ TEST_CASE("sampling modes and cache policies have one name each") {
   CHECK(std::string(cache_policy_name(CachePolicy::kLru)) == "lru");
   CHECK(parse_sampling("random").status().code() == Code::kInvalidArgument);
   CHECK(parse_cache_policy("fifo").status().code() == Code::kInvalidArgument);
+  for (Repetition r : {Repetition::kFixed, Repetition::kAdaptive}) {
+    auto parsed = parse_repetition(repetition_name(r));
+    REQUIRE(parsed.ok());
+    CHECK(*parsed == r);
+  }
+  CHECK(parse_repetition("always").status().code() == Code::kInvalidArgument);
 }
 
 }  // namespace

@@ -30,11 +30,12 @@ TEST_CASE("training params parse with documented defaults") {
   CHECK(p->deadline.slack == 1.5);
   CHECK(p->cache.budget_bytes == (4u << 20));
   CHECK(p->cache.repetition_factor == 1);
+  CHECK(p->cache.repetition == protocol::Repetition::kFixed);
 
   Result<TrainingParams> full = parse_training_params(nlohmann::json::parse(R"({
       "local_epochs": 2, "sample_budget": 640, "batch_size": 64, "lr": 0.05,
       "deadline": {"mode": "fixed", "seconds": 120},
-      "cache": {"budget_bytes": 1000000, "repetition_factor": 2},
+      "cache": {"budget_bytes": 1000000, "repetition_factor": 2, "repetition": "adaptive"},
       "priors": {"compute_ms_per_sample": 9}})"));
   REQUIRE(full.ok());
   CHECK(full->sample_budget == 640);
@@ -44,6 +45,7 @@ TEST_CASE("training params parse with documented defaults") {
   CHECK(full->deadline.fixed_s == 120);
   CHECK(full->cache.budget_bytes == 1000000);
   CHECK(full->cache.repetition_factor == 2);
+  CHECK(full->cache.repetition == protocol::Repetition::kAdaptive);
   CHECK(full->priors.compute_ms_per_sample == 9);
 }
 
@@ -60,6 +62,7 @@ TEST_CASE("training params reject bad values and unknown keys") {
   CHECK_FALSE(parse_training_params({{"priors", {{"sample_bytes", -1}}}}).ok());
   CHECK_FALSE(parse_training_params({{"sampling", "sometimes"}}).ok());
   CHECK_FALSE(parse_training_params({{"cache", {{"policy", "fifo"}}}}).ok());
+  CHECK_FALSE(parse_training_params({{"cache", {{"repetition", "sometimes"}}}}).ok());
   CHECK_FALSE(parse_training_params({{"momentum", 1.5}}).ok());
   CHECK_FALSE(parse_training_params({{"prox_mu", -0.1}}).ok());
   Result<TrainingParams> typo = parse_training_params({{"deadline", {{"slak", 2}}}});

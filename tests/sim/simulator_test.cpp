@@ -199,9 +199,40 @@ TEST_CASE("CSV rows and the JSON summary are well formed") {
   auto json = nlohmann::json::parse(summary_json(*summary).dump());
   CHECK(json["policy"] == "fedcase");
   CHECK(json["rounds"] == 3);
-  CHECK(json.contains("time_to_target_s"));
-  CHECK((json["time_to_target_s"].is_null() || json["time_to_target_s"].is_number()));
+  for (const char* key : {"time_to_target_s", "sustained_time_to_target_s"}) {
+    CHECK(json.contains(key));
+    CHECK((json[key].is_null() || json[key].is_number()));
+  }
+  CHECK(json["sustained_evaluations"] == 3);
   CHECK(json["virtual_s"].get<double>() == doctest::Approx(sim->now_s()));
+}
+
+TEST_CASE("the sustained target is the start of the first streak that lasts") {
+  TargetTracker t(0.8, 3);
+  auto at = [](double time_s, RoundIndex round) { return TargetReached{time_s, round, 0, 0}; };
+  t.observe(true, 0.5, at(10, 1));
+  t.observe(true, 0.81, at(20, 2));  // a lone crossing: first, but it does not last
+  t.observe(true, 0.79, at(30, 3));
+  REQUIRE(t.first());
+  CHECK(t.first()->round == 2);
+  t.observe(true, 0.80, at(40, 4));
+  t.observe(false, 0.10, at(45, 5));  // no model committed: no evaluation, the streak holds
+  t.observe(true, 0.82, at(50, 6));
+  CHECK_FALSE(t.sustained());
+  t.observe(true, 0.85, at(60, 7));
+  REQUIRE(t.sustained());
+  CHECK(t.sustained()->round == 4);
+  CHECK(t.sustained()->time_s == 40);
+  t.observe(true, 0.5, at(70, 8));  // found once, kept
+  CHECK(t.sustained()->round == 4);
+  CHECK(t.first()->round == 2);
+
+  TargetTracker once(0.8, 1);  // one evaluation: the first crossing
+  once.observe(true, 0.9, at(5, 1));
+  REQUIRE(once.sustained());
+  CHECK(once.sustained()->round == 1);
+  TargetTracker zero(0.8, 0);  // read as 1
+  CHECK(zero.sustained_evaluations() == 1);
 }
 
 }  // namespace
