@@ -2,16 +2,17 @@
 # Installs every Debian package fedcase needs to build, test and run its demo (Chart.js is built
 # into the dashboard; Chromium and promtool, from prometheus, run in the tests; python3-torch
 # exports the SDK example's TorchScript model in the tests; clang checks the locks with
-# -Wthread-safety); with --fuzz, also libFuzzer and the sanitizer runtimes, and
+# -Wthread-safety; libpq-dev is the PostgreSQL store's client library, and postgresql the
+# server the tests start for it); with --fuzz, also libFuzzer and the sanitizer runtimes, and
 # llvm-symbolizer for their reports (`make fuzz`). Idempotent and quick when everything is already present.
 set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config
-  libboost-dev libboost-system-dev nlohmann-json3-dev libsqlite3-dev libssl-dev zlib1g-dev
+  libboost-dev libboost-system-dev nlohmann-json3-dev libsqlite3-dev libpq-dev libssl-dev zlib1g-dev
   libisal-dev
   libtorch-dev doctest-dev dataset-fashion-mnist
-  curl jq sqlite3 openssl
+  curl jq sqlite3 openssl postgresql
   libjs-chart.js chromium prometheus python3-torch clang
 )
 if [ "${1:-}" = "--fuzz" ]; then

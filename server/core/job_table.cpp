@@ -150,7 +150,7 @@ Result<JobState> JobTable::transition(JobEntry& job, const Decide& decide) {
   MutexLock serial(state_mu_);
   const Result<JobState> next = read(job, [&](const JobStatus& s) { return decide(s.state); });
   if (!next.ok()) return next.status();
-  FEDCASE_RETURN_IF_ERROR(store_.set_job_state(job.id, *next));
+  FEDCASE_RETURN_IF_ERROR(store_.set_job_state(job.id, *next, storage::kUnleased));
   update(job, [&](JobStatus& s) {
     s.state = *next;
     const bool stopped = *next == JobState::kCancelled || *next == JobState::kFinished;

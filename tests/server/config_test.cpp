@@ -63,7 +63,7 @@ TEST_CASE("the database is a store URL; a plain path is an SQLite file") {
   CHECK(parse_coordinator_config(j).database == "/var/lib/fedcase/fedcase.db");
   j["database"] = "sqlite:/var/lib/fedcase/fedcase.db";
   CHECK(parse_coordinator_config(j).database == "sqlite:/var/lib/fedcase/fedcase.db");
-  j["database"] = "postgresql://db.internal/fedcase";
+  j["database"] = "mysql://db.internal/fedcase";
   CHECK_THROWS_WITH_AS(parse_coordinator_config(j), doctest::Contains("database: unknown"),
                        std::runtime_error);
   CHECK_THROWS_WITH_AS(parse_coordinator_config(j), doctest::Contains("known: sqlite"),

@@ -24,8 +24,19 @@ std::unique_ptr<Store> open(Backend& backend) {
 // Bytes no text column would keep: NULs, 0xFF, a zip signature.
 const std::string kBinary("PK\x03\x04\0mod\xff\xfe\0ule", 14);
 
+// A checksum is text (blob_checksum's hex), whatever bytes the blob holds.
+std::string hex(const std::string& bytes) {
+  static const char* const kDigits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
 ModelRecord model(JobId job, uint64_t version, const std::string& blob) {
-  return {job, version, blob, "sum-" + blob, "opt-" + blob + kBinary, 100.0 + version};
+  return {job, version, blob, "sum-" + hex(blob), "opt-" + blob + kBinary, 100.0 + version};
 }
 
 ClientRecord client(const std::string& token_hash) {
@@ -165,11 +176,12 @@ void jobs(const BackendFactory& factory) {
   CHECK(store->get_job_module(without + 100).status().code() == Code::kNotFound);
 
   for (JobState state : {JobState::kPaused, JobState::kRunning, JobState::kCancelled}) {
-    REQUIRE(store->set_job_state(without, state).ok());
+    REQUIRE(store->set_job_state(without, state, kUnleased).ok());
     CHECK(store->get_job(without)->state == state);
   }
   CHECK(store->get_job(with_module)->state == JobState::kRunning);
-  CHECK(store->set_job_state(without + 100, JobState::kPaused).code() == Code::kNotFound);
+  CHECK(store->set_job_state(without + 100, JobState::kPaused, kUnleased).code() ==
+        Code::kNotFound);
 
   auto all = store->list_jobs();
   REQUIRE(all.ok());
@@ -420,7 +432,7 @@ void survives_reopening(const BackendFactory& factory) {
     tenant = *t;
     job = create(*store, job_record("kept", tenant), "m0", kBinary);
     REQUIRE(store->update_clients({ClientRecord{a, "", {}, {{"speed", 9}}, 0, 44}}).ok());
-    REQUIRE(store->set_job_state(job, JobState::kPaused).ok());
+    REQUIRE(store->set_job_state(job, JobState::kPaused, kUnleased).ok());
     REQUIRE(store->open_round(open_round_record(job, 1, {a})).ok());
     REQUIRE(store->record_update({job, 1, a, {{"samples", 12}}, 40}).ok());
     REQUIRE(store
@@ -483,7 +495,7 @@ void second_store_sees_commits(const BackendFactory& factory) {
   CHECK(reader->get_job(job)->policy_state == json{{"rho", 0.7}});
   // Writes through either store are refused or accepted the same way.
   CHECK(reader->add_client(client("hash-a")).status().code() == Code::kConflict);
-  REQUIRE(reader->set_job_state(job, JobState::kPaused).ok());
+  REQUIRE(reader->set_job_state(job, JobState::kPaused, kUnleased).ok());
   CHECK(writer->get_job(job)->state == JobState::kPaused);
 }
 

@@ -40,8 +40,22 @@ enum class StoreMethod {
   kListUpdates,
   kGetModel,
   kLatestModel,
+  kReserveUpdate,
+  kReleaseUpdate,
+  kCloseAdmission,
+  kRoundAdmission,
+  kPutPartial,
+  kListPartials,
+  kAcquireLease,
+  kRenewLease,
+  kReleaseLease,
+  kListLeases,
+  kChargeTenant,
+  kListTenantService,
+  kNotify,
+  kListen,
 };
-inline constexpr size_t kStoreMethods = static_cast<size_t>(StoreMethod::kLatestModel) + 1;
+inline constexpr size_t kStoreMethods = static_cast<size_t>(StoreMethod::kListen) + 1;
 
 // The Store method's name ("commit_round"), for messages.
 const char* method_name(StoreMethod method);
