@@ -51,24 +51,32 @@ std::string redacted(const std::string& url) {
   return url.substr(0, colon + 1) + "***" + url.substr(at);
 }
 
-// The Status of a failed command: kConflict for a constraint, kUnavailable when the connection
-// is lost or the server cannot serve now (shutting down, out of connections, a serialisation
-// failure worth retrying), kInvalidArgument for a value the server refuses, kInternal else.
-Status pg_error(PGconn* conn, const PGresult* res) {
+// What a failed command means.
+struct Failure {
+  Status status;
+  bool lost = false;  // the connection can serve no more: it must be dropped
+};
+
+// kConflict for a constraint; kUnavailable, the connection lost, when libpq itself failed (no
+// SQLSTATE: the connection broke, e.g. the server closed it) or the server ended the session
+// (08..., 57P01 to 57P03: shutting down, crashed); kUnavailable too when the server cannot serve
+// now (out of connections or resources, a serialisation failure or a deadlock worth retrying);
+// kInvalidArgument for a value the server refuses; kInternal otherwise.
+Failure pg_failure(PGconn* conn, const PGresult* res) {
   std::string message = trimmed(res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : nullptr);
   if (message.empty()) message = trimmed(PQerrorMessage(conn));
-  if (PQstatus(conn) == CONNECTION_BAD) {
-    return unavailable("the connection to the database was lost: " + message);
-  }
   const char* sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : nullptr;
   const std::string code = sqlstate ? sqlstate : "";
   auto in_class = [&](const char* prefix) { return code.rfind(prefix, 0) == 0; };
-  if (in_class("23")) return conflict("constraint violated: " + message);
-  if (in_class("08") || in_class("53") || in_class("57P") || code == "40001" || code == "40P01") {
-    return unavailable("the database cannot serve now (" + code + "): " + message);
+  if (PQstatus(conn) == CONNECTION_BAD || code.empty() || in_class("08") || in_class("57P")) {
+    return {unavailable("the connection to the database was lost: " + message), true};
   }
-  if (in_class("22")) return invalid_argument("the database refused a value: " + message);
-  return internal_error("postgresql (" + code + "): " + message);
+  if (in_class("23")) return {conflict("constraint violated: " + message)};
+  if (in_class("53") || code == "40001" || code == "40P01") {
+    return {unavailable("the database cannot serve now (" + code + "): " + message)};
+  }
+  if (in_class("22")) return {invalid_argument("the database refused a value: " + message)};
+  return {internal_error("postgresql (" + code + "): " + message)};
 }
 
 uint64_t big_endian(const char* p, int n) {
@@ -229,7 +237,7 @@ class PgConnection : public sql::Connection {
     if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
       return Rows(std::make_unique<PgCursor>(res));
     }
-    Status error = pg_error(conn_, res);
+    Status error = fail(res);
     PQclear(res);
     return Rows(error);
   }
@@ -264,7 +272,7 @@ class PgConnection : public sql::Connection {
     (void)command("ROLLBACK", nullptr);
   }
 
-  bool lost() const override { return PQstatus(conn_) == CONNECTION_BAD; }
+  bool lost() const override { return lost_ || PQstatus(conn_) == CONNECTION_BAD; }
 
  private:
   // Runs `text` (statements without parameters); the last one's tag must be `tag` if given.
@@ -273,7 +281,7 @@ class PgConnection : public sql::Connection {
     const ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
     Status s;
     if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-      s = pg_error(conn_, res);
+      s = fail(res);
     } else if (tag && std::strcmp(PQcmdStatus(res), tag) != 0) {
       s = internal_error(std::string("postgresql: ") + tag + " ended as " + PQcmdStatus(res));
     }
@@ -289,15 +297,23 @@ class PgConnection : public sql::Connection {
     PGresult* res =
         PQprepare(conn_, name.c_str(), text.c_str(), static_cast<int>(types.size()), types.data());
     const bool ok = res && PQresultStatus(res) == PGRES_COMMAND_OK;
-    Status error = ok ? Status() : pg_error(conn_, res);
+    Status error = ok ? Status() : fail(res);
     PQclear(res);
     if (!ok) return error;
     statements_.emplace(text, name);
     return name;
   }
 
+  // The Status of a failed command, noting whether it lost the connection.
+  Status fail(const PGresult* res) {
+    Failure f = pg_failure(conn_, res);
+    lost_ = lost_ || f.lost;
+    return f.status;
+  }
+
   PGconn* const conn_;
   std::map<std::string, std::string> statements_;  // prepared: text -> name
+  bool lost_ = false;
 };
 
 // LISTEN on a connection of its own, reconnecting after a loss.
@@ -314,7 +330,7 @@ class PgListener : public Listener {
     conn_ = *conn;
     PGresult* res = PQexec(conn_, (std::string("LISTEN ") + kNotifyChannel).c_str());
     const bool ok = res && PQresultStatus(res) == PGRES_COMMAND_OK;
-    Status s = ok ? Status() : pg_error(conn_, res);
+    Status s = ok ? Status() : pg_failure(conn_, res).status;
     PQclear(res);
     if (!ok) close();
     return s;

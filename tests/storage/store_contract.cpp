@@ -10,87 +10,12 @@
 #include <thread>
 #include <vector>
 
+#include "tests/storage/contract_records.h"
+
 namespace fedcase::storage::contract {
 namespace {
 
 using nlohmann::json;
-
-std::unique_ptr<Store> open(Backend& backend) {
-  auto store = backend.open();
-  REQUIRE_MESSAGE(store.ok(), store.status().to_string());
-  return std::move(store).value();
-}
-
-// Bytes no text column would keep: NULs, 0xFF, a zip signature.
-const std::string kBinary("PK\x03\x04\0mod\xff\xfe\0ule", 14);
-
-// A checksum is text (blob_checksum's hex), whatever bytes the blob holds.
-std::string hex(const std::string& bytes) {
-  static const char* const kDigits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += kDigits[c >> 4];
-    out += kDigits[c & 15];
-  }
-  return out;
-}
-
-ModelRecord model(JobId job, uint64_t version, const std::string& blob) {
-  return {job, version, blob, "sum-" + hex(blob), "opt-" + blob + kBinary, 100.0 + version};
-}
-
-ClientRecord client(const std::string& token_hash) {
-  return {0,
-          token_hash,
-          {{"dataset_size", 120}, {"device", {{"model", "phone \xc3\xa9"}, {"cores", 4}}}},
-          {{"speed", 1.5}},
-          10.25,
-          11.5};
-}
-
-JobRecord job_record(const std::string& name, TenantId tenant = 0) {
-  return {0,
-          name,
-          {{"rounds", 5}, {"selection", {{"policy", "fedcase"}}}},
-          JobState::kRunning,
-          {{"rho", 0.25}},
-          5.5,
-          tenant};
-}
-
-RoundRecord open_round_record(JobId job, RoundIndex index, std::vector<ClientId> selected = {}) {
-  return {job,          index, RoundState::kOpen, index - 1, std::move(selected), 30.0 + index,
-          90.0 + index, 0,     json::object()};
-}
-
-// `round` as its conclusion records it: closed at `closed_at` with `metrics`.
-RoundRecord closed(RoundRecord round, double closed_at, json metrics) {
-  round.closed_at = closed_at;
-  round.metrics = std::move(metrics);
-  return round;
-}
-
-JobId create(Store& store, const JobRecord& job, const std::string& blob = "m0",
-             const std::string& module = "") {
-  auto id = store.create_job(job, model(0, 0, blob), module);
-  REQUIRE_MESSAGE(id.ok(), id.status().to_string());
-  return *id;
-}
-
-ClientId add(Store& store, const std::string& token_hash) {
-  auto id = store.add_client(client(token_hash));
-  REQUIRE_MESSAGE(id.ok(), id.status().to_string());
-  return *id;
-}
-
-void check_same_model(const ModelRecord& got, const ModelRecord& want) {
-  CHECK(got.job == want.job);
-  CHECK(got.version == want.version);
-  CHECK(got.blob == want.blob);
-  CHECK(got.checksum == want.checksum);
-  CHECK(got.optimizer_state == want.optimizer_state);
-  CHECK(got.created_at == want.created_at);
-}
 
 // ---- The cases ----------------------------------------------------------------------------
 
@@ -762,6 +687,7 @@ void check_store_contract(const BackendFactory& factory) {
   for (const Case& c : kCases) {
     SUBCASE(c.name) { c.run(factory); }
   }
+  check_cluster_contract(factory);
 }
 
 }  // namespace fedcase::storage::contract

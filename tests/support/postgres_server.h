@@ -8,9 +8,9 @@
 // second, so a test binary starts one (shared()) and makes a database per test case
 // (create_database()).
 //
-// A watchdog process stops the server and removes its directory if the process that started
-// it dies without doing so (a crashed test); start it from the main thread, whose exit the
-// watchdog takes for the process's.
+// A watchdog process stops the server and removes its directory when the server object goes,
+// or when the process that started it dies first (a crashed test); start it from the main
+// thread, whose exit the watchdog takes for the process's.
 //
 // Errors: every method but the destructor throws std::runtime_error, with the command and its
 // output, when a command or a connection fails (test set-up: never from library code).
@@ -26,7 +26,8 @@ class PostgresServer {
  public:
   // initdb, then starts the server (pg_ctl start -w).
   PostgresServer();
-  // pg_ctl stop -m fast, then removes the directory; errors are ignored.
+  // pg_ctl stop -m immediate (its data is thrown away); the watchdog then removes the
+  // directory in the background. Errors are ignored.
   ~PostgresServer();
   PostgresServer(const PostgresServer&) = delete;
   PostgresServer& operator=(const PostgresServer&) = delete;
