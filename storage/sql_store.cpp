@@ -255,10 +255,12 @@ struct Statements {
                    "state='reserved' THEN 1 END) FROM updates WHERE job_id=$1 AND round_idx=$2 AND "
                    "(state='accepted' OR expires_at > {now}) GROUP BY replica ORDER BY replica",
                    d)),
-        client_places(
-            render("SELECT COUNT(*), COUNT(CASE WHEN client_id=$3 THEN 1 END) FROM updates WHERE "
-                   "job_id=$1 AND round_idx=$2 AND (state='accepted' OR expires_at > {now})",
-                   d)),
+        client_places(render(
+            "SELECT COUNT(CASE WHEN live THEN 1 END), COUNT(CASE WHEN live AND client_id=$3 "
+            "THEN 1 END), COUNT(CASE WHEN NOT live THEN 1 END) FROM (SELECT client_id, "
+            "state='accepted' OR expires_at > {now} AS live FROM updates WHERE job_id=$1 AND "
+            "round_idx=$2) AS places",
+            d)),
         round_metrics(render("SELECT metrics FROM rounds WHERE job_id=$1 AND idx=$2 AND "
                              "state!='open' {lock_update}",
                              d)),
@@ -536,15 +538,20 @@ class SqlStore : public Store {
       auto target =
           admitting_target(t.query(sql_.lock_round, Params().add(job).add(round)), job, round);
       if (!target.ok()) return target.status();
-      FEDCASE_RETURN_IF_ERROR(t.query(sql_.drop_expired, Params().add(job).add(round)).status());
-      auto taken = first<AdmissionRecord::Places>(
+      struct Taken {
+        uint64_t live = 0, mine = 0, expired = 0;
+      };
+      auto taken = first<Taken>(
           t.query(sql_.client_places, Params().add(job).add(round).add(client)),
-          [](Rows& r) -> AdmissionRecord::Places {
-            return {r.uint64(0), r.uint64(1)};
+          [](Rows& r) -> Taken {
+            return {r.uint64(0), r.uint64(1), r.uint64(2)};
           },
           internal_error("a count returned nothing"));
       if (!taken.ok()) return taken.status();
-      const uint64_t places = taken->accepted, mine = taken->reserved;  // all, the client's
+      if (taken->expired > 0) {  // their places are free, and their clients may come back
+        FEDCASE_RETURN_IF_ERROR(t.query(sql_.drop_expired, Params().add(job).add(round)).status());
+      }
+      const uint64_t places = taken->live, mine = taken->mine;
       if (mine > 0) {
         return conflict("client " + std::to_string(client) + " already has an update in " +
                         round_name(job, round));
@@ -577,15 +584,17 @@ class SqlStore : public Store {
   // and with them every write before them.
   Status record_update(const UpdateRecord& u) override {
     return write(Durability::kRelaxed, [&](Txn& t) -> Status {
-      Rows accepted = t.query(sql_.accept, Params()
-                                               .json(u.meta)
-                                               .add(u.received_at)
-                                               .add(u.job)
-                                               .add(u.round)
-                                               .add(u.client)
-                                               .text(u.replica));
-      FEDCASE_RETURN_IF_ERROR(accepted.status());
-      if (accepted.changes() > 0) return ok_status();
+      if (!u.replica.empty()) {  // reservations have a replica: a single coordinator's none
+        Rows accepted = t.query(sql_.accept, Params()
+                                                 .json(u.meta)
+                                                 .add(u.received_at)
+                                                 .add(u.job)
+                                                 .add(u.round)
+                                                 .add(u.client)
+                                                 .text(u.replica));
+        FEDCASE_RETURN_IF_ERROR(accepted.status());
+        if (accepted.changes() > 0) return ok_status();
+      }
       // No reservation of this replica's: only a round without a target takes it as it is.
       Rows direct = t.query(
           "INSERT INTO updates(job_id, round_idx, client_id, meta, received_at, state, replica, "
