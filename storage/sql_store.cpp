@@ -4,6 +4,7 @@
 // time; PostgreSQL's a few, so that calls run side by side.
 
 #include <algorithm>
+#include <map>
 #include <utility>
 
 #include "common/mutex.h"
@@ -294,6 +295,9 @@ struct Statements {
       charge;
 };
 
+// Clients whose profiles update_clients saves with one statement, at most.
+constexpr size_t kProfileChunk = 128;
+
 std::string round_name(JobId job, RoundIndex round) {
   return "round " + std::to_string(round) + " of job " + std::to_string(job);
 }
@@ -410,14 +414,25 @@ class SqlStore : public Store {
     return every<ClientRecord>(kClientColumns, "clients", read_client);
   }
 
+  // One statement per chunk of up to kProfileChunk clients (a round trip each on PostgreSQL),
+  // each client once, with the last of its records.
   Status update_clients(const std::vector<ClientRecord>& clients) override {
+    std::map<ClientId, const ClientRecord*> last;
+    for (const ClientRecord& c : clients) last[c.id] = &c;
+    std::vector<const ClientRecord*> rows;
+    for (const auto& [id, record] : last) rows.push_back(record);
     return write(Durability::kSynced, [&](Txn& t) -> Status {
-      for (const ClientRecord& c : clients) {
-        Rows updated = t.query("UPDATE clients SET profile=$1, last_seen=$2 WHERE id=$3",
-                               Params().json(c.profile).add(c.last_seen).add(c.id));
+      for (size_t done = 0; done < rows.size();) {
+        size_t n = kProfileChunk;  // then halves: few statement texts to prepare
+        while (n > rows.size() - done) n /= 2;
+        Params params;
+        for (size_t i = done; i < done + n; ++i) {
+          params.add(rows[i]->id).json(rows[i]->profile).add(rows[i]->last_seen);
+        }
+        Rows updated = t.query(profiles_update(n), params);
         FEDCASE_RETURN_IF_ERROR(updated.status());
-        if (updated.changes() == 0)
-          return not_found("client " + std::to_string(c.id) + " not found");
+        if (updated.changes() != n) return missing_client(t, rows, done, n);
+        done += n;
       }
       return ok_status();
     });
@@ -924,6 +939,30 @@ class SqlStore : public Store {
           c.query(std::string("SELECT ") + columns + " FROM " + table + " ORDER BY id", Params()),
           reader);
     });
+  }
+
+  // UPDATE of `n` clients' profiles and last_seen, from parameters (id, profile, last_seen)...
+  static std::string profiles_update(size_t n) {
+    std::string values;
+    for (size_t i = 0; i < n; ++i) {
+      values += (i ? ", ($" : "($") + std::to_string(3 * i + 1) + ", $" +
+                std::to_string(3 * i + 2) + ", $" + std::to_string(3 * i + 3) + ")";
+    }
+    return "UPDATE clients SET profile=v.column2, last_seen=v.column3 FROM (VALUES " + values +
+           ") AS v WHERE clients.id=v.column1";
+  }
+
+  // kNotFound naming the first of rows[done, done + n) that the store does not hold.
+  Status missing_client(Txn& t, const std::vector<const ClientRecord*>& rows, size_t done,
+                        size_t n) {
+    for (size_t i = done; i < done + n; ++i) {
+      Rows found = t.query("SELECT id FROM clients WHERE id=$1", Params().add(rows[i]->id));
+      if (!found.next()) {
+        FEDCASE_RETURN_IF_ERROR(found.status());
+        return not_found("client " + std::to_string(rows[i]->id) + " not found");
+      }
+    }
+    return internal_error("a batch of profiles was not saved whole");
   }
 
   static Result<uint64_t> inserted_id(Rows rows) {
