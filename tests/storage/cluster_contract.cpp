@@ -6,6 +6,7 @@
 // same database.
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -39,6 +40,10 @@ LeaseRecord lease_of(Store& store, JobId job) {
   }
   FAIL("job " << job << " has no lease");
   return {};
+}
+
+std::array<ClientId, 4> four_clients(Store& store) {
+  return {add(store, "hash-a"), add(store, "hash-b"), add(store, "hash-c"), add(store, "hash-d")};
 }
 
 // Polls `done` every 20 ms until it holds; false if `timeout_s` passes first.
@@ -242,8 +247,7 @@ void fencing_race(const BackendFactory& factory) {
 void admission(const BackendFactory& factory) {
   auto backend = factory();
   auto store = open(*backend);
-  const ClientId a = add(*store, "hash-a"), b = add(*store, "hash-b"), c = add(*store, "hash-c"),
-                 d = add(*store, "hash-d");
+  const auto [a, b, c, d] = four_clients(*store);
   const JobId job = create(*store, job_record("j"));
   REQUIRE(store->open_round(with_target(open_round_record(job, 1, {a, b, c, d}), 2)).ok());
   CHECK(store->list_rounds(job)->at(0).target == 2);
@@ -391,8 +395,7 @@ void admission_race(const BackendFactory& factory) {
 void partials(const BackendFactory& factory) {
   auto backend = factory();
   auto store = open(*backend);
-  const ClientId a = add(*store, "hash-a"), b = add(*store, "hash-b"), c = add(*store, "hash-c"),
-                 d = add(*store, "hash-d");
+  const auto [a, b, c, d] = four_clients(*store);
   const JobId job = create(*store, job_record("j"));
   REQUIRE(store->open_round(with_target(open_round_record(job, 1), 4)).ok());
   for (ClientId client : {a, b}) {
