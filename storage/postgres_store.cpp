@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <thread>
 
 #include "storage/sql.h"
 
@@ -337,10 +338,16 @@ class PgListener : public Listener {
   }
 
   Result<std::optional<Notification>> next(double timeout_s) override {
-    if (!conn_) FEDCASE_RETURN_IF_ERROR(start());  // lost before: nothing was heard meanwhile
     const auto deadline = std::chrono::steady_clock::now() +
                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                               std::chrono::duration<double>(std::max(0.0, timeout_s)));
+    if (!conn_) {  // lost before (and said so): listen again
+      Status s = start();
+      if (!s.ok()) {
+        std::this_thread::sleep_until(deadline);
+        return s;
+      }
+    }
     while (true) {
       while (PGnotify* n = PQnotifies(conn_)) {
         const std::optional<Notification> wakeup = parse(n->extra);

@@ -113,7 +113,8 @@ struct RoundRecord {
   // open_round, kept by the round's conclusion.
   uint64_t target = 0;
   // The lease epoch of the write: open_round, commit_round and fail_round are refused unless
-  // it is the job's current epoch. Read back: the epoch of the round's last write.
+  // it is the job's current epoch. Read back (list_rounds): the epoch of the round's last
+  // write, which a new owner concluding an earlier owner's round replaces with its own.
   Epoch epoch = kUnleased;
 };
 
@@ -218,7 +219,8 @@ class Listener {
   virtual ~Listener() = default;
   // The next wake-up, waiting up to `timeout_s`; nullopt if none came. kUnavailable when
   // wake-ups may have been missed (the connection was lost, or too many were left unread):
-  // re-read everything; the next call reconnects and goes on.
+  // re-read everything; the next call reconnects and goes on (and, while it cannot, waits out
+  // its timeout before it says so again, so that a loop over next() never spins).
   virtual Result<std::optional<Notification>> next(double timeout_s) = 0;
 };
 

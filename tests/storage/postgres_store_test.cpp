@@ -183,17 +183,28 @@ TEST_CASE("while the server is down calls fail with kUnavailable; once it is bac
   PostgresBackend backend;
   auto store = open(backend);
   const JobId job = *store->create_job(job_record("j"), model(0, 0, "m0"), "");
+  auto listener = store->listen();
+  REQUIRE(listener.ok());
   PostgresServer::shared().stop(/*immediate=*/false);
   const auto start = std::chrono::steady_clock::now();
   auto jobs = store->list_jobs();
   CHECK(jobs.status().code() == Code::kUnavailable);
+  CHECK(jobs.status().message().find("cannot connect") != std::string::npos);
   CHECK(store->set_job_state(job, JobState::kPaused, kUnleased).code() == Code::kUnavailable);
   CHECK(store->add_client(client("hash-a")).status().code() == Code::kUnavailable);
   CHECK(seconds_since(start) < 10);
+  // The listener says it lost its connection, then, while it cannot listen again, waits out
+  // each call's timeout before saying so again.
+  CHECK((*listener)->next(5).status().code() == Code::kUnavailable);
+  const auto retried = std::chrono::steady_clock::now();
+  CHECK((*listener)->next(0.3).status().code() == Code::kUnavailable);
+  CHECK(seconds_since(retried) >= 0.25);
   PostgresServer::shared().start();
   REQUIRE(store->set_job_state(job, JobState::kPaused, kUnleased).ok());
   CHECK(store->get_job(job)->state == JobState::kPaused);
   CHECK(store->add_client(client("hash-a")).ok());
+  auto heard = (*listener)->next(0.1);  // listening again
+  CHECK(heard.ok());
 }
 
 TEST_CASE("an unreachable server is a clear kUnavailable within the connect timeout") {
