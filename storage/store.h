@@ -19,9 +19,10 @@
 //    hold; kConflict for a write the stored state refuses (a duplicate, a round that is not
 //    open, a reference to a record the store does not hold, a stale lease epoch), which then
 //    changes nothing; kInvalidArgument as the openers below say; kUnavailable when the
-//    database cannot be reached (the connection was lost: nothing was written, or, for a
-//    write whose commit was under way, it is unknown whether it was; the next call
-//    reconnects); kInternal for an I/O failure or a corrupt row.
+//    database cannot be reached or cannot serve now (the connection was lost: nothing was
+//    written, or, for a write whose commit was under way, it is unknown whether it was; the
+//    next call reconnects; or the server is shutting down, out of connections, or gave up a
+//    transaction on a deadlock: try again); kInternal for an I/O failure or a corrupt row.
 //  - Bytes: models, optimizer states, modules and partials are kept byte for byte; every other
 //    string (names, token hashes, checksums, holders, replicas) is UTF-8 text without NUL,
 //    which PostgreSQL holds to (kInvalidArgument otherwise). JSON is kept as its text.
