@@ -79,6 +79,11 @@ Result<const RuleInfo*> validate(const AggregatorConfig& c) {
   return info;
 }
 
+Status check_discount(double discount) {
+  if (discount > 0 && discount <= 1) return ok_status();
+  return invalid_argument("an update's discount must be in (0, 1]");
+}
+
 uint64_t os_random_seed() {
   std::random_device device;
   return (uint64_t{device()} << 32) ^ device();
@@ -98,12 +103,16 @@ class FedAvgAggregator : public Aggregator {
   size_t parameter_count() const override { return fedavg_.parameter_count(); }
   size_t updates() const override { return fedavg_.updates(); }
 
-  Status add(const UnalignedFloat* values, size_t count, double weight) override {
+  using Aggregator::add;
+  Status add(const UnalignedFloat* values, size_t count, double weight,
+             double discount) override {
     FEDCASE_RETURN_IF_ERROR(check_update_arguments(count, parameter_count(), weight));
+    FEDCASE_RETURN_IF_ERROR(check_discount(discount));
     auto factor = clip_factor(values, count, clip_norm_, *pool_);
     if (!factor.ok()) return factor.status();
-    // With DP every client counts once: a reported weight would scale the sensitivity.
-    return fedavg_.add_scaled(values, count, dp() ? 1.0 : weight, *factor);
+    // With DP every client counts once: a reported weight would scale the sensitivity. A
+    // discount (<= 1) only shrinks a clipped update, so the sensitivity stays clip_norm.
+    return fedavg_.add_scaled(values, count, dp() ? 1.0 : weight, *factor * discount);
   }
 
   Result<std::vector<float>> result() const override {
@@ -135,8 +144,14 @@ class BufferedAggregator : public Aggregator {
   size_t parameter_count() const override { return parameter_count_; }
   size_t updates() const override { return buffers_.size(); }
 
-  Status add(const UnalignedFloat* values, size_t count, double weight) override {
+  using Aggregator::add;
+  Status add(const UnalignedFloat* values, size_t count, double weight,
+             double discount) override {
     FEDCASE_RETURN_IF_ERROR(check_update_arguments(count, parameter_count_, weight));
+    FEDCASE_RETURN_IF_ERROR(check_discount(discount));
+    if (discount != 1.0) {
+      return invalid_argument(config_.rule + " aggregation takes no discounted updates");
+    }
     if (buffers_.size() >= config_.max_buffered_updates) {
       return resource_exhausted(config_.rule + " aggregation already holds its maximum of " +
                                 std::to_string(config_.max_buffered_updates) +

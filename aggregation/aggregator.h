@@ -40,7 +40,15 @@ class Aggregator {
   // Refuses it, leaving the aggregate unchanged: kUnprocessable for a size mismatch or a non-finite
   // norm, kInvalidArgument for a bad weight, kResourceExhausted when a buffered rule already holds
   // max_buffered_updates.
-  virtual Status add(const UnalignedFloat* values, size_t count, double weight) = 0;
+  Status add(const UnalignedFloat* values, size_t count, double weight) {
+    return add(values, count, weight, 1.0);
+  }
+  // As add(), with the update's values scaled by `discount` (in (0, 1]): it still counts for
+  // its whole weight in the mean, so a discount shrinks its part of the step (an asynchronous
+  // update's staleness weight, FedBuff). Only fedavg takes a discount below 1; the buffered
+  // rules refuse one (kInvalidArgument), as does every rule a discount outside (0, 1].
+  virtual Status add(const UnalignedFloat* values, size_t count, double weight,
+                     double discount) = 0;
 
   // The aggregate of every update added so far; calling it again gives the same values (the
   // DP noise comes from the configured seed). kConflict when nothing was added or when the

@@ -41,6 +41,8 @@
 #include "aggregation/fedavg.h"
 #include "aggregation/vector_ops.h"
 #include "aggregation/worker_pool.h"
+#include "bench/peak_probe.h"
+#include "bench/synthetic_update.h"
 
 namespace {
 
@@ -48,6 +50,8 @@ using fedcase::aggregation::Aggregator;
 using fedcase::aggregation::kMinParallelRange;
 using fedcase::aggregation::StreamingFedAvg;
 using fedcase::aggregation::WorkerPool;
+using fedcase::bench::fill_update;
+using fedcase::bench::PeakProbe;
 using Clock = std::chrono::steady_clock;
 using Json = nlohmann::ordered_json;
 
@@ -91,51 +95,6 @@ double time_it(const std::function<void()>& work) {
   const auto start = Clock::now();
   work();
   return seconds_since(start);
-}
-
-// One field of /proc/self/status in bytes (its values are in kB); 0 if absent.
-size_t status_bytes(const std::string& field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.compare(0, field.size() + 1, field + ":") == 0) {
-      return std::strtoull(line.c_str() + field.size() + 1, nullptr, 10) * 1024;
-    }
-  }
-  return 0;
-}
-
-// Peak resident memory of one phase above the resident memory when it started.
-class PeakProbe {
- public:
-  PeakProbe() {
-    std::ofstream clear("/proc/self/clear_refs");
-    clear << "5";
-    clear.flush();
-    reset_ok_ = clear.good();
-    baseline_ = status_bytes("VmRSS");
-  }
-  // nullopt when the peak counter could not be reset (VmHWM would include earlier phases).
-  std::optional<size_t> peak_bytes() const {
-    if (!reset_ok_) return std::nullopt;
-    const size_t hwm = status_bytes("VmHWM");
-    return hwm > baseline_ ? hwm - baseline_ : 0;
-  }
-
- private:
-  bool reset_ok_ = false;
-  size_t baseline_ = 0;
-};
-
-// Deterministic pseudo-random deltas in [-0.01, 0.01), like a round's client updates.
-void fill_update(std::vector<float>& out, uint64_t seed) {
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (float& v : out) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    v = (static_cast<float>(s >> 40) * 0x1.0p-24f - 0.5f) * 0.02f;
-  }
 }
 
 std::vector<std::vector<float>> make_updates(size_t count, size_t params, uint64_t seed) {

@@ -1,7 +1,10 @@
 // Time to accuracy, as an ablation: every selection policy (random, Oort, FedCaSe) on every
 // client pipeline (uniform sampling with no cache, uniform with LRU, SHADE importance sampling
-// with the importance cache), and FedCaSe's two rho controllers, on several simulated fleets,
-// in virtual time.
+// with the importance cache), FedCaSe's two rho controllers, and asynchronous training
+// (FedBuff: mode "async" with the job's K as the buffer and its default concurrency) with each
+// policy's slot selection on the none and importance pipelines, on several simulated fleets, in
+// virtual time. Every run also reports the fleet's client-seconds and the updates it sent for
+// nothing (refused or not kept) until the target.
 //
 //   tta_bench [--configs A,B,...] [--seeds N] [--repetition R] [--threads N] [--out DIR]
 //             [--root DIR] [--full]
@@ -95,6 +98,17 @@ std::vector<Variant> make_variants(double repetition_factor) {
   }
   out.push_back(variant("fedcase_perturb/importance", "#ff7f00",
                         {{"policy", "fedcase"}, {"rho_controller", "perturb"}}, kPipelines[2]));
+  // FedBuff: the same selections filling slots of an asynchronous job.
+  const char* async_colors[3][2] = {
+      {"#238b45", "#74c476"}, {"#6a51a3", "#9e9ac8"}, {"#d94801", "#fd8d3c"}};
+  for (size_t k = 0; k < std::size(selections); ++k) {
+    for (size_t p : {size_t(0), size_t(2)}) {
+      Variant v = variant(std::string("fedbuff_") + selections[k].name + "/" + kPipelines[p].name,
+                          async_colors[k][p == 0 ? 0 : 1], selections[k].selection, kPipelines[p]);
+      v.patch["job"]["mode"] = "async";
+      out.push_back(std::move(v));
+    }
+  }
   return out;
 }
 
@@ -190,6 +204,9 @@ constexpr double kNever = std::numeric_limits<double>::infinity();
 // of the run).
 struct Figures {
   std::vector<double> tta_s, rounds, round_s;
+  // Until the target (infinite where it was missed): the fleet's client-seconds and the updates
+  // trained and sent for nothing.
+  std::vector<double> client_s, wasted;
   double hit_ratio = 0;  // mean over seeds
 };
 
@@ -200,9 +217,14 @@ Figures figures_of(const std::vector<Run>& runs, const Fleet& fleet, const Varia
     f.tta_s.push_back(r.summary.time_to_target_s.value_or(kNever));
     f.rounds.push_back(r.summary.rounds_to_target ? double(*r.summary.rounds_to_target) : kNever);
     f.round_s.push_back(r.summary.rounds ? r.summary.virtual_s / double(r.summary.rounds) : 0);
+    const bool reached = r.summary.time_to_target_s.has_value();
+    f.client_s.push_back(reached ? r.summary.client_s_to_target : kNever);
+    f.wasted.push_back(reached ? double(r.summary.wasted_to_target) : kNever);
     f.hit_ratio += r.summary.mean_hit_ratio;
   }
-  for (auto* list : {&f.tta_s, &f.rounds, &f.round_s}) std::sort(list->begin(), list->end());
+  for (auto* list : {&f.tta_s, &f.rounds, &f.round_s, &f.client_s, &f.wasted}) {
+    std::sort(list->begin(), list->end());
+  }
   if (!f.tta_s.empty()) f.hit_ratio /= double(f.tta_s.size());
   return f;
 }
@@ -352,8 +374,8 @@ Json fleet_report(const std::vector<Run>& runs, const Fleet& fleet,
               fleet.name.c_str(), fleet.clients.size(),
               unsigned(fleet.config.job.clients_per_round), fleet.config.job.target_accuracy,
               fleet.repetition_factor);
-  std::printf("%-27s %20s %16s %18s %9s\n", "variant", "TTA s (IQR)", "rounds (IQR)",
-              "round s (IQR)", "hit ratio");
+  std::printf("%-27s %20s %16s %18s %9s %24s %14s\n", "variant", "TTA s (IQR)", "rounds (IQR)",
+              "round s (IQR)", "hit ratio", "client-s to target (IQR)", "wasted (IQR)");
   auto cell = [](const std::vector<double>& t, int decimals) {
     char buf[64];
     auto q = [&](double p) { return quantile(t, p).value_or(kNever); };
@@ -367,9 +389,12 @@ Json fleet_report(const std::vector<Run>& runs, const Fleet& fleet,
     per_variant[v.name] = {{"tta_s", summary_of(f.tta_s)},
                            {"rounds_to_target", summary_of(f.rounds)},
                            {"round_s", summary_of(f.round_s)},
-                           {"mean_hit_ratio", f.hit_ratio}};
-    std::printf("%-27s %20s %16s %18s %9.3f\n", v.name.c_str(), cell(f.tta_s, 0).c_str(),
-                cell(f.rounds, 0).c_str(), cell(f.round_s, 2).c_str(), f.hit_ratio);
+                           {"mean_hit_ratio", f.hit_ratio},
+                           {"client_s_to_target", summary_of(f.client_s)},
+                           {"wasted_updates_to_target", summary_of(f.wasted)}};
+    std::printf("%-27s %20s %16s %18s %9.3f %24s %14s\n", v.name.c_str(), cell(f.tta_s, 0).c_str(),
+                cell(f.rounds, 0).c_str(), cell(f.round_s, 2).c_str(), f.hit_ratio,
+                cell(f.client_s, 0).c_str(), cell(f.wasted, 0).c_str());
   }
   auto median_tta = [&](const std::string& name) { return quantile(figures.at(name).tta_s, 0.5); };
   // How much sooner `fast` reaches the target than `slow` (median over median); null when
@@ -397,6 +422,21 @@ Json fleet_report(const std::vector<Run>& runs, const Fleet& fleet,
   out["speedup_oort_vs_random"] = speedup("random/none", "oort/none");
   out["speedup_learned_vs_perturb_rho"] =
       speedup("fedcase_perturb/importance", "fedcase/importance");
+  // Asynchronous training: FedBuff against synchronous rounds, selection by selection, and
+  // FedCaSe's slot selection against FedBuff's random one.
+  Json async_vs_sync = Json::object();
+  for (const char* policy : {"random", "oort", "fedcase"}) {
+    for (const char* pipeline : {"none", "importance"}) {
+      const std::string name = std::string(policy) + "/" + pipeline;
+      async_vs_sync[name] = speedup(name, "fedbuff_" + name);
+    }
+  }
+  out["speedup_fedbuff_vs_sync"] = async_vs_sync;
+  out["speedup_fedbuff_random_vs_random"] = speedup("random/none", "fedbuff_random/none");
+  out["speedup_fedbuff_fedcase_vs_fedbuff_random"] =
+      speedup("fedbuff_random/none", "fedbuff_fedcase/none");
+  out["speedup_fedbuff_fedcase_importance_vs_fedbuff_random"] =
+      speedup("fedbuff_random/none", "fedbuff_fedcase/importance");
   out["variants"] = per_variant;
   return out;
 }

@@ -27,6 +27,11 @@ Result<uint64_t> parse_job_id(const std::string& text) {
   return *id;
 }
 
+// A model version: a whole decimal number, 0 included.
+bool is_version_number(const std::string& text) {
+  return text == "0" || parse_positive(text, UINT64_MAX).has_value();
+}
+
 std::string lookup(const std::map<std::string, std::string>& env, const std::string& name) {
   auto it = env.find(name);
   return it == env.end() ? std::string() : it->second;
@@ -35,7 +40,7 @@ std::string lookup(const std::map<std::string, std::string>& env, const std::str
 // The flags that take a value; the others are --json and --help / -h.
 bool takes_value(const std::string& flag) {
   return flag == "--url" || flag == "--token" || flag == "--ca" || flag == "--timeout" ||
-         flag == "--job" || flag == "--model";
+         flag == "--job" || flag == "--model" || flag == "--format" || flag == "--out";
 }
 
 // The subcommand and its arguments, from the words that are not flags.
@@ -61,6 +66,30 @@ Status parse_command(const std::vector<std::string>& words, Invocation& inv) {
     return ok_status();
   }
   if (group == "rounds") return job_argument(Command::kRounds, "rounds ID");
+  if (group == "models") {
+    if (words.size() < 2) return invalid_argument("'models' needs list or get");
+    if (words[1] == "list") {
+      FEDCASE_RETURN_IF_ERROR(expect_words(3, "models list ID"));
+    } else if (words[1] == "get") {
+      if (words.size() == 4) {
+        const std::string& version = words[3];
+        if (version != "latest" && version != "best" && !is_version_number(version)) {
+          return invalid_argument("a model version is a number, 'latest' or 'best', not '" +
+                                  version + "'");
+        }
+        inv.version = version;
+      } else {
+        FEDCASE_RETURN_IF_ERROR(expect_words(3, "models get ID [VERSION]"));
+      }
+    } else {
+      return invalid_argument("unknown subcommand 'models " + words[1] + "'");
+    }
+    auto id = parse_job_id(words[2]);
+    if (!id.ok()) return id.status();
+    inv.command = words[1] == "list" ? Command::kModelsList : Command::kModelsGet;
+    inv.job = *id;
+    return ok_status();
+  }
   if (group != "jobs") return invalid_argument("unknown subcommand '" + group + "'");
   if (words.size() < 2)
     return invalid_argument("'jobs' needs list, create, show, pause, resume or cancel");
@@ -180,6 +209,22 @@ Result<Invocation> parse_args(const std::vector<std::string>& args,
     }
     inv.model_file = model->second;
   }
+  for (const char* flag : {"--format", "--out"}) {
+    if (flags.count(flag) && inv.command != Command::kModelsGet) {
+      return invalid_argument(std::string(flag) + " goes with 'models get'");
+    }
+  }
+  if (inv.command == Command::kModelsGet) {
+    if (auto format = flags.find("--format"); format != flags.end()) inv.format = format->second;
+    if (inv.format != "torchscript" && inv.format != "npz" && inv.format != "blob") {
+      return invalid_argument("--format is torchscript, npz or blob, not '" + inv.format + "'");
+    }
+    auto out = flags.find("--out");
+    if (out == flags.end() || out->second.empty()) {
+      return invalid_argument("'models get' needs --out FILE ('-': standard output)");
+    }
+    inv.out_file = out->second;
+  }
   if (auto timeout = flags.find("--timeout"); timeout != flags.end()) {
     const std::string& text = timeout->second;
     char* end = nullptr;
@@ -229,6 +274,11 @@ std::string usage() {
          "  clients [--job ID]      the registered clients and their profiles; with --job,\n"
          "                          only those with an expected duration for that job\n"
          "  rounds ID               the rounds of a job and their metrics\n"
+         "  models list ID          a job's model versions: round, accuracy, size\n"
+         "  models get ID [VERSION] --out FILE [--format F]\n"
+         "                          download a model version (a number, latest or best;\n"
+         "                          default latest) as F: torchscript (default), npz or\n"
+         "                          blob; FILE '-': standard output\n"
          "  help                    this text\n"
          "\n"
          "flags:\n"

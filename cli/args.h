@@ -22,6 +22,8 @@ enum class Command {
   kJobsCancel,
   kClients,
   kRounds,
+  kModelsList,
+  kModelsGet,
 };
 
 // Where the coordinator is, from --url / FEDCASE_URL and --ca / FEDCASE_CA.
@@ -38,7 +40,12 @@ struct Invocation {
   std::optional<uint64_t> job;  // the job of show/pause/resume/cancel/rounds and clients --job
   std::string job_file;         // jobs create: a path, or "-" for standard input
   std::string model_file;       // jobs create --model: the job's model file; empty = built-in
-  bool json = false;            // print the coordinator's JSON instead of a table
+  // models get: the version (a number, "latest" or "best"), the export format and the file
+  // to write ("-": standard output).
+  std::string version = "latest";
+  std::string format = "torchscript";
+  std::string out_file;
+  bool json = false;  // print the coordinator's JSON instead of a table
   Endpoint endpoint;
   std::string token;  // the admin token
   double timeout_s = 10;
@@ -51,8 +58,9 @@ inline constexpr const char* kDefaultUrl = "http://127.0.0.1:8080";
 // FEDCASE_CA in `env`). `--help`, `-h` or `help` anywhere gives kHelp and needs nothing
 // else. kInvalidArgument, with a message for the operator, when the line is not usable: no or
 // unknown subcommand, unknown flag, missing or extra argument, a job id that is not a positive
-// number, no token, a bad URL, https without a CA file, --ca with an http URL, a timeout that
-// is not a positive number.
+// number, a model version that is not a number, "latest" or "best", a format other than
+// torchscript, npz or blob, `models get` without --out, no token, a bad URL, https without a
+// CA file, --ca with an http URL, a timeout that is not a positive number.
 Result<Invocation> parse_args(const std::vector<std::string>& args,
                               const std::map<std::string, std::string>& env);
 

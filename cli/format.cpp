@@ -76,6 +76,18 @@ std::string format_rate(double bytes_per_s) {
   return format_fixed(bytes_per_s, 1) + " " + kUnits[unit];
 }
 
+std::string format_bytes(double bytes) {
+  if (bytes < 1000) return std::to_string(int64_t(std::max(0.0, bytes))) + " B";
+  const char* units[] = {"KB", "MB", "GB", "TB"};
+  size_t unit = 0;
+  bytes /= 1000;
+  while (bytes >= 1000 && unit + 1 < std::size(units)) {
+    bytes /= 1000;
+    ++unit;
+  }
+  return format_fixed(bytes, 1) + " " + units[unit];
+}
+
 std::string format_fixed(double value, int decimals) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
@@ -211,6 +223,31 @@ std::string clients_table(const json& clients_reply, std::optional<uint64_t> job
   return render_table({"ID", "AVAILABLE", "LAST SEEN", "EXPECTED", "COMPUTE", "DOWNLOAD", "UPLOAD",
                        "CACHE HITS", "UTILITY", "SELECTED"},
                       rows);
+}
+
+std::string models_table(const json& reply, double now_s) {
+  const uint64_t latest = reply.at("latest").get<uint64_t>();
+  const json& best = reply.at("best");
+  std::string summary = "job " + std::to_string(reply.at("job_id").get<uint64_t>()) +
+                        ": latest version " + std::to_string(latest) + ", best " +
+                        (best.is_null() ? std::string("- (nothing evaluated yet)")
+                                        : std::to_string(best.get<uint64_t>())) +
+                        " by " + reply.at("evaluation_target").get<std::string>() + " accuracy; " +
+                        format_bytes(reply.at("bytes").get<double>()) + " a version (" +
+                        std::to_string(reply.at("parameters").get<uint64_t>()) + " parameters)\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const json& m : reply.at("models")) {
+    const uint64_t version = m.at("version").get<uint64_t>();
+    std::string marks;
+    if (version == latest) marks += " latest";
+    if (!best.is_null() && version == best.get<uint64_t>()) marks += " best";
+    const json& round = m.at("round");
+    rows.push_back({std::to_string(version) + marks,
+                    round.is_null() ? "-" : std::to_string(round.get<uint64_t>()),
+                    fixed_or_dash(m, "accuracy", 4),
+                    format_age(now_s - m.at("created_at").get<double>())});
+  }
+  return summary + render_table({"VERSION", "ROUND", "ACCURACY", "AGE"}, rows);
 }
 
 std::string rounds_table(const json& detail) {

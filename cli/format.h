@@ -45,6 +45,13 @@ nlohmann::json clients_for_job(const nlohmann::json& clients_reply, uint64_t job
 std::string clients_table(const nlohmann::json& clients_reply, std::optional<uint64_t> job,
                           double now_s);
 
+// GET /v1/admin/jobs/{id}/models: a line with the job's latest and best versions and the size
+// of a version, then VERSION (marked "latest", "best"), ROUND, ACCURACY (the job's evaluation
+// target's), AGE (at `now_s`).
+std::string models_table(const nlohmann::json& models_reply, double now_s);
+// "12.3 KB", "4.5 MB": bytes in decimal units with one decimal ("512 B" below 1 KB).
+std::string format_bytes(double bytes);
+
 // The `rounds` of a job detail: ROUND, STATE, SELECTED, UPDATES, DROPPED, SECONDS,
 // TEST ACCURACY, FAILURE.
 std::string rounds_table(const nlohmann::json& detail);

@@ -46,6 +46,22 @@ double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// `models get`: the export checked against its checksum, then written to --out (its bytes on
+// standard output and the summary on standard error for '-').
+Outcome save_export(const Invocation& inv, const client::HttpResponse& response) {
+  Outcome outcome = interpret_export(inv, response.status, response.body, response.header("etag"),
+                                     response.header("x-fedcase-model-version"));
+  if (outcome.exit_code != kExitOk) return outcome;
+  if (inv.out_file == "-") return {kExitOk, response.body, outcome.out};
+  std::ofstream file(inv.out_file, std::ios::binary | std::ios::trunc);
+  file << response.body;
+  file.close();
+  if (!file) {
+    return {kExitUsage, "", "fedcase: cannot write '" + inv.out_file + "'\n"};
+  }
+  return outcome;
+}
+
 Outcome run(const std::vector<std::string>& args) {
   auto inv = parse_args(args, environment());
   if (!inv.ok()) return usage_failure(inv.status());
@@ -70,6 +86,7 @@ Outcome run(const std::vector<std::string>& args) {
   auto response =
       http.request(request.method, request.target, request.body, request.headers, inv->timeout_s);
   if (!response.ok()) return transport_failure(*inv, response.status());
+  if (inv->command == Command::kModelsGet) return save_export(*inv, *response);
   return interpret_reply(*inv, response->status, response->body, unix_now());
 }
 

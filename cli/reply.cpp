@@ -4,6 +4,7 @@
 
 #include "cli/exit_codes.h"
 #include "cli/format.h"
+#include "common/crypto.h"
 #include "common/json_read.h"
 #include "protocol/error_reply.h"
 
@@ -65,6 +66,9 @@ std::string success_text(const Invocation& inv, const json& answer, double now_s
       return clients_table(answer, inv.job, now_s);
     case Command::kRounds:
       return rounds_table(answer);
+    case Command::kModelsList:
+      return models_table(answer, now_s);
+    case Command::kModelsGet:
     case Command::kHelp:
       break;
   }
@@ -105,6 +109,24 @@ Outcome interpret_reply(const Invocation& inv, int status, const std::string& bo
             std::string("fedcase: the coordinator's answer has an unexpected shape: ") + e.what() +
                 "\n"};
   }
+}
+
+Outcome interpret_export(const Invocation& inv, int status, const std::string& body,
+                         const std::string& etag, const std::string& version) {
+  const int code = exit_code_for_http(status);
+  if (code != kExitOk) return {code, "", "fedcase: " + failure_text(status, body) + "\n"};
+  const std::string sha256 = sha256_hex(body);
+  if (etag != "\"" + sha256 + "\"") {
+    return {kExitServerError, "",
+            "fedcase: the download is corrupt: its SHA-256 is " + sha256 + ", the coordinator's " +
+                (etag.empty() ? std::string("is missing") : etag) + "\n"};
+  }
+  const std::string where = inv.out_file == "-" ? "standard output" : inv.out_file;
+  return {kExitOk,
+          "job " + std::to_string(inv.job.value_or(0)) + " model version " + version + " as " +
+              inv.format + ": " + format_bytes(double(body.size())) + " to " + where + ", sha256 " +
+              sha256 + "\n",
+          ""};
 }
 
 }  // namespace fedcase::cli

@@ -33,4 +33,11 @@ Outcome transport_failure(const Invocation& inv, const Status& status);
 // lacks what the view needs gives kExitServerError. `now_s` (Unix seconds) dates client ages.
 Outcome interpret_reply(const Invocation& inv, int status, const std::string& body, double now_s);
 
+// The answer to `models get`: an export's bytes `body`, with the ETag ("\"<sha256 hex>\"") and
+// the X-Fedcase-Model-Version the coordinator sent. A failure as interpret_reply's; bytes
+// whose SHA-256 is not the ETag's give kExitServerError. On success, `out` is the line the
+// caller prints once it has written `body` to inv.out_file: version, format, size, checksum.
+Outcome interpret_export(const Invocation& inv, int status, const std::string& body,
+                         const std::string& etag, const std::string& version);
+
 }  // namespace fedcase::cli

@@ -56,11 +56,18 @@ ApiRequest api_request(const Invocation& inv, const std::string& job_config,
     case Command::kClients:
       r.target = "/v1/admin/clients";
       break;
+    case Command::kModelsList:
+      r.target = job + "/models";
+      break;
+    case Command::kModelsGet:
+      r.target = job + "/models/" + inv.version + "/export?format=" + inv.format;
+      break;
     case Command::kHelp:
       break;
   }
   r.headers["Authorization"] = "Bearer " + inv.token;
-  r.headers["Accept"] = "application/json";
+  r.headers["Accept"] =
+      inv.command == Command::kModelsGet ? "application/octet-stream" : "application/json";
   if (r.method == "POST") r.headers["Content-Type"] = "application/json";
   if (inv.command == Command::kJobsCreate && !inv.model_file.empty()) {
     auto [body, boundary] = multipart_body(job_config, model);

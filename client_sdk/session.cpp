@@ -254,7 +254,10 @@ struct Session::Impl {
     FEDCASE_RETURN_IF_ERROR(fetch_model(task));
     double download_s = seconds_since(start);
     auto trained = train(task);
-    if (!trained.ok()) return trained.status();
+    if (!trained.ok()) {
+      stats.rounds_failed++;
+      return trained.status();
+    }
     stats.rounds_trained++;
     auto& [body, meta] = *trained;
     meta.download_s = download_s;

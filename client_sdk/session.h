@@ -53,6 +53,7 @@ struct SessionConfig {
 
 struct SessionStats {
   std::atomic<uint64_t> rounds_trained{0};
+  std::atomic<uint64_t> rounds_failed{0};  // the trainer or the data failed: nothing was sent
   std::atomic<uint64_t> updates_accepted{0};
   std::atomic<uint64_t> updates_refused{0};
   std::atomic<uint64_t> updates_skipped{0};  // not sent: the round no longer needed them

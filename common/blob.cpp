@@ -2,6 +2,7 @@
 
 #include <isa-l/crc.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -59,16 +60,40 @@ uint64_t ModelLayout::element_count() const {
   return n;
 }
 
+namespace {
+std::string shape_text(const std::vector<uint64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ",";
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+}  // namespace
+
+std::string ModelLayout::first_difference(const ModelLayout& other) const {
+  const size_t common = std::min(tensors.size(), other.tensors.size());
+  for (size_t i = 0; i < common; ++i) {
+    const TensorSpec &here = tensors[i], &there = other.tensors[i];
+    if (here.name != there.name) {
+      return "tensor '" + there.name + "' comes where '" + here.name + "' is here";
+    }
+    if (here.shape != there.shape) {
+      return "tensor '" + here.name + "' is " + shape_text(here.shape) + " here and " +
+             shape_text(there.shape) + " there";
+    }
+  }
+  if (tensors.size() > common) return "there is no tensor '" + tensors[common].name + "'";
+  if (other.tensors.size() > common)
+    return "tensor '" + other.tensors[common].name + "' is only there";
+  return std::string();
+}
+
 std::string ModelLayout::describe() const {
   std::string out;
   for (const auto& t : tensors) {
     if (!out.empty()) out += ", ";
-    out += t.name + "[";
-    for (size_t i = 0; i < t.shape.size(); ++i) {
-      if (i) out += ",";
-      out += std::to_string(t.shape[i]);
-    }
-    out += "]";
+    out += t.name + shape_text(t.shape);
   }
   return out;
 }

@@ -47,6 +47,10 @@ struct ModelLayout {
   bool operator==(const ModelLayout& other) const { return tensors == other.tensors; }
   bool operator!=(const ModelLayout& other) const { return !(*this == other); }
   std::string describe() const;  // "conv1.weight[16,1,5,5], ..." for error messages
+  // The first way `other` differs from this layout, for people: "tensor 'fc1.weight' is
+  // [128,784] here and [64,1568] there", "there is no tensor 'fc2.bias'", "tensor 'x' is only
+  // there", "tensor 'b' comes where 'a' is here"; empty when the layouts are equal.
+  std::string first_difference(const ModelLayout& other) const;
 };
 
 struct ModelBlob {

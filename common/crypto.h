@@ -17,6 +17,9 @@ Result<uint64_t> random_u64();
 
 // Lower-case hex SHA-256 of `data`.
 std::string sha256_hex(std::string_view data);
+// Base64 (RFC 4648, padded) of the bytes that the hex digits `hex` spell (an odd last digit is
+// ignored), e.g. a sha256_hex digest for an HTTP Repr-Digest field.
+std::string hex_to_base64(std::string_view hex);
 
 // The reason of the oldest error in this thread's OpenSSL error queue (which it then clears),
 // or `fallback` when the queue is empty: for messages about certificates and keys.

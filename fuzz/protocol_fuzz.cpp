@@ -1,9 +1,9 @@
-// Fuzzes every wire message reader (protocol/): the input is JSON text, as the coordinator and
-// the SDK receive it (a request body, the X-Fedcase-Meta header, an answer), parsed with
-// parse_untrusted_json (common/json_read.h) and given to each reader in turn. A reader must
-// answer with a value or a Status, never throw; and a value it accepts must be accepted again
-// once written, and written the same (what a reader accepts is valid). Numbers it accepts are
-// finite, so the checks below hold for every accepted value.
+// Fuzzes every wire message reader (protocol/), secure aggregation's included: the input is JSON
+// text, as the coordinator and the SDK receive it (a request body, the X-Fedcase-Meta header, an
+// answer), parsed with parse_untrusted_json (common/json_read.h) and given to each reader in turn.
+// A reader must answer with a value or a Status, never throw; and a value it accepts must be
+// accepted again once written, and written the same (what a reader accepts is valid). Numbers it
+// accepts are finite, so the checks below hold for every accepted value.
 
 #include <cmath>
 #include <string>
@@ -13,6 +13,7 @@
 #include "protocol/error_reply.h"
 #include "protocol/eval_report.h"
 #include "protocol/registration.h"
+#include "protocol/secagg.h"
 #include "protocol/task_offer.h"
 #include "protocol/task_status.h"
 #include "protocol/update_meta.h"
@@ -69,6 +70,70 @@ void check(const protocol::Registration& r) {
   if (r.labels.size() > protocol::kMaxLabels) fedcase::fuzz::fuzz_fail("accepted 17 labels");
 }
 
+void check_key(const std::string& key) {
+  if (key.size() != protocol::kSecAggKeyBytes) fedcase::fuzz::fuzz_fail("accepted a bad key");
+}
+
+void check_blob(const std::string& blob) {
+  if (blob.empty() || blob.size() > protocol::kMaxSecAggBlobBytes) {
+    fedcase::fuzz::fuzz_fail("accepted a bad ciphertext or share");
+  }
+}
+
+void check(const protocol::SecAggParams& p) {
+  if (p.threshold < 1 || p.threshold > p.degree || p.bits < 1 || p.bits > 64 || !(p.clip > 0) ||
+      !(p.scale > 0) || p.max_weight < 1 || p.vector_length < 1 ||
+      p.vector_length > protocol::kMaxSecAggVectorLength) {
+    fedcase::fuzz::fuzz_fail("accepted bad secure-aggregation parameters");
+  }
+  check_finite(p.clip, "accepted a bad clip");
+  check_finite(p.scale, "accepted a bad scale");
+}
+
+void check(const protocol::SecAggAdvertiseKeys& m) {
+  if (m.round == 0) fedcase::fuzz::fuzz_fail("accepted round 0");
+  check_key(m.cipher_public_key);
+  check_key(m.mask_public_key);
+}
+
+void check(const protocol::SecAggGraph& m) {
+  check(m.params);
+  check_key(m.graph_seed);
+  for (size_t i = 1; i < m.participants.size(); ++i) {
+    if (m.participants[i - 1] >= m.participants[i]) {
+      fedcase::fuzz::fuzz_fail("accepted participants out of order");
+    }
+  }
+}
+
+void check(const protocol::SecAggKeyList& m) {
+  for (const auto& peer : m.neighbours) {
+    check_key(peer.cipher_public_key);
+    check_key(peer.mask_public_key);
+  }
+}
+
+void check(const protocol::SecAggShares& m) {
+  check_key(m.seed_commitment);
+  for (const auto& c : m.shares) check_blob(c.ciphertext);
+}
+
+void check(const protocol::SecAggForwardedShares& m) {
+  for (const auto& c : m.shares) check_blob(c.ciphertext);
+}
+
+void check(const protocol::SecAggMaskedInput& m) {
+  if ((m.word_bytes != 4 && m.word_bytes != 8) || m.words < 2) {
+    fedcase::fuzz::fuzz_fail("accepted a bad masked input header");
+  }
+}
+
+void check(const protocol::SecAggUnmaskResponse& m) {
+  for (const auto* list : {&m.seed_shares, &m.key_shares}) {
+    for (const auto& s : *list) check_blob(s.share);
+  }
+}
+
 template <class T>
 void check(const T&) {}
 
@@ -95,6 +160,9 @@ fedcase::Result<protocol::EvalReport> read_report(const json& j) {
 fedcase::Result<protocol::DeviceInfo> read_device(const json& j) {
   return protocol::read_device_info(j);
 }
+fedcase::Result<protocol::SecAggParams> read_params(const json& j) {
+  return protocol::read_secagg_params(j);
+}
 
 }  // namespace
 
@@ -110,6 +178,16 @@ FEDCASE_FUZZ_TARGET(protocol) {
     read_twice(*doc, protocol::read_registration_reply, protocol::write_registration_reply);
     read_twice(*doc, protocol::read_task_status, protocol::write_task_status);
     read_twice(*doc, protocol::read_error_reply, protocol::write_error_reply);
+    read_twice(*doc, read_params, protocol::write_secagg_params);
+    read_twice(*doc, protocol::read_secagg_advertise_keys, protocol::write_secagg_advertise_keys);
+    read_twice(*doc, protocol::read_secagg_graph, protocol::write_secagg_graph);
+    read_twice(*doc, protocol::read_secagg_key_list, protocol::write_secagg_key_list);
+    read_twice(*doc, protocol::read_secagg_shares, protocol::write_secagg_shares);
+    read_twice(*doc, protocol::read_secagg_forwarded_shares,
+               protocol::write_secagg_forwarded_shares);
+    read_twice(*doc, protocol::read_secagg_masked_input, protocol::write_secagg_masked_input);
+    read_twice(*doc, protocol::read_secagg_unmask_request, protocol::write_secagg_unmask_request);
+    read_twice(*doc, protocol::read_secagg_unmask_response, protocol::write_secagg_unmask_response);
   } catch (const std::exception& e) {
     fedcase::fuzz::fuzz_fail(std::string("a reader threw: ") + e.what());
   }

@@ -1,17 +1,40 @@
 #include "ml/model.h"
 
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 
 #include "common/mutex.h"
 #include "protocol/task_offer.h"
 
 namespace fedcase::ml {
 namespace {
+
+// Fashion-MNIST's mean and standard deviation, which every input is normalised with.
+constexpr float kPixelMean = 0.2860f;
+constexpr float kPixelStd = 0.3530f;
+
+// Each architecture's forward() in TorchScript, for exports: the C++ forward below, after the
+// normalisation make_batch applies.
+constexpr const char* kCnnScript = R"(
+def forward(self, x):
+    x = (x - 0.2860) / 0.3530
+    x = torch.max_pool2d(torch.relu(torch.conv2d(x, self.conv1.weight, self.conv1.bias, [1, 1], [2, 2])), [2, 2])
+    x = torch.max_pool2d(torch.relu(torch.conv2d(x, self.conv2.weight, self.conv2.bias, [1, 1], [2, 2])), [2, 2])
+    x = torch.relu(torch.linear(torch.flatten(x, 1), self.fc1.weight, self.fc1.bias))
+    return torch.linear(x, self.fc2.weight, self.fc2.bias)
+)";
+constexpr const char* kMlpScript = R"(
+def forward(self, x):
+    x = (x - 0.2860) / 0.3530
+    x = torch.relu(torch.linear(torch.flatten(x, 1), self.fc1.weight, self.fc1.bias))
+    return torch.linear(x, self.fc2.weight, self.fc2.bias)
+)";
 
 struct CnnImpl : torch::nn::Module {
   CnnImpl()
@@ -57,8 +80,7 @@ std::pair<torch::Tensor, torch::Tensor> make_batch(const Dataset& data,
     std::memcpy(img + i * bytes, data.pixels.data() + s * bytes, bytes);
     lab[i] = data.labels[s];
   }
-  // Fashion-MNIST mean and standard deviation.
-  auto x = (images.to(torch::kFloat32).div_(255.0f) - 0.2860f) / 0.3530f;
+  auto x = (images.to(torch::kFloat32).div_(255.0f) - kPixelMean) / kPixelStd;
   return {x, labels};
 }
 
@@ -95,6 +117,7 @@ struct Model::Impl {
   std::string arch;
   std::shared_ptr<torch::nn::Module> module;
   std::function<torch::Tensor(torch::Tensor)> forward;
+  const char* script = nullptr;  // forward() in TorchScript
 };
 
 Result<Model> Model::create(const std::string& arch, uint64_t seed) {
@@ -108,10 +131,12 @@ Result<Model> Model::create(const std::string& arch, uint64_t seed) {
     auto m = std::make_shared<CnnImpl>();
     impl->module = m;
     impl->forward = [m](torch::Tensor x) { return m->forward(x); };
+    impl->script = kCnnScript;
   } else if (arch == "mlp") {
     auto m = std::make_shared<MlpImpl>();
     impl->module = m;
     impl->forward = [m](torch::Tensor x) { return m->forward(x); };
+    impl->script = kMlpScript;
   } else {
     return invalid_argument("unknown model architecture '" + arch + "' (expected cnn or mlp)");
   }
@@ -237,6 +262,36 @@ EvalResult Model::evaluate(const Dataset& data, size_t max_samples) const {
     result.loss = loss_sum / double(n);
   }
   return result;
+}
+
+Result<std::string> Model::to_torchscript() const {
+  try {
+    // One class per submodule ("conv1" of "conv1.weight"), all in one compilation unit.
+    auto unit = std::make_shared<torch::jit::CompilationUnit>();
+    const std::string prefix = "__torch__.fedcase." + impl_->arch;
+    torch::jit::Module root(prefix, unit, /*shouldMangle=*/true);
+    std::vector<std::pair<std::string, torch::jit::Module>> children;
+    for (const auto& p : impl_->module->named_parameters()) {
+      const std::string& name = p.key();
+      const size_t dot = name.find('.');
+      const std::string child = name.substr(0, dot);
+      if (children.empty() || children.back().first != child) {
+        children.emplace_back(child, torch::jit::Module(prefix + "." + child, unit, true));
+      }
+      children.back().second.register_parameter(name.substr(dot + 1), p.value().detach().clone(),
+                                                false);
+    }
+    for (auto& [name, child] : children) root.register_module(name, child);
+    root.define(impl_->script);
+    root.eval();
+    std::ostringstream out;
+    root.save(out);
+    return out.str();
+  } catch (const std::exception& e) {
+    const std::string message = e.what();
+    return internal_error("exporting model " + impl_->arch +
+                          " as TorchScript failed: " + message.substr(0, message.find('\n')));
+  }
 }
 
 void set_torch_threads(int threads) { torch::set_num_threads(std::max(1, threads)); }

@@ -69,6 +69,12 @@ class Model {
   // Accuracy and loss over the first `max_samples` of `data` (all if 0).
   EvalResult evaluate(const Dataset& data, size_t max_samples = 0) const;
 
+  // The model with its current parameters as a TorchScript archive (the bytes torch.jit.save
+  // writes): submodules and parameters under the names of layout(), and a forward(x) that
+  // takes a float32 batch [n, 1, 28, 28] of pixels scaled to [0, 1], normalises it as
+  // training does, and returns [n, 10] logits. kInternal if libtorch fails.
+  Result<std::string> to_torchscript() const;
+
  private:
   struct Impl;
   explicit Model(std::unique_ptr<Impl> impl);

@@ -201,6 +201,18 @@ Status TorchScriptModel::set_parameters(const std::vector<float>& values) {
   return ok_status();
 }
 
+Result<std::string> TorchScriptModel::save() const {
+  try {
+    std::ostringstream out;
+    impl_->module.save(out);
+    return out.str();
+  } catch (const std::exception& e) {
+    const std::string message = e.what();
+    return internal_error("saving the TorchScript module failed: " +
+                          message.substr(0, message.find('\n')));
+  }
+}
+
 Result<TrainStats> TorchScriptModel::train(Loss loss, const TrainOptions& options,
                                            const NextBatch& next, const LossObserver& observer) {
   FEDCASE_RETURN_IF_ERROR(validate_train_options(options));

@@ -94,6 +94,10 @@ class TorchScriptModel {
   // Errors as train().
   Result<EvalResult> evaluate(Loss loss, const NextBatch& next);
 
+  // The module with its current parameters, as the bytes torch.jit.save writes: its code and
+  // everything else as loaded. kInternal if libtorch fails.
+  Result<std::string> save() const;
+
  private:
   struct Impl;
   explicit TorchScriptModel(std::unique_ptr<Impl> impl);

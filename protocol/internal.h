@@ -12,6 +12,7 @@
 #include "protocol/error_reply.h"
 #include "protocol/eval_report.h"
 #include "protocol/registration.h"
+#include "protocol/secagg.h"
 #include "protocol/task_offer.h"
 #include "protocol/task_status.h"
 #include "protocol/update_meta.h"
@@ -37,6 +38,24 @@ Status read(const nlohmann::json& value, const std::string& where, Registration&
 Status read(const nlohmann::json& value, const std::string& where, RegistrationReply& out,
             Keys* keys);
 Status read(const nlohmann::json& value, const std::string& where, TaskStatus& out, Keys* keys);
+Status read(const nlohmann::json& value, const std::string& where, SecAggParams& out, Keys* keys);
+Status read(const nlohmann::json& value, const std::string& where, SecAggAdvertiseKeys& out,
+            Keys* keys);
+Status read(const nlohmann::json& value, const std::string& where, SecAggPeerKeys& out, Keys* keys);
+Status read(const nlohmann::json& value, const std::string& where, SecAggGraph& out, Keys* keys);
+Status read(const nlohmann::json& value, const std::string& where, SecAggKeyList& out, Keys* keys);
+Status read(const nlohmann::json& value, const std::string& where, SecAggCiphertext& out,
+            Keys* keys);
+Status read(const nlohmann::json& value, const std::string& where, SecAggShares& out, Keys* keys);
+Status read(const nlohmann::json& value, const std::string& where, SecAggForwardedShares& out,
+            Keys* keys);
+Status read(const nlohmann::json& value, const std::string& where, SecAggMaskedInput& out,
+            Keys* keys);
+Status read(const nlohmann::json& value, const std::string& where, SecAggUnmaskRequest& out,
+            Keys* keys);
+Status read(const nlohmann::json& value, const std::string& where, SecAggShare& out, Keys* keys);
+Status read(const nlohmann::json& value, const std::string& where, SecAggUnmaskResponse& out,
+            Keys* keys);
 // The member names of the `error` object.
 Status read(const nlohmann::json& value, const std::string& where, ErrorReply& out, Keys* keys);
 

@@ -23,6 +23,11 @@ nlohmann::json complete(Message message) {
   task.upload_url = "/v1/jobs/1/rounds/4/update";
   task.status_url = "/v1/jobs/1/rounds/4/status";
   task.evaluate = EvaluationSettings{};
+  const std::string key(kSecAggKeyBytes, 'k');
+  const SecAggParams secagg_params{4, 3, 32, 1.5, 1e5, 1000, 10};
+  const SecAggPeerKeys peer{9, key, key};
+  const SecAggCiphertext ciphertext{9, "sealed"};
+  const SecAggShare share{9, "share"};
   switch (message) {
     case Message::kRegistration:
       return write_registration(
@@ -51,6 +56,30 @@ nlohmann::json complete(Message message) {
       return write_eval_report(report);
     case Message::kErrorReply:
       return write_error_reply({"conflict", "round 3 of job 1 is not open for updates"});
+    case Message::kSecAggParams:
+      return write_secagg_params(secagg_params);
+    case Message::kSecAggAdvertiseKeys:
+      return write_secagg_advertise_keys({1, 4, 7, key, key});
+    case Message::kSecAggPeerKeys:
+      return write_secagg_peer_keys(peer);
+    case Message::kSecAggGraph:
+      return write_secagg_graph({1, 4, secagg_params, key, {7, 9}});
+    case Message::kSecAggKeyList:
+      return write_secagg_key_list({1, 4, {peer}});
+    case Message::kSecAggCiphertext:
+      return write_secagg_ciphertext(ciphertext);
+    case Message::kSecAggShares:
+      return write_secagg_shares({1, 4, 7, key, {ciphertext}});
+    case Message::kSecAggForwardedShares:
+      return write_secagg_forwarded_shares({1, 4, {ciphertext}});
+    case Message::kSecAggMaskedInput:
+      return write_secagg_masked_input({1, 4, 7, 11, 4, {9}});
+    case Message::kSecAggUnmaskRequest:
+      return write_secagg_unmask_request({1, 4, {9}, {12}});
+    case Message::kSecAggShare:
+      return write_secagg_share(share);
+    case Message::kSecAggUnmaskResponse:
+      return write_secagg_unmask_response({1, 4, 7, {share}, {share}});
   }
   return nlohmann::json::object();
 }
@@ -67,11 +96,29 @@ internal::Keys keys_read(const nlohmann::json& value) {
 }  // namespace
 
 const std::vector<Message>& all_messages() {
-  static const std::vector<Message> messages = {
-      Message::kRegistration,    Message::kDeviceInfo,       Message::kRegistrationReply,
-      Message::kTaskOffer,       Message::kTrainingSettings, Message::kEvaluationSettings,
-      Message::kCacheDirectives, Message::kTaskStatus,       Message::kUpdateMeta,
-      Message::kEvalReport,      Message::kErrorReply};
+  static const std::vector<Message> messages = {Message::kRegistration,
+                                                Message::kDeviceInfo,
+                                                Message::kRegistrationReply,
+                                                Message::kTaskOffer,
+                                                Message::kTrainingSettings,
+                                                Message::kEvaluationSettings,
+                                                Message::kCacheDirectives,
+                                                Message::kTaskStatus,
+                                                Message::kUpdateMeta,
+                                                Message::kEvalReport,
+                                                Message::kErrorReply,
+                                                Message::kSecAggParams,
+                                                Message::kSecAggAdvertiseKeys,
+                                                Message::kSecAggPeerKeys,
+                                                Message::kSecAggGraph,
+                                                Message::kSecAggKeyList,
+                                                Message::kSecAggCiphertext,
+                                                Message::kSecAggShares,
+                                                Message::kSecAggForwardedShares,
+                                                Message::kSecAggMaskedInput,
+                                                Message::kSecAggUnmaskRequest,
+                                                Message::kSecAggShare,
+                                                Message::kSecAggUnmaskResponse};
   return messages;
 }
 
@@ -99,6 +146,30 @@ const char* message_name(Message message) {
       return "evaluation";
     case Message::kErrorReply:
       return "error";
+    case Message::kSecAggParams:
+      return "secagg_params";
+    case Message::kSecAggAdvertiseKeys:
+      return "secagg_advertise_keys";
+    case Message::kSecAggPeerKeys:
+      return "secagg_peer_keys";
+    case Message::kSecAggGraph:
+      return "secagg_graph";
+    case Message::kSecAggKeyList:
+      return "secagg_key_list";
+    case Message::kSecAggCiphertext:
+      return "secagg_ciphertext";
+    case Message::kSecAggShares:
+      return "secagg_shares";
+    case Message::kSecAggForwardedShares:
+      return "secagg_forwarded_shares";
+    case Message::kSecAggMaskedInput:
+      return "secagg_masked_input";
+    case Message::kSecAggUnmaskRequest:
+      return "secagg_unmask_request";
+    case Message::kSecAggShare:
+      return "secagg_share";
+    case Message::kSecAggUnmaskResponse:
+      return "secagg_unmask_response";
   }
   return "";
 }
@@ -139,6 +210,42 @@ std::vector<std::string> message_fields(Message message) {
       break;
     case Message::kErrorReply:
       keys = keys_read<ErrorReply>(value);
+      break;
+    case Message::kSecAggParams:
+      keys = keys_read<SecAggParams>(value);
+      break;
+    case Message::kSecAggAdvertiseKeys:
+      keys = keys_read<SecAggAdvertiseKeys>(value);
+      break;
+    case Message::kSecAggPeerKeys:
+      keys = keys_read<SecAggPeerKeys>(value);
+      break;
+    case Message::kSecAggGraph:
+      keys = keys_read<SecAggGraph>(value);
+      break;
+    case Message::kSecAggKeyList:
+      keys = keys_read<SecAggKeyList>(value);
+      break;
+    case Message::kSecAggCiphertext:
+      keys = keys_read<SecAggCiphertext>(value);
+      break;
+    case Message::kSecAggShares:
+      keys = keys_read<SecAggShares>(value);
+      break;
+    case Message::kSecAggForwardedShares:
+      keys = keys_read<SecAggForwardedShares>(value);
+      break;
+    case Message::kSecAggMaskedInput:
+      keys = keys_read<SecAggMaskedInput>(value);
+      break;
+    case Message::kSecAggUnmaskRequest:
+      keys = keys_read<SecAggUnmaskRequest>(value);
+      break;
+    case Message::kSecAggShare:
+      keys = keys_read<SecAggShare>(value);
+      break;
+    case Message::kSecAggUnmaskResponse:
+      keys = keys_read<SecAggUnmaskResponse>(value);
       break;
   }
   std::sort(keys.begin(), keys.end());

@@ -22,6 +22,19 @@ enum class Message {
   kUpdateMeta,          // update_meta.h: the X-Fedcase-Meta header of an upload
   kEvalReport,          // eval_report.h: the metadata's `evaluation`
   kErrorReply,          // error_reply.h: the `error` of every error answer
+  // secagg.h: secure aggregation's stages
+  kSecAggParams,           // the key list's `params`
+  kSecAggAdvertiseKeys,    // stage 1, client to coordinator
+  kSecAggPeerKeys,         // an element of the key list's `neighbours`
+  kSecAggGraph,            // stage 1, coordinator to every client
+  kSecAggKeyList,          // stage 1, coordinator to client
+  kSecAggCiphertext,       // an element of the shares' and forwarded shares' `shares`
+  kSecAggShares,           // stage 2, client to coordinator
+  kSecAggForwardedShares,  // stage 2, coordinator to client
+  kSecAggMaskedInput,      // stage 3: the header of the masked vector
+  kSecAggUnmaskRequest,    // stage 4, coordinator to client
+  kSecAggShare,            // an element of the unmask response's share lists
+  kSecAggUnmaskResponse,   // stage 4, client to coordinator
 };
 
 // Every message, in the order above.

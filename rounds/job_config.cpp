@@ -1,6 +1,8 @@
 #include "rounds/job_config.h"
 
 #include <cctype>
+#include <cmath>
+#include <limits>
 
 #include "common/json_read.h"
 #include "protocol/registration.h"
@@ -87,7 +89,47 @@ Result<EvaluationConfig> parse_evaluation(const json& j, const std::string& mode
   return e;
 }
 
+// The `init_from` section: {"job": id, "version": number | "latest" | "best"}.
+Result<InitFrom> parse_init_from(const json& j) {
+  InitFrom init;
+  ObjectReader r(j, "init_from");
+  r.require("job").integer("job", init.job, 1, std::numeric_limits<int64_t>::max());
+  if (const json* version = r.member("version")) {
+    if (version->is_number_integer() && version->get<int64_t>() >= 0) {
+      init.version = std::to_string(version->get<int64_t>());
+    } else if (version->is_string() && (*version == "latest" || *version == "best")) {
+      init.version = version->get<std::string>();
+    } else {
+      return invalid_argument(
+          "init_from.version must be a model version number, \"latest\" or \"best\"");
+    }
+  }
+  FEDCASE_RETURN_IF_ERROR(r.strict_status());
+  return init;
+}
+
+// The `async` section, for a job with clients_per_round `k`.
+Result<AsyncConfig> parse_async(const json& j, size_t k) {
+  AsyncConfig a;
+  ObjectReader r(j, "async");
+  r.integer("concurrency", a.concurrency, 1, 1000000)
+      .text("staleness", a.staleness)
+      .number("staleness_exponent", a.staleness_exponent, 0, 10)
+      .integer("max_staleness", a.max_staleness, 0, 1000000);
+  FEDCASE_RETURN_IF_ERROR(r.strict_status());
+  if (a.staleness != "polynomial" && a.staleness != "constant") {
+    return invalid_argument("async.staleness must be \"polynomial\" or \"constant\"");
+  }
+  if (a.concurrency == 0) a.concurrency = 4 * k;
+  return a;
+}
+
 }  // namespace
+
+double staleness_weight(const AsyncConfig& config, uint64_t tau) {
+  if (config.staleness == "constant") return 1.0;
+  return std::pow(1.0 + double(tau), -config.staleness_exponent);
+}
 
 bool labels_match(const std::map<std::string, std::string>& labels,
                   const std::map<std::string, std::string>& wanted) {
@@ -101,6 +143,8 @@ bool labels_match(const std::map<std::string, std::string>& labels,
 Result<JobConfig> parse_job_config(const json& j) {
   JobConfig c;
   json training = json::object(), aggregation = json::object(), evaluation = json::object();
+  json async = json::object();
+  const json* init_from = nullptr;
   ObjectReader r(j, "job");
   r.text("name", c.name)
       .text("description", c.description)
@@ -113,7 +157,8 @@ Result<JobConfig> parse_job_config(const json& j) {
       .integer("min_updates", c.min_updates)
       .number("target_accuracy", c.target_accuracy, 0, 1)
       .number("max_update_norm", c.max_update_norm, 0, 1e12)
-      .number("dp_delta", c.dp_delta, 1e-12, 0.1);
+      .number("dp_delta", c.dp_delta, 1e-12, 0.1)
+      .text("mode", c.mode);
   if (const json* labels = r.member("client_labels")) {
     auto parsed = protocol::read_labels(*labels, "job.client_labels");
     r.merge(parsed.status());
@@ -123,10 +168,17 @@ Result<JobConfig> parse_job_config(const json& j) {
                           {"training", &training},
                           {"aggregation", &aggregation},
                           {"server_optimizer", &c.server_optimizer},
-                          {"evaluation", &evaluation}}) {
+                          {"evaluation", &evaluation},
+                          {"async", &async}}) {
     if (const json* section = r.member(key)) *out = *section;
   }
+  init_from = r.member("init_from");
   FEDCASE_RETURN_IF_ERROR(r.strict_status());
+  if (init_from) {
+    auto parsed = parse_init_from(*init_from);
+    if (!parsed.ok()) return parsed.status();
+    c.init_from = std::move(parsed).value();
+  }
   FEDCASE_RETURN_IF_ERROR(check_range("rounds", c.rounds, 1, 1000000));
   FEDCASE_RETURN_IF_ERROR(check_range("clients_per_round", c.clients_per_round, 1, 1000000));
   FEDCASE_RETURN_IF_ERROR(check_range("min_updates", c.min_updates, 1, c.clients_per_round));
@@ -166,6 +218,23 @@ Result<JobConfig> parse_job_config(const json& j) {
     return invalid_argument("job.clients_per_round exceeds aggregation.max_buffered_updates");
   }
   if (c.aggregation.dp_seed) return invalid_argument("aggregation.dp_seed is set per round");
+  if (c.mode != "sync" && c.mode != "async") {
+    return invalid_argument("job.mode must be \"sync\" or \"async\"");
+  }
+  if (!c.asynchronous()) {
+    if (j.is_object() && j.contains("async")) {
+      return invalid_argument("job.async goes with \"mode\": \"async\"");
+    }
+    return c;
+  }
+  auto async_config = parse_async(async, c.clients_per_round);
+  if (!async_config.ok()) return async_config.status();
+  c.async = std::move(async_config).value();
+  if (c.aggregation.rule != "fedavg") {
+    return invalid_argument(
+        "job.mode \"async\" needs aggregation.rule \"fedavg\": a buffer's updates are "
+        "weighted by their staleness, which the robust rules cannot take");
+  }
   return c;
 }
 

@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "aggregation/aggregator.h"
 #include "aggregation/server_optimizer.h"
+#include "common/ids.h"
 #include "common/status.h"
 #include "scheduling/round_plan.h"
 #include "scheduling/selection.h"
@@ -35,6 +37,31 @@ struct EvaluationConfig {
   // Whose accuracy target_accuracy is compared with: "server" or "federated". Default:
   // "server" when the server evaluates the model, else "federated".
   std::string target = "server";
+};
+
+// Asynchronous training (mode "async"; FedBuff, Nguyen et al., AISTATS 2022): `concurrency`
+// clients train at once, each on whatever version it fetched; every `clients_per_round` (K)
+// updates, their staleness-weighted sum becomes the next model version (docs/scheduling.md,
+// "Asynchronous jobs").
+struct AsyncConfig {
+  size_t concurrency = 0;  // C, clients training at once; 0: the default, 4 x K
+  // An update's staleness tau is the versions the model moved on between the one it trained from
+  // and the one its buffer is applied to; it counts s(tau) of its weight: "polynomial",
+  // (1 + tau)^-staleness_exponent (FedBuff's), or "constant", 1.
+  std::string staleness = "polynomial";
+  double staleness_exponent = 0.5;
+  uint64_t max_staleness = 10;  // a task further behind is dropped, its update refused
+};
+
+// s(tau) of `config` for an update `tau` versions stale: in (0, 1].
+double staleness_weight(const AsyncConfig& config, uint64_t tau);
+
+// A trained model a job starts from instead of fresh parameters: version `version` of job
+// `job` (docs/protocol.md, "Warm start"). The coordinator checks at creation that its tensors
+// have the names and shapes of the new job's model.
+struct InitFrom {
+  JobId job = 0;
+  std::string version = "latest";  // a decimal version number, "latest" or "best"
 };
 
 struct JobConfig {
@@ -62,7 +89,13 @@ struct JobConfig {
   // the same rule as a registration's labels (protocol::read_labels).
   std::map<std::string, std::string> client_labels;
   EvaluationConfig evaluation;
+  std::optional<InitFrom> init_from;  // none: the model's own initial parameters
+  // "sync": rounds of K updates from the clients invited at the round's open; "async":
+  // buffers of K updates from `async.concurrency` clients training continuously.
+  std::string mode = "sync";
+  AsyncConfig async;
 
+  bool asynchronous() const { return mode == "async"; }
   // Whether `model` names a built-in architecture (no model file is uploaded with the job).
   bool builtin_model() const { return model == "cnn" || model == "mlp"; }
   // Whether the coordinator scores the job's committed models (built-in, or TorchScript with

@@ -1,6 +1,7 @@
 #include "rounds/job_runtime.h"
 
 #include <algorithm>
+#include <limits>
 #include <unordered_map>
 
 namespace fedcase::rounds {
@@ -68,62 +69,145 @@ Status JobRuntime::replay_privacy(const json& metrics) {
   return privacy_.add_rounds(p["q"].get<double>(), p["noise_multiplier"].get<double>());
 }
 
-Result<std::optional<Round>> JobRuntime::open_round(const std::vector<PoolClient>& pool,
-                                                    double now) {
+Result<scheduling::RoundPlan> JobRuntime::select_and_plan(
+    const std::vector<PoolClient>& pool, RoundIndex index, size_t count,
+    const std::function<bool(ClientId)>& excluded, bool slots) {
   const uint64_t model_bytes = model_->blob.size();
   std::vector<scheduling::Candidate> candidates;
   candidates.reserve(pool.size());
   std::unordered_map<ClientId, const scheduling::ClientProfile*> profiles;
-  size_t available = 0;
   for (const PoolClient& c : pool) {
-    available += c.available;
+    const bool available = c.available && !(excluded && excluded(c.profile->id));
     candidates.push_back(
-        scheduling::make_candidate(*c.profile, c.available, config_.training, model_bytes));
+        scheduling::make_candidate(*c.profile, available, config_.training, model_bytes));
     profiles[c.profile->id] = c.profile;
   }
-  if (available < std::max<size_t>(1, config_.min_clients)) return std::optional<Round>();
-  const RoundIndex index = last_round_ + 1;
-  const std::vector<ClientId> selected =
-      policy_->select({index, config_.clients_per_round, config_.overcommit}, candidates);
-  if (selected.empty()) return std::optional<Round>();
+  // A synchronous round invites K x overcommit; a buffer's slots are filled one for one.
+  const scheduling::SelectionRequest request =
+      slots ? scheduling::SelectionRequest{index, count, 1.0, true}
+            : scheduling::SelectionRequest{index, count, config_.overcommit, false};
+  const std::vector<ClientId> selected = policy_->select(request, candidates);
+  if (selected.empty()) return scheduling::RoundPlan{};
   std::vector<const scheduling::ClientProfile*> invited;
   invited.reserve(selected.size());
   for (ClientId id : selected) invited.push_back(profiles.at(id));
-  auto plan = scheduling::plan_round(config_.training, invited, model_bytes);
-  if (!plan.ok()) return plan.status();
+  return scheduling::plan_round(config_.training, invited, model_bytes);
+}
 
+Result<std::shared_ptr<RoundAggregate>> JobRuntime::make_round_aggregate(RoundIndex index) const {
   aggregation::AggregatorConfig aggregation = config_.aggregation;
   if (private_rounds()) aggregation.dp_seed = dp_seed(index);
   auto aggregator = aggregation::make_aggregator(aggregation, model_->layout.element_count());
   if (!aggregator.ok()) return aggregator.status();
-
-  last_round_ = index;
-  Round::Spec spec{
-      index, model_->version, now, now + plan->deadline_s, config_.clients_per_round, available};
-  return std::optional<Round>(
-      Round(spec, std::move(plan->tasks),
-            std::make_shared<RoundAggregate>(std::move(aggregator).value())));
+  return std::make_shared<RoundAggregate>(std::move(aggregator).value());
 }
 
-Conclusion JobRuntime::close(Round& round, double now, const std::string& failure,
-                             bool stopped_early) {
-  round.close();
-  const auto& accepted = round.accepted_updates();
-  Conclusion c;
-  c.round = round.index();
-  c.failure = failure;
-  c.closed_at = now;
+Result<std::optional<Round>> JobRuntime::open_round(const std::vector<PoolClient>& pool,
+                                                    double now) {
+  size_t available = 0;
+  for (const PoolClient& c : pool) available += c.available;
+  const RoundIndex index = last_round_ + 1;
+  if (config_.asynchronous()) {
+    if (carried_.empty() && available < std::max<size_t>(1, config_.min_clients)) {
+      return std::optional<Round>();
+    }
+    auto aggregate = make_round_aggregate(index);
+    if (!aggregate.ok()) return aggregate.status();
+    last_round_ = index;
+    Round::Spec spec{index,
+                     model_->version,
+                     model_->checksum,
+                     now,
+                     std::numeric_limits<double>::infinity(),
+                     config_.clients_per_round,
+                     available,
+                     /*buffered=*/true};
+    Round buffer(spec, std::move(carried_), std::move(aggregate).value());
+    carried_.clear();
+    std::vector<ClientId> stale;
+    for (const auto& task : buffer.tasks()) {
+      if (buffer.staleness(task.client) > config_.async.max_staleness) stale.push_back(task.client);
+    }
+    for (ClientId client : stale) buffer.drop_stale(client);
+    return std::optional<Round>(std::move(buffer));
+  }
+  if (available < std::max<size_t>(1, config_.min_clients)) return std::optional<Round>();
+  auto plan = select_and_plan(pool, index, config_.clients_per_round, {}, false);
+  if (!plan.ok()) return plan.status();
+  if (plan->tasks.empty()) return std::optional<Round>();
+  auto aggregate = make_round_aggregate(index);
+  if (!aggregate.ok()) return aggregate.status();
+  last_round_ = index;
+  Round::Spec spec{index,
+                   model_->version,
+                   model_->checksum,
+                   now,
+                   now + plan->deadline_s,
+                   config_.clients_per_round,
+                   available};
+  return std::optional<Round>(
+      Round(spec, std::move(plan->tasks), std::move(aggregate).value()));
+}
 
+size_t JobRuntime::free_slots(const Round& buffer) const {
+  const size_t in_flight = buffer.in_flight_count();
+  if (buffer.closed() || in_flight >= config_.async.concurrency) return 0;
+  return config_.async.concurrency - in_flight;
+}
+
+Result<std::vector<Round::Assignment>> JobRuntime::plan_slots(RoundIndex index, size_t count,
+                                                              const std::set<ClientId>& excluded,
+                                                              const std::vector<PoolClient>& pool,
+                                                              double now) {
+  std::vector<Round::Assignment> out;
+  // No call when nobody could be picked: a policy's state changes with every selection.
+  const bool any = std::any_of(pool.begin(), pool.end(), [&](const PoolClient& c) {
+    return c.available && !excluded.count(c.profile->id);
+  });
+  if (count == 0 || !any) return out;
+  auto plan = select_and_plan(
+      pool, index, count, [&](ClientId id) { return excluded.count(id) > 0; }, true);
+  if (!plan.ok()) return plan.status();
+  for (scheduling::ClientTask& task : plan->tasks) {
+    out.push_back({std::move(task),
+                   {index, model_->version, model_->checksum, now, now + plan->deadline_s},
+                   std::nullopt});
+  }
+  return out;
+}
+
+std::vector<ProfileChange> JobRuntime::expire(Round& buffer, double now) const {
+  std::vector<ProfileChange> changes;
+  for (ClientId client : buffer.expire(now)) {
+    changes.push_back({ProfileChange::Kind::kMissedDeadline, client, buffer.index(), {}, {}});
+  }
+  return changes;
+}
+
+double JobRuntime::discount(const Round& round, ClientId client) const {
+  if (!round.buffered()) return 1.0;
+  return staleness_weight(config_.async, round.staleness(client));
+}
+
+namespace {
+
+// What a round's accepted updates add up to: their samples and training loss, where their
+// time went (the mean over updates of each phase of a task, the folds' total, and the open to
+// the last accepted update) and their clients' evaluation reports.
+struct Kept {
   uint64_t samples = 0;
   double loss_sum = 0;
-  // Where the round's time went: the mean over accepted updates of each phase of a task, the
-  // folds' total, and the open to the last accepted update.
-  double dispatch = 0, download = 0, train = 0, upload = 0, fold = 0, last = 0;
+  json timing;
   std::vector<protocol::EvalReport> evaluations;
-  for (const auto& [id, a] : accepted) {
-    if (a.evaluation) evaluations.push_back(*a.evaluation);
-    samples += a.samples;
-    loss_sum += a.loss_sum;
+};
+
+Kept kept_updates(const Round& round) {
+  Kept k;
+  double dispatch = 0, download = 0, train = 0, upload = 0, fold = 0, last = 0;
+  for (const auto& [id, a] : round.accepted_updates()) {
+    if (a.evaluation) k.evaluations.push_back(*a.evaluation);
+    k.samples += a.samples;
+    k.loss_sum += a.loss_sum;
     dispatch += a.dispatch_s;
     download += a.download_s;
     train += a.train_s;
@@ -131,11 +215,40 @@ Conclusion JobRuntime::close(Round& round, double now, const std::string& failur
     fold += a.fold_s;
     last = std::max(last, a.at - round.opened_at());
   }
-  const double n = std::max<double>(1, double(accepted.size()));
+  const double n = std::max<double>(1, double(round.accepted()));
+  k.timing = {{"dispatch_s", dispatch / n}, {"download_s", download / n},
+              {"train_s", train / n},       {"upload_s", upload / n},
+              {"fold_s", fold},             {"last_update_s", last}};
+  return k;
+}
+
+// The metrics every round records, from its kept updates.
+json round_metrics(const Round& round, const Kept& kept, double now) {
+  return {{"updates", round.accepted()},
+          {"samples", kept.samples},
+          {"train_loss", kept.samples > 0 ? kept.loss_sum / double(kept.samples) : 0.0},
+          {"aggregation", round.aggregate()->rule()},
+          {"round_seconds", now - round.opened_at()},
+          {"timing", kept.timing}};
+}
+
+}  // namespace
+
+Conclusion JobRuntime::close(Round& round, double now, const std::string& failure,
+                             bool stopped_early) {
+  if (round.buffered()) return close_buffer(round, now, failure, stopped_early);
+  round.close();
+  const auto& accepted = round.accepted_updates();
+  Conclusion c;
+  c.round = round.index();
+  c.failure = failure;
+  c.closed_at = now;
+
+  const Kept kept = kept_updates(round);
   scheduling::RoundOutcome outcome;
   outcome.round = round.index();
   outcome.duration_s = now - round.opened_at();
-  if (samples > 0) outcome.loss = loss_sum / double(samples);
+  if (kept.samples > 0) outcome.loss = kept.loss_sum / double(kept.samples);
 
   // An invitee without an update was not needed once the round filled; otherwise it missed
   // the deadline, unless the round was stopped early for another reason.
@@ -186,24 +299,78 @@ Conclusion JobRuntime::close(Round& round, double now, const std::string& failur
   policy_state_ = policy_->save_state();
   c.policy_state = policy_state_;
 
-  c.metrics = {{"updates", accepted.size()},
-               {"invited", round.tasks().size()},
-               {"samples", samples},
-               {"train_loss", samples > 0 ? loss_sum / double(samples) : 0.0},
-               {"aggregation", round.aggregate()->rule()},
-               {"finished", finished},
-               {"dropped", dropped},
-               {"round_seconds", now - round.opened_at()},
-               {"timing",
-                {{"dispatch_s", dispatch / n},
-                 {"download_s", download / n},
-                 {"train_s", train / n},
-                 {"upload_s", upload / n},
-                 {"fold_s", fold},
-                 {"last_update_s", last}}}};
-  if (!evaluations.empty()) {
+  c.metrics = round_metrics(round, kept, now);
+  c.metrics["invited"] = round.tasks().size();
+  c.metrics["finished"] = finished;
+  c.metrics["dropped"] = dropped;
+  if (!kept.evaluations.empty()) {
     c.metrics["federated_evaluation"] =
-        federated_evaluation_json(round.base_version(), evaluations);
+        federated_evaluation_json(round.base_version(), kept.evaluations);
+  }
+  if (!failure.empty()) c.metrics["failure"] = failure;
+  return c;
+}
+
+Conclusion JobRuntime::close_buffer(Round& buffer, double now, const std::string& failure,
+                                    bool stopped_early) {
+  buffer.close();
+  Conclusion c;
+  c.round = buffer.index();
+  c.failure = failure;
+  c.closed_at = now;
+  const Kept kept = kept_updates(buffer);
+
+  // The policy learns per buffer what it learns per round: the kept clients with their task's
+  // duration and utility, and the dropped ones as unfinished, their duration unknown. Tasks
+  // still in flight are neither: they end in a later buffer.
+  scheduling::RoundOutcome outcome;
+  outcome.round = buffer.index();
+  outcome.duration_s = now - buffer.opened_at();
+  if (kept.samples > 0) outcome.loss = kept.loss_sum / double(kept.samples);
+  json finished = json::array(), staleness = json::object();
+  double staleness_sum = 0;
+  // Clients evaluate the version they trained from: the figure is of the newest one reported.
+  std::optional<uint64_t> evaluated;
+  for (const auto& [id, a] : buffer.accepted_updates()) {
+    outcome.clients.push_back({id, true, a.duration_s, a.utility});
+    finished.push_back(id);
+    c.invited.push_back(id);
+    const std::string tau = std::to_string(a.staleness);
+    staleness[tau] = staleness.value(tau, 0) + 1;
+    staleness_sum += double(a.staleness);
+    if (a.evaluation && (!evaluated || a.evaluation->model_version > *evaluated)) {
+      evaluated = a.evaluation->model_version;
+    }
+  }
+  json dropped = json::object();
+  for (const auto& [id, why] : buffer.dropped()) {
+    outcome.clients.push_back({id, false, 0, 0});
+    dropped[std::to_string(id)] = why;
+    c.invited.push_back(id);
+  }
+  for (ClientId id : buffer.dispatched()) c.invited.push_back(id);
+  std::sort(c.invited.begin(), c.invited.end());
+  c.invited.erase(std::unique(c.invited.begin(), c.invited.end()), c.invited.end());
+  policy_->on_round_end(outcome);
+  policy_state_ = policy_->save_state();
+  c.policy_state = policy_state_;
+
+  // A stopped job's tasks end with it; any other buffer's carry over, whatever its outcome.
+  carried_ = stopped_early ? std::vector<Round::Assignment>() : buffer.in_flight();
+  c.metrics = round_metrics(buffer, kept, now);
+  c.metrics["invited"] = buffer.dispatched().size();
+  c.metrics["in_flight"] = buffer.in_flight().size();
+  c.metrics["finished"] = finished;
+  c.metrics["dropped"] = dropped;
+  c.metrics["staleness"] = staleness;
+  c.metrics["mean_staleness"] =
+      buffer.accepted() > 0 ? staleness_sum / double(buffer.accepted()) : 0.0;
+  if (evaluated) {
+    std::vector<protocol::EvalReport> newest;
+    for (const protocol::EvalReport& e : kept.evaluations) {
+      if (e.model_version == *evaluated) newest.push_back(e);
+    }
+    c.metrics["federated_evaluation"] = federated_evaluation_json(*evaluated, newest);
   }
   if (!failure.empty()) c.metrics["failure"] = failure;
   return c;
@@ -212,9 +379,10 @@ Conclusion JobRuntime::close(Round& round, double now, const std::string& failur
 Result<json> JobRuntime::privacy_after(const Round& round,
                                        aggregation::RdpAccountant& privacy) const {
   // Random selection samples the available clients; the other policies choose, so no
-  // amplification by sampling is claimed for them (q = 1).
+  // amplification by sampling is claimed for them (q = 1). Nor for a buffer: its updates come
+  // from clients picked one slot at a time as others finish, not from one uniform sample.
   const double z = config_.aggregation.dp_noise_multiplier;
-  const double q = policy_->name() == "random" && round.available() > 0
+  const double q = policy_->name() == "random" && !round.buffered() && round.available() > 0
                        ? std::min(1.0, double(round.tasks().size()) / double(round.available()))
                        : 1.0;
   FEDCASE_RETURN_IF_ERROR(privacy.add_rounds(q, z));
@@ -234,7 +402,8 @@ Conclusion JobRuntime::fail(Round& round, double now, const std::string& why) {
 Conclusion JobRuntime::conclude(Round& round, double now) {
   if (round.accepted() < config_.min_updates) {
     return close(round, now,
-                 "deadline passed with " + std::to_string(round.accepted()) + " updates, " +
+                 std::string(round.buffered() ? "concluded" : "deadline passed") + " with " +
+                     std::to_string(round.accepted()) + " updates, " +
                      std::to_string(config_.min_updates) + " needed",
                  /*stopped_early=*/false);
   }

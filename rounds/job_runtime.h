@@ -10,11 +10,19 @@
 // A conclusion is applied in the order the store needs: conclude() decides; the caller writes
 // the conclusion durably; then adopt() makes its model current, or abandon() undoes it when it
 // could not be stored.
+//
+// An asynchronous job (config.asynchronous(), FedBuff) runs the same calls on buffers: after
+// open_round, the caller hands out tasks for free slots with refill() whenever clients are
+// free, drops tasks past their deadline with expire(), folds each update with discount() as
+// its weight's factor, and concludes the buffer once it is due (K updates); the tasks still in
+// flight carry over to the buffer the next open_round opens.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -101,7 +109,29 @@ class JobRuntime {
   // Opens the next round at `now` over `pool`: selects, plans tasks and the deadline, and
   // prepares the aggregate. nullopt when fewer than min_clients are available or the policy
   // invites nobody. Errors come from planning or the aggregation config.
+  // An asynchronous job's buffer holds the tasks carried from the last one (those more than
+  // async.max_staleness versions behind are dropped as "too stale") and no new task: the caller
+  // refills it. nullopt when no task is carried and fewer than min_clients are available.
   Result<std::optional<Round>> open_round(const std::vector<PoolClient>& pool, double now);
+
+  // Asynchronous jobs: the slots of `buffer` free for new tasks (async.concurrency less the
+  // tasks in flight; none once it is closed).
+  size_t free_slots(const Round& buffer) const;
+  // Asynchronous jobs: selects clients for `count` free slots of buffer `index` among those
+  // `pool` marks available and `excluded` does not hold (the buffer's clients: those holding
+  // one of its tasks or with an update in it, one update a client a buffer), and plans their
+  // tasks at `now` on the current model. The caller hands them out with Round::assign and
+  // applies their invitations (Round::selection_changes). Errors come from planning.
+  Result<std::vector<Round::Assignment>> plan_slots(RoundIndex index, size_t count,
+                                                    const std::set<ClientId>& excluded,
+                                                    const std::vector<PoolClient>& pool,
+                                                    double now);
+  // Asynchronous jobs: drops the tasks of `buffer` whose deadline is `now` or earlier; returns
+  // their profile changes (kMissedDeadline).
+  std::vector<ProfileChange> expire(Round& buffer, double now) const;
+  // The factor an accepted update of `client` counts with in `round`: its staleness weight in
+  // a buffer (staleness_weight), 1 in a synchronous round.
+  double discount(const Round& round, ClientId client) const;
 
   // Concludes `round` at `now` (closing it first): commits when at least min_updates were
   // accepted, else fails it. The policy learns from the round either way. A committed round
@@ -120,6 +150,17 @@ class JobRuntime {
   // `stopped_early` (a cancel, a reached target) invitees still inside the deadline are
   // "round stopped", not blamed for missing it.
   Conclusion close(Round& round, double now, const std::string& failure, bool stopped_early);
+  // close() for a buffer: the policy learns from the updates it kept and the tasks it dropped;
+  // the tasks in flight are carried to the next buffer unless the job stopped.
+  Conclusion close_buffer(Round& buffer, double now, const std::string& failure,
+                          bool stopped_early);
+  // Selects up to `count` of the clients `pool` marks available and `excluded` does not name
+  // for round `index`, and plans their tasks.
+  Result<scheduling::RoundPlan> select_and_plan(const std::vector<PoolClient>& pool,
+                                                 RoundIndex index, size_t count,
+                                                 const std::function<bool(ClientId)>& excluded,
+                                                 bool slots);
+  Result<std::shared_ptr<RoundAggregate>> make_round_aggregate(RoundIndex index) const;
   Result<nlohmann::json> privacy_after(const Round& round,
                                        aggregation::RdpAccountant& privacy) const;
 
@@ -131,6 +172,7 @@ class JobRuntime {
   nlohmann::json policy_state_ = nlohmann::json::object();
   RoundIndex last_round_ = 0;
   uint64_t dp_secret_ = 0;
+  std::vector<Round::Assignment> carried_;  // asynchronous: in flight when the buffer concluded
 };
 
 }  // namespace fedcase::rounds

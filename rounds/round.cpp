@@ -8,8 +8,13 @@ RoundAggregate::RoundAggregate(std::unique_ptr<aggregation::Aggregator> aggregat
     : aggregator_(std::move(aggregator)) {}
 
 Status RoundAggregate::add(const UnalignedFloat* values, size_t count, double weight) {
+  return add(values, count, weight, 1.0);
+}
+
+Status RoundAggregate::add(const UnalignedFloat* values, size_t count, double weight,
+                           double discount) {
   MutexLock lock(mu_);
-  return aggregator_->add(values, count, weight);
+  return aggregator_->add(values, count, weight, discount);
 }
 
 Result<std::vector<float>> RoundAggregate::result() const {
@@ -55,6 +60,8 @@ const char* admission_reason(Admission admission) {
       return "round filled";
     case Admission::kHeld:
       return "places held";
+    case Admission::kTooStale:
+      return "too stale";
   }
   return "unknown";
 }
@@ -62,10 +69,28 @@ const char* admission_reason(Admission admission) {
 Round::Round(Spec spec, std::vector<scheduling::ClientTask> tasks,
              std::shared_ptr<RoundAggregate> aggregate)
     : spec_(spec), tasks_(std::move(tasks)), aggregate_(std::move(aggregate)) {
+  terms_.assign(tasks_.size(), Terms{spec_.index, spec_.base_version, spec_.base_checksum,
+                                     spec_.opened_at, spec_.deadline});
+  index_tasks();
+}
+
+Round::Round(Spec spec, std::vector<Assignment> carried, std::shared_ptr<RoundAggregate> aggregate)
+    : spec_(spec), aggregate_(std::move(aggregate)) {
+  for (Assignment& a : carried) {
+    if (a.fetched_at) handed_out_[a.task.client] = *a.fetched_at;
+    tasks_.push_back(std::move(a.task));
+    terms_.push_back(a.terms);
+  }
+  index_tasks();
+}
+
+void Round::index_tasks() {
+  task_index_.clear();
   for (size_t i = 0; i < tasks_.size(); ++i) task_index_[tasks_[i].client] = i;
 }
 
 std::vector<ClientId> Round::invited() const {
+  if (spec_.buffered) return dispatched_;
   std::vector<ClientId> ids;
   ids.reserve(tasks_.size());
   for (const auto& task : tasks_) ids.push_back(task.client);
@@ -77,14 +102,102 @@ const scheduling::ClientTask* Round::task_for(ClientId client) const {
   return it == task_index_.end() ? nullptr : &tasks_[it->second];
 }
 
+const Round::Terms* Round::terms_for(ClientId client) const {
+  auto it = task_index_.find(client);
+  return it == task_index_.end() ? nullptr : &terms_[it->second];
+}
+
+bool Round::holds_task_of(ClientId client, RoundIndex round) const {
+  const Terms* terms = terms_for(client);
+  return terms != nullptr && terms->round == round;
+}
+
+Status Round::check_task_round(ClientId client, RoundIndex round) const {
+  const Terms* terms = terms_for(client);
+  // A buffer's dropped task is answered why by admission().
+  const bool reaches =
+      !spec_.buffered ? round == spec_.index
+      : terms != nullptr ? terms->round == round
+                         : round == spec_.index || dropped_why_.count(client) > 0;
+  if (reaches) return ok_status();
+  return conflict("round " + std::to_string(round) + " is not open for updates (the open round is " +
+                  std::to_string(spec_.index) + ")");
+}
+
+void Round::assign(scheduling::ClientTask task, Terms terms) {
+  dispatched_.push_back(task.client);
+  dispatched_expected_s_ += std::max(0.0, task.expected_duration_s);
+  task_index_[task.client] = tasks_.size();
+  tasks_.push_back(std::move(task));
+  terms_.push_back(terms);
+}
+
+void Round::drop(ClientId client, const std::string& why, double until) {
+  auto it = task_index_.find(client);
+  if (it == task_index_.end()) return;
+  const Terms& terms = terms_[it->second];
+  dropped_client_s_ += std::max(0.0, until - std::max(spec_.opened_at, terms.assigned_at));
+  tasks_.erase(tasks_.begin() + it->second);
+  terms_.erase(terms_.begin() + it->second);
+  dropped_why_[client] = why;
+  index_tasks();
+}
+
+std::vector<ClientId> Round::expire(double now) {
+  std::vector<ClientId> expired;
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    const ClientId client = tasks_[i].client;
+    if (now >= terms_[i].deadline && !accepted_.count(client) && !reserved_.count(client)) {
+      expired.push_back(client);
+    }
+  }
+  for (ClientId client : expired) {
+    drop(client, "missed deadline", terms_[task_index_.at(client)].deadline);
+  }
+  return expired;
+}
+
+void Round::drop_stale(ClientId client) { drop(client, "too stale", spec_.opened_at); }
+
+std::vector<Round::Assignment> Round::in_flight() const {
+  std::vector<Assignment> out;
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    const ClientId client = tasks_[i].client;
+    if (accepted_.count(client)) continue;
+    auto fetched = handed_out_.find(client);
+    out.push_back({tasks_[i], terms_[i],
+                   fetched == handed_out_.end() ? std::nullopt
+                                                : std::optional<double>(fetched->second)});
+  }
+  return out;
+}
+
+size_t Round::in_flight_count() const { return tasks_.size() - accepted_.size(); }
+
+uint64_t Round::staleness(ClientId client) const {
+  const Terms* terms = terms_for(client);
+  if (terms == nullptr || terms->base_version >= spec_.base_version) return 0;
+  return spec_.base_version - terms->base_version;
+}
+
+std::optional<double> Round::next_deadline() const {
+  if (!spec_.buffered) return spec_.deadline;
+  std::optional<double> next;
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    if (accepted_.count(tasks_[i].client)) continue;
+    if (!next || terms_[i].deadline < *next) next = terms_[i].deadline;
+  }
+  return next;
+}
+
 bool Round::holds_task(ClientId client) const {
   return !closed_ && task_index_.count(client) && !accepted_.count(client);
 }
 
 std::vector<ProfileChange> Round::selection_changes() const {
   std::vector<ProfileChange> changes;
-  for (const auto& task : tasks_) {
-    changes.push_back({ProfileChange::Kind::kSelected, task.client, spec_.index, {}, {}});
+  for (ClientId client : invited()) {
+    changes.push_back({ProfileChange::Kind::kSelected, client, spec_.index, {}, {}});
   }
   return changes;
 }
@@ -95,11 +208,15 @@ void Round::hand_out(ClientId client, double now) {
 
 Admission Round::admission(ClientId client, double now) const {
   if (closed_) return Admission::kClosed;
-  if (!task_index_.count(client)) return Admission::kNotInvited;
+  if (auto dropped = dropped_why_.find(client); dropped != dropped_why_.end()) {
+    return dropped->second == "too stale" ? Admission::kTooStale : Admission::kPastDeadline;
+  }
+  const Terms* terms = terms_for(client);
+  if (terms == nullptr) return Admission::kNotInvited;
   if (accepted_.count(client) || reserved_.count(client)) return Admission::kAlreadyUploaded;
   if (accepted_.size() >= spec_.target) return Admission::kFilled;
   if (accepted_.size() + reserved_.size() >= spec_.target) return Admission::kHeld;
-  if (now > spec_.deadline) return Admission::kPastDeadline;
+  if (now > terms->deadline) return Admission::kPastDeadline;
   return Admission::kWanted;
 }
 
@@ -117,6 +234,11 @@ Status Round::check_admission(ClientId client, double now) const {
       return conflict(round + " already has its " + std::to_string(spec_.target) + " updates");
     case Admission::kHeld:
       return unavailable(round + "'s remaining places are held by uploads being checked; retry");
+    case Admission::kTooStale:
+      return conflict("the update of client " + std::to_string(client) +
+                      " trained on a version too far behind the model (" +
+                      admission_reason(a) + "): the job takes updates at most its " +
+                      "async.max_staleness versions behind");
     case Admission::kClosed:
     case Admission::kPastDeadline:
       return conflict(round + " is not open for updates (" + admission_reason(a) + ")");
@@ -134,10 +256,12 @@ ProfileChange Round::accept(ClientId client, const scheduling::RoundReport& repo
                             double fold_s, std::optional<protocol::EvalReport> evaluation) {
   reserved_.erase(client);
   const double start = task_started_at(client);
+  const Terms* terms = terms_for(client);
   Accepted& a = accepted_[client];
   a.at = now;
   a.duration_s = now - start;
-  a.dispatch_s = start - spec_.opened_at;
+  a.dispatch_s = start - (terms ? terms->assigned_at : spec_.opened_at);
+  a.staleness = staleness(client);
   a.samples = report.samples;
   a.loss_sum = report.loss_sum;
   const scheduling::ClientTask* task = task_for(client);
@@ -157,27 +281,30 @@ ProfileChange Round::accept(ClientId client, const scheduling::RoundReport& repo
 
 double Round::task_started_at(ClientId client) const {
   auto handed = handed_out_.find(client);
-  return handed != handed_out_.end() ? handed->second : spec_.opened_at;
+  if (handed != handed_out_.end()) return handed->second;
+  const Terms* terms = terms_for(client);
+  return terms ? terms->assigned_at : spec_.opened_at;
 }
 
 void Round::release(ClientId client) { reserved_.erase(client); }
 
 bool Round::due(double now) const {
   if (!reserved_.empty()) return false;
-  return closed_ || filled() || now >= spec_.deadline;
+  return closed_ || filled() || (!spec_.buffered && now >= spec_.deadline);
 }
 
 double Round::client_seconds(double closed_at) const {
-  double total = 0;
-  for (const auto& task : tasks_) {
-    auto it = accepted_.find(task.client);
+  double total = dropped_client_s_;
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    auto it = accepted_.find(tasks_[i].client);
     const double until = it == accepted_.end() ? closed_at : std::min(it->second.at, closed_at);
-    total += std::max(0.0, until - spec_.opened_at);
+    total += std::max(0.0, until - std::max(spec_.opened_at, terms_[i].assigned_at));
   }
   return total;
 }
 
 double Round::expected_client_seconds() const {
+  if (spec_.buffered) return dispatched_expected_s_;
   double total = 0;
   for (const auto& task : tasks_) total += std::max(0.0, task.expected_duration_s);
   return total;

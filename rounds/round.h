@@ -3,6 +3,12 @@
 // which task, whose updates were admitted, and when it closes. JobRuntime (job_runtime.h)
 // opens rounds and concludes them; the coordinator and the simulator drive the same Round.
 //
+// A synchronous round's tasks are all handed out at its open, train from its base version and
+// share its deadline. An asynchronous job's round is a buffer (Spec::buffered): tasks come and
+// go while it is open, each with the terms it was handed out on (the round whose offer carries
+// it, the version it trains from, its own deadline); tasks still in flight when the buffer is
+// concluded carry over to the next one, and the buffer is due once K updates are in.
+//
 // Pure logic: no store, no clock (every time is an argument, seconds on the coordinator's
 // clock), no lock. Not thread-safe: the owner serialises calls, except that the aggregate a
 // reservation hands out may be folded into outside the owner's lock (RoundAggregate).
@@ -40,6 +46,8 @@ class RoundAggregate {
 
   // Folds in one validated update (see Aggregator::add for the errors).
   Status add(const UnalignedFloat* values, size_t count, double weight);
+  // Folds it in scaled by `discount` (Aggregator::add with a discount).
+  Status add(const UnalignedFloat* values, size_t count, double weight, double discount);
   // The aggregate of everything added (see Aggregator::result).
   Result<std::vector<float>> result() const;
   std::string rule() const;
@@ -69,7 +77,8 @@ Status apply_profile_change(const ProfileChange& change, scheduling::ClientProfi
 
 // Why an invited client's update is not (or no longer) wanted; kWanted when it is. kHeld: the
 // remaining places are held by uploads still being checked, one of which may yet be refused,
-// so the update may be wanted shortly.
+// so the update may be wanted shortly. kTooStale: a buffer's task whose version fell further
+// behind than the job allows.
 enum class Admission {
   kWanted,
   kNotInvited,
@@ -77,7 +86,8 @@ enum class Admission {
   kPastDeadline,
   kAlreadyUploaded,
   kFilled,
-  kHeld
+  kHeld,
+  kTooStale
 };
 const char* admission_reason(Admission admission);  // "open", "not invited", "round closed", ...
 
@@ -86,36 +96,95 @@ class Round {
   // What a round needs from its job when it opens.
   struct Spec {
     RoundIndex index = 0;
-    uint64_t base_version = 0;  // the model version the tasks train from
+    // The model version the round's updates are applied to; a synchronous round's tasks all
+    // train from it.
+    uint64_t base_version = 0;
+    std::string base_checksum;  // of that version's blob
     double opened_at = 0;
-    double deadline = 0;   // absolute time
+    double deadline = 0;   // absolute time (a buffer has none: its tasks have their own)
     size_t target = 0;     // K: the round is filled at K accepted updates
     size_t available = 0;  // clients available when it opened
+    bool buffered = false;  // an asynchronous job's buffer
   };
+  // The terms a task was handed out on.
+  struct Terms {
+    RoundIndex round = 0;       // the round whose task offer carries it (its upload URL's)
+    uint64_t base_version = 0;  // the version it trains from
+    std::string base_checksum;  // of that version's blob
+    double assigned_at = 0;     // when it was planned
+    double deadline = 0;        // absolute: its update is refused after it
+  };
+  // A buffer's task still in flight, carried to the next buffer (in_flight()).
+  struct Assignment {
+    scheduling::ClientTask task;
+    Terms terms;
+    std::optional<double> fetched_at;  // its first fetch
+  };
+
+  // A synchronous round: every task on the round's terms (its index, base version, open and
+  // deadline).
   Round(Spec spec, std::vector<scheduling::ClientTask> tasks,
         std::shared_ptr<RoundAggregate> aggregate);
+  // A buffer (spec.buffered), holding the tasks `carried` from the previous one.
+  Round(Spec spec, std::vector<Assignment> carried, std::shared_ptr<RoundAggregate> aggregate);
 
   RoundIndex index() const { return spec_.index; }
   uint64_t base_version() const { return spec_.base_version; }
   double opened_at() const { return spec_.opened_at; }
   double deadline() const { return spec_.deadline; }
   size_t available() const { return spec_.available; }
+  bool buffered() const { return spec_.buffered; }
+  // The tasks it holds: a buffer's include those carried in, not those dropped (dropped()).
   const std::vector<scheduling::ClientTask>& tasks() const { return tasks_; }
+  // The clients this round invited: a synchronous round's every task, a buffer's dispatched().
   std::vector<ClientId> invited() const;
-  // The client's task, or nullptr when it was not invited.
+  // The client's task, or nullptr when it holds none.
   const scheduling::ClientTask* task_for(ClientId client) const;
+  // The terms of the client's task, or nullptr when it holds none.
+  const Terms* terms_for(ClientId client) const;
+  // Whether the client holds a task handed out in round `round` (its offer's round).
+  bool holds_task_of(ClientId client, RoundIndex round) const;
+  // Whether an upload or a status question of `client` about its task of round `round` (its
+  // URL's) reaches this round: a synchronous round's own index; in a buffer, the round of the
+  // task the client holds, or for a client without one the buffer's own index or that of a
+  // task it dropped. kConflict saying which round is open otherwise.
+  Status check_task_round(ClientId client, RoundIndex round) const;
+
+  // ---- buffers only ----
+  // Hands out a task on `terms` (the client must hold none); it counts as invited by this
+  // buffer.
+  void assign(scheduling::ClientTask task, Terms terms);
+  // Drops the tasks whose deadline is `now` or earlier and whose update is neither accepted
+  // nor being folded; returns their clients.
+  std::vector<ClientId> expire(double now);
+  // Drops a carried task that fell more than the job allows behind base_version.
+  void drop_stale(ClientId client);
+  // The tasks neither accepted nor dropped, for the next buffer.
+  std::vector<Assignment> in_flight() const;
+  // Tasks in flight: handed out, neither accepted nor dropped.
+  size_t in_flight_count() const;
+  // Clients invited by this buffer (assign), as opposed to carried in.
+  const std::vector<ClientId>& dispatched() const { return dispatched_; }
+  // Why each dropped task was dropped: "missed deadline" or "too stale".
+  const std::map<ClientId, std::string>& dropped() const { return dropped_why_; }
+  // Versions between the one the client's task trains from and base_version.
+  uint64_t staleness(ClientId client) const;
+  // The earliest time the round changes by itself: a synchronous round's deadline, a buffer's
+  // earliest task deadline; nullopt when a buffer has no task in flight.
+  std::optional<double> next_deadline() const;
   size_t accepted() const { return accepted_.size(); }
   // Invited, not yet accepted, and the round still open: the client is busy with this task.
   bool holds_task(ClientId client) const;
   bool filled() const { return accepted_.size() >= spec_.target; }
   bool closed() const { return closed_; }
 
-  // The invitations as profile changes (kSelected), for the owner of the profiles.
+  // The invitations (invited()) as profile changes (kSelected), for the owner of the profiles.
   std::vector<ProfileChange> selection_changes() const;
 
   // The client fetched its task at `now`; its task's duration counts from its first fetch.
   void hand_out(ClientId client, double now);
-  // When the client's task started: its first fetch, or the round's open if it never fetched.
+  // When the client's task started: its first fetch, or when it was planned if it never
+  // fetched.
   double task_started_at(ClientId client) const;
   // Whether `client` fetched its task (hand_out).
   bool fetched(ClientId client) const { return handed_out_.count(client) > 0; }
@@ -136,14 +205,15 @@ class Round {
                        std::optional<protocol::EvalReport> evaluation = std::nullopt);
   // The reserved update could not be folded in: frees its place.
   void release(ClientId client);
-  // Filled, or past its deadline, or closed, with no upload being folded.
+  // Filled, or past its deadline (not a buffer), or closed, with no upload being folded.
   bool due(double now) const;
   // Admits nothing more (the round is being concluded or cancelled).
   void close() { closed_ = true; }
-  // The client-seconds the round occupied, closing at `closed_at`: each invitee from the open
-  // until its update was accepted, or until `closed_at` (what a tenant is charged).
+  // The client-seconds the round occupied, closing at `closed_at`: each task from the open (or
+  // its later assignment) until its update was accepted, it was dropped, or `closed_at` (what
+  // a tenant is charged).
   double client_seconds(double closed_at) const;
-  // The sum of the invitees' expected task seconds, as planned at the open.
+  // The sum of the expected seconds of the tasks it invited (invited()), as planned.
   double expected_client_seconds() const;
 
   // Read by JobRuntime when it concludes the round.
@@ -157,17 +227,27 @@ class Round {
     double download_s = 0, train_s = 0, upload_s = 0;  // reported or measured; 0 = unknown
     double fold_s = 0;
     std::optional<protocol::EvalReport> evaluation;  // the client's scores of the base model
+    uint64_t staleness = 0;  // versions behind base_version (buffers)
   };
   const std::map<ClientId, Accepted>& accepted_updates() const { return accepted_; }
   const std::shared_ptr<RoundAggregate>& aggregate() const { return aggregate_; }
 
  private:
+  // Drops the client's task for `why`, counting its client-seconds until `until`.
+  void drop(ClientId client, const std::string& why, double until);
+  void index_tasks();
+
   Spec spec_;
   std::vector<scheduling::ClientTask> tasks_;
+  std::vector<Terms> terms_;  // of tasks_[i]
   std::map<ClientId, size_t> task_index_;
   std::map<ClientId, double> handed_out_;
   std::set<ClientId> reserved_;  // uploads being folded
   std::map<ClientId, Accepted> accepted_;
+  std::vector<ClientId> dispatched_;
+  double dispatched_expected_s_ = 0;
+  std::map<ClientId, std::string> dropped_why_;
+  double dropped_client_s_ = 0;  // client-seconds of the dropped tasks
   std::shared_ptr<RoundAggregate> aggregate_;
   bool closed_ = false;
 };

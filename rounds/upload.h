@@ -17,12 +17,14 @@
 namespace fedcase::rounds {
 
 // Whether `update` (the delta local - global) and its client's `evaluation` may join round
-// `round`, which trains and evaluates `base`. kUnprocessable naming what is wrong: the update
-// was trained on another model version, does not match the base's layout, holds a non-finite
-// value or exceeds config.max_update_norm (aggregation::validate_update); the evaluation
-// scores another model version, or more held-out samples than config.evaluation.max_samples
-// (no honest report, and it would outweigh the others in the round's means).
-Status check_upload(const GlobalModel& base, RoundIndex round, const JobConfig& config,
-                    const BlobView& update, const std::optional<protocol::EvalReport>& evaluation);
+// `round`, whose client's task trains and evaluates model version `trained_on` of `layout`.
+// kUnprocessable naming what is wrong: the update was trained on another model version, does
+// not match the layout, holds a non-finite value or exceeds config.max_update_norm
+// (aggregation::validate_update); the evaluation scores another model version, or more
+// held-out samples than config.evaluation.max_samples (no honest report, and it would
+// outweigh the others in the round's means).
+Status check_upload(const ModelLayout& layout, uint64_t trained_on, RoundIndex round,
+                    const JobConfig& config, const BlobView& update,
+                    const std::optional<protocol::EvalReport>& evaluation);
 
 }  // namespace fedcase::rounds

@@ -201,6 +201,11 @@ void FairShare::round_opened(TenantId id, JobId job, double now, double expected
   counters_.charge(consumer(id, job), expected_client_s, class_cost);
 }
 
+void FairShare::slots_opened(TenantId id, JobId job, double expected_client_s,
+                             double class_cost) {
+  counters_.charge(consumer(id, job), expected_client_s, class_cost);
+}
+
 void FairShare::round_concluded(TenantId id, JobId job, double expected_client_s, double client_s,
                                 double class_cost) {
   tenant(id).client_seconds += client_s;

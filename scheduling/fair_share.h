@@ -146,6 +146,11 @@ class FairShare {
   // expected seconds of one of its tasks. Charged at once, so the next pick sees it.
   void round_opened(TenantId tenant, JobId job, double now, double expected_client_s,
                     double class_cost);
+  // An asynchronous job handed out tasks for free slots of its open buffer, expected to occupy
+  // `expected_client_s` client-seconds: charged at once, as a round's open is, but no round
+  // starts (a started buffer is never throttled). The buffer's round_concluded corrects the
+  // charges of the slots it handed out.
+  void slots_opened(TenantId tenant, JobId job, double expected_client_s, double class_cost);
   // The round concluded after consuming `client_s` client-seconds (each invitee from the open
   // until its update or the round's close): the charge is corrected to what it really used.
   void round_concluded(TenantId tenant, JobId job, double expected_client_s, double client_s,

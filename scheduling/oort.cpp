@@ -217,25 +217,39 @@ std::vector<uint32_t> OortPolicy::explore(const std::vector<Candidate>& candidat
 std::vector<ClientId> OortPolicy::select(const SelectionRequest& request,
                                          const std::vector<Candidate>& candidates) {
   const size_t invited = invited_count(request.target, request.overcommit);
-  state_.exploited.clear();
-  if (state_.selections++ == 0) {
+  // Slots of one buffer continue its round: one decay, one uniform first round, and the
+  // exploited clients of every call, for on_round_end.
+  const bool continuing =
+      request.slots && state_.selections > 0 && request.round == state_.selection_round;
+  state_.selection_round = request.round;
+  if (!continuing) state_.exploited.clear();
+  if (state_.selections++ == 0 || (continuing && state_.uniform_round)) {
     // The first round is a uniform draw, as FedScale's client manager makes it.
+    state_.uniform_round = true;
     std::vector<uint32_t> pool = available_indices(candidates);
     partial_shuffle(pool, invited, state_.rng);
     pool.resize(std::min(pool.size(), invited));
     return ids_of(candidates, pool);
   }
-  state_.exploration =
-      std::max(state_.exploration * config_.exploration_decay, config_.exploration_min);
+  state_.uniform_round = false;
+  if (!continuing) {
+    state_.exploration =
+        std::max(state_.exploration * config_.exploration_decay, config_.exploration_min);
+  }
   Ranking ranking = rank(request, candidates);
-  const size_t exploring =
-      static_cast<size_t>(std::floor(static_cast<double>(invited) * state_.exploration + 1e-9));
+  const double share = static_cast<double>(invited) * state_.exploration;
+  size_t exploring = static_cast<size_t>(std::floor(share + 1e-9));
+  // A few slots at a time would round every share down to nothing: a slot explores with the
+  // probability of the fraction left, so the share holds in expectation.
+  if (request.slots && state_.rng.unit() < share - static_cast<double>(exploring)) {
+    ++exploring;
+  }
   // Each side takes whatever the other cannot fill.
   size_t exploit_count = std::min(ranking.explored.size(), invited - std::min(invited, exploring));
   const size_t explore_count = std::min(ranking.unexplored.size(), invited - exploit_count);
   exploit_count = std::min(ranking.explored.size(), invited - explore_count);
   std::vector<uint32_t> picked = exploit(ranking, exploit_count);
-  state_.exploited = ids_of(candidates, picked);
+  for (ClientId id : ids_of(candidates, picked)) state_.exploited.push_back(id);
   std::vector<uint32_t> explored_now = explore(candidates, ranking, explore_count);
   picked.insert(picked.end(), explored_now.begin(), explored_now.end());
   return ids_of(candidates, picked);
@@ -285,6 +299,8 @@ nlohmann::json OortPolicy::save_state() const {
   out["rounds"] = state_.rounds;
   out["selections"] = state_.selections;
   out["exploited"] = state_.exploited;
+  out["selection_round"] = state_.selection_round;
+  out["uniform_round"] = state_.uniform_round;
   return out;
 }
 
@@ -297,7 +313,9 @@ Status OortPolicy::load_state(const nlohmann::json& json) {
       .integer("rounds", s.rounds);
   // A state saved before selections were counted had made one per round.
   s.selections = s.rounds;
-  r.integer("selections", s.selections);
+  r.integer("selections", s.selections)
+      .integer("selection_round", s.selection_round)
+      .boolean("uniform_round", s.uniform_round);
   const nlohmann::json* exploited = r.member("exploited");
   const nlohmann::json* window = r.member("window_utility");
   FEDCASE_RETURN_IF_ERROR(r.status());

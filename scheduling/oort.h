@@ -83,7 +83,9 @@ class OortPolicy : public SelectionPolicy {
     std::vector<double> window_utility;  // exploited clients' mean utility per round, 2 windows
     uint64_t rounds = 0;                 // on_round_end calls
     uint64_t selections = 0;             // select calls
-    std::vector<ClientId> exploited;     // the last selection's exploited clients
+    std::vector<ClientId> exploited;     // the last round's exploited clients
+    RoundIndex selection_round = 0;      // the round of the last select call
+    bool uniform_round = false;          // that round drew uniformly (the first one)
   };
   struct Ranking {
     std::vector<uint32_t> explored;  // eligible candidates with feedback

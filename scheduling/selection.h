@@ -42,6 +42,10 @@ struct SelectionRequest {
   RoundIndex round = 0;                    // 1-based
   size_t target = 0;                       // K: updates the round needs
   double overcommit = kDefaultOvercommit;  // invite ceil(K * overcommit) clients
+  // An asynchronous job's free slots (target of them, overcommit 1): select is called many
+  // times with one round index (a buffer) as slots free, and what a policy does once a round
+  // (decays, pacing) it does once per index (docs/scheduling.md, "Slot selection").
+  bool slots = false;
 };
 
 // How one invited client's task ended.

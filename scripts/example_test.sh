@@ -1,19 +1,30 @@
 #!/usr/bin/env bash
-# The SDK example end to end, as a PyTorch user would run it: installs the client SDK into a
-# temporary prefix, builds examples/sdk_app out of tree against it (find_package), exports the
-# example's TorchScript model and data files with Debian's python3-torch, starts a coordinator
-# on 127.0.0.1 port 0, creates the job with `fedcase jobs create --model`, and runs three app
-# processes until the job finishes (the example's job stops at 95% federated accuracy) or has
-# committed 8 rounds. Passes when the job finished on its target after at least two committed
-# rounds and the federated evaluation's accuracy of the last round is above the first's.
-#   scripts/example_test.sh --build-dir build
+# An SDK example end to end, as its user would run it: installs the client SDK into a temporary
+# prefix, builds the app against it, exports the job's TorchScript model and the devices' data
+# with Debian's python3-torch, starts a coordinator on 127.0.0.1 port 0, creates the job with
+# `fedcase jobs create --model`, and runs three app processes until the job finishes on its
+# target or has committed its rounds. Passes when the job finished on its target after at least
+# two committed rounds and the federated evaluation's accuracy of the last round is above the
+# first's.
+#   --app sdk_app     examples/sdk_app (C++): built with CMake against the package
+#                     (find_package), trains with the SDK's TorchScript trainer
+#   --app c_app       examples/c_app (C): built with cc and pkg-config against the package, under
+#                     AddressSanitizer (the app; the library is not instrumented, but its heap is
+#                     ASan's and LeakSanitizer checks the whole process at exit), trains the
+#                     same job with its own C code
+#   --app python_app  examples/python_app: the fedcase Python package installed with pip
+#                     (--no-build-isolation) into a temporary folder, trains its own PyTorch CNN
+#                     on a Fashion-MNIST slice with TorchTrainer
+#   scripts/example_test.sh --build-dir build [--app sdk_app|c_app|python_app]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build
+app=sdk_app
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build=$2; shift 2 ;;
-    *) echo "usage: $0 [--build-dir DIR]" >&2; exit 2 ;;
+    --app) app=$2; shift 2 ;;
+    *) echo "usage: $0 [--build-dir DIR] [--app sdk_app|c_app|python_app]" >&2; exit 2 ;;
   esac
 done
 build=$(cd "$build" && pwd)
@@ -26,17 +37,60 @@ cleanup() {
   if [ "$status" -eq 0 ]; then rm -rf "$dir"; else echo "example_test: logs kept in $dir" >&2; fi
 }
 trap cleanup EXIT
+say() { echo "example_test[$app]: $*"; }
+run_logged() {  # run_logged LOG COMMAND...: the command's output goes to LOG, shown on failure
+  local log=$1; shift
+  "$@" > "$log" 2>&1 || { cat "$log"; exit 1; }
+}
 
-echo "example_test: installing the SDK into $dir/prefix"
-cmake --install "$build" --prefix "$dir/prefix" > "$dir/install.log"
-echo "example_test: building examples/sdk_app against it"
-cmake -S examples/sdk_app -B "$dir/app" -G Ninja -DCMAKE_PREFIX_PATH="$dir/prefix" \
-  -DCMAKE_BUILD_TYPE=Release > "$dir/configure.log" 2>&1 || { cat "$dir/configure.log"; exit 1; }
-cmake --build "$dir/app" > "$dir/build.log" 2>&1 || { cat "$dir/build.log"; exit 1; }
-
-echo "example_test: exporting the model and the devices' data files"
-/usr/bin/python3 examples/sdk_app/export_model.py --model "$dir/model.pt" --data "$dir/data" \
-  --devices 3
+say "installing the SDK into $dir/prefix"
+run_logged "$dir/install.log" cmake --install "$build" --prefix "$dir/prefix"
+case "$app" in
+  sdk_app)
+    say "building examples/sdk_app against it"
+    run_logged "$dir/configure.log" cmake -S examples/sdk_app -B "$dir/app" -G Ninja \
+      -DCMAKE_PREFIX_PATH="$dir/prefix" -DCMAKE_BUILD_TYPE=Release
+    run_logged "$dir/build.log" cmake --build "$dir/app"
+    job_file=examples/sdk_app/job.json
+    run_logged "$dir/export.log" /usr/bin/python3 examples/sdk_app/export_model.py \
+      --model "$dir/model.pt" --data "$dir/data" --devices 3
+    binary=$dir/app/sdk_app ;;
+  c_app)
+    say "building examples/c_app with cc against it (pkg-config), under AddressSanitizer"
+    run_logged "$dir/build.log" make -C examples/c_app -B OUT="$dir/c_app" \
+      PKG_CONFIG_PATH="$dir/prefix/lib/pkgconfig" \
+      CFLAGS="-O1 -g -std=c11 -Wall -Wextra -Werror -fsanitize=address,undefined -fno-omit-frame-pointer" \
+      LDFLAGS="-fsanitize=address,undefined -Wl,-rpath,$dir/prefix/lib"
+    job_file=examples/sdk_app/job.json  # the same model as the C++ app's, trained in C
+    run_logged "$dir/export.log" /usr/bin/python3 examples/sdk_app/export_model.py \
+      --model "$dir/model.pt" --data "$dir/data" --devices 3
+    export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99
+    export LSAN_OPTIONS=suppressions=$PWD/examples/c_app/lsan.supp:print_suppressions=0
+    binary=$dir/c_app ;;
+  python_app)
+    say "installing the fedcase Python package with pip"
+    cp -r python "$dir/python-src"  # pip builds in the folder it installs from
+    run_logged "$dir/pip.log" /usr/bin/python3 -m pip install --no-build-isolation --no-deps \
+      --no-index --target "$dir/site" "$dir/python-src"
+    export PYTHONPATH=$dir/site FEDCASE_CLIENT_LIBRARY=$dir/prefix/lib/libfedcase_client.so.1
+    job_file=examples/python_app/job.json
+    run_logged "$dir/export.log" /usr/bin/python3 examples/python_app/app.py export \
+      --model "$dir/model.pt"
+    start_device() {
+      exec /usr/bin/python3 examples/python_app/app.py train --port "$port" \
+        --token "$enrollment_token" --name "device-$1" --device "$1" --devices 3 \
+        --state-dir "$dir/state-$1"
+    } ;;
+  *) echo "example_test: unknown app $app" >&2; exit 2 ;;
+esac
+if [ "$app" != python_app ]; then
+  # The C++ and C apps take the same flags: the device's data files, held-out files and state.
+  start_device() {
+    exec "$binary" --port "$port" --token "$enrollment_token" --name "device-$1" \
+      --data "$dir/data/device-$1/train" --held-out "$dir/data/device-$1/held-out" \
+      --state-dir "$dir/state-$1"
+  }
+fi
 
 admin_token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 enrollment_token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
@@ -52,19 +106,18 @@ for _ in $(seq 600); do [ -s "$dir/port" ] && break; sleep 0.05; done
 port=$(cat "$dir/port")
 export FEDCASE_URL=http://127.0.0.1:$port FEDCASE_TOKEN=$admin_token
 
-job=$("$build/cli/fedcase" jobs create examples/sdk_app/job.json --model "$dir/model.pt" --json |
-      jq -r .job_id)
-echo "example_test: job $job created on port $port"
+job=$("$build/cli/fedcase" jobs create "$job_file" --model "$dir/model.pt" --json | jq -r .job_id)
+say "job $job created on port $port"
+app_pids=()
 for i in 0 1 2; do
-  "$dir/app/sdk_app" --port "$port" --token "$enrollment_token" --name "device-$i" \
-    --data "$dir/data/device-$i/train" --held-out "$dir/data/device-$i/held-out" \
-    --state-dir "$dir/state-$i" > "$dir/app-$i.log" 2>&1 &
+  start_device "$i" > "$dir/app-$i.log" 2>&1 &
   pids+=($!)
+  app_pids+=($!)
 done
 
 committed=0
 state=running
-for _ in $(seq 1200); do
+for _ in $(seq 1800); do
   "$build/cli/fedcase" jobs show "$job" --json > "$dir/job.json"
   committed=$(jq '[.rounds[] | select(.state == "committed")] | length' "$dir/job.json")
   state=$(jq -r .state "$dir/job.json")
@@ -86,4 +139,16 @@ if ! jq -n --argjson a "$first" --argjson b "$last" '$b > $a' | grep -q true; th
   echo "example_test: the federated accuracy did not improve ($first -> $last)" >&2
   exit 1
 fi
-echo "example_test: passed (federated accuracy $first -> $last)"
+# The apps stop cleanly on SIGTERM, as on Ctrl-C (the C app's sanitizers report at exit).
+for p in "${app_pids[@]}"; do kill -TERM "$p"; done
+for i in 0 1 2; do
+  code=0
+  wait "${app_pids[$i]}" || code=$?
+  if [ "$code" -ne 0 ]; then
+    echo "example_test: device $i exited with $code:" >&2
+    tail -30 "$dir/app-$i.log" >&2
+    exit 1
+  fi
+done
+pids=("${pids[0]}")
+say "passed (federated accuracy $first -> $last)"

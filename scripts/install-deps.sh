@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs every Debian package fedcase needs to build, test and run its demo (Chart.js is built
 # into the dashboard; Chromium and promtool, from prometheus, run in the tests; python3-torch
-# exports the SDK example's TorchScript model in the tests; clang checks the locks with
-# -Wthread-safety; libpq-dev is the PostgreSQL store's client library, and postgresql the
-# server the tests start for it); with --fuzz, also libFuzzer and the sanitizer runtimes, and
-# llvm-symbolizer for their reports (`make fuzz`). Idempotent and quick when everything is already present.
+# exports the SDK example's TorchScript model in the tests and runs the Python SDK's, which pip
+# installs with setuptools and wheel; clang checks the locks with -Wthread-safety; lintian and
+# shellcheck check the Debian packages; libpq-dev is the PostgreSQL store's client library, and
+# postgresql the server the tests start for it); with --fuzz, also libFuzzer and the sanitizer
+# runtimes, and llvm-symbolizer for their reports (`make fuzz`). Idempotent and quick when
+# everything is already present.
 set -euo pipefail
 
 packages=(
@@ -14,6 +16,7 @@ packages=(
   libtorch-dev doctest-dev dataset-fashion-mnist
   curl jq sqlite3 openssl postgresql
   libjs-chart.js chromium prometheus python3-torch clang
+  python3-numpy python3-pip python3-setuptools python3-wheel lintian shellcheck
 )
 if [ "${1:-}" = "--fuzz" ]; then
   packages+=(libclang-rt-14-dev llvm-14)

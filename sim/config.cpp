@@ -42,6 +42,9 @@ Result<SimConfig> parse_sim_config(const nlohmann::json& config) {
   FEDCASE_RETURN_IF_ERROR(r.strict_status());
   auto job = rounds::build_job(*r.member("job"));
   if (!job.ok()) return job.status();
+  if (job->config.init_from) {
+    return invalid_argument("job.init_from names a coordinator's job: a simulation starts fresh");
+  }
   c.job = std::move(job->config);
   return c;
 }

@@ -27,9 +27,13 @@ Result<RunSummary> run_simulation(Simulator& simulator, const SimConfig& config,
     out.final_accuracy = record->accuracy;
     out.best_accuracy = std::max(out.best_accuracy, record->accuracy);
     hit_sum += record->hit_ratio;
+    out.client_s += record->client_s;
+    out.wasted += record->wasted;
     if (!out.time_to_target_s && record->accuracy >= config.job.target_accuracy) {
       out.time_to_target_s = record->close_s;
       out.rounds_to_target = record->round;
+      out.client_s_to_target = out.client_s;
+      out.wasted_to_target = out.wasted;
       if (config.stop_at_target) break;
     }
   }
@@ -39,14 +43,15 @@ Result<RunSummary> run_simulation(Simulator& simulator, const SimConfig& config,
 }
 
 std::string round_csv_header() {
-  return "virtual_s,round,accuracy,loss,participants,dropped,hit_ratio";
+  return "virtual_s,round,accuracy,loss,participants,dropped,hit_ratio,client_s,wasted,"
+         "mean_staleness";
 }
 
 std::string round_csv_row(const RoundRecord& r) {
-  char line[200];
-  std::snprintf(line, sizeof(line), "%.3f,%llu,%.4f,%.4f,%zu,%zu,%.4f", r.close_s,
+  char line[256];
+  std::snprintf(line, sizeof(line), "%.3f,%llu,%.4f,%.4f,%zu,%zu,%.4f,%.1f,%zu,%.3f", r.close_s,
                 static_cast<unsigned long long>(r.round), r.accuracy, r.loss, r.participants,
-                r.dropped, r.hit_ratio);
+                r.dropped, r.hit_ratio, r.client_s, r.wasted, r.mean_staleness);
   return line;
 }
 
@@ -63,6 +68,8 @@ nlohmann::ordered_json summary_json(const RunSummary& s) {
   j["final_accuracy"] = s.final_accuracy;
   j["best_accuracy"] = s.best_accuracy;
   j["mean_hit_ratio"] = s.mean_hit_ratio;
+  j["client_s"] = s.client_s;
+  j["wasted_updates"] = s.wasted;
   j["wall_s"] = s.wall_s;
   return j;
 }

@@ -25,6 +25,10 @@ struct RunSummary {
   double final_accuracy = 0;
   double best_accuracy = 0;
   double mean_hit_ratio = 0;  // over rounds
+  // The fleet's work (client-seconds of tasks, RoundRecord::client_s) and the updates trained
+  // and sent for nothing (RoundRecord::wasted), in all and until the target was reached.
+  double client_s = 0, client_s_to_target = 0;
+  size_t wasted = 0, wasted_to_target = 0;
   double wall_s = 0;
 };
 
@@ -34,7 +38,8 @@ struct RunSummary {
 Result<RunSummary> run_simulation(Simulator& simulator, const SimConfig& config,
                                   const std::function<void(const RoundRecord&)>& on_round);
 
-// "virtual_s,round,accuracy,loss,participants,dropped,hit_ratio" (no newline).
+// "virtual_s,round,accuracy,loss,participants,dropped,hit_ratio,client_s,wasted,
+// mean_staleness" (no newline).
 std::string round_csv_header();
 // One row, virtual_s being the round's close (no newline).
 std::string round_csv_row(const RoundRecord& record);

@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "client_sdk/importance_sampler.h"
@@ -40,6 +41,16 @@ struct Attempt {
   double duration_s = 0;
 };
 
+// An asynchronous task in flight (virtual times).
+struct Flight {
+  Attempt attempt;
+  scheduling::ClientTask task;
+  double start = 0;
+  double finish = 0;       // when its update arrives, if `reports`
+  double offline_at = 0;   // when its client goes offline
+  bool reports = false;    // its client stays online until it finishes
+};
+
 double seconds_to_send(uint64_t bytes, double kbps) { return double(bytes) * 8.0 / (kbps * 1e3); }
 
 }  // namespace
@@ -68,6 +79,11 @@ struct Simulator::State {
   ml::EvalResult last_eval;
   Rng jitter;
   UpdateObserver on_update;
+  // Asynchronous jobs: the open buffer, the tasks in flight by client, and the model versions
+  // they train from.
+  std::optional<rounds::Round> buffer;
+  std::map<ClientId, Flight> flights;
+  std::map<uint64_t, std::shared_ptr<const rounds::GlobalModel>> versions;
 
   // Every online client contacts the coordinator at each multiple of heartbeat_s up to `t`.
   void hear_until(double t);
@@ -81,10 +97,88 @@ struct Simulator::State {
                      const protocol::CacheDirectives& directives) const;
   // Looks the reads up in the cache and models the task's duration.
   Status attempt(Attempt& a, const scheduling::ClientTask& task);
-  // Trains the global model on the attempt's samples and folds the delta into `aggregate`.
+  // Trains `global` (the version the task was handed out on) on the attempt's samples and
+  // folds the delta into `aggregate` with `discount`.
   Status train_and_add(Attempt& a, const scheduling::ClientTask& task,
-                       rounds::RoundAggregate& aggregate);
+                       const rounds::GlobalModel& global, rounds::RoundAggregate& aggregate,
+                       double discount, RoundIndex task_round);
+  // Opens the job's next round, waiting idle_wait_s at a time until the engine opens one.
+  Result<rounds::Round> open_when_possible();
+  // Asynchronous jobs: hands out tasks for the buffer's free slots among the online clients
+  // without one, and sets their flights going (recorded in `dispatched`).
+  Status refill();
+  // Ends the flights of clients that go offline before finishing and hold no task of the
+  // buffer any more (dropped): they never report. Returns the client-seconds they spent.
+  double end_lost_flights();
+  std::vector<TaskTrace> dispatched;  // tasks handed out since the last buffer's record
 };
+
+double Simulator::State::end_lost_flights() {
+  double spent = 0;
+  for (auto it = flights.begin(); it != flights.end();) {
+    const Flight& f = it->second;
+    if (!f.reports && (!buffer || buffer->task_for(it->first) == nullptr)) {
+      spent += std::max(0.0, f.offline_at - f.start);
+      it = flights.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return spent;
+}
+
+Result<rounds::Round> Simulator::State::open_when_possible() {
+  while (true) {
+    auto tried = try_open();
+    if (!tried.ok()) return tried.status();
+    if (*tried) return std::move(**tried);
+    now += config.idle_wait_s;
+    if (now > config.max_virtual_s) return resource_exhausted("too few clients available");
+  }
+}
+
+Status Simulator::State::refill() {
+  rounds::Round& b = *buffer;
+  const size_t free = job->free_slots(b);
+  if (free == 0) return ok_status();
+  hear_until(now);
+  std::vector<rounds::PoolClient> pool;
+  pool.reserve(profiles.size());
+  for (const auto& p : profiles) {
+    pool.push_back({&p, scheduling::is_online(p, now + kClockOrigin) && !flights.count(p.id)});
+  }
+  std::set<ClientId> excluded;
+  for (const auto& task : b.tasks()) excluded.insert(task.client);
+  auto planned = job->plan_slots(b.index(), free, excluded, pool, now + kClockOrigin);
+  if (!planned.ok()) return planned.status();
+  for (rounds::Round::Assignment& a : *planned) {
+    const ClientId id = a.task.client;
+    b.assign(a.task, a.terms);
+    b.hand_out(id, now + kClockOrigin);
+    const size_t i = index_of.at(id);
+    FEDCASE_RETURN_IF_ERROR(rounds::apply_profile_change(
+        {rounds::ProfileChange::Kind::kSelected, id, b.index(), {}, {}}, profiles[i], {}));
+    Flight f;
+    f.task = std::move(a.task);
+    f.attempt.client = i;
+    FEDCASE_RETURN_IF_ERROR(attempt(f.attempt, f.task));
+    f.start = now;
+    f.finish = now + f.attempt.duration_s;
+    f.offline_at = fleet[i].spells.online_until(now);
+    f.reports = f.offline_at >= f.finish;
+    versions[b.base_version()] = job->model();
+    TaskTrace trace;
+    trace.client = id;
+    trace.start_s = now;
+    trace.online_at_open = true;
+    trace.duration_s = f.attempt.duration_s;
+    trace.cache_hits = f.attempt.report.cache_hits;
+    trace.cache_misses = f.attempt.report.cache_misses;
+    dispatched.push_back(trace);
+    flights.emplace(id, std::move(f));
+  }
+  return ok_status();
+}
 
 void Simulator::State::hear_until(double t) {
   const double step = config.heartbeat_s;
@@ -157,10 +251,12 @@ Status Simulator::State::attempt(Attempt& a, const scheduling::ClientTask& task)
 }
 
 Status Simulator::State::train_and_add(Attempt& a, const scheduling::ClientTask& task,
-                                       rounds::RoundAggregate& aggregate) {
+                                       const rounds::GlobalModel& base,
+                                       rounds::RoundAggregate& aggregate, double discount,
+                                       RoundIndex task_round) {
   Device& d = devices[a.client];
   const SimClient& c = fleet[a.client];
-  const std::vector<float>& global = job->model()->params;
+  const std::vector<float>& global = base.params;
   FEDCASE_RETURN_IF_ERROR(model.set_parameters(global));
   std::vector<size_t> samples(a.order.size());
   for (size_t k = 0; k < a.order.size(); ++k) samples[k] = c.samples[a.order[k]];
@@ -185,8 +281,9 @@ Status Simulator::State::train_and_add(Attempt& a, const scheduling::ClientTask&
 
   std::vector<float> delta = model.parameters();
   for (size_t k = 0; k < delta.size(); ++k) delta[k] -= global[k];
-  FEDCASE_RETURN_IF_ERROR(aggregate.add(delta.data(), delta.size(), double(trained.samples)));
-  if (on_update) on_update(c.id, delta, a.report);
+  FEDCASE_RETURN_IF_ERROR(
+      aggregate.add(delta.data(), delta.size(), double(trained.samples), discount));
+  if (on_update) on_update({c.id, delta, a.report, now, task_round, base.version});
   return ok_status();
 }
 
@@ -250,19 +347,11 @@ void Simulator::set_update_observer(UpdateObserver observer) {
 
 Result<RoundRecord> Simulator::run_round() {
   State& s = *state_;
+  if (s.job->config().asynchronous()) return run_buffer();
   const SimConfig& cfg = s.config;
   // Open when the engine finds enough available clients, as the coordinator's driver does.
-  std::optional<rounds::Round> opened;
-  while (true) {
-    auto tried = s.try_open();
-    if (!tried.ok()) return tried.status();
-    if (*tried) {
-      opened = std::move(*tried);
-      break;
-    }
-    s.now += cfg.idle_wait_s;
-    if (s.now > cfg.max_virtual_s) return resource_exhausted("too few clients available");
-  }
+  auto opened = s.open_when_possible();
+  if (!opened.ok()) return opened.status();
   rounds::Round& round = *opened;
   FEDCASE_RETURN_IF_ERROR(s.apply(round.selection_changes()));
   RoundRecord rec;
@@ -280,6 +369,7 @@ Result<RoundRecord> Simulator::run_round() {
     const size_t i = s.index_of.at(task.client);
     TaskTrace trace;
     trace.client = task.client;
+    trace.start_s = s.now;
     trace.online_at_open = s.fleet[i].spells.online_at(s.now);
     if (trace.online_at_open) {
       round.hand_out(task.client, round.opened_at());
@@ -310,7 +400,8 @@ Result<RoundRecord> Simulator::run_round() {
     if (admission != rounds::Admission::kWanted) continue;
     auto aggregate = round.reserve(task.client, at);
     if (!aggregate.ok()) return aggregate.status();
-    Status trained = s.train_and_add(a, task, **aggregate);
+    s.now = at - kClockOrigin;  // the update's arrival, for the observer
+    Status trained = s.train_and_add(a, task, *s.job->model(), **aggregate, 1.0, round.index());
     if (!trained.ok()) {
       round.release(task.client);
       return trained;
@@ -324,7 +415,16 @@ Result<RoundRecord> Simulator::run_round() {
   }
   rec.participants = round.accepted();
   rec.hit_ratio = rec.participants ? hit_ratio_sum / double(rec.participants) : 0;
-  for (const TaskTrace& t : rec.tasks) rec.dropped += !t.finished;
+  for (const TaskTrace& t : rec.tasks) {
+    rec.dropped += !t.finished;
+    // A finisher not kept sent its update for nothing; every online task worked until it
+    // finished, its client went offline, or the round closed.
+    rec.wasted += t.finished && !t.kept;
+    if (!t.online_at_open) continue;
+    const double until = std::min({t.start_s + t.duration_s, close_at - kClockOrigin,
+                                   s.fleet[s.index_of.at(t.client)].spells.online_until(t.start_s)});
+    rec.client_s += std::max(0.0, until - t.start_s);
+  }
 
   const rounds::Conclusion conclusion = s.job->conclude(round, close_at);
   FEDCASE_RETURN_IF_ERROR(s.apply(conclusion.profile_changes));
@@ -340,6 +440,117 @@ Result<RoundRecord> Simulator::run_round() {
   rec.loss = s.last_eval.loss;
   s.now = close_at - kClockOrigin;
   rec.close_s = s.now;
+  return rec;
+}
+
+}  // namespace fedcase::sim
+
+namespace fedcase::sim {
+
+Result<RoundRecord> Simulator::run_buffer() {
+  State& s = *state_;
+  const SimConfig& cfg = s.config;
+  if (!s.buffer) {
+    auto opened = s.open_when_possible();
+    if (!opened.ok()) return opened.status();
+    s.buffer = std::move(opened).value();
+    FEDCASE_RETURN_IF_ERROR(s.refill());
+  }
+  rounds::Round& b = *s.buffer;
+  RoundRecord rec;
+  rec.round = b.index();
+  rec.open_s = b.opened_at() - kClockOrigin;
+  rec.available = b.available();
+  double hit_ratio_sum = 0, staleness_sum = 0;
+  // Events in time order: an update's arrival, a task's deadline, or an idle wait for clients.
+  while (!b.filled()) {
+    std::optional<ClientId> arriving;
+    for (const auto& [id, f] : s.flights) {
+      if (f.reports && (!arriving || f.finish < s.flights.at(*arriving).finish)) arriving = id;
+    }
+    const std::optional<double> deadline = b.next_deadline();
+    if (!arriving && !deadline) {
+      s.now += cfg.idle_wait_s;
+      if (s.now > cfg.max_virtual_s) return resource_exhausted("too few clients available");
+      FEDCASE_RETURN_IF_ERROR(s.refill());
+      continue;
+    }
+    if (deadline && (!arriving || *deadline - kClockOrigin < s.flights.at(*arriving).finish)) {
+      s.now = std::max(s.now, *deadline - kClockOrigin);
+      FEDCASE_RETURN_IF_ERROR(s.apply(s.job->expire(b, s.now + kClockOrigin)));
+      rec.client_s += s.end_lost_flights();
+      FEDCASE_RETURN_IF_ERROR(s.refill());
+      continue;
+    }
+    const ClientId id = *arriving;
+    Flight f = std::move(s.flights.at(id));
+    s.flights.erase(id);
+    s.now = f.finish;
+    const double at = s.now + kClockOrigin;
+    rec.client_s += f.finish - f.start;
+    if (b.admission(id, at) != rounds::Admission::kWanted) {
+      ++rec.wasted;  // too late, or too stale: refused
+      FEDCASE_RETURN_IF_ERROR(s.refill());
+      continue;
+    }
+    const rounds::Round::Terms terms = *b.terms_for(id);
+    const double discount = s.job->discount(b, id);
+    auto aggregate = b.reserve(id, at);
+    if (!aggregate.ok()) return aggregate.status();
+    Status trained = s.train_and_add(f.attempt, f.task, *s.versions.at(terms.base_version),
+                                     **aggregate, discount, terms.round);
+    if (!trained.ok()) {
+      b.release(id);
+      return trained;
+    }
+    staleness_sum += double(b.staleness(id));
+    FEDCASE_RETURN_IF_ERROR(s.apply({b.accept(id, f.attempt.report, at)}));
+    scheduling::observe_heartbeat(s.profiles[f.attempt.client], at);
+    const uint64_t reads = f.attempt.report.cache_hits + f.attempt.report.cache_misses;
+    hit_ratio_sum += reads ? double(f.attempt.report.cache_hits) / double(reads) : 0;
+    if (!b.filled()) FEDCASE_RETURN_IF_ERROR(s.refill());
+  }
+  rec.tasks = std::move(s.dispatched);
+  s.dispatched.clear();
+  rec.participants = b.accepted();
+  rec.invited = b.invited().size();
+  rec.dropped = b.dropped().size();
+  rec.hit_ratio = rec.participants ? hit_ratio_sum / double(rec.participants) : 0;
+  rec.mean_staleness = rec.participants ? staleness_sum / double(rec.participants) : 0;
+
+  const rounds::Conclusion conclusion = s.job->conclude(b, s.now + kClockOrigin);
+  FEDCASE_RETURN_IF_ERROR(s.apply(conclusion.profile_changes));
+  const double samples = conclusion.metrics["samples"].get<double>();
+  rec.train_loss = samples > 0 ? conclusion.metrics["train_loss"].get<double>() : kNaN;
+  rec.committed = conclusion.state == RoundState::kCommitted;
+  if (rec.committed) {
+    s.job->adopt(conclusion);
+    FEDCASE_RETURN_IF_ERROR(s.model.set_parameters(s.job->model()->params));
+    s.last_eval = s.model.evaluate(s.test, cfg.eval_samples);
+  }
+  rec.accuracy = s.last_eval.accuracy;
+  rec.loss = s.last_eval.loss;
+  rec.close_s = s.now;
+  // The next buffer opens at once with the tasks in flight (less those now too stale), and
+  // refills its free slots; the versions no task trains from any more are let go.
+  s.buffer.reset();
+  if (s.job->last_round() < s.job->config().rounds) {
+    auto next = s.try_open();
+    if (!next.ok()) return next.status();
+    if (*next) {
+      s.buffer = std::move(**next);
+      FEDCASE_RETURN_IF_ERROR(s.refill());
+    }
+  }
+  rec.client_s += s.end_lost_flights();
+  std::set<uint64_t> in_use;
+  for (const auto& [id, f] : s.flights) {
+    const rounds::Round::Terms* terms = s.buffer ? s.buffer->terms_for(id) : nullptr;
+    if (terms) in_use.insert(terms->base_version);
+  }
+  for (auto it = s.versions.begin(); it != s.versions.end();) {
+    it = in_use.count(it->first) ? std::next(it) : s.versions.erase(it);
+  }
   return rec;
 }
 

@@ -15,6 +15,14 @@
 // never reports; one that finishes after the deadline is refused. Virtual time then moves to
 // the round's close.
 //
+// An asynchronous job (mode "async") runs buffers instead, event by event as the coordinator
+// does: free slots are refilled at once with clients the policy selects among those online
+// and idle, each task's update arrives at its modelled finish (if its client stays online;
+// otherwise its task expires at its deadline), trains from the version its task was handed
+// out on, and joins the open buffer with its staleness weight; the K-th update concludes the
+// buffer, and the next opens at once with the tasks still in flight. run_round runs to the
+// next buffer's conclusion.
+//
 // Not thread-safe; separate Simulators may run on separate threads (call
 // ml::set_torch_threads on each).
 
@@ -37,6 +45,7 @@ namespace fedcase::sim {
 // One invited client's task.
 struct TaskTrace {
   ClientId client = 0;
+  double start_s = 0;     // virtual time it was handed out (a round's open, or a slot's refill)
   bool online_at_open = false;
   bool finished = false;  // would have uploaded before going offline and before the deadline
   bool kept = false;      // among the first K finishers: its update was aggregated
@@ -59,13 +68,24 @@ struct RoundRecord {
   size_t participants = 0;  // kept
   size_t dropped = 0;       // invited without a report: offline, or missed the deadline
   double hit_ratio = 0;     // mean cache hit ratio of the kept participants
-  std::vector<TaskTrace> tasks;
+  // Work the fleet spent on the tasks that ended in this round (reported, refused or lost):
+  // each from its start until it reported or its client went offline.
+  double client_s = 0;
+  size_t wasted = 0;          // updates that were trained and sent but not kept
+  double mean_staleness = 0;  // of the kept updates (asynchronous jobs)
+  std::vector<TaskTrace> tasks;  // the tasks it handed out
 };
 
-// Sees each admitted update as it is folded in: the client, its delta (local - global) and
-// its report. For tests that replay a simulated round elsewhere.
-using UpdateObserver = std::function<void(ClientId, const std::vector<float>& delta,
-                                          const scheduling::RoundReport& report)>;
+// An admitted update as it is folded in. For tests that replay a simulated round elsewhere.
+struct UpdateEvent {
+  ClientId client = 0;
+  const std::vector<float>& delta;  // local - the version it trained from
+  const scheduling::RoundReport& report;
+  double at_s = 0;            // virtual time it arrived
+  RoundIndex task_round = 0;  // the round its task was handed out in (its upload URL's)
+  uint64_t trained_on = 0;    // the model version it trained from
+};
+using UpdateObserver = std::function<void(const UpdateEvent& update)>;
 
 class Simulator {
  public:
@@ -78,9 +98,10 @@ class Simulator {
                                                    std::vector<SimClient> fleet);
   ~Simulator();
 
-  // Runs one round, first waiting (idle_wait_s at a time) until min_clients are available.
-  // kResourceExhausted when max_virtual_s passes while waiting; other errors come from the
-  // libraries (and leave the simulator unusable).
+  // Runs one round (an asynchronous job: up to its next buffer's conclusion), first waiting
+  // (idle_wait_s at a time) until min_clients are available. kResourceExhausted when
+  // max_virtual_s passes while waiting; other errors come from the libraries (and leave the
+  // simulator unusable).
   Result<RoundRecord> run_round();
 
   double now_s() const;
@@ -97,6 +118,7 @@ class Simulator {
  private:
   struct State;
   explicit Simulator(std::unique_ptr<State> state);
+  Result<RoundRecord> run_buffer();
   std::unique_ptr<State> state_;
 };
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/crypto.h"
 #include "common/json_read.h"
 #include "common/log.h"
 #include "protocol/error_reply.h"
@@ -217,11 +218,13 @@ Response too_many_requests(double retry_after, const Request& header) {
 // ---- the routes' handlers: one request each, authenticated and of the right role ----
 
 // What a handler gets: the request, who sent it, the ids of its path ({job}, {round},
-// {version}, in order) and its JSON body (for Body::kJson routes).
+// {version}, in order), its words ([version], in order) and its JSON body (for Body::kJson
+// routes).
 struct Call {
   const Request& request;
   const Caller& caller;
   std::vector<uint64_t> ids;
+  std::vector<std::string> words;
   json body;
   std::string_view query;
   double receive_seconds = 0;
@@ -364,6 +367,34 @@ Reply get_model(Coordinator& coordinator, const Call& call) {
   return immutable_reply(call.request, model->checksum, model->blob);
 }
 
+Reply list_models(Coordinator& coordinator, const Call& call) {
+  return result_reply(coordinator.models(call.ids[0], call.scope()), models_json, call.request);
+}
+
+// An export: named for saving ("job-3-v12.pt"), with its SHA-256 as the ETag and as
+// Repr-Digest; cacheable for good when asked by version number, revalidated when asked for
+// "latest" or "best", which move on as the job trains.
+Reply export_model(Coordinator& coordinator, const Call& call) {
+  const Request& req = call.request;
+  const auto params = query_params(call.query);
+  auto format_param = params.find("format");
+  auto format =
+      parse_export_format(format_param == params.end() ? "torchscript" : format_param->second);
+  if (!format.ok()) return error_reply(format.status(), req);
+  const std::string& version = call.words[0];
+  auto exported = coordinator.export_model(call.ids[0], version, *format, call.scope());
+  if (!exported.ok()) return error_reply(exported.status(), req);
+  Reply reply = immutable_reply(req, exported->sha256, exported->body);
+  Response& res = reply.response;
+  if (version == "latest" || version == "best") res.set(http::field::cache_control, "no-cache");
+  res.set(http::field::content_disposition,
+          "attachment; filename=\"job-" + std::to_string(call.ids[0]) + "-v" +
+              std::to_string(exported->version) + export_extension(*format) + "\"");
+  res.set("Repr-Digest", "sha-256=:" + hex_to_base64(exported->sha256) + ":");
+  res.set("X-Fedcase-Model-Version", std::to_string(exported->version));
+  return reply;
+}
+
 Reply task_status(Coordinator& coordinator, const Call& call) {
   return result_reply(coordinator.task_status(call.caller.client, call.ids[0], call.ids[1]),
                       admission_json, call.request);
@@ -407,8 +438,10 @@ constexpr unsigned kDownloaders = kJobOwners | kClients;
 
 struct Route {
   http::verb method;
-  std::string_view pattern;  // also the metrics label; a {name} segment is a decimal id
-  unsigned roles;            // role_bit()s of the callers allowed
+  // Also the metrics label. A {name} segment is a decimal id (Call::ids), a [name] segment any
+  // word (Call::words).
+  std::string_view pattern;
+  unsigned roles;  // role_bit()s of the callers allowed
   Body body;
   Reply (*handler)(Coordinator&, const Call&);
 };
@@ -423,6 +456,9 @@ const Route kRoutes[] = {
      control_job<kResume>},
     {http::verb::post, "/v1/admin/jobs/{job}/cancel", kJobOwners, Body::kNone,
      control_job<kCancel>},
+    {http::verb::get, "/v1/admin/jobs/{job}/models", kJobOwners, Body::kNone, list_models},
+    {http::verb::get, "/v1/admin/jobs/{job}/models/[version]/export", kJobOwners, Body::kNone,
+     export_model},
     {http::verb::get, "/v1/admin/clients", kAdminOnly, Body::kNone, list_clients},
     {http::verb::get, "/v1/admin/tenants", kAdminOnly, Body::kNone, list_tenants},
     {http::verb::post, "/v1/admin/tenants", kAdminOnly, Body::kJson, create_tenant},
@@ -436,12 +472,17 @@ const Route kRoutes[] = {
     {http::verb::post, "/v1/jobs/{job}/rounds/{round}/update", kClients, Body::kUpload, upload},
 };
 
-// Whether `path`'s segments fit `pattern`'s (a {name} segment fits any segment).
+// Whether a pattern's segment is a {name} or [name] placeholder.
+bool placeholder(const std::string& segment) {
+  return segment.front() == '{' || segment.front() == '[';
+}
+
+// Whether `path`'s segments fit `pattern`'s (a placeholder fits any segment).
 bool fits(std::string_view pattern, const std::vector<std::string>& path) {
   const std::vector<std::string> want = split_path(pattern);
   if (want.size() != path.size()) return false;
   for (size_t i = 0; i < want.size(); ++i) {
-    if (want[i].front() != '{' && want[i] != path[i]) return false;
+    if (!placeholder(want[i]) && want[i] != path[i]) return false;
   }
   return true;
 }
@@ -467,18 +508,23 @@ const Route* find_route(const http::request_header<>& header, std::string* metho
   return found;
 }
 
-// The ids of `path` where `pattern` has a {name}; kInvalidArgument naming one that is not a
-// decimal number.
-Result<std::vector<uint64_t>> path_ids(std::string_view pattern, std::string_view path) {
-  const std::vector<std::string> want = split_path(pattern), got = split_path(path);
+// The placeholders of `path` that `pattern` names (decoded): ids ({name}) and words ([name]).
+struct PathArguments {
   std::vector<uint64_t> ids;
+  std::vector<std::string> words;
+};
+// kInvalidArgument naming an id that is not a decimal number.
+Result<PathArguments> path_arguments(std::string_view pattern, std::string_view path) {
+  const std::vector<std::string> want = split_path(pattern), got = split_path(path);
+  PathArguments out;
   for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i].front() == '[') out.words.push_back(percent_decoded(got[i]));
     if (want[i].front() != '{') continue;
     auto id = parse_id(got[i]);
     if (!id) return invalid_argument(want[i].substr(1, want[i].size() - 2) + " must be a number");
-    ids.push_back(*id);
+    out.ids.push_back(*id);
   }
-  return ids;
+  return out;
 }
 
 }  // namespace
@@ -624,11 +670,12 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
   }
   const std::string_view target(req.target().data(), req.target().size());
   const size_t q = target.find('?');
-  auto ids = path_ids(route->pattern, path_of(req));
-  if (!ids.ok()) return error_reply(ids.status(), req);
+  auto arguments = path_arguments(route->pattern, path_of(req));
+  if (!arguments.ok()) return error_reply(arguments.status(), req);
   Call call{req,
             caller,
-            *ids,
+            std::move(arguments->ids),
+            std::move(arguments->words),
             json(),
             q == std::string_view::npos ? std::string_view() : target.substr(q + 1),
             receive_seconds};

@@ -130,6 +130,31 @@ json job_detail_json(const JobDetail& d) {
   return out;
 }
 
+std::string export_url(JobId job, const std::string& version, ExportFormat format) {
+  return "/v1/admin/jobs/" + std::to_string(job) + "/models/" + version +
+         "/export?format=" + export_format_name(format);
+}
+
+json models_json(const ModelListing& m) {
+  json models = json::array();
+  for (const ModelVersion& v : m.models) {
+    json exports = json::object();
+    for (ExportFormat format :
+         {ExportFormat::kTorchScript, ExportFormat::kNpz, ExportFormat::kBlob}) {
+      exports[export_format_name(format)] = export_url(m.job, std::to_string(v.version), format);
+    }
+    models.push_back({{"version", v.version},
+                      {"round", v.round ? json(*v.round) : json()},
+                      {"created_at", v.created_at},
+                      {"accuracy", v.accuracy ? json(*v.accuracy) : json()},
+                      {"exports", exports}});
+  }
+  return {{"job_id", m.job},    {"evaluation_target", m.evaluation_target},
+          {"bytes", m.bytes},   {"parameters", m.parameters},
+          {"latest", m.latest}, {"best", m.best ? json(*m.best) : json()},
+          {"models", models}};
+}
+
 json clients_json(const ClientPage& page) {
   json out = json::array();
   for (const ClientSummary* client : page.clients) {

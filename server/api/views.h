@@ -15,6 +15,8 @@ std::string model_url(JobId job, uint64_t version);
 std::string module_url(JobId job);
 std::string update_url(JobId job, RoundIndex round);
 std::string status_url(JobId job, RoundIndex round);
+// The export of `version` (a number, "latest" or "best") of `job` in `format`.
+std::string export_url(JobId job, const std::string& version, ExportFormat format);
 
 nlohmann::json task_json(const TaskOffer& offer);
 nlohmann::json registration_json(const ClientRegistry::Registration& registration);
@@ -29,6 +31,9 @@ nlohmann::json job_detail_json(const JobDetail& job);
 // A page of the fleet: {"clients": [...], "total", "matched", "expected_duration_histogram"}.
 nlohmann::json clients_json(const ClientPage& page);
 nlohmann::json job_state_json(JobId job, JobState state);
+// A job's models: {"job_id", "evaluation_target", "bytes", "parameters", "latest", "best",
+// "models": [{"version", "round", "created_at", "accuracy", "exports": {format: url}}]}.
+nlohmann::json models_json(const ModelListing& listing);
 // A new tenant with its token (shown only here): {"tenant_id", "name", "weight", "limits",
 // "token"}.
 nlohmann::json tenant_created_json(const TenantRegistry::Created& created);

@@ -56,6 +56,7 @@ CoordinatorConfig parse_coordinator_config(const json& j) {
       .integer("max_json_bytes", c.max_json_bytes)
       .integer("max_upload_bytes", c.max_upload_bytes)
       .integer("max_model_bytes", c.max_model_bytes)
+      .integer("export_cache_bytes", c.export_cache_bytes)
       .number("read_timeout_s", c.read_timeout_s, 0.1, 3600)
       .number("idle_timeout_s", c.idle_timeout_s, 0.1, 86400)
       .number("drain_timeout_s", c.drain_timeout_s, 0, 3600)
@@ -81,6 +82,7 @@ CoordinatorConfig parse_coordinator_config(const json& j) {
   if (s.ok()) s = check_range("max_json_bytes", c.max_json_bytes, 1024, 64 << 20);
   if (s.ok()) s = check_range("max_upload_bytes", c.max_upload_bytes, 1024, 4.0 * (1ull << 30));
   if (s.ok()) s = check_range("max_model_bytes", c.max_model_bytes, 1024, 4.0 * (1ull << 30));
+  if (s.ok()) s = check_range("export_cache_bytes", c.export_cache_bytes, 0, 64.0 * (1ull << 30));
   if (s.ok()) s = check_range("eval_samples", c.eval_samples, 1, 1e7);
   if (s.ok()) s = check_range("torch_threads", c.torch_threads, 1, 256);
   if (!s.ok()) throw std::runtime_error(s.message());

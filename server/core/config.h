@@ -43,6 +43,9 @@ struct CoordinatorConfig {
   // Largest model file a job may be created with (a multipart job creation's body may hold
   // this plus max_json_bytes).
   size_t max_model_bytes = 64u << 20;
+  // Model exports (GET .../models/{version}/export) kept for later downloads, in bytes; one
+  // larger than this is built for each request.
+  size_t export_cache_bytes = 256u << 20;
   double read_timeout_s = 30;       // to receive one whole request once it has begun
   double idle_timeout_s = 60;       // a keep-alive connection without a request is closed
   double drain_timeout_s = 30;      // on stop: longest wait for requests in flight

@@ -101,7 +101,7 @@ Status check_participant(const JobEntry& job, const JobStatus& status,
                          std::optional<ClientId> client, std::optional<uint64_t> version) {
   if (!client) return ok_status();
   const bool holds = status.round && status.round->holds_task(*client) &&
-                     (!version || *version == status.round->base_version());
+                     (!version || *version == status.round->terms_for(*client)->base_version);
   if (holds) return ok_status();
   return permission_denied("client " + std::to_string(*client) + " holds no task of job " +
                            std::to_string(job.id) +
@@ -109,6 +109,23 @@ Status check_participant(const JobEntry& job, const JobStatus& status,
 }
 
 Status job_not_found(JobId id) { return not_found("job " + std::to_string(id) + " not found"); }
+
+// The committed versions of `job`, as model_versions lists them.
+Result<std::vector<ModelVersion>> versions_of(storage::Store& store, const JobEntry& job) {
+  auto rounds = store.list_rounds(job.id);
+  if (!rounds.ok()) return rounds.status();
+  return model_versions(*rounds, job.config.evaluation.target, job.created_at);
+}
+
+// The stored model of `version` of `job`, kNotFound naming both when there is none.
+Result<storage::ModelRecord> stored_version(storage::Store& store, JobId job, uint64_t version) {
+  auto model = store.get_model(job, version);
+  if (!model.ok() && model.status().code() == Code::kNotFound) {
+    return not_found("job " + std::to_string(job) + " has no model version " +
+                     std::to_string(version));
+  }
+  return model;
+}
 
 }  // namespace
 
@@ -139,6 +156,7 @@ struct Coordinator::State {
   TenantRegistry tenants;
   Mutex create_mu;  // job creations, one at a time (held across their store write only)
   JobTable jobs;
+  ModelExports exports{config.export_cache_bytes};
   std::unique_ptr<ModelEvaluator> evaluator;
   TaskNotifier tasks_ready;
   RoundDriver driver;
@@ -245,15 +263,16 @@ Result<std::optional<TaskOffer>> Coordinator::next_task(ClientId client) {
     if (!task || r.admission(client, now) != rounds::Admission::kWanted) return;
     r.hand_out(client, now);
     const rounds::EvaluationConfig& evaluation = job.config.evaluation;
+    const rounds::Round::Terms& terms = *r.terms_for(client);
     offer = TaskOffer{
         job.id,
-        r.index(),
+        terms.round,
         job.config.model,
         job.config.loss,
-        r.base_version(),
-        status.model->checksum,
+        terms.base_version,
+        terms.base_checksum,
         job.module_checksum,
-        r.deadline(),
+        terms.deadline,
         job.config.training.local_epochs,
         evaluation.federated ? std::optional<size_t>(evaluation.max_samples) : std::nullopt,
         *task};
@@ -305,7 +324,12 @@ Result<rounds::Admission> Coordinator::task_status(ClientId client, JobId job_id
   const JobEntry* job = s.jobs.find(job_id);
   if (!job) return job_not_found(job_id);
   return s.jobs.read(*job, [&](const JobStatus& status) {
-    if (!status.round || status.round->index() != round) return rounds::Admission::kClosed;
+    if (!status.round) {
+      // An asynchronous job commits between two buffers: its tasks carry over.
+      const bool between = status.concluding && job->config.asynchronous();
+      return between ? rounds::Admission::kHeld : rounds::Admission::kClosed;
+    }
+    if (!status.round->check_task_round(client, round).ok()) return rounds::Admission::kClosed;
     return status.round->admission(client, now);
   });
 }
@@ -320,23 +344,33 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
   // Decide: the state checks come first and hold one of the round's places for this upload.
   struct Held {
     std::shared_ptr<rounds::RoundAggregate> aggregate;
-    std::shared_ptr<const rounds::GlobalModel> base;
+    RoundIndex round = 0;        // the open round (an asynchronous job's buffer)
+    uint64_t trained_on = 0;     // the version the client's task trains from
+    double discount = 1;         // its staleness weight in a buffer
+    std::shared_ptr<const rounds::GlobalModel> model;  // the latest: the layout, the sizes
   };
   auto held = s.jobs.update(*job, [&](JobStatus& status) -> Result<Held> {
-    if (!status.round || status.round->index() != round_index) {
+    if (!status.round) {
+      if (status.concluding && job->config.asynchronous()) {
+        return unavailable("job " + std::to_string(job_id) +
+                           " is committing a model version; retry shortly");
+      }
       return conflict("round " + std::to_string(round_index) + " of job " + std::to_string(job_id) +
                       " is not open for updates");
     }
-    auto reserved = status.round->reserve(client, s.clock());
+    rounds::Round& r = *status.round;
+    FEDCASE_RETURN_IF_ERROR(r.check_task_round(client, round_index));
+    auto reserved = r.reserve(client, s.clock());
     if (!reserved.ok()) return reserved.status();
-    return Held{*reserved, status.model};
+    return Held{*reserved, r.index(), r.terms_for(client)->base_version,
+                rounds::staleness_weight(job->config.async, r.staleness(client)), status.model};
   });
   if (!held.ok()) return held.status();
-  const rounds::GlobalModel& base = *held->base;
   // A refused upload gives its place back; the round may be due once no upload is in flight.
+  const RoundIndex round = held->round;
   auto refuse = [&](Status why) -> Result<UpdateAccepted> {
     const bool due = s.jobs.update(*job, [&](JobStatus& status) {
-      if (!status.round || status.round->index() != round_index) return false;
+      if (!status.round || status.round->index() != round) return false;
       status.round->release(client);
       return status.round->due(s.clock());
     });
@@ -352,17 +386,20 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
   if (Status read = view_blob(bytes, s.config.max_upload_bytes, update); !read.ok()) {
     return refuse(read);
   }
-  if (Status valid = rounds::check_upload(base, round_index, job->config, update, meta->evaluation);
+  const rounds::GlobalModel& latest = *held->model;
+  if (Status valid = rounds::check_upload(latest.layout, held->trained_on, round, job->config,
+                                          update, meta->evaluation);
       !valid.ok()) {
     return refuse(valid);
   }
   const double now = s.clock();
-  if (Status written = s.store->record_update({job_id, round_index, client, *meta_json, now});
+  if (Status written = s.store->record_update({job_id, round, client, *meta_json, now});
       !written.ok()) {
     return refuse(written);
   }
   const auto fold_start = std::chrono::steady_clock::now();
-  if (Status folded = held->aggregate->add(update.values, update.count, meta->samples);
+  if (Status folded =
+          held->aggregate->add(update.values, update.count, meta->samples, held->discount);
       !folded.ok()) {
     return refuse(folded);
   }
@@ -371,19 +408,61 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
   s.metrics.observe(metric::kFoldSeconds, {}, fold_s);
   // Publish.
   const scheduling::RoundReport report =
-      completion_report(*meta, base.blob.size(), bytes.size(), upload_seconds);
+      completion_report(*meta, latest.blob.size(), bytes.size(), upload_seconds);
   rounds::ProfileChange completed;
-  UpdateAccepted accepted{round_index, 0};
+  UpdateAccepted accepted{round, 0};
+  uint64_t staleness = 0;
   s.jobs.update(*job, [&](JobStatus& status) {
     rounds::Round& r = *status.round;  // a round with a reservation in flight stays open
+    staleness = r.staleness(client);
     completed = r.accept(client, report, now, fold_s, std::move(meta->evaluation));
     accepted.updates = r.accepted();
   });
+  if (job->config.asynchronous()) {
+    s.metrics.observe(metric::kUpdateStaleness, {}, double(staleness));
+  }
   s.clients.apply({completed});
   Status touched = s.clients.touch(client, now);
   (void)touched;    // the client exists: it was identified by its token
   s.driver.wake();  // the round may be due, and the client is free for another job's round
   return accepted;
+}
+
+Result<ModelListing> Coordinator::models(JobId id, Scope scope) {
+  State& s = *state_;
+  const JobEntry* job = s.jobs.find(id, scope);
+  if (!job) return job_not_found(id);
+  ModelListing out;
+  out.job = id;
+  out.evaluation_target = job->config.evaluation.target;
+  s.jobs.read(*job, [&](const JobStatus& status) {
+    out.bytes = status.model->blob.size();
+    out.parameters = status.model->layout.element_count();
+  });
+  auto versions = versions_of(*s.store, *job);
+  if (!versions.ok()) return versions.status();
+  out.models = std::move(versions).value();
+  out.latest = *resolve_version("latest", out.models);
+  if (auto best = resolve_version("best", out.models); best.ok()) out.best = *best;
+  return out;
+}
+
+Result<ModelExport> Coordinator::export_model(JobId id, std::string_view version,
+                                              ExportFormat format, Scope scope) {
+  State& s = *state_;
+  const JobEntry* job = s.jobs.find(id, scope);
+  if (!job) return job_not_found(id);
+  auto versions = versions_of(*s.store, *job);
+  if (!versions.ok()) return versions.status();
+  auto resolved = resolve_version(version, *versions);
+  if (!resolved.ok()) {
+    return Status(resolved.status().code(),
+                  "job " + std::to_string(id) + ": " + resolved.status().message());
+  }
+  storage::Store& store = *s.store;
+  return s.exports.get({id, job->config.model, job->module,
+                        [&store, id](uint64_t v) { return stored_version(store, id, v); }},
+                       *resolved, format);
 }
 
 Result<JobSummary> Coordinator::create_job(const json& request) {
@@ -411,6 +490,13 @@ Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
   }
   auto initial = initial_parameters(config, model_file, s.config.max_model_bytes);
   if (!initial.ok()) return initial.status();
+  json stored_config = request;
+  if (config.init_from) {
+    auto start = trained_start(*config.init_from, owner, initial->layout);
+    if (!start.ok()) return start.status();
+    initial->data = std::move(start->data);
+    stored_config["init_from"]["version"] = start->model_version;
+  }
   // One creation at a time: two submissions of a tenant cannot both pass its running-job cap.
   MutexLock creating(s.create_mu);
   const size_t running = s.jobs.active_jobs_per_tenant()[owner];
@@ -425,7 +511,7 @@ Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
   std::shared_ptr<const std::string> module;
   if (config.model == "torchscript") module = std::make_shared<const std::string>(*model_file);
   const double now = s.clock();
-  storage::JobRecord record{0,   config.name, request, JobState::kRunning, json::object(),
+  storage::JobRecord record{0,   config.name, stored_config, JobState::kRunning, json::object(),
                             now, owner};
   static const std::string kNoModule;
   auto id = s.store->create_job(record, {0, 0, model->blob, model->checksum, std::string(), now},
@@ -444,6 +530,33 @@ Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
   log_info(created);
   s.driver.wake();
   return summary;
+}
+
+Result<ModelBlob> Coordinator::trained_start(const rounds::InitFrom& from, TenantId owner,
+                                             const ModelLayout& layout) {
+  State& s = *state_;
+  const std::string source = "init_from: job " + std::to_string(from.job);
+  const JobEntry* job = s.jobs.find(from.job, owner == 0 ? Scope() : Scope(owner));
+  if (!job) return invalid_argument(source + " not found");
+  auto versions = versions_of(*s.store, *job);
+  if (!versions.ok()) return versions.status();
+  auto version = resolve_version(from.version, *versions);
+  if (!version.ok()) return invalid_argument(source + ": " + version.status().message());
+  auto stored = stored_version(*s.store, from.job, *version);
+  if (!stored.ok()) {
+    return stored.status().code() == Code::kNotFound
+               ? invalid_argument("init_from: " + stored.status().message())
+               : stored.status();
+  }
+  auto blob = decode_blob(stored->blob, stored->blob.size());
+  if (!blob.ok()) return internal_error(source + ": the stored model does not decode");
+  if (const std::string difference = layout.first_difference(blob->layout); !difference.empty()) {
+    return invalid_argument(source + " version " + std::to_string(*version) +
+                            " does not fit this job's model: " + difference +
+                            " (here: this job's model, there: the trained one)");
+  }
+  blob->model_version = *version;
+  return blob;
 }
 
 std::vector<JobSummary> Coordinator::list_jobs(Scope scope) {
@@ -474,7 +587,8 @@ Result<JobDetail> Coordinator::job_detail(JobId id, Scope scope) {
     if (status.round) {
       const rounds::Round& r = *status.round;
       d.current_round =
-          JobDetail::OpenRound{r.index(), r.tasks().size(), r.accepted(), r.deadline()};
+          JobDetail::OpenRound{r.index(), r.tasks().size(), r.accepted(),
+                               r.next_deadline().value_or(r.opened_at())};
     }
   });
   auto rounds = s.store->list_rounds(id);

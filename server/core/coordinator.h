@@ -23,9 +23,11 @@
 #include <string_view>
 #include <vector>
 
+#include "common/blob.h"
 #include "common/ids.h"
 #include "common/states.h"
 #include "common/status.h"
+#include "rounds/job_config.h"
 #include "rounds/round.h"
 #include "scheduling/profile.h"
 #include "server/core/client_registry.h"
@@ -33,6 +35,7 @@
 #include "server/core/evaluator.h"
 #include "server/core/job_table.h"
 #include "server/core/metrics.h"
+#include "server/core/model_exports.h"
 #include "server/core/tenants.h"
 #include "storage/store.h"
 
@@ -112,6 +115,17 @@ struct JobDetail {
   };
   std::optional<OpenRound> current_round;
   std::vector<storage::RoundRecord> rounds;
+};
+
+// A job's committed models (GET /v1/admin/jobs/{job}/models).
+struct ModelListing {
+  JobId job = 0;
+  std::string evaluation_target;  // whose accuracy `accuracy` is: "server" or "federated"
+  uint64_t bytes = 0;             // of each version's blob (every version has the job's layout)
+  size_t parameters = 0;
+  uint64_t latest = 0;
+  std::optional<uint64_t> best;      // none while no version has an accuracy
+  std::vector<ModelVersion> models;  // oldest first
 };
 
 // The tenants with the operator (tenant 0) first, their running or paused jobs, and the fleet's
@@ -198,12 +212,25 @@ class Coordinator {
   // for a job without one.
   Result<ModuleDownload> module(JobId job, Scope scope = std::nullopt,
                                 std::optional<ClientId> client = std::nullopt);
+  // The committed models of `job` (scope as for job_detail); kNotFound for an unknown job.
+  Result<ModelListing> models(JobId job, Scope scope = std::nullopt);
+  // Version `version` of `job` ("latest", "best" or a number: resolve_version) in `format`,
+  // for the admin or the job's tenant (`scope`). kNotFound for an unknown job or version (or
+  // "best" before any evaluation), kInvalidArgument for a bad version or a format the model
+  // has not (ModelExports::get), kUnprocessable for a stored module that does not load.
+  Result<ModelExport> export_model(JobId job, std::string_view version, ExportFormat format,
+                                   Scope scope = std::nullopt);
+
   // A job owned by `owner` (0: the operator), with the model file uploaded with its config
   // (`model_file`: a TorchScript archive or a model blob, as config.model says; none for a
-  // built-in model). Nothing is stored unless the config and the file are valid: kInvalidArgument
-  // for a bad config, a file with a built-in model or none with an uploaded one, or a file that
-  // does not decode or holds no parameters; kTooLarge for a file over max_model_bytes;
-  // kUnprocessable for non-finite parameters. While the fleet is overloaded, a tenant over its
+  // built-in model). A config with `init_from` starts from that version of another job the
+  // owner sees, whose parameters must have the names and shapes of the new job's model; the
+  // job's stored config then names the version by number. Nothing is stored unless the config
+  // and the file are valid: kInvalidArgument for a bad config, a file with a built-in model or
+  // none with an uploaded one, a file that does not decode or holds no parameters, or an
+  // init_from whose job or version is unknown or whose tensors differ (the message names the
+  // first that does); kTooLarge for a file over max_model_bytes; kUnprocessable for
+  // non-finite parameters. While the fleet is overloaded, a tenant over its
   // running-job cap or submission window is refused with kResourceExhausted, and
   // `retry_after_s` says when to try again.
   Result<JobSummary> create_job(const nlohmann::json& config, TenantId owner, double& retry_after_s,
@@ -224,6 +251,10 @@ class Coordinator {
  private:
   struct State;
   explicit Coordinator(std::unique_ptr<State> state);
+  // The parameters a job with init_from `from` starts from, for `owner`'s new job of `layout`
+  // (errors as create_job's); their model_version is the version they come from.
+  Result<ModelBlob> trained_start(const rounds::InitFrom& from, TenantId owner,
+                                  const ModelLayout& layout);
   std::unique_ptr<State> state_;
 };
 

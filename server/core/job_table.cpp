@@ -131,8 +131,8 @@ std::optional<double> JobTable::next_deadline(double now) const {
   MutexLock lock(mu_);
   for (const auto& [id, slot] : slots_) {
     if (!slot.status.round) continue;
-    const double deadline = slot.status.round->deadline();
-    if (deadline > now && (!next || deadline < *next)) next = deadline;
+    const std::optional<double> deadline = slot.status.round->next_deadline();
+    if (deadline && *deadline > now && (!next || *deadline < *next)) next = deadline;
   }
   return next;
 }

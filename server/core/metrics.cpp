@@ -20,6 +20,7 @@ const std::vector<double> kFastBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025
                                           0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5};
 const std::vector<double> kFoldBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                           0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+const std::vector<double> kStalenessBuckets = {0, 1, 2, 3, 5, 10, 20, 50, 100};
 const std::vector<double> kRoundBuckets = {1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600};
 
 // Every family the coordinator exports, in the order /metrics shows them.
@@ -41,6 +42,9 @@ const std::vector<Declaration>& declarations() {
       {kUpdatesRefused, kCounter, "Model updates refused, by reason (the error code).", {}},
       {kFoldSeconds, kHistogram, "Time to fold one accepted update into its round's aggregate.",
        kFoldBuckets},
+      {kUpdateStaleness, kHistogram,
+       "Versions an asynchronous job's accepted update trained behind the model it joins.",
+       kStalenessBuckets},
       {kSelectionSeconds, kHistogram,
        "Time to open a round: select the participants and plan their tasks.", kFastBuckets},
       {kRounds, kCounter, "Rounds concluded, by job and outcome (committed or failed).", {}},

@@ -42,6 +42,7 @@ inline constexpr const char* kLongPollsWaiting = "fedcase_long_polls_waiting";
 inline constexpr const char* kUpdatesAccepted = "fedcase_updates_accepted_total";
 inline constexpr const char* kUpdatesRefused = "fedcase_updates_refused_total";
 inline constexpr const char* kFoldSeconds = "fedcase_aggregation_fold_seconds";
+inline constexpr const char* kUpdateStaleness = "fedcase_update_staleness";
 inline constexpr const char* kSelectionSeconds = "fedcase_selection_seconds";
 inline constexpr const char* kRounds = "fedcase_rounds_total";
 inline constexpr const char* kRoundSeconds = "fedcase_round_duration_seconds";

@@ -42,9 +42,17 @@ std::optional<double> earliest(std::optional<double> a, std::optional<double> b)
   return std::min(*a, *b);
 }
 
+// A buffer's deadline in its record is its earliest task's at the open.
 storage::RoundRecord open_record(JobId job, const rounds::Round& r) {
-  return {job,          r.index(), RoundState::kOpen, r.base_version(), r.invited(), r.opened_at(),
-          r.deadline(), 0,         json::object()};
+  return {job,
+          r.index(),
+          RoundState::kOpen,
+          r.base_version(),
+          r.invited(),
+          r.opened_at(),
+          r.next_deadline().value_or(r.opened_at()),
+          0,
+          json::object()};
 }
 
 }  // namespace
@@ -121,10 +129,14 @@ std::optional<double> RoundDriver::tick() {
   // Jobs whose round concludes now open their next one in the next tick, right after this.
   std::vector<JobEntry*> waiting = jobs_.waiting_jobs();
   std::vector<Closing> closing;
+  std::vector<rounds::ProfileChange> expired;
   jobs_.update_each([&](JobEntry& job, JobStatus& status) {
     if (status.concluding || !status.round) return;
     const std::string reason = stop_reason(status.state);
     if (!reason.empty()) status.round->close();
+    if (status.round->buffered()) {
+      for (auto& change : job.runtime->expire(*status.round, now)) expired.push_back(change);
+    }
     if (!status.round->due(now)) return;
     // Whether the previous model reached the target decides whether this round may commit.
     if (reason.empty() && target_unknown(job, status)) return;
@@ -132,8 +144,10 @@ std::optional<double> RoundDriver::tick() {
     status.round.reset();
     status.concluding = true;
   });
+  clients_.apply(expired);
   for (Closing& c : closing) conclude(c, now);
   open_in_turn(std::move(waiting), now);
+  refill_in_turn(now);
   std::optional<double> next = closing.empty() ? std::nullopt : std::optional<double>(now);
   next = earliest(next, earliest(jobs_.next_deadline(now), tenants_.throttle_ends(now)));
   if (clients_.has_unsaved()) {
@@ -257,18 +271,37 @@ void RoundDriver::open_in_turn(std::vector<JobEntry*> waiting, double now) {
   }
 }
 
-bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now) {
-  // The one place the driver copies the fleet's profiles: a job is about to select.
-  const std::vector<ClientSnapshot> clients = clients_.profiles(now);
-  rounds::JobRuntime& runtime = *job.runtime;
+std::vector<rounds::PoolClient> RoundDriver::pool_for(const JobEntry& job,
+                                                      const std::vector<ClientSnapshot>& clients,
+                                                      const std::set<ClientId>& busy) {
   std::vector<rounds::PoolClient> pool;
   pool.reserve(clients.size());
   for (const ClientSnapshot& c : clients) {
     const bool eligible = c.available && rounds::labels_match(c.labels, job.config.client_labels);
     pool.push_back({&c.profile, eligible && !busy.count(c.profile.id)});
   }
+  return pool;
+}
+
+bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now) {
+  // The clients' profiles are copied when a job is about to select.
+  const std::vector<ClientSnapshot> clients = clients_.profiles(now);
+  rounds::JobRuntime& runtime = *job.runtime;
+  const std::vector<rounds::PoolClient> pool = pool_for(job, clients, busy);
   const auto selection_start = std::chrono::steady_clock::now();
   auto opened = runtime.open_round(pool, now);
+  // A buffer holds the tasks carried over; a running job's free slots fill at once.
+  if (opened.ok() && *opened && (*opened)->buffered() &&
+      jobs_.read(job, [](const JobStatus& s) { return s.state == JobState::kRunning; })) {
+    rounds::Round& buffer = **opened;
+    std::set<ClientId> excluded;
+    for (const auto& task : buffer.tasks()) excluded.insert(task.client);
+    auto slots = runtime.plan_slots(buffer.index(), runtime.free_slots(buffer), excluded, pool, now);
+    if (!slots.ok()) opened = slots.status();
+    if (slots.ok()) {
+      for (rounds::Round::Assignment& a : *slots) buffer.assign(std::move(a.task), a.terms);
+    }
+  }
   const double selection_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - selection_start).count();
   if (!opened.ok()) {
@@ -287,10 +320,18 @@ bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now
   job.round_expected_client_s = round.expected_client_seconds();
   job.round_class_cost = class_cost_of(job, clients);
   clients_.apply(round.selection_changes());
-  log_info(job_prefix(job) + "round " + std::to_string(round.index()) + " opened with " +
-           std::to_string(round.tasks().size()) + " invited of " +
-           std::to_string(round.available()) + " available, deadline in " +
-           std::to_string(static_cast<int>(round.deadline() - now)) + " s");
+  if (round.buffered()) {
+    log_info(job_prefix(job) + "buffer " + std::to_string(round.index()) + " opened on version " +
+             std::to_string(round.base_version()) + " with " +
+             std::to_string(round.tasks().size() - round.invited().size()) +
+             " tasks carried over and " + std::to_string(round.invited().size()) + " invited of " +
+             std::to_string(round.available()) + " available");
+  } else {
+    log_info(job_prefix(job) + "round " + std::to_string(round.index()) + " opened with " +
+             std::to_string(round.tasks().size()) + " invited of " +
+             std::to_string(round.available()) + " available, deadline in " +
+             std::to_string(static_cast<int>(round.deadline() - now)) + " s");
+  }
   const std::vector<ClientId> invited = round.invited();
   jobs_.update(job, [&](JobStatus& status) {
     status.last_round = round.index();
@@ -298,6 +339,83 @@ bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now
   });
   tasks_ready_.notify(invited);
   return true;
+}
+
+void RoundDriver::refill(JobEntry& job, const std::vector<ClientSnapshot>& clients,
+                         std::set<ClientId>& busy, double now) {
+  rounds::JobRuntime& runtime = *job.runtime;
+  // Decide: the buffer's free slots and the clients it already has.
+  struct Slots {
+    RoundIndex index = 0;
+    size_t free = 0;
+    std::set<ClientId> excluded;
+  };
+  const Slots slots = jobs_.read(job, [&](const JobStatus& status) {
+    Slots out;
+    if (!status.round || !status.round->buffered() || status.state != JobState::kRunning) {
+      return out;
+    }
+    const rounds::Round& buffer = *status.round;
+    out.index = buffer.index();
+    out.free = runtime.free_slots(buffer);
+    for (const auto& task : buffer.tasks()) out.excluded.insert(task.client);
+    return out;
+  });
+  if (slots.free == 0) return;
+  // Select and plan without a lock.
+  auto planned =
+      runtime.plan_slots(slots.index, slots.free, slots.excluded, pool_for(job, clients, busy), now);
+  if (!planned.ok()) {
+    log_error(job_prefix(job) + "cannot refill buffer " + std::to_string(slots.index) + ": " +
+              planned.status().to_string());
+    return;
+  }
+  // Publish into the same buffer, unless it moved on meanwhile.
+  std::vector<ClientId> invited;
+  double expected_s = 0;
+  jobs_.update(job, [&](JobStatus& status) {
+    if (!status.round || status.round->index() != slots.index || status.round->closed()) return;
+    for (rounds::Round::Assignment& a : *planned) {
+      if (status.round->task_for(a.task.client) != nullptr) continue;
+      invited.push_back(a.task.client);
+      expected_s += std::max(0.0, a.task.expected_duration_s);
+      status.round->assign(std::move(a.task), a.terms);
+    }
+  });
+  if (invited.empty()) return;
+  std::vector<rounds::ProfileChange> selected;
+  for (ClientId id : invited) {
+    selected.push_back({rounds::ProfileChange::Kind::kSelected, id, slots.index, {}, {}});
+    busy.insert(id);
+  }
+  clients_.apply(selected);
+  job.round_expected_client_s += expected_s;
+  tenants_.slots_opened(job.tenant, job.id, expected_s, job.round_class_cost);
+  tasks_ready_.notify(invited);
+}
+
+void RoundDriver::refill_in_turn(double now) {
+  std::vector<JobEntry*> wanting;
+  jobs_.update_each([&](JobEntry& job, JobStatus& status) {
+    const bool refillable = status.round && status.round->buffered() && !status.concluding &&
+                            status.state == JobState::kRunning &&
+                            job.runtime->free_slots(*status.round) > 0;
+    if (refillable) wanting.push_back(&job);
+  });
+  if (wanting.empty()) return;
+  std::set<ClientId> busy = jobs_.busy_clients();
+  if (clients_.eligible(now, {}, busy).free == 0) return;
+  const std::vector<ClientSnapshot> clients = clients_.profiles(now);
+  // One batch a job, the least-served tenant's first; a slot is never throttled.
+  while (!wanting.empty()) {
+    std::vector<scheduling::WaitingJob> order;
+    for (const JobEntry* job : wanting) order.push_back({job->id, job->tenant, true, true});
+    const std::optional<size_t> next = tenants_.next_round(order, /*overload=*/false, now);
+    if (!next) return;
+    JobEntry& job = *wanting[*next];
+    wanting.erase(wanting.begin() + static_cast<std::ptrdiff_t>(*next));
+    refill(job, clients, busy, now);
+  }
 }
 
 void RoundDriver::conclude(Closing& c, double now) {
@@ -339,6 +457,14 @@ void RoundDriver::conclude(Closing& c, double now) {
   const char* outcome = committed ? "committed" : "failed";
   metrics_.add(metric::kRounds, {{"job", std::to_string(job.id)}, {"outcome", outcome}});
   metrics_.observe(metric::kRoundSeconds, {{"outcome", outcome}}, now - record.opened_at);
+  // An asynchronous job's next buffer opens at once with the tasks still in flight, so that
+  // their uploads find it: they were told to retry only while this conclusion ran.
+  const bool reopen = c.round.buffered() && c.stop_reason.empty() &&
+                      runtime.last_round() < job.config.rounds &&
+                      jobs_.read(job, [](const JobStatus& status) { return status.active(); });
+  if (reopen && open(job, jobs_.busy_clients(), now)) {
+    tenants_.slots_opened(job.tenant, job.id, job.round_expected_client_s, job.round_class_cost);
+  }
   jobs_.update(job, [&](JobStatus& status) {
     status.concluding = false;
     status.policy_state = runtime.policy_state();

@@ -9,6 +9,11 @@
 // tenant over its round-start limit waits); each opened round is charged to its tenant at
 // once, and corrected to the client-seconds it really used when it concludes.
 //
+// An asynchronous job (FedBuff) keeps one buffer open: its free slots are refilled whenever
+// clients are free (slot by slot, the jobs of the least-served tenants first, each batch
+// charged at once), tasks past their deadline are dropped, and once K updates are in the
+// buffer concludes and the next one opens at once with the tasks still in flight.
+//
 // A job with a target accuracy on the server's test set does not commit its next round while
 // the evaluation of its previous model is pending: once a model is known to reach the target,
 // the job finishes with it, and a round opened meanwhile is failed ("job reached its target"),
@@ -21,7 +26,8 @@
 // (an open round's deadline, a tenant's round-start window freeing, contacts to save) or until
 // wake() says something changed (an upload accepted or refused, a client registered or back
 // online, a job created or controlled, an evaluation done). The clients' profiles are copied
-// only when a job waits for a round and enough clients are free to open one.
+// only when a job waits for a round and enough clients are free to open one, or an
+// asynchronous job's buffer has a free slot and a client is free (once a tick).
 //
 // Thread safety: start, stop, wake and tick may be called from any thread; tick runs on the
 // driver thread when started (tests without a thread may call it directly, one at a time).
@@ -81,6 +87,17 @@ class RoundDriver {
   // Opens a round of `job` over the available clients less the `busy` ones, if enough are
   // free; whether it did.
   bool open(JobEntry& job, const std::set<ClientId>& busy, double now);
+  // Hands out tasks for the free slots of an asynchronous `job`'s buffer among `clients` less
+  // the `busy` ones (which gains the new invitees).
+  void refill(JobEntry& job, const std::vector<ClientSnapshot>& clients, std::set<ClientId>& busy,
+              double now);
+  // Refills the buffers of the running asynchronous jobs with free slots, the least-served
+  // tenant's first.
+  void refill_in_turn(double now);
+  // The clients of `clients` that `job` may pick: available, with its labels, not `busy`.
+  static std::vector<rounds::PoolClient> pool_for(const JobEntry& job,
+                                                  const std::vector<ClientSnapshot>& clients,
+                                                  const std::set<ClientId>& busy);
   // Opens rounds for `waiting` jobs in the fair share's order (finishing those at their round
   // cap), after telling the fair share which tenants are active.
   void open_in_turn(std::vector<JobEntry*> waiting, double now);

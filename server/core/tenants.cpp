@@ -122,6 +122,12 @@ void TenantRegistry::round_opened(TenantId tenant, JobId job, double now, double
   share_.round_opened(tenant, job, now, expected_client_s, class_cost);
 }
 
+void TenantRegistry::slots_opened(TenantId tenant, JobId job, double expected_client_s,
+                                  double class_cost) {
+  MutexLock lock(mu_);
+  share_.slots_opened(tenant, job, expected_client_s, class_cost);
+}
+
 void TenantRegistry::round_concluded(TenantId tenant, JobId job, double expected_client_s,
                                      double client_s, double class_cost) {
   MutexLock lock(mu_);

@@ -59,6 +59,7 @@ class TenantRegistry {
                                    bool overload, double now);
   void round_opened(TenantId tenant, JobId job, double now, double expected_client_s,
                     double class_cost);
+  void slots_opened(TenantId tenant, JobId job, double expected_client_s, double class_cost);
   void round_concluded(TenantId tenant, JobId job, double expected_client_s, double client_s,
                        double class_cost);
   std::optional<double> throttle_ends(double now) const;

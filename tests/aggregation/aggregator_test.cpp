@@ -198,6 +198,28 @@ TEST_CASE("clip_norm scales every update into the ball before any rule sees it")
   CHECK(med[1] == doctest::Approx(0.6));
 }
 
+TEST_CASE("a discount shrinks an update's part of the mean, not its weight (FedBuff)") {
+  const std::vector<float> stale = {2, 2}, fresh = {4, 4};
+  auto fedavg = make({{"rule", "fedavg"}}, 2);
+  REQUIRE(fedavg->add(stale.data(), 2, 1, 0.5).ok());
+  REQUIRE(fedavg->add(fresh.data(), 2, 3, 1.0).ok());
+  auto mean = *fedavg->result();  // (1 x 0.5 x 2 + 3 x 1 x 4) / (1 + 3)
+  CHECK(mean[0] == doctest::Approx(3.25));
+  CHECK(mean[1] == doctest::Approx(3.25));
+  // Clipping comes first: the discount scales the clipped update.
+  auto clipped = make({{"rule", "fedavg"}, {"clip_norm", 1.0}}, 2);
+  const std::vector<float> long_update = {3, 4};
+  REQUIRE(clipped->add(long_update.data(), 2, 1, 0.5).ok());
+  CHECK((*clipped->result())[0] == doctest::Approx(0.3));
+  for (double bad : {0.0, -0.5, 1.5, std::nan("")}) {
+    CAPTURE(bad);
+    CHECK(fedavg->add(fresh.data(), 2, 1, bad).code() == Code::kInvalidArgument);
+  }
+  auto median = make({{"rule", "median"}}, 2);
+  CHECK(median->add(fresh.data(), 2, 1, 0.5).code() == Code::kInvalidArgument);
+  CHECK(median->add(fresh.data(), 2, 1, 1.0).ok());
+}
+
 TEST_CASE("buffered rules refuse updates beyond max_buffered_updates") {
   auto agg = make({{"rule", "median"}, {"max_buffered_updates", 3}}, 2);
   std::vector<float> x{1, 2};

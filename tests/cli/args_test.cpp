@@ -50,6 +50,36 @@ TEST_CASE("subcommands and their arguments") {
   CHECK(*rounds.job == 7);
   CHECK(rounds.json);
   CHECK(!parse_ok({"jobs", "list"}).json);
+  Invocation models = parse_ok({"models", "list", "3"});
+  CHECK(models.command == Command::kModelsList);
+  CHECK(*models.job == 3);
+  Invocation get = parse_ok({"models", "get", "3", "--out", "m.pt"});
+  CHECK(get.command == Command::kModelsGet);
+  CHECK(get.version == "latest");
+  CHECK(get.format == "torchscript");
+  CHECK(get.out_file == "m.pt");
+  Invocation best = parse_ok({"models", "get", "3", "best", "--format=npz", "--out", "-"});
+  CHECK(best.version == "best");
+  CHECK(best.format == "npz");
+  CHECK(best.out_file == "-");
+  CHECK(parse_ok({"models", "get", "3", "0", "--out", "m"}).version == "0");
+  CHECK(parse_ok({"models", "get", "3", "12", "--out", "m"}).version == "12");
+}
+
+TEST_CASE("models get needs --out, a known format and a version that can name a model") {
+  CHECK(parse_error({"models", "get", "3"}).find("needs --out") != std::string::npos);
+  CHECK(parse_error({"models", "get", "3", "--out", "m", "--format", "onnx"})
+            .find("torchscript, npz or blob") != std::string::npos);
+  CHECK(parse_error({"models", "get", "3", "newest", "--out", "m"}).find("'newest'") !=
+        std::string::npos);
+  CHECK(parse_error({"models", "list", "3", "--out", "m"}).find("goes with 'models get'") !=
+        std::string::npos);
+  CHECK(parse_error({"jobs", "list", "--format", "npz"}).find("goes with 'models get'") !=
+        std::string::npos);
+  CHECK(parse_error({"models"}).find("list or get") != std::string::npos);
+  CHECK(parse_error({"models", "show", "3"}).find("'models show'") != std::string::npos);
+  CHECK(parse_error({"models", "list"}).find("missing an argument") != std::string::npos);
+  CHECK(parse_error({"models", "get", "x", "--out", "m"}).find("'x'") != std::string::npos);
 }
 
 TEST_CASE("help needs no token and wins over everything else") {
@@ -169,6 +199,11 @@ TEST_CASE("the request each subcommand makes") {
     CHECK(control.target == std::string("/v1/admin/jobs/5/") + action);
   }
   CHECK(request({"clients", "--job", "2"}).target == "/v1/admin/clients");
+  CHECK(request({"models", "list", "4"}).target == "/v1/admin/jobs/4/models");
+  ApiRequest get = request({"models", "get", "4", "best", "--format", "npz", "--out", "m.npz"});
+  CHECK(get.method == "GET");
+  CHECK(get.target == "/v1/admin/jobs/4/models/best/export?format=npz");
+  CHECK(get.headers.at("Accept") == "application/octet-stream");
 }
 
 TEST_CASE("jobs create --model sends the config and the model file as multipart form data") {

@@ -176,6 +176,29 @@ TEST_CASE("every subcommand of the fedcase CLI against a live coordinator") {
     check_table(cli_table({"clients", "--job=2"}), 4, {"s ago "});
   }
 
+  {  // models list and get: the versions, and a version saved to a file or standard output
+    check_table(cli_table({"models", "list", "1"}), 5,
+                {"job 1: latest version 2, best ", "VERSION", "2 latest", "0 "});
+    CHECK(cli_json({"models", "list", "1"}) == admin.get("/v1/admin/jobs/1/models").body);
+    Run saved = cli({"models", "get", "1", "--format", "npz", "--out", dir.file("m.npz")});
+    CHECK_MESSAGE(saved.exit_code == cli::kExitOk, saved.err);
+    const std::string npz = admin.get("/v1/admin/jobs/1/models/2/export?format=npz").raw;
+    CHECK(read_all(dir.file("m.npz")) == npz);
+    CHECK(has(saved.out, "job 1 model version 2 as npz: "));
+    CHECK(has(saved.out, "to " + dir.file("m.npz")));
+    Run piped = cli({"models", "get", "1", "1", "--format=blob", "--out", "-"});
+    CHECK(piped.exit_code == cli::kExitOk);
+    CHECK(piped.out == admin.get("/v1/jobs/1/models/1").raw);
+    CHECK(has(piped.err, "job 1 model version 1 as blob"));
+    Run script = cli({"models", "get", "1", "best", "--out", dir.file("m.pt")});
+    CHECK(script.exit_code == cli::kExitOk);
+    CHECK(read_all(dir.file("m.pt")).rfind("PK", 0) == 0);  // a TorchScript zip archive
+    Run missing = cli({"models", "get", "1", "9", "--out", dir.file("none")});
+    CHECK(missing.exit_code == cli::kExitNotFound);
+    CHECK(has(missing.err, "job 1 has no model version 9"));
+    CHECK_FALSE(std::ifstream(dir.file("none")).good());  // nothing written
+  }
+
   {  // pause, resume, cancel, and what a cancelled job refuses
     Run paused = cli({"jobs", "pause", "2"});
     CHECK(paused.exit_code == cli::kExitOk);

@@ -168,3 +168,30 @@ TEST_CASE("the clients table, for every job or one") {
   CHECK(for_two["clients"][1]["client_id"] == 2);
   CHECK(clients_for_job(clients, 9)["clients"].empty());
 }
+
+TEST_CASE("the models table marks the latest and best versions") {
+  const json reply = {
+      {"job_id", 3},
+      {"evaluation_target", "server"},
+      {"bytes", 451234},
+      {"parameters", 110000},
+      {"latest", 2},
+      {"best", 1},
+      {"models",
+       {{{"version", 0}, {"round", nullptr}, {"created_at", 100.0}, {"accuracy", nullptr}},
+        {{"version", 1}, {"round", 1}, {"created_at", 130.0}, {"accuracy", 0.8123}},
+        {{"version", 2}, {"round", 3}, {"created_at", 190.0}, {"accuracy", 0.75}}}}};
+  CHECK(models_table(reply, 200.0) ==
+        "job 3: latest version 2, best 1 by server accuracy; 451.2 KB a version (110000 "
+        "parameters)\n"
+        "VERSION   ROUND  ACCURACY  AGE\n"
+        "0         -      -         1m\n"
+        "1 best    1      0.8123    1m\n"
+        "2 latest  3      0.7500    10s\n");
+  json unscored = reply;
+  unscored["best"] = nullptr;
+  CHECK(models_table(unscored, 200.0).find("best - (nothing evaluated yet)") != std::string::npos);
+  CHECK(format_bytes(999) == "999 B");
+  CHECK(format_bytes(1500) == "1.5 KB");
+  CHECK(format_bytes(64e6) == "64.0 MB");
+}

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/exit_codes.h"
+#include "common/crypto.h"
 
 using namespace fedcase;
 using namespace fedcase::cli;
@@ -105,4 +106,24 @@ TEST_CASE("usage and transport failures") {
   CHECK(down.err.find("http://127.0.0.1:9") != std::string::npos);
   CHECK(down.err.find("Connection refused") != std::string::npos);
   CHECK(down.err.find("coordinator is running") != std::string::npos);
+}
+
+TEST_CASE("a downloaded export is checked against its checksum before it is written") {
+  Invocation inv = invocation(Command::kModelsGet);
+  inv.job = 3;
+  inv.out_file = "model.pt";
+  const std::string bytes = "model bytes";
+  const std::string etag = "\"" + sha256_hex(bytes) + "\"";
+  Outcome saved = interpret_export(inv, 200, bytes, etag, "12");
+  CHECK(saved.exit_code == kExitOk);
+  CHECK(saved.out == "job 3 model version 12 as torchscript: 11 B to model.pt, sha256 " +
+                         sha256_hex(bytes) + "\n");
+  Outcome corrupt = interpret_export(inv, 200, bytes + "!", etag, "12");
+  CHECK(corrupt.exit_code == kExitServerError);
+  CHECK(corrupt.err.find("corrupt") != std::string::npos);
+  CHECK(interpret_export(inv, 200, bytes, "", "12").exit_code == kExitServerError);
+  Outcome missing =
+      interpret_export(inv, 404, error_body("not_found", "job 3 has no model version 12"), "", "");
+  CHECK(missing.exit_code == kExitNotFound);
+  CHECK(missing.err == "fedcase: job 3 has no model version 12 (HTTP 404)\n");
 }

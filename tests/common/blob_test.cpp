@@ -130,3 +130,14 @@ TEST_CASE("blob parser bounds huge declared shapes before allocating") {
   CHECK(r.status().code() == Code::kInvalidArgument);  // malformed, not over the size limit
   CHECK(r.status().message().find("more elements than") != std::string::npos);
 }
+
+TEST_CASE("the first difference between two layouts is named for people") {
+  const ModelLayout a{{{"w", {2, 3}}, {"b", {3}}}};
+  CHECK(a.first_difference(a).empty());
+  CHECK(a.first_difference({{{"w", {3, 2}}, {"b", {3}}}}) ==
+        "tensor 'w' is [2,3] here and [3,2] there");
+  CHECK(a.first_difference({{{"v", {2, 3}}, {"b", {3}}}}) == "tensor 'v' comes where 'w' is here");
+  CHECK(a.first_difference({{{"w", {2, 3}}}}) == "there is no tensor 'b'");
+  CHECK(a.first_difference({{{"w", {2, 3}}, {"b", {3}}, {"c", {1}}}}) ==
+        "tensor 'c' is only there");
+}

@@ -4,7 +4,9 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 
@@ -118,7 +120,27 @@ TEST_CASE("metrics and the dashboard show a live coordinator's jobs, rounds and 
                            15));
     CHECK(browser.wait_for("document.querySelectorAll('#rounds-rows tr').length === 3", 15));
     CHECK(browser.evaluate("Number(document.getElementById('chart-updates').dataset.points)") == 3);
+    CHECK(browser.wait_for("document.querySelectorAll('#models-rows tr').length === 4", 15));
     browser.screenshot(std::string(FEDCASE_ARTIFACT_DIR) + "/dashboard-job.png");
+
+    // A version downloads from the job page, with the token: the file the export route serves.
+    const std::filesystem::path downloads = dir.file("downloads");
+    std::filesystem::create_directories(downloads);
+    browser.call("Browser.setDownloadBehavior",
+                 {{"behavior", "allow"}, {"downloadPath", downloads.string()}});
+    browser.evaluate(
+        "document.querySelector('#models-rows tr[data-version=\"3\"] "
+        "button[data-format=\"npz\"]').click(); true");
+    const std::string expected = admin.get(job_path + "/models/3/export?format=npz").raw;
+    const std::filesystem::path saved = downloads / ("job-" + std::to_string(job) + "-v3.npz");
+    CHECK(wait_until(
+        [&] {
+          std::error_code ec;
+          return std::filesystem::file_size(saved, ec) == expected.size() && !ec;
+        },
+        15));
+    std::ifstream file(saved, std::ios::binary);
+    CHECK(std::string(std::istreambuf_iterator<char>(file), {}) == expected);
 
     browser.evaluate("location.hash = '#/fleet'; true");
     CHECK(browser.wait_for(
@@ -133,6 +155,7 @@ TEST_CASE("metrics and the dashboard show a live coordinator's jobs, rounds and 
     CHECK(browser.evaluate("document.getElementById('tenants-rows').textContent")
               .get<std::string>()
               .find("operator") != std::string::npos);
+
   }
 
   {
@@ -221,6 +244,35 @@ TEST_CASE("metrics and the dashboard show a live coordinator's jobs, rounds and 
     REQUIRE(registered.status == 201);
     Caller client(port, registered.body["token"].get<std::string>());
     CHECK(client.get("/metrics").status == 403);
+  }
+
+  {
+    INFO("an asynchronous job's page shows its mode and the staleness of each version");
+    json async_job = job_config;
+    async_job["name"] = "operator-async";
+    async_job["mode"] = "async";
+    async_job["clients_per_round"] = 2;
+    async_job["async"] = {{"concurrency", 4}};
+    Reply async_created = admin.post("/v1/admin/jobs", async_job);
+    REQUIRE_MESSAGE(async_created.status == 201, async_created.raw);
+    const std::string async_id = std::to_string(async_created.body["job_id"].get<int>());
+    REQUIRE(wait_until(
+        [&] { return admin.get("/v1/admin/jobs/" + async_id).body.value("state", "") == "finished"; },
+        120));
+    TempDir profile;  // a fresh profile: the first browser's may still be closing
+    Browser browser(profile);
+    browser.navigate("http://127.0.0.1:" + std::to_string(port) + "/dashboard/#/jobs/" + async_id);
+    REQUIRE(browser.wait_for(
+        "document.getElementById('signin') && !document.getElementById('signin').hidden", 30));
+    browser.evaluate("document.getElementById('token').value = " + json(kAdminToken).dump() +
+                     "; document.getElementById('signin-form').requestSubmit(); true");
+    CHECK(browser.wait_for("!document.getElementById('staleness-figure').hidden", 15));
+    CHECK(browser.wait_for(
+        "Number(document.getElementById('chart-staleness').dataset.points) === 3", 15));
+    CHECK(browser.evaluate("document.getElementById('job-facts').textContent")
+              .get<std::string>()
+              .find("mode: async: buffers of 2, 4 training at once") != std::string::npos);
+    browser.screenshot(std::string(FEDCASE_ARTIFACT_DIR) + "/dashboard-async-job.png");
   }
 
   (*fleet)->stop();

@@ -12,8 +12,11 @@
 #include "cli/request.h"
 #include "client_sdk/session.h"
 #include "client_sdk/torchscript_trainer.h"
+#include "common/crypto.h"
 #include "formats/torchscript_reader.h"
 #include "ml/model.h"
+#include "ml/sample_files.h"
+#include "ml/torchscript_model.h"
 #include "tests/support/coordinator_harness.h"
 #include "tests/support/torchscript_module.h"
 
@@ -48,6 +51,17 @@ Reply create_job(uint16_t port, const json& config, const std::string& module) {
   const cli::ApiRequest request = cli::api_request(inv, config.dump(), module);
   Caller admin(port, kAdminToken);
   return admin.call(request.method, request.target, request.body, request.headers);
+}
+
+// What `command` prints on standard output.
+std::string run_command(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
+  CHECK(pclose(pipe) == 0);
+  return out;
 }
 
 // SDK sessions of TorchScript devices, each on a thread of its own; halted at destruction.
@@ -213,4 +227,59 @@ TEST_CASE("the coordinator scores a TorchScript job on its server dataset") {
   MESSAGE("server accuracy by round: " << json(accuracy).dump());
   CHECK(accuracy.back() > 0.5);
   CHECK(detail["test_accuracy"] == accuracy.back());
+
+  // The trained model leaves as it came in: TorchScript for libtorch and PyTorch, npz for
+  // numpy, holding the committed parameters and scoring what the coordinator scored.
+  const json last = committed_rounds(detail).back();
+  const std::string version = std::to_string(last["metrics"]["model_version"].get<uint64_t>());
+  const std::string models = "/v1/admin/jobs/" + std::to_string(job) + "/models/";
+  Reply script = admin.get(models + "latest/export?format=torchscript");
+  REQUIRE(script.status == 200);
+  CHECK(script.response.header("x-fedcase-model-version") == version);
+  CHECK(script.response.header("etag") == "\"" + sha256_hex(script.response.body) + "\"");
+  Reply npz = admin.get(models + version + "/export?format=npz");
+  REQUIRE(npz.status == 200);
+  Reply blob = admin.get("/v1/jobs/" + std::to_string(job) + "/models/" + version);
+  REQUIRE(blob.status == 200);
+  auto committed = decode_blob(blob.response.body, blob.response.body.size());
+  REQUIRE(committed.ok());
+
+  auto exported = ml::TorchScriptModel::load(script.response.body);
+  REQUIRE_MESSAGE(exported.ok(), exported.status().to_string());
+  CHECK(exported->layout() == committed->layout);
+  CHECK(exported->parameters() == committed->data);
+  // The coordinator's evaluation of that version, redone on the export: the same records in
+  // the same batches.
+  auto files = ml::list_sample_files(dir.file("datasets/fmnist-eval"));
+  REQUIRE(files.ok());
+  std::vector<std::string> records(files->size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    REQUIRE(ml::read_sample_file((*files)[i], records[i]).ok());
+  }
+  const std::vector<int64_t> shape = {1, 28, 28};
+  auto rescored = exported->evaluate(
+      ml::Loss::kCrossEntropy,
+      ml::record_batches([&](size_t i) { return Result<std::string_view>(records[i]); },
+                         records.size(), 128, ml::Loss::kCrossEntropy, shape,
+                         [](size_t i) { return std::to_string(i); }));
+  REQUIRE(rescored.ok());
+  CHECK(rescored->samples == last["metrics"]["test_samples"]);
+  CHECK(rescored->accuracy == last["metrics"]["test_accuracy"]);
+  CHECK(rescored->loss == doctest::Approx(last["metrics"]["test_loss"].get<double>()));
+
+  // PyTorch and numpy read the files as they are, and agree.
+  std::ofstream(dir.file("model.pt"), std::ios::binary) << script.response.body;
+  std::ofstream(dir.file("model.npz"), std::ios::binary) << npz.response.body;
+  const std::string command = "/usr/bin/python3 " FEDCASE_SOURCE_DIR
+                              "/tests/integration/export_check.py --torchscript " +
+                              dir.file("model.pt") + " --npz " + dir.file("model.npz") +
+                              " --records " + dir.file("datasets/fmnist-eval");
+  const json python = json::parse(run_command(command), nullptr, false);
+  REQUIRE_MESSAGE(python.is_object(), command);
+  CHECK(python["equal"] == true);
+  CHECK(python["tensors"] == committed->layout.tensors.size());
+  CHECK(python["samples"] == last["metrics"]["test_samples"]);
+  CHECK(python["accuracy"] == last["metrics"]["test_accuracy"]);
+  CHECK(python["loss"].get<double>() ==
+        doctest::Approx(last["metrics"]["test_loss"].get<double>()).epsilon(1e-5));
 }

@@ -15,20 +15,20 @@ TEST_CASE("5 SDK clients complete 3 rounds and the global model's accuracy rises
   const uint16_t port = service->port();
   Caller admin(port, kAdminToken);
 
-  json job_config = {
-      {"name", "e2e"},
-      {"model", "cnn"},
-      {"rounds", 3},
-      {"clients_per_round", 5},
-      {"selection", {{"overcommit", 1.0}}},
-      {"training",
-       {{"local_epochs", 1},
-        {"lr", 0.05},
-        {"momentum", 0.9},
-        {"deadline", {{"mode", "fixed"}, {"seconds", 120}}}}}};
+  json job_config = {{"name", "e2e"},
+                     {"model", "cnn"},
+                     {"rounds", 3},
+                     {"clients_per_round", 5},
+                     {"selection", {{"overcommit", 1.0}}},
+                     {"training",
+                      {{"local_epochs", 1},
+                       {"lr", 0.05},
+                       {"momentum", 0.9},
+                       {"deadline", {{"mode", "fixed"}, {"seconds", 120}}}}}};
   Reply created = admin.post("/v1/admin/jobs", job_config);
   REQUIRE(created.status == 201);
-  const std::string job_path = "/v1/admin/jobs/" + std::to_string(created.body["job_id"].get<int>());
+  const std::string job_path =
+      "/v1/admin/jobs/" + std::to_string(created.body["job_id"].get<int>());
 
   ml::Dataset slice = ml::head(fmnist_train(), 6000);
   auto fleet = client::Fleet::start(test_fleet(port, 5, slice));
@@ -43,7 +43,6 @@ TEST_CASE("5 SDK clients complete 3 rounds and the global model's accuracy rises
                rounds.back()["metrics"].contains("test_accuracy");
       },
       240);
-  (*fleet)->stop();
   REQUIRE_MESSAGE(finished, detail.dump());
 
   auto rounds = committed_rounds(detail);
@@ -79,6 +78,38 @@ TEST_CASE("5 SDK clients complete 3 rounds and the global model's accuracy rises
   REQUIRE(clients.status == 200);
   CHECK(clients.body["clients"].size() == 5);
   CHECK((*fleet)->updates_accepted() == 15);
+
+  // A new job starts from the trained model (init_from) and so begins at its accuracy: its
+  // first committed model scores within noise of the source's last, above a fresh start's.
+  json warm = job_config;
+  warm["name"] = "warm";
+  warm["rounds"] = 1;
+  warm["init_from"] = {{"job", 1}};
+  Reply started = admin.post("/v1/admin/jobs", warm);
+  REQUIRE_MESSAGE(started.status == 201, started.raw);
+  const std::string warm_path =
+      "/v1/admin/jobs/" + std::to_string(started.body["job_id"].get<int>());
+  auto decoded = [&](const std::string& path) {
+    auto blob = decode_blob(reader.get(path).response.body, 1 << 26);
+    REQUIRE(blob.ok());
+    return blob->data;
+  };
+  CHECK(decoded("/v1/jobs/2/models/0") == decoded("/v1/jobs/1/models/3"));
+  json warm_detail;
+  const bool warm_finished = wait_until(
+      [&] {
+        warm_detail = admin.get(warm_path).body;
+        auto rounds = committed_rounds(warm_detail);
+        return warm_detail.value("state", "") == "finished" && !rounds.empty() &&
+               rounds.back()["metrics"].contains("test_accuracy");
+      },
+      240);
+  (*fleet)->stop();
+  REQUIRE_MESSAGE(warm_finished, warm_detail.dump());
+  const double warm_first = committed_rounds(warm_detail)[0]["metrics"]["test_accuracy"];
+  MESSAGE("source's last accuracy " << last << ", the warm job's first " << warm_first);
+  CHECK(warm_first > last - 0.05);
+  CHECK(warm_first > first);
 }
 
 TEST_CASE("a job with central DP reports the privacy spent, round by round") {
@@ -124,4 +155,55 @@ TEST_CASE("a job with central DP reports the privacy spent, round by round") {
   }
   CHECK(detail["privacy"]["rounds"] == 3);
   CHECK(detail["privacy"]["epsilon"].get<double>() == doctest::Approx(previous));
+}
+
+TEST_CASE("an SDK fleet trains an asynchronous job to its target") {
+  TempDir dir;
+  auto service = start_coordinator(dir);
+  const uint16_t port = service->port();
+  Caller admin(port, kAdminToken);
+  json job_config = {
+      {"name", "fedbuff"},
+      {"model", "mlp"},
+      {"mode", "async"},
+      {"rounds", 60},
+      {"clients_per_round", 3},
+      {"target_accuracy", 0.65},
+      {"async", {{"concurrency", 6}}},
+      {"training",
+       {{"local_epochs", 1}, {"lr", 0.05}, {"deadline", {{"mode", "fixed"}, {"seconds", 120}}}}}};
+  Reply created = admin.post("/v1/admin/jobs", job_config);
+  REQUIRE_MESSAGE(created.status == 201, created.raw);
+  const std::string job_path = "/v1/admin/jobs/" + std::to_string(created.body["job_id"].get<int>());
+
+  ml::Dataset slice = ml::head(fmnist_train(), 4000);
+  auto fleet = client::Fleet::start(test_fleet(port, 8, slice));
+  REQUIRE(fleet.ok());
+  json detail;
+  const bool finished = wait_until(
+      [&] {
+        detail = admin.get(job_path).body;
+        return detail.value("state", "") == "finished" && !detail["result"].is_null();
+      },
+      240);
+  (*fleet)->stop();
+  REQUIRE_MESSAGE(finished, detail.dump());
+
+  // Each committed buffer is a version; updates carried over joined later buffers, stale.
+  const auto rounds = committed_rounds(detail);
+  REQUIRE(!rounds.empty());
+  size_t stale = 0;
+  for (const json& r : rounds) {
+    CHECK(r["metrics"]["updates"] == 3);
+    CHECK(r["metrics"]["model_version"] == r["round"]);
+    for (const auto& [tau, count] : r["metrics"]["staleness"].items()) {
+      if (tau != "0") stale += count.get<size_t>();
+    }
+  }
+  MESSAGE(rounds.size() << " versions to " << detail["result"].dump() << ", " << stale
+                        << " stale updates");
+  CHECK(stale > 0);
+  CHECK(detail["result"]["test_accuracy"].get<double>() >= 0.65);
+  const std::string metrics = admin.get("/metrics").raw;
+  CHECK(metrics.find("fedcase_update_staleness_count") != std::string::npos);
 }

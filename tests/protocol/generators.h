@@ -7,11 +7,14 @@
 #include <cstdint>
 #include <iterator>
 #include <random>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "protocol/error_reply.h"
 #include "protocol/eval_report.h"
 #include "protocol/registration.h"
+#include "protocol/secagg.h"
 #include "protocol/task_offer.h"
 #include "protocol/task_status.h"
 #include "protocol/update_meta.h"
@@ -202,6 +205,78 @@ class Generator {
   }
 
   RegistrationReply registration_reply() { return {count(), text(64, 1)}; }
+
+  // Any bytes, `min` to `max` of them.
+  std::string bytes(size_t min, size_t max) {
+    std::string s(min + below(max - min + 1), '\0');
+    for (char& c : s) c = static_cast<char>(below(256));
+    return s;
+  }
+  std::string key() { return bytes(kSecAggKeyBytes, kSecAggKeyBytes); }
+  // Up to `max` distinct client ids, increasing when `increasing`, else in any order.
+  std::vector<ClientId> ids(size_t max, bool increasing) {
+    std::set<ClientId> set;
+    const size_t n = below(max + 1);
+    while (set.size() < n) set.insert(count());
+    std::vector<ClientId> out(set.begin(), set.end());
+    if (!increasing) std::shuffle(out.begin(), out.end(), rng_);
+    return out;
+  }
+  template <class T, class Make>
+  std::vector<T> per_client(size_t max, Make make) {
+    std::vector<T> out;
+    for (ClientId c : ids(max, false)) out.push_back(make(c));
+    return out;
+  }
+
+  SecAggParams secagg_params() {
+    SecAggParams p;
+    p.degree = uint32_t(1 + count(kMaxSecAggClients - 2));
+    p.threshold = uint32_t(1 + below(p.degree));
+    p.bits = uint32_t(1 + below(64));
+    p.clip = number(1e-300, 1e300);
+    p.scale = number(1e-300, 1e300);
+    p.max_weight = 1 + count(UINT64_MAX - 1);
+    p.vector_length = 1 + count(kMaxSecAggVectorLength - 1);
+    return p;
+  }
+  SecAggAdvertiseKeys secagg_advertise_keys() {
+    return {count(), 1 + count(UINT64_MAX - 1), count(), key(), key()};
+  }
+  SecAggPeerKeys secagg_peer_keys(ClientId c) { return {c, key(), key()}; }
+  SecAggGraph secagg_graph() {
+    return {count(), 1 + count(UINT64_MAX - 1), secagg_params(), key(), ids(30, true)};
+  }
+  SecAggKeyList secagg_key_list() {
+    return {count(), 1 + count(UINT64_MAX - 1),
+            per_client<SecAggPeerKeys>(8, [&](ClientId c) { return secagg_peer_keys(c); })};
+  }
+  SecAggCiphertext secagg_ciphertext(ClientId c) {
+    return {c, bytes(1, coin() ? 200 : kMaxSecAggBlobBytes)};
+  }
+  std::vector<SecAggCiphertext> ciphertexts() {
+    return per_client<SecAggCiphertext>(8, [&](ClientId c) { return secagg_ciphertext(c); });
+  }
+  SecAggShares secagg_shares() {
+    return {count(), 1 + count(UINT64_MAX - 1), count(), key(), ciphertexts()};
+  }
+  SecAggForwardedShares secagg_forwarded_shares() {
+    return {count(), 1 + count(UINT64_MAX - 1), ciphertexts()};
+  }
+  SecAggMaskedInput secagg_masked_input() {
+    return {count(),          1 + count(UINT64_MAX - 1),
+            count(),          2 + count(kMaxSecAggVectorLength - 1),
+            coin() ? 4u : 8u, ids(10, false)};
+  }
+  SecAggUnmaskRequest secagg_unmask_request() {
+    return {count(), 1 + count(UINT64_MAX - 1), ids(10, false), ids(10, false)};
+  }
+  SecAggShare secagg_share(ClientId c) { return {c, bytes(1, coin() ? 44 : kMaxSecAggBlobBytes)}; }
+  SecAggUnmaskResponse secagg_unmask_response() {
+    const auto share = [&](ClientId c) { return secagg_share(c); };
+    return {count(), 1 + count(UINT64_MAX - 1), count(), per_client<SecAggShare>(8, share),
+            per_client<SecAggShare>(8, share)};
+  }
   TaskStatus task_status() { return {coin(), text(40)}; }
   ErrorReply error_reply() { return {word(1, 20), text(200)}; }
 

@@ -128,6 +128,10 @@ Result<TrainingSettings> read_train(const json& j) { return read_training_settin
 Result<EvaluationSettings> read_evaluate(const json& j) { return read_evaluation_settings(j); }
 Result<CacheDirectives> read_cache(const json& j) { return read_cache_directives(j); }
 Result<DeviceInfo> read_device(const json& j) { return read_device_info(j); }
+Result<SecAggParams> read_params(const json& j) { return read_secagg_params(j); }
+Result<SecAggPeerKeys> read_peer(const json& j) { return read_secagg_peer_keys(j); }
+Result<SecAggCiphertext> read_ciphertext(const json& j) { return read_secagg_ciphertext(j); }
+Result<SecAggShare> read_share(const json& j) { return read_secagg_share(j); }
 
 const std::vector<Reader>& readers() {
   static const std::vector<Reader> all = {
@@ -150,13 +154,46 @@ const std::vector<Reader>& readers() {
       {"task_status",
        [](const json& d) { return read_twice(d, read_task_status, write_task_status); }},
       {"error", [](const json& d) { return read_twice(d, read_error_reply, write_error_reply); }},
+      {"secagg_params",
+       [](const json& d) { return read_twice(d, read_params, write_secagg_params); }},
+      {"secagg_advertise_keys",
+       [](const json& d) {
+         return read_twice(d, read_secagg_advertise_keys, write_secagg_advertise_keys);
+       }},
+      {"secagg_peer_keys",
+       [](const json& d) { return read_twice(d, read_peer, write_secagg_peer_keys); }},
+      {"secagg_graph",
+       [](const json& d) { return read_twice(d, read_secagg_graph, write_secagg_graph); }},
+      {"secagg_key_list",
+       [](const json& d) { return read_twice(d, read_secagg_key_list, write_secagg_key_list); }},
+      {"secagg_ciphertext",
+       [](const json& d) { return read_twice(d, read_ciphertext, write_secagg_ciphertext); }},
+      {"secagg_shares",
+       [](const json& d) { return read_twice(d, read_secagg_shares, write_secagg_shares); }},
+      {"secagg_forwarded_shares",
+       [](const json& d) {
+         return read_twice(d, read_secagg_forwarded_shares, write_secagg_forwarded_shares);
+       }},
+      {"secagg_masked_input",
+       [](const json& d) {
+         return read_twice(d, read_secagg_masked_input, write_secagg_masked_input);
+       }},
+      {"secagg_unmask_request",
+       [](const json& d) {
+         return read_twice(d, read_secagg_unmask_request, write_secagg_unmask_request);
+       }},
+      {"secagg_share", [](const json& d) { return read_twice(d, read_share, write_secagg_share); }},
+      {"secagg_unmask_response",
+       [](const json& d) {
+         return read_twice(d, read_secagg_unmask_response, write_secagg_unmask_response);
+       }},
   };
   return all;
 }
 
 // A valid message of a random kind, as its writer writes it.
 json valid_document(testing::Generator& g) {
-  switch (g.below(11)) {
+  switch (g.below(23)) {
     case 0:
       return write_eval_report(g.eval_report());
     case 1:
@@ -177,6 +214,30 @@ json valid_document(testing::Generator& g) {
       return write_registration_reply(g.registration_reply());
     case 9:
       return write_task_status(g.task_status());
+    case 10:
+      return write_secagg_params(g.secagg_params());
+    case 11:
+      return write_secagg_advertise_keys(g.secagg_advertise_keys());
+    case 12:
+      return write_secagg_peer_keys(g.secagg_peer_keys(g.count()));
+    case 13:
+      return write_secagg_key_list(g.secagg_key_list());
+    case 14:
+      return write_secagg_ciphertext(g.secagg_ciphertext(g.count()));
+    case 15:
+      return write_secagg_shares(g.secagg_shares());
+    case 16:
+      return write_secagg_forwarded_shares(g.secagg_forwarded_shares());
+    case 17:
+      return write_secagg_masked_input(g.secagg_masked_input());
+    case 18:
+      return write_secagg_unmask_request(g.secagg_unmask_request());
+    case 19:
+      return write_secagg_share(g.secagg_share(g.count()));
+    case 20:
+      return write_secagg_unmask_response(g.secagg_unmask_response());
+    case 21:
+      return write_secagg_graph(g.secagg_graph());
     default:
       return write_error_reply(g.error_reply());
   }

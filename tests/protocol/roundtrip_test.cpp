@@ -60,6 +60,10 @@ Result<TrainingSettings> read_train(const json& j) { return read_training_settin
 Result<EvaluationSettings> read_evaluate(const json& j) { return read_evaluation_settings(j); }
 Result<CacheDirectives> read_cache(const json& j) { return read_cache_directives(j); }
 Result<DeviceInfo> read_device(const json& j) { return read_device_info(j); }
+Result<SecAggParams> read_params(const json& j) { return read_secagg_params(j); }
+Result<SecAggPeerKeys> read_peer(const json& j) { return read_secagg_peer_keys(j); }
+Result<SecAggCiphertext> read_ciphertext(const json& j) { return read_secagg_ciphertext(j); }
+Result<SecAggShare> read_share(const json& j) { return read_secagg_share(j); }
 
 TEST_CASE("every message reads back what was written, over random values") {
   for (uint64_t seed = 1; seed <= kValues; ++seed) {
@@ -80,6 +84,36 @@ TEST_CASE("every message reads back what was written, over random values") {
     check_round_trip(Message::kRegistrationReply, g.registration_reply(), write_registration_reply,
                      read_registration_reply);
     check_round_trip(Message::kTaskStatus, g.task_status(), write_task_status, read_task_status);
+  }
+}
+
+TEST_CASE("every secure-aggregation message reads back what was written, over random values") {
+  for (uint64_t seed = 1; seed <= kValues; ++seed) {
+    CAPTURE(seed);
+    testing::Generator g(seed);
+    check_round_trip(Message::kSecAggParams, g.secagg_params(), write_secagg_params, read_params);
+    check_round_trip(Message::kSecAggAdvertiseKeys, g.secagg_advertise_keys(),
+                     write_secagg_advertise_keys, read_secagg_advertise_keys);
+    check_round_trip(Message::kSecAggPeerKeys, g.secagg_peer_keys(g.count()),
+                     write_secagg_peer_keys, read_peer);
+    check_round_trip(Message::kSecAggGraph, g.secagg_graph(), write_secagg_graph,
+                     read_secagg_graph);
+    check_round_trip(Message::kSecAggKeyList, g.secagg_key_list(), write_secagg_key_list,
+                     read_secagg_key_list);
+    check_round_trip(Message::kSecAggCiphertext, g.secagg_ciphertext(g.count()),
+                     write_secagg_ciphertext, read_ciphertext);
+    check_round_trip(Message::kSecAggShares, g.secagg_shares(), write_secagg_shares,
+                     read_secagg_shares);
+    check_round_trip(Message::kSecAggForwardedShares, g.secagg_forwarded_shares(),
+                     write_secagg_forwarded_shares, read_secagg_forwarded_shares);
+    check_round_trip(Message::kSecAggMaskedInput, g.secagg_masked_input(),
+                     write_secagg_masked_input, read_secagg_masked_input);
+    check_round_trip(Message::kSecAggUnmaskRequest, g.secagg_unmask_request(),
+                     write_secagg_unmask_request, read_secagg_unmask_request);
+    check_round_trip(Message::kSecAggShare, g.secagg_share(g.count()), write_secagg_share,
+                     read_share);
+    check_round_trip(Message::kSecAggUnmaskResponse, g.secagg_unmask_response(),
+                     write_secagg_unmask_response, read_secagg_unmask_response);
   }
 }
 

@@ -169,5 +169,33 @@ TEST_CASE("a TorchScript job with a server dataset is scored by the server by de
   CHECK_FALSE(plain->server_evaluated());
 }
 
+TEST_CASE("init_from names a job and a version: a number, latest or best") {
+  auto parse = [](json init_from) {
+    return parse_job_config({{"name", "j"}, {"init_from", std::move(init_from)}});
+  };
+  CHECK_FALSE(parse_job_config(json{{"name", "j"}})->init_from);
+  auto latest = parse(json{{"job", 3}});
+  REQUIRE(latest.ok());
+  CHECK(latest->init_from->job == 3);
+  CHECK(latest->init_from->version == "latest");
+  CHECK(parse(json{{"job", 3}, {"version", 12}})->init_from->version == "12");
+  CHECK(parse(json{{"job", 3}, {"version", 0}})->init_from->version == "0");
+  CHECK(parse(json{{"job", 3}, {"version", "best"}})->init_from->version == "best");
+  auto message = [&](json init_from) {
+    auto r = parse(std::move(init_from));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kInvalidArgument);
+    return r.status().message();
+  };
+  CHECK(message(json{{"version", 1}}).find("init_from.job is required") != std::string::npos);
+  CHECK(message(json{{"job", 0}}).find("init_from.job") != std::string::npos);
+  CHECK(message(json{{"job", "3"}}).find("init_from.job") != std::string::npos);
+  CHECK(message(json{{"job", 3}, {"version", -1}}).find("init_from.version") != std::string::npos);
+  CHECK(message(json{{"job", 3}, {"version", "newest"}}).find("init_from.version") !=
+        std::string::npos);
+  CHECK(message(json{{"job", 3}, {"from", 1}}).find("init_from.from") != std::string::npos);
+  CHECK(message(3).find("init_from") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace fedcase::rounds

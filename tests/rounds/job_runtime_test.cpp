@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "tests/rounds/uploads.h"
 
@@ -412,6 +413,195 @@ TEST_CASE("a runtime resumed from saved state chooses as the original does") {
   CHECK((*x)->index() == (*y)->index());
   CHECK((*x)->invited() == (*y)->invited());
   CHECK((*y)->base_version() == 1);
+}
+
+// ---- asynchronous jobs (FedBuff buffers) ----
+
+JobConfig async_config(json async = json::object(), json patch = json::object()) {
+  json j = {{"mode", "async"}, {"async", async}};
+  j.merge_patch(patch);
+  return config_of(j);
+}
+
+// Hands out tasks for every free slot of `buffer` over `pool` at `now`; the clients invited.
+std::vector<ClientId> refill(JobRuntime& job, Round& buffer, const std::vector<PoolClient>& pool,
+                             double now) {
+  std::set<ClientId> excluded;
+  for (const auto& task : buffer.tasks()) excluded.insert(task.client);
+  auto slots = job.plan_slots(buffer.index(), job.free_slots(buffer), excluded, pool, now);
+  REQUIRE(slots.ok());
+  std::vector<ClientId> invited;
+  for (Round::Assignment& a : *slots) {
+    invited.push_back(a.task.client);
+    buffer.assign(a.task, a.terms);
+  }
+  return invited;
+}
+
+// Folds `client`'s update of `value` in each parameter with its staleness discount.
+void upload_async(JobRuntime& job, Round& buffer, ClientId client, double at, float value,
+                  uint64_t samples) {
+  auto aggregate = buffer.reserve(client, at);
+  REQUIRE_MESSAGE(aggregate.ok(), aggregate.status().to_string());
+  const float delta[2] = {value, value};
+  REQUIRE((*aggregate)->add(delta, 2, double(samples), job.discount(buffer, client)).ok());
+  buffer.accept(client, testing::report_of(samples, 0.5, 0.25), at);
+}
+
+TEST_CASE("staleness weights and the async section") {
+  AsyncConfig polynomial;  // FedBuff's (1 + tau)^-0.5
+  CHECK(staleness_weight(polynomial, 0) == 1.0);
+  CHECK(staleness_weight(polynomial, 3) == doctest::Approx(0.5));
+  CHECK(staleness_weight(polynomial, 8) == doctest::Approx(1.0 / 3));
+  polynomial.staleness_exponent = 1;
+  CHECK(staleness_weight(polynomial, 1) == doctest::Approx(0.5));
+  AsyncConfig constant;
+  constant.staleness = "constant";
+  CHECK(staleness_weight(constant, 7) == 1.0);
+
+  const JobConfig defaults = async_config();
+  CHECK(defaults.asynchronous());
+  CHECK(defaults.async.concurrency == 8);  // 4 x K
+  CHECK(defaults.async.max_staleness == 10);
+  auto refused = [](json j) {
+    j["name"] = "t";
+    auto c = parse_job_config(j);
+    REQUIRE_FALSE(c.ok());
+    return c.status().message();
+  };
+  CHECK(refused({{"mode", "batch"}}).find("job.mode") != std::string::npos);
+  CHECK(refused({{"async", {{"concurrency", 4}}}}).find("goes with") != std::string::npos);
+  CHECK(refused({{"mode", "async"}, {"async", {{"staleness", "linear"}}}}).find("staleness") !=
+        std::string::npos);
+  CHECK(refused({{"mode", "async"}, {"async", {{"concurrency", 0}}}}).find("concurrency") !=
+        std::string::npos);
+  CHECK(refused({{"mode", "async"}, {"aggregation", {{"rule", "median"}}}}).find("fedavg") !=
+        std::string::npos);
+}
+
+TEST_CASE("a buffer fills its slots, flushes every K updates by staleness, and carries tasks") {
+  // K = 2, three clients training at once, s(tau) = 1 / (1 + tau).
+  auto job = make_job(async_config({{"concurrency", 3}, {"staleness_exponent", 1.0}}));
+  Fleet fleet = fleet_of(6);
+  auto opened = job->open_round(fleet.pool(6), 1000);
+  REQUIRE(opened.ok());
+  REQUIRE(opened->has_value());
+  Round& first = **opened;
+  CHECK(first.buffered());
+  CHECK(first.index() == 1);
+  CHECK(first.tasks().empty());  // the caller fills the slots
+  CHECK(job->free_slots(first) == 3);
+  const std::vector<ClientId> a = refill(*job, first, fleet.pool(6), 1000);
+  REQUIRE(a.size() == 3);
+  CHECK(job->free_slots(first) == 0);
+  CHECK(first.selection_changes().size() == 3);
+  CHECK(first.terms_for(a[0])->round == 1);
+  CHECK(first.terms_for(a[0])->base_version == 0);
+  CHECK(first.next_deadline() == doctest::Approx(1060));
+
+  upload_async(*job, first, a[0], 1010, 1.0f, 10);
+  CHECK_FALSE(first.due(1010));
+  CHECK(job->free_slots(first) == 1);  // a slot freed; the client may not train twice a buffer
+  const std::vector<ClientId> b = refill(*job, first, fleet.pool(6), 1011);
+  REQUIRE(b.size() == 1);
+  CHECK(b[0] != a[0]);
+  upload_async(*job, first, a[1], 1012, 1.0f, 30);
+  CHECK(first.due(1012));
+  Conclusion c1 = job->conclude(first, 1012);
+  REQUIRE(c1.state == RoundState::kCommitted);
+  // Both fresh: the sample-weighted mean of 1 and 1 moves [1, -1] to [2, 0].
+  CHECK(c1.model->params == std::vector<float>{2.0f, 0.0f});
+  CHECK(c1.metrics["staleness"] == json{{"0", 2}});
+  CHECK(c1.metrics["in_flight"] == 2);  // a[2] and b[0] carry over
+  CHECK(c1.metrics["invited"] == 4);
+  job->adopt(c1);
+
+  auto next = job->open_round(fleet.pool(6), 1013);
+  REQUIRE(next.ok());
+  REQUIRE(next->has_value());
+  Round& second = **next;
+  CHECK(second.index() == 2);
+  CHECK(second.base_version() == 1);
+  CHECK(second.tasks().size() == 2);
+  CHECK(second.staleness(a[2]) == 1);  // trains from version 0, joins version 1
+  CHECK(second.holds_task_of(a[2], 1));
+  CHECK(second.check_task_round(a[2], 1).ok());
+  CHECK(second.check_task_round(a[2], 2).code() == Code::kConflict);
+  CHECK(job->discount(second, a[2]) == doctest::Approx(0.5));
+  const std::vector<ClientId> fresh = refill(*job, second, fleet.pool(6), 1013);
+  REQUIRE(fresh.size() == 1);
+  CHECK(second.terms_for(fresh[0])->base_version == 1);
+  // A stale update counts half: (10 x 0.5 x 2 + 30 x 1 x 4) / 40 = 3.25.
+  upload_async(*job, second, a[2], 1020, 2.0f, 10);
+  upload_async(*job, second, fresh[0], 1021, 4.0f, 30);
+  Conclusion c2 = job->conclude(second, 1021);
+  REQUIRE(c2.state == RoundState::kCommitted);
+  CHECK(c2.model->params[0] == doctest::Approx(2 + 3.25));
+  CHECK(c2.model->params[1] == doctest::Approx(0 + 3.25));
+  CHECK(c2.metrics["staleness"] == json{{"0", 1}, {"1", 1}});
+  CHECK(c2.metrics["mean_staleness"] == 0.5);
+  CHECK(second.accepted_updates().at(a[2]).staleness == 1);
+}
+
+TEST_CASE("a task further behind than max_staleness is dropped and its update refused") {
+  auto job = make_job(async_config({{"concurrency", 3}, {"max_staleness", 0}}));
+  Fleet fleet = fleet_of(6);
+  auto opened = job->open_round(fleet.pool(6), 1000);
+  const std::vector<ClientId> a = refill(*job, **opened, fleet.pool(6), 1000);
+  upload_async(*job, **opened, a[0], 1001, 1.0f, 10);
+  upload_async(*job, **opened, a[1], 1002, 1.0f, 10);
+  Conclusion c = job->conclude(**opened, 1002);
+  REQUIRE(c.state == RoundState::kCommitted);
+  job->adopt(c);
+  auto next = job->open_round(fleet.pool(6), 1003);
+  REQUIRE(next->has_value());
+  Round& buffer = **next;
+  CHECK(buffer.task_for(a[2]) == nullptr);
+  CHECK(buffer.dropped().at(a[2]) == "too stale");
+  CHECK(buffer.admission(a[2], 1004) == Admission::kTooStale);
+  const Status refused = buffer.check_admission(a[2], 1004);
+  CHECK(refused.code() == Code::kConflict);
+  CHECK(refused.message().find("max_staleness") != std::string::npos);
+  CHECK(job->free_slots(buffer) == 3);
+}
+
+TEST_CASE("a task past its deadline frees its slot and counts as a missed deadline") {
+  auto job = make_job(async_config({{"concurrency", 2}}));
+  Fleet fleet = fleet_of(4);
+  auto opened = job->open_round(fleet.pool(4), 1000);
+  Round& buffer = **opened;
+  const std::vector<ClientId> a = refill(*job, buffer, fleet.pool(4), 1000);
+  REQUIRE(a.size() == 2);
+  CHECK(job->expire(buffer, 1059).empty());
+  const std::vector<ProfileChange> missed = job->expire(buffer, 1060);
+  REQUIRE(missed.size() == 2);
+  CHECK(missed[0].kind == ProfileChange::Kind::kMissedDeadline);
+  CHECK(job->free_slots(buffer) == 2);
+  CHECK(buffer.admission(a[0], 1061) == Admission::kPastDeadline);
+  CHECK_FALSE(buffer.next_deadline().has_value());
+  // The dropped tasks' time is charged until their deadline.
+  CHECK(buffer.client_seconds(1100) == doctest::Approx(120));
+}
+
+TEST_CASE("a flush with a non-finite result fails, keeps the model and carries its tasks") {
+  auto job = make_job(async_config({{"concurrency", 3}}));
+  Fleet fleet = fleet_of(6);
+  auto opened = job->open_round(fleet.pool(6), 1000);
+  Round& buffer = **opened;
+  const std::vector<ClientId> a = refill(*job, buffer, fleet.pool(6), 1000);
+  upload_async(*job, buffer, a[0], 1001, 3e38f, 10);
+  upload_async(*job, buffer, a[1], 1002, 3e38f, 30);
+  Conclusion c = job->conclude(buffer, 1002);
+  CHECK(c.state == RoundState::kFailed);
+  CHECK(c.failure.find("non-finite") != std::string::npos);
+  job->adopt(c);  // nothing to adopt
+  CHECK(job->model()->version == 0);
+  auto next = job->open_round(fleet.pool(6), 1003);
+  REQUIRE(next->has_value());
+  CHECK((*next)->index() == 2);
+  CHECK((*next)->base_version() == 0);
+  CHECK((*next)->task_for(a[2]) != nullptr);  // still training, still wanted
+  CHECK((*next)->staleness(a[2]) == 0);
 }
 
 }  // namespace

@@ -13,7 +13,7 @@ Round make_round() {
   for (ClientId id = 1; id <= 3; ++id) tasks[id - 1].client = id;
   auto aggregator = aggregation::make_aggregator(aggregation::AggregatorConfig{}, 2);
   REQUIRE(aggregator.ok());
-  return Round({3, 2, 100, 160, 2, 7}, tasks,
+  return Round({3, 2, "", 100, 160, 2, 7}, tasks,
                std::make_shared<RoundAggregate>(std::move(aggregator).value()));
 }
 

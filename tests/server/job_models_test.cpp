@@ -22,6 +22,7 @@
 #include "protocol/version.h"
 #include "server/api/api.h"
 #include "server/api/views.h"
+#include "tests/server/api_calls.h"
 #include "tests/server/coordinator_fixture.h"
 #include "tests/support/coordinator_harness.h"
 #include "tests/support/raw_connection.h"
@@ -32,74 +33,12 @@ namespace {
 using nlohmann::json;
 using namespace fixture;
 
-constexpr const char* kAdmin = "admin-token-0123456789";  // config_in's admin token
-constexpr const char* kBoundary = "------------------------d74496d66958873e";
-
-// A small model of any framework: two tensors, nine parameters.
-ModelBlob own_model() {
-  return {5, {{{"dense.weight", {3, 2}}, {"dense.bias", {3}}}}, {1, 2, 3, 4, 5, 6, -1, 0, 1}};
-}
-
-json blob_job(json patch = json::object()) {
-  json j = job_config({{"name", "keyboard"},
-                       {"model", "blob"},
-                       {"loss", "mse"},
-                       {"evaluation", {{"max_samples", 100}}},
-                       {"selection", {{"overcommit", 1.0}}}});
-  j.merge_patch(patch);
-  return j;
-}
-
-// A multipart/form-data body as curl -F sends it: the config, and the model file if any.
-std::string multipart_body(const std::string& config,
-                           const std::optional<std::string>& model = std::nullopt,
-                           const std::string& extra_part = "") {
-  const std::string b = kBoundary;
-  std::string out = "--" + b +
-                    "\r\nContent-Disposition: form-data; name=\"config\"; filename=\"job.json\"\r\n"
-                    "Content-Type: application/json\r\n\r\n" +
-                    config + "\r\n";
-  if (model) {
-    out += "--" + b +
-           "\r\nContent-Disposition: form-data; name=\"model\"; filename=\"model.bin\"\r\n"
-           "Content-Type: application/octet-stream\r\n\r\n" +
-           *model + "\r\n";
-  }
-  if (!extra_part.empty()) {
-    out +=
-        "--" + b + "\r\nContent-Disposition: form-data; name=\"" + extra_part + "\"\r\n\r\nx\r\n";
-  }
-  return out + "--" + b + "--\r\n";
-}
-
-std::string multipart_type() { return std::string("multipart/form-data; boundary=") + kBoundary; }
-
-// One request through the Api, as the HTTP front end hands it over.
-Reply call(Api& api, http::verb method, const std::string& target, const std::string& token,
-           const std::string& body = "", const std::string& content_type = "",
-           std::map<std::string, std::string> headers = {}) {
-  Request req{method, target, 11};
-  req.set(http::field::authorization, "Bearer " + token);
-  if (!content_type.empty()) req.set(http::field::content_type, content_type);
-  for (const auto& [name, value] : headers) req.set(name, value);
-  req.body() = body;
-  req.prepare_payload();
-  return api.handle(req);
-}
-
-json body_of(const Reply& reply) { return json::parse(reply.response.body(), nullptr, false); }
-
 // The task `client` polls for once the driver has ticked.
 json next_task_json(Harness& h, Api& api, ClientId client) {
   h.coordinator->tick();
   Reply polled = call(api, http::verb::get, "/v1/task", h.tokens[client]);
   REQUIRE(polled.response.result_int() == 200);
   return body_of(polled);
-}
-
-Reply create_multipart(Api& api, const json& config, const std::optional<std::string>& model) {
-  return call(api, http::verb::post, "/v1/admin/jobs", kAdmin, multipart_body(config.dump(), model),
-              multipart_type());
 }
 
 // A refused job creation: its status, and an error message that says `says`.

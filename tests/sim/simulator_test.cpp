@@ -181,7 +181,9 @@ TEST_CASE("CSV rows and the JSON summary are well formed") {
       run_simulation(*sim, config, [&](const RoundRecord& r) { rows.push_back(round_csv_row(r)); });
   REQUIRE(summary.ok());
   REQUIRE(rows.size() == 3);
-  CHECK(round_csv_header() == "virtual_s,round,accuracy,loss,participants,dropped,hit_ratio");
+  CHECK(round_csv_header() ==
+        "virtual_s,round,accuracy,loss,participants,dropped,hit_ratio,client_s,wasted,"
+        "mean_staleness");
   for (const std::string& row : rows) {
     std::stringstream in(row);
     std::string field;
@@ -192,7 +194,7 @@ TEST_CASE("CSV rows and the JSON summary are well formed") {
       std::strtod(field.c_str(), &end);
       CHECK(*end == '\0');
     }
-    CHECK(fields == 7);
+    CHECK(fields == 10);
   }
   auto json = nlohmann::json::parse(summary_json(*summary).dump());
   CHECK(json["policy"] == "fedcase");

@@ -185,6 +185,62 @@ function controls(job) {
   });
 }
 
+// Saves an export: fetched with the token (a plain link could not send it) and handed to the
+// browser under the file name the coordinator gives.
+async function download(path) {
+  try {
+    const response = await fetch(path, {
+      headers: { Authorization: "Bearer " + state.token },
+      cache: "no-store",
+    });
+    if (!response.ok) {
+      let message = response.statusText;
+      try {
+        message = (await response.json()).error.message;
+      } catch (_) {
+        // the status says enough
+      }
+      throw new Error(message);
+    }
+    const named = /filename="([^"]+)"/.exec(response.headers.get("Content-Disposition") || "");
+    const url = URL.createObjectURL(await response.blob());
+    const a = document.createElement("a");
+    a.href = url;
+    a.download = named ? named[1] : "model";
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+  } catch (e) {
+    $("error").textContent = "download failed: " + e.message;
+  }
+}
+
+// The job's model versions, newest first, each with a download per export format.
+function modelRows(listing) {
+  const labels = { torchscript: "TorchScript", npz: "npz", blob: "blob" };
+  return listing.models.slice().reverse().map((m) => {
+    const tr = document.createElement("tr");
+    tr.dataset.version = m.version;
+    const marks = [m.version === listing.latest ? "latest" : "",
+                   m.version === listing.best ? "best" : ""].filter((x) => x);
+    cell(tr, m.version + (marks.length ? " (" + marks.join(", ") + ")" : ""));
+    cell(tr, m.round);
+    cell(tr, fixed(m.accuracy, 4));
+    const td = cell(tr, "");
+    for (const format of Object.keys(labels).filter((f) => m.exports[f])) {
+      const path = m.exports[format];
+      const b = document.createElement("button");
+      b.type = "button";
+      b.textContent = labels[format] || format;
+      b.dataset.format = format;
+      b.addEventListener("click", () => download(path));
+      td.appendChild(b);
+    }
+    return tr;
+  });
+}
+
 function droppedText(dropped) {
   const reasons = {};
   for (const why of Object.values(dropped || {})) reasons[why] = (reasons[why] || 0) + 1;
@@ -193,7 +249,10 @@ function droppedText(dropped) {
 }
 
 async function renderJob(id) {
-  const job = await api("/v1/admin/jobs/" + encodeURIComponent(id));
+  const [job, listing] = await Promise.all([
+    api("/v1/admin/jobs/" + encodeURIComponent(id)),
+    api("/v1/admin/jobs/" + encodeURIComponent(id) + "/models"),
+  ]);
   $("job-title").textContent = "Job " + job.job_id + ": " + job.name;
   const facts = [
     ["state", job.state], ["policy", job.selection_policy], ["model", job.config.model],
@@ -204,6 +263,11 @@ async function renderJob(id) {
   if (job.current_round) {
     facts.push(["open round", job.current_round.round + ": " + job.current_round.updates + " of " +
       job.current_round.invited + " updates"]);
+  }
+  if (job.config.mode === "async") {
+    const a = job.config.async || {};
+    facts.push(["mode", "async: buffers of " + job.config.clients_per_round + ", " +
+      (a.concurrency || 4 * job.config.clients_per_round) + " training at once"]);
   }
   if (job.privacy) facts.push(["epsilon", fixed(job.privacy.epsilon, 3)]);
   if (job.result) facts.push(["target reached", "round " + job.result.round]);
@@ -279,6 +343,24 @@ async function renderJob(id) {
     },
     options: { scales: { x: { stacked: true }, y: { stacked: true } } },
   });
+  // An asynchronous job's versions: how far behind their updates trained, mean and largest.
+  const buffers = rounds.filter((r) => r.state === "committed" && r.metrics.staleness);
+  $("staleness-figure").hidden = buffers.length === 0;
+  if (buffers.length) {
+    const largest = (r) => Math.max(0, ...Object.keys(r.metrics.staleness).map(Number));
+    chart("chart-staleness", {
+      type: "line",
+      data: {
+        labels: buffers.map((r) => r.metrics.model_version),
+        datasets: [
+          { label: "mean", data: buffers.map((r) => r.metrics.mean_staleness),
+            borderColor: "#2563a8" },
+          { label: "largest", data: buffers.map(largest), borderColor: "#c2410c" },
+        ],
+      },
+      options: { scales: { x: { title: { display: true, text: "model version" } } } },
+    });
+  }
   const private_ = rounds.filter((r) => r.metrics.privacy);
   $("privacy-figure").hidden = private_.length === 0;
   if (private_.length) {
@@ -312,6 +394,9 @@ async function renderJob(id) {
     cell(tr, r.metrics.failure || "");
     return tr;
   }));
+  $("models-summary").textContent = listing.models.length + " versions of " +
+    listing.parameters + " parameters; accuracy by " + listing.evaluation_target + " evaluation";
+  replaceRows($("models-rows"), modelRows(listing));
 }
 
 async function renderFleet() {

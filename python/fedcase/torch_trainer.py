@@ -1,0 +1,113 @@
+"""A ready Trainer for any torch.nn.Module: the PyTorch user's path."""
+from __future__ import annotations
+
+import warnings
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .samples import Samples
+from .types import Evaluation, ModelInfo, TrainSettings
+
+
+class TorchTrainer:
+    """Trains `module` (any torch.nn.Module whose named_parameters() are the job's tensors,
+    in order: the module the job was exported from, torch.jit.script(m).save) on float32
+    records: the input values (`input_shape`), then the target (the class index for
+    cross-entropy, the target values for mse), as DatasetSource and float_record write them.
+
+    Local SGD as the task asks (batch size, learning rate, momentum, weight decay, FedProx's
+    proximal term), reporting each batch's per-sample losses after its step; evaluation gives
+    the mean loss and, for cross-entropy, "accuracy". Parameters are copied once into the
+    module's tensors and once out of them per round."""
+
+    def __init__(self, module: torch.nn.Module, input_shape: Sequence[int],
+                 eval_batch_size: int = 256):
+        self.module = module
+        self.input_shape = tuple(int(d) for d in input_shape)
+        if not self.input_shape or min(self.input_shape) < 1:
+            raise ValueError("input_shape needs dimensions >= 1")
+        self.input_values = int(np.prod(self.input_shape))
+        self.eval_batch_size = eval_batch_size
+        self.loss = "cross_entropy"
+        self._params = [p for _, p in module.named_parameters()]
+
+    def prepare(self, model: ModelInfo) -> None:
+        """Checks that the job's tensors are this module's (names and shapes, in order)."""
+        if model.loss not in ("cross_entropy", "mse"):
+            raise ValueError(f"unknown loss '{model.loss}'")
+        mine = [(n, tuple(p.shape)) for n, p in self.module.named_parameters()]
+        theirs = [(t.name, tuple(t.shape)) for t in model.tensors]
+        if mine != theirs:
+            raise ValueError(f"the job's parameters {theirs} are not this module's {mine}")
+        self.loss = model.loss
+
+    def _load(self, parameters: list[np.ndarray]) -> None:
+        if len(parameters) != len(self._params):
+            raise ValueError(f"{len(parameters)} tensors for a module of {len(self._params)}")
+        with torch.no_grad(), warnings.catch_warnings():
+            # The SDK's buffer is read-only; torch only reads it here.
+            warnings.simplefilter("ignore", UserWarning)
+            for p, value in zip(self._params, parameters):
+                p.copy_(torch.from_numpy(value).view_as(p))
+
+    def _batch(self, samples: Samples, first: int, count: int):
+        rows = samples.read_batch(first, count)
+        if rows.shape[1] % 4:
+            raise ValueError(f"a record of {rows.shape[1]} bytes is not float32 values")
+        values = rows.view("<f4")  # no copy
+        if values.shape[1] <= self.input_values:
+            raise ValueError(f"a record holds {values.shape[1]} values, the input alone "
+                             f"{self.input_values}")
+        x = torch.from_numpy(values[:, :self.input_values]).reshape(count, *self.input_shape)
+        target = values[:, self.input_values:]
+        if self.loss == "mse":
+            return x, torch.from_numpy(np.ascontiguousarray(target))
+        classes = target[:, 0]
+        if target.shape[1] != 1 or (classes < 0).any() or (np.floor(classes) != classes).any():
+            raise ValueError("a cross-entropy record's target is not one class index")
+        return x, torch.from_numpy(classes.astype(np.int64))
+
+    def _per_sample_loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if self.loss == "mse":
+            return torch.nn.functional.mse_loss(outputs, targets.view_as(outputs),
+                                                reduction="none").flatten(1).mean(1)
+        return torch.nn.functional.cross_entropy(outputs, targets, reduction="none")
+
+    def train(self, parameters: list[np.ndarray], samples: Samples,
+              settings: TrainSettings) -> list[np.ndarray]:
+        self._load(parameters)
+        self.module.train()
+        sgd = torch.optim.SGD(self._params, lr=settings.lr, momentum=settings.momentum,
+                              weight_decay=settings.weight_decay)
+        anchor = [p.detach().clone() for p in self._params] if settings.prox_mu > 0 else None
+        n = len(samples)
+        for first in range(0, n, settings.batch_size):
+            count = min(settings.batch_size, n - first)
+            x, y = self._batch(samples, first, count)
+            per_sample = self._per_sample_loss(self.module(x), y)
+            objective = per_sample.mean()
+            if anchor is not None:
+                prox = sum(((p - a) ** 2).sum() for p, a in zip(self._params, anchor))
+                objective = objective + 0.5 * settings.prox_mu * prox
+            sgd.zero_grad()
+            objective.backward()
+            sgd.step()
+            samples.report_losses(first, per_sample.detach().numpy())
+        return [p.detach().numpy() for p in self._params]
+
+    def evaluate(self, parameters: list[np.ndarray], samples: Samples) -> Evaluation:
+        self._load(parameters)
+        self.module.eval()
+        n, loss_sum, correct = len(samples), 0.0, 0
+        with torch.no_grad():
+            for first in range(0, n, self.eval_batch_size):
+                count = min(self.eval_batch_size, n - first)
+                x, y = self._batch(samples, first, count)
+                outputs = self.module(x)
+                loss_sum += float(self._per_sample_loss(outputs, y).sum())
+                if self.loss == "cross_entropy":
+                    correct += int((outputs.argmax(1) == y).sum())
+        metrics = {"accuracy": correct / n} if self.loss == "cross_entropy" and n else {}
+        return Evaluation(samples=n, loss=loss_sum / n if n else 0.0, metrics=metrics)
