@@ -874,6 +874,14 @@ class SqlStore : public Store {
 
   Result<std::unique_ptr<Listener>> listen() override { return driver_->listen(); }
 
+  Status ping() override {
+    return read([](Connection& c) -> Status {
+      Rows rows = c.query("SELECT 1", Params());
+      rows.next();
+      return rows.status();
+    });
+  }
+
  private:
   // Runs `body` on a connection, outside a transaction: one statement sees one committed
   // state. A connection found lost is replaced and the call retried once (a read changes

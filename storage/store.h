@@ -357,6 +357,10 @@ class Store {
   // commit); listen receives them (Listener).
   virtual Status notify(Channel channel, uint64_t id) = 0;
   virtual Result<std::unique_ptr<Listener>> listen() = 0;
+
+  // Whether the database serves now: one round trip that reads nothing. OK, or the error any
+  // call would meet (kUnavailable when the server cannot be reached or cannot serve).
+  virtual Status ping() = 0;
 };
 
 // Where a store lives, as a URL: "<scheme>:<location>".

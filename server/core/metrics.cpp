@@ -56,6 +56,11 @@ const std::vector<Declaration>& declarations() {
       {kJobs, kGauge, "Jobs, by state.", {}},
       {kJobTestAccuracy, kGauge, "Test accuracy of a job's newest evaluated model.", {}},
       {kJobPrivacyEpsilon, kGauge, "Privacy spent (epsilon) by a job with central DP.", {}},
+      {kLeaseChanges,
+       kCounter,
+       "Job leases this replica acquired, lost or stepped down from, by change.",
+       {}},
+      {kJobsOwned, kGauge, "Jobs whose rounds this replica drives (all of them alone).", {}},
   };
   return all;
 }

@@ -52,6 +52,8 @@ inline constexpr const char* kClientsConnected = "fedcase_clients_connected";
 inline constexpr const char* kJobs = "fedcase_jobs";
 inline constexpr const char* kJobTestAccuracy = "fedcase_job_test_accuracy";
 inline constexpr const char* kJobPrivacyEpsilon = "fedcase_job_privacy_epsilon";
+inline constexpr const char* kLeaseChanges = "fedcase_lease_changes_total";
+inline constexpr const char* kJobsOwned = "fedcase_jobs_owned";
 }  // namespace metric
 
 class Metrics {

@@ -42,17 +42,19 @@ std::optional<double> earliest(std::optional<double> a, std::optional<double> b)
   return std::min(*a, *b);
 }
 
-// A buffer's deadline in its record is its earliest task's at the open.
-storage::RoundRecord open_record(JobId job, const rounds::Round& r) {
-  return {job,
-          r.index(),
-          RoundState::kOpen,
-          r.base_version(),
-          r.invited(),
-          r.opened_at(),
-          r.next_deadline().value_or(r.opened_at()),
-          0,
-          json::object()};
+// A buffer's deadline in its record is its earliest task's at the open. Written at `epoch`.
+storage::RoundRecord open_record(JobId job, const rounds::Round& r, storage::Epoch epoch) {
+  storage::RoundRecord record{job,
+                              r.index(),
+                              RoundState::kOpen,
+                              r.base_version(),
+                              r.invited(),
+                              r.opened_at(),
+                              r.next_deadline().value_or(r.opened_at()),
+                              0,
+                              json::object()};
+  record.epoch = epoch;
+  return record;
 }
 
 }  // namespace
@@ -77,6 +79,8 @@ RoundDriver::RoundDriver(JobTable& jobs, ClientRegistry& clients, TenantRegistry
       last_flush_(clock_()) {}
 
 RoundDriver::~RoundDriver() { stop(); }
+
+void RoundDriver::set_pass(std::function<double(double now)> pass) { pass_ = std::move(pass); }
 
 void RoundDriver::start() {
   if (thread_.joinable()) return;
@@ -126,6 +130,7 @@ void RoundDriver::wake() {
 std::optional<double> RoundDriver::tick() {
   MutexLock serial(tick_mu_);
   const double now = clock_();
+  const std::optional<double> next_pass = pass_ ? std::optional<double>(pass_(now)) : std::nullopt;
   // Jobs whose round concludes now open their next one in the next tick, right after this.
   std::vector<JobEntry*> waiting = jobs_.waiting_jobs();
   std::vector<Closing> closing;
@@ -150,6 +155,7 @@ std::optional<double> RoundDriver::tick() {
   refill_in_turn(now);
   std::optional<double> next = closing.empty() ? std::nullopt : std::optional<double>(now);
   next = earliest(next, earliest(jobs_.next_deadline(now), tenants_.throttle_ends(now)));
+  next = earliest(next, next_pass);
   if (clients_.has_unsaved()) {
     if (now - last_flush_ >= kSaveContactsEvery) {
       clients_.flush();
@@ -296,7 +302,8 @@ bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now
     rounds::Round& buffer = **opened;
     std::set<ClientId> excluded;
     for (const auto& task : buffer.tasks()) excluded.insert(task.client);
-    auto slots = runtime.plan_slots(buffer.index(), runtime.free_slots(buffer), excluded, pool, now);
+    auto slots =
+        runtime.plan_slots(buffer.index(), runtime.free_slots(buffer), excluded, pool, now);
     if (!slots.ok()) opened = slots.status();
     if (slots.ok()) {
       for (rounds::Round::Assignment& a : *slots) buffer.assign(std::move(a.task), a.terms);
@@ -311,10 +318,11 @@ bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now
   if (!*opened) return false;  // too few clients free: not counted as a selection
   metrics_.observe(metric::kSelectionSeconds, {}, selection_s);
   rounds::Round& round = **opened;
-  Status stored = store_.open_round(open_record(job.id, round));
+  Status stored = store_.open_round(open_record(job.id, round, epoch_of(job)));
   if (!stored.ok()) {
     log_error(job_prefix(job) + "cannot open round " + std::to_string(round.index()) + ": " +
               stored.to_string());
+    step_down_if_fenced(job, stored);
     return false;
   }
   job.round_expected_client_s = round.expected_client_seconds();
@@ -363,8 +371,8 @@ void RoundDriver::refill(JobEntry& job, const std::vector<ClientSnapshot>& clien
   });
   if (slots.free == 0) return;
   // Select and plan without a lock.
-  auto planned =
-      runtime.plan_slots(slots.index, slots.free, slots.excluded, pool_for(job, clients, busy), now);
+  auto planned = runtime.plan_slots(slots.index, slots.free, slots.excluded,
+                                    pool_for(job, clients, busy), now);
   if (!planned.ok()) {
     log_error(job_prefix(job) + "cannot refill buffer " + std::to_string(slots.index) + ": " +
               planned.status().to_string());
@@ -427,7 +435,7 @@ void RoundDriver::conclude(Closing& c, double now) {
   rounds::Conclusion k = c.stop_reason.empty() ? runtime.conclude(c.round, now)
                                                : runtime.fail(c.round, now, c.stop_reason);
   clients_.apply(k.profile_changes);
-  storage::RoundRecord record = open_record(job.id, c.round);
+  storage::RoundRecord record = open_record(job.id, c.round, epoch_of(job));
   record.state = k.state;
   record.closed_at = now;
   record.metrics = k.metrics;
@@ -445,11 +453,13 @@ void RoundDriver::conclude(Closing& c, double now) {
       Status failed = store_.fail_round(record);
       if (!failed.ok())
         log_error(job_prefix(job) + "cannot record failed round: " + failed.to_string());
+      step_down_if_fenced(job, s);
     }
   } else {
     Status failed = store_.fail_round(record);
     if (!failed.ok())
       log_error(job_prefix(job) + "cannot record failed round: " + failed.to_string());
+    step_down_if_fenced(job, failed);
   }
   clients_.save(k.invited);
 
@@ -485,6 +495,22 @@ void RoundDriver::conclude(Closing& c, double now) {
   } else {
     log_warn(job_prefix(job) + "round " + std::to_string(record.index) + " failed: " + k.failure);
   }
+}
+
+storage::Epoch RoundDriver::epoch_of(const JobEntry& job) const {
+  return jobs_.read(job, [](const JobStatus& status) { return status.epoch; });
+}
+
+void RoundDriver::step_down_if_fenced(JobEntry& job, const Status& refused) {
+  const storage::Epoch epoch = epoch_of(job);
+  if (refused.code() != Code::kConflict || epoch == storage::kUnleased) return;
+  log_warn(job_prefix(job) + "the store refused a write at lease epoch " + std::to_string(epoch) +
+           " (" + refused.message() + "): stepping down as the job's owner");
+  jobs_.update(job, [](JobStatus& status) {
+    status.owned = false;
+    status.round.reset();
+  });
+  metrics_.add(metric::kLeaseChanges, {{"change", "stepped_down"}});
 }
 
 void RoundDriver::evaluate(JobEntry& job, std::shared_ptr<const rounds::GlobalModel> model,

@@ -33,6 +33,7 @@
 // driver thread when started (tests without a thread may call it directly, one at a time).
 // The thread turns the clock's deadlines into waits, so its clock must advance in real time.
 
+#include <functional>
 #include <optional>
 #include <set>
 #include <thread>
@@ -56,6 +57,9 @@ class RoundDriver {
               Metrics& metrics, Clock clock);
   ~RoundDriver();  // stops the thread
 
+  // A pass to run at the start of every tick, on the driver's thread, that returns when it is
+  // due next (e.g. Ownership::pass). Set before start().
+  void set_pass(std::function<double(double now)> pass);
   // Starts / stops the thread that calls tick() at its deadlines and at once after wake().
   void start();
   void stop();
@@ -115,6 +119,13 @@ class RoundDriver {
   // coordinator's duration priors, not the job's.
   static double class_cost_of(const JobEntry& job, const std::vector<ClientSnapshot>& clients);
   void conclude(Closing& closing, double now);
+  // The lease epoch the driver's writes for `job` carry.
+  storage::Epoch epoch_of(const JobEntry& job) const;
+  // After the store `refused` a write of `job`'s owner: when it refused a leased epoch
+  // (kConflict: another replica acquired the job since), this coordinator stops owning the
+  // job and forgets its open round, which the new owner concludes. A single coordinator
+  // (epoch kUnleased) keeps its job.
+  void step_down_if_fenced(JobEntry& job, const Status& refused);
   // Running or paused -> finished (round cap or target reached).
   void finish(JobEntry& job);
   // Records the evaluation of model `version` with `timing` (commit and evaluation seconds).
@@ -133,7 +144,8 @@ class RoundDriver {
   Metrics& metrics_;           // selection time, rounds concluded and their durations
   Clock clock_;
 
-  Mutex tick_mu_;  // one tick at a time
+  std::function<double(double now)> pass_;  // set before start(), then constant
+  Mutex tick_mu_;                           // one tick at a time
   // When contacts were last saved (at first, when the driver was made).
   double last_flush_ FEDCASE_GUARDED_BY(tick_mu_);
   Mutex wake_mu_;

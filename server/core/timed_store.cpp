@@ -122,6 +122,7 @@ class TimedStore : public Store {
     return timed_write(metrics_, "notify", [&] { return store_->notify(channel, id); });
   }
   Result<std::unique_ptr<Listener>> listen() override { return store_->listen(); }
+  Status ping() override { return store_->ping(); }
 
  private:
   std::unique_ptr<Store> store_;

@@ -131,3 +131,25 @@ TEST_CASE("a SIGKILLed coordinator on PostgreSQL resumes the job from its last c
   PostgresServer& server = PostgresServer::shared();
   resumes_after_sigkill(server.url(server.create_database()));
 }
+
+TEST_CASE("GET /healthz follows the coordinator's PostgreSQL server: 503 while it is down") {
+  PostgresServer& server = PostgresServer::shared();
+  TempDir dir;
+  const std::string config_path = dir.file("coordinator.json");
+  write_config(config_path, dir, server.url(server.create_database()), 0);
+  CoordinatorProcess coordinator(config_path, dir.file("coordinator.log"));
+  const uint16_t port = wait_for_port(dir.file("port"));
+  REQUIRE(port != 0);
+  Caller anyone(port, "");  // a load balancer's check carries no token
+  auto health = [&] { return anyone.get("/healthz"); };
+  Reply up = health();
+  CHECK(up.status == 200);
+  CHECK(up.body["status"] == "ok");
+  CHECK(!up.body["replica"].get<std::string>().empty());
+
+  server.stop(/*immediate=*/false);
+  CHECK(wait_until([&] { return health().status == 503; }, 15));
+  CHECK(health().body["status"] == "database unreachable");
+  server.start();
+  CHECK(wait_until([&] { return health().status == 200; }, 15));
+}

@@ -192,6 +192,7 @@ TEST_CASE("while the server is down calls fail with kUnavailable; once it is bac
   CHECK(jobs.status().message().find("cannot connect") != std::string::npos);
   CHECK(store->set_job_state(job, JobState::kPaused, kUnleased).code() == Code::kUnavailable);
   CHECK(store->add_client(client("hash-a")).status().code() == Code::kUnavailable);
+  CHECK(store->ping().code() == Code::kUnavailable);
   CHECK(seconds_since(start) < 10);
   // The listener says it lost its connection, then, while it cannot listen again, waits out
   // each call's timeout before saying so again.
@@ -200,6 +201,7 @@ TEST_CASE("while the server is down calls fail with kUnavailable; once it is bac
   CHECK((*listener)->next(0.3).status().code() == Code::kUnavailable);
   CHECK(seconds_since(retried) >= 0.25);
   PostgresServer::shared().start();
+  CHECK(store->ping().ok());
   REQUIRE(store->set_job_state(job, JobState::kPaused, kUnleased).ok());
   CHECK(store->get_job(job)->state == JobState::kPaused);
   CHECK(store->add_client(client("hash-a")).ok());

@@ -22,6 +22,7 @@ using nlohmann::json;
 void clients(const BackendFactory& factory) {
   auto backend = factory();
   auto store = open(*backend);
+  CHECK(store->ping().ok());
   CHECK(store->list_clients()->empty());
   const ClientId a = add(*store, "hash-a");
   const ClientId b = add(*store, "hash-b");

@@ -129,6 +129,9 @@ class FailingStore : public Store {
   Result<std::unique_ptr<Listener>> listen() override {
     return call(StoreMethod::kListen, [&] { return store_->listen(); });
   }
+  Status ping() override {
+    return call(StoreMethod::kPing, [&] { return store_->ping(); });
+  }
 
  private:
   // The armed failure of `method`, or what `forward` returns.
@@ -215,6 +218,8 @@ const char* method_name(StoreMethod method) {
       return "notify";
     case StoreMethod::kListen:
       return "listen";
+    case StoreMethod::kPing:
+      return "ping";
   }
   return "unknown";
 }

@@ -54,8 +54,9 @@ enum class StoreMethod {
   kListTenantService,
   kNotify,
   kListen,
+  kPing,
 };
-inline constexpr size_t kStoreMethods = static_cast<size_t>(StoreMethod::kListen) + 1;
+inline constexpr size_t kStoreMethods = static_cast<size_t>(StoreMethod::kPing) + 1;
 
 // The Store method's name ("commit_round"), for messages.
 const char* method_name(StoreMethod method);
