@@ -3,7 +3,9 @@
 //                  [--data-dir /usr/share/datasets/fashion-mnist] [--enrollment-token T]
 //                  [--state-dir DIR [--sample-bytes N] [--read-mbps M] [--read-latency-ms L]]
 //                  [--cache-capacity-bytes N] [--concurrent-training N]
-//                  [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]
+//                  [--tls-ca FILE [--tls-cert FILE --tls-key FILE]] [--replica HOST:PORT]...
+// Each --replica names another replica of the same coordinator (same TLS settings), tried in
+// turn when the current one cannot be reached (SessionConfig::replicas).
 // With --tls-ca the clients speak TLS and verify the coordinator against that CA and the host
 // name; --tls-cert and --tls-key give each client a certificate for mutual TLS.
 // With --state-dir, each client keeps its partition in a record file and its sampler state
@@ -18,6 +20,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "client_sdk/fleet.h"
 #include "common/log.h"
@@ -31,7 +34,8 @@ void usage() {
                "                      [--state-dir DIR] [--sample-bytes N] [--read-mbps M]\n"
                "                      [--read-latency-ms L] [--cache-capacity-bytes N]\n"
                "                      [--concurrent-training N]\n"
-               "                      [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]\n";
+               "                      [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]\n"
+               "                      [--replica HOST:PORT]...\n";
 }
 
 }  // namespace
@@ -41,6 +45,7 @@ int main(int argc, char** argv) {
   client::FleetConfig config;
   std::string data_dir = ml::kDefaultFashionMnistDir;
   if (const char* env = std::getenv("FEDCASE_ENROLLMENT_TOKEN")) config.enrollment_token = env;
+  std::vector<std::string> replicas;  // HOST:PORT of each --replica
   try {
     for (int i = 1; i < argc; ++i) {
       std::string arg = argv[i];
@@ -82,10 +87,20 @@ int main(int argc, char** argv) {
         config.cache_capacity_bytes = std::stoull(value());
       else if (arg == "--concurrent-training")
         config.concurrent_training = std::stoul(value());
+      else if (arg == "--replica")
+        replicas.push_back(value());
       else if (arg == "--help" || arg == "-h")
         return usage(), 0;
       else
         throw std::invalid_argument("unknown argument '" + arg + "'");
+    }
+    for (const std::string& replica : replicas) {
+      const size_t colon = replica.rfind(':');
+      if (colon == std::string::npos) throw std::invalid_argument("--replica needs HOST:PORT");
+      client::ConnectionOptions options = config.coordinator;  // the same TLS settings
+      options.host = replica.substr(0, colon);
+      options.port = static_cast<uint16_t>(std::stoul(replica.substr(colon + 1)));
+      config.replicas.push_back(options);
     }
   } catch (const std::exception& e) {
     std::cerr << "fedcase-client: " << e.what() << " (try --help)\n";
