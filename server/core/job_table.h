@@ -86,6 +86,15 @@ struct JobStatus {
   bool active() const { return state == JobState::kRunning || state == JobState::kPaused; }
 };
 
+// This coordinator no longer drives the job (another replica acquired it): it stops owning
+// it and closes its open round, which the round driver forgets, writing nothing, once no
+// upload is being folded into it (an upload in flight publishes into it). Call under the
+// table's lock (JobTable::update).
+inline void stop_owning(JobStatus& status) {
+  status.owned = false;
+  if (status.round) status.round->close();
+}
+
 // The privacy a DP job has spent, as the admin API shows it (null for a job without DP noise).
 nlohmann::json privacy_view(const rounds::JobRuntime& runtime);
 

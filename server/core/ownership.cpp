@@ -179,10 +179,7 @@ void Ownership::take_over(const std::vector<storage::LeaseRecord>& leases,
 
 void Ownership::step_down(JobEntry& job, const std::string& why, const char* change) {
   log_warn(job_name(job.id) + ": this replica stops driving it: " + why);
-  t_.jobs.update(job, [](JobStatus& s) {
-    s.owned = false;
-    s.round.reset();
-  });
+  t_.jobs.update(job, [](JobStatus& s) { stop_owning(s); });
   valid_until_.erase(job.id);
   t_.metrics.add(metric::kLeaseChanges, {{"change", change}});
 }

@@ -55,7 +55,7 @@ class Ownership {
   // Acquires one free job if this replica's share allows.
   void take_over(const std::vector<storage::LeaseRecord>& leases,
                  const std::map<JobId, storage::JobRecord>& stored);
-  // Stops driving `job` (its open round forgotten), counted under `change`.
+  // Stops driving `job` (stop_owning), counted under `change`.
   void step_down(JobEntry& job, const std::string& why, const char* change);
 
   RecoveryTargets t_;

@@ -137,6 +137,12 @@ std::optional<double> RoundDriver::tick() {
   std::vector<rounds::ProfileChange> expired;
   jobs_.update_each([&](JobEntry& job, JobStatus& status) {
     if (status.concluding || !status.round) return;
+    if (!status.owned) {
+      // Stepped down: the new owner concludes the round; it is forgotten here, unwritten, once
+      // no upload is being folded into it.
+      if (status.round->due(now)) status.round.reset();
+      return;
+    }
     const std::string reason = stop_reason(status.state);
     if (!reason.empty()) status.round->close();
     if (status.round->buffered()) {
@@ -173,6 +179,10 @@ void RoundDriver::conclude_all() {
   std::vector<Closing> closing;
   jobs_.update_each([&](JobEntry& job, JobStatus& status) {
     if (status.concluding || !status.round) return;
+    if (!status.owned) {  // stepped down: the new owner concludes it
+      status.round.reset();
+      return;
+    }
     status.round->close();
     if (!status.round->due(now)) return;
     const std::string reason = stop_reason(status.state);
@@ -506,10 +516,7 @@ void RoundDriver::step_down_if_fenced(JobEntry& job, const Status& refused) {
   if (refused.code() != Code::kConflict || epoch == storage::kUnleased) return;
   log_warn(job_prefix(job) + "the store refused a write at lease epoch " + std::to_string(epoch) +
            " (" + refused.message() + "): stepping down as the job's owner");
-  jobs_.update(job, [](JobStatus& status) {
-    status.owned = false;
-    status.round.reset();
-  });
+  jobs_.update(job, [](JobStatus& status) { stop_owning(status); });
   metrics_.add(metric::kLeaseChanges, {{"change", "stepped_down"}});
 }
 

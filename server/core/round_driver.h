@@ -123,7 +123,8 @@ class RoundDriver {
   storage::Epoch epoch_of(const JobEntry& job) const;
   // After the store `refused` a write of `job`'s owner: when it refused a leased epoch
   // (kConflict: another replica acquired the job since), this coordinator stops owning the
-  // job and forgets its open round, which the new owner concludes. A single coordinator
+  // job (stop_owning: its open round is closed, then forgotten unwritten once no upload is
+  // being folded into it), and the new owner concludes that round. A single coordinator
   // (epoch kUnleased) keeps its job.
   void step_down_if_fenced(JobEntry& job, const Status& refused);
   // Running or paused -> finished (round cap or target reached).
