@@ -46,6 +46,7 @@ Result<std::unique_ptr<Fleet>> Fleet::start(const FleetConfig& config) {
     const std::vector<size_t>& part = (*parts)[i];
     SessionConfig s;
     s.coordinator = config.coordinator;
+    s.replicas = config.replicas;
     s.enrollment_token = config.enrollment_token;
     s.name = "client-" + std::to_string(i);
     s.trainer = make_builtin_trainer(config.seed);
@@ -96,6 +97,10 @@ uint64_t Fleet::updates_accepted() const {
 
 uint64_t Fleet::updates_skipped() const {
   return sum([](const SessionStats& s) { return s.updates_skipped.load(); });
+}
+
+uint64_t Fleet::failovers() const {
+  return sum([](const SessionStats& s) { return s.failovers.load(); });
 }
 
 }  // namespace fedcase::client

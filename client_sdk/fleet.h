@@ -17,7 +17,8 @@
 namespace fedcase::client {
 
 struct FleetConfig {
-  ConnectionOptions coordinator;  // host, port and TLS
+  ConnectionOptions coordinator;            // host, port and TLS
+  std::vector<ConnectionOptions> replicas;  // SessionConfig::replicas
   std::string enrollment_token;
   size_t clients = 10;
   double alpha = 0.5;  // Dirichlet label concentration of the partition
@@ -51,6 +52,7 @@ class Fleet {
   uint64_t rounds_trained() const;
   uint64_t updates_accepted() const;
   uint64_t updates_skipped() const;
+  uint64_t failovers() const;
 
  private:
   Fleet() = default;

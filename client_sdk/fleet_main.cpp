@@ -4,6 +4,9 @@
 //                  [--state-dir DIR [--sample-bytes N] [--read-mbps M] [--read-latency-ms L]]
 //                  [--cache-capacity-bytes N] [--concurrent-training N]
 //                  [--tls-ca FILE [--tls-cert FILE --tls-key FILE]] [--secure-aggregation]
+//                  [--replica HOST:PORT]...
+// Each --replica names another replica of the same coordinator (same TLS settings), tried in
+// turn when the current one cannot be reached (SessionConfig::replicas).
 // With --tls-ca the clients speak TLS and verify the coordinator against that CA and the host
 // name; --tls-cert and --tls-key give each client a certificate for mutual TLS.
 // With --state-dir, each client keeps its partition in a record file and its sampler state
@@ -21,6 +24,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "client_sdk/fleet.h"
 #include "common/log.h"
@@ -35,7 +39,8 @@ void usage() {
                "                      [--read-latency-ms L] [--cache-capacity-bytes N]\n"
                "                      [--concurrent-training N]\n"
                "                      [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]\n"
-               "                      [--secure-aggregation]\n";
+               "                      [--secure-aggregation]\n"
+               "                      [--replica HOST:PORT]...\n";
 }
 
 }  // namespace
@@ -45,6 +50,7 @@ int main(int argc, char** argv) {
   client::FleetConfig config;
   std::string data_dir = ml::kDefaultFashionMnistDir;
   if (const char* env = std::getenv("FEDCASE_ENROLLMENT_TOKEN")) config.enrollment_token = env;
+  std::vector<std::string> replicas;  // HOST:PORT of each --replica
   try {
     for (int i = 1; i < argc; ++i) {
       std::string arg = argv[i];
@@ -88,10 +94,20 @@ int main(int argc, char** argv) {
         config.concurrent_training = std::stoul(value());
       else if (arg == "--secure-aggregation")
         config.require_secure_aggregation = true;
+      else if (arg == "--replica")
+        replicas.push_back(value());
       else if (arg == "--help" || arg == "-h")
         return usage(), 0;
       else
         throw std::invalid_argument("unknown argument '" + arg + "'");
+    }
+    for (const std::string& replica : replicas) {
+      const size_t colon = replica.rfind(':');
+      if (colon == std::string::npos) throw std::invalid_argument("--replica needs HOST:PORT");
+      client::ConnectionOptions options = config.coordinator;  // the same TLS settings
+      options.host = replica.substr(0, colon);
+      options.port = static_cast<uint16_t>(std::stoul(replica.substr(colon + 1)));
+      config.replicas.push_back(options);
     }
   } catch (const std::exception& e) {
     std::cerr << "fedcase-client: " << e.what() << " (try --help)\n";

@@ -77,7 +77,10 @@ Result<T> read_answer(const std::string& body, Result<T> (*read)(const json&)) {
 struct Session::Impl {
   SessionConfig config;
   SessionStats stats;
-  HttpClient http;
+  // One client per coordinator address (config.coordinator, then config.replicas), and the
+  // one requests go to now.
+  std::vector<std::unique_ptr<HttpClient>> http;
+  size_t current = 0;
   std::string token;
   ClientId id = 0;
   std::optional<CachedModel> cached;
@@ -90,8 +93,12 @@ struct Session::Impl {
   double backoff_s = 0.1;
   const std::atomic<bool>* stop = nullptr;  // run()'s
 
-  explicit Impl(SessionConfig c)
-      : config(std::move(c)), http(config.coordinator), rng(config.seed) {}
+  explicit Impl(SessionConfig c) : config(std::move(c)), rng(config.seed) {
+    http.push_back(std::make_unique<HttpClient>(config.coordinator));
+    for (const ConnectionOptions& replica : config.replicas) {
+      http.push_back(std::make_unique<HttpClient>(replica));
+    }
+  }
 
   void log(LogLevel level, const std::string& message) {
     log_message(level, config.name + ": " + message);
@@ -110,7 +117,16 @@ struct Session::Impl {
                             const std::string& body, std::map<std::string, std::string> headers,
                             double timeout_s) {
     headers["Authorization"] = "Bearer " + (token.empty() ? config.enrollment_token : token);
-    return http.request(method, target, body, headers, timeout_s);
+    Result<HttpResponse> r = http[current]->request(method, target, body, headers, timeout_s);
+    for (size_t tried = 1;
+         !r.ok() && r.status().code() == Code::kUnavailable && tried < http.size(); ++tried) {
+      current = (current + 1) % http.size();
+      stats.failovers++;
+      log(LogLevel::kDebug, "coordinator unreachable (" + r.status().message() +
+                                "): trying replica " + std::to_string(current));
+      r = http[current]->request(method, target, body, headers, timeout_s);
+    }
+    return r;
   }
 
   // The message of the coordinator's error answer, else its HTTP status.
@@ -420,8 +436,10 @@ struct Session::Impl {
 };
 
 Result<std::unique_ptr<Session>> Session::create(SessionConfig config) {
-  const ConnectionOptions& c = config.coordinator;
-  if (c.cert_file.empty() != c.key_file.empty() || (!c.cert_file.empty() && !c.tls())) {
+  auto bad = [](const ConnectionOptions& c) {
+    return c.cert_file.empty() != c.key_file.empty() || (!c.cert_file.empty() && !c.tls());
+  };
+  if (bad(config.coordinator) || std::any_of(config.replicas.begin(), config.replicas.end(), bad)) {
     return invalid_argument("a client certificate and key go together, and need a CA file");
   }
   auto impl = std::make_unique<Impl>(std::move(config));

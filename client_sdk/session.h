@@ -8,7 +8,8 @@
 // runs through its stages (secure_task.h): keys before training, the masked update instead of
 // the plain one, the unmask answer after it.
 // Survives coordinator restarts: transient failures are retried with exponential backoff and
-// jitter, and an unknown token leads to registering again.
+// jitter, and an unknown token leads to registering again. Given several coordinator replicas,
+// a request that cannot reach one goes to the next (SessionConfig::replicas).
 // One Session per thread; run() blocks until `stop` becomes true. See docs/client_sdk.md.
 
 #include <atomic>
@@ -16,6 +17,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "client_sdk/compute_slots.h"
 #include "client_sdk/http_client.h"
@@ -28,6 +30,13 @@ namespace fedcase::client {
 
 struct SessionConfig {
   ConnectionOptions coordinator;  // host, port and TLS (CA file, client certificate)
+  // Other replicas of the same coordinator (docs/scaling.md), tried in turn after
+  // `coordinator`: a request that cannot reach the current address (connection refused or
+  // lost, a TLS failure, a timeout) is sent at once to the next one, each address at most once
+  // per request, and the session stays on the address that answered. A retried upload never
+  // counts twice: the coordinators refuse a client's second update to a round (409). Empty:
+  // `coordinator` only.
+  std::vector<ConnectionOptions> replicas;
   std::string enrollment_token;
   std::string name;  // for logs: "client-7"
   // The app's model code and data; shared with the app, used by the session's thread only
@@ -67,6 +76,7 @@ struct SessionStats {
   std::atomic<uint64_t> unmask_answers{0};   // secure rounds: unmask requests answered
   std::atomic<uint64_t> model_downloads{0};
   std::atomic<uint64_t> reconnects{0};
+  std::atomic<uint64_t> failovers{0};  // requests sent on to another replica
 };
 
 class Session {

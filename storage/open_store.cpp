@@ -6,6 +6,7 @@ namespace fedcase::storage {
 namespace {
 
 constexpr const char* kSqliteScheme = "sqlite";
+constexpr const char* kPostgresScheme = "postgresql";
 
 bool scheme_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
@@ -13,7 +14,7 @@ bool scheme_char(char c) {
 
 }  // namespace
 
-const char* known_store_schemes() { return kSqliteScheme; }
+const char* known_store_schemes() { return "sqlite, postgresql"; }
 
 Result<StoreUrl> parse_store_url(const std::string& url) {
   if (url.empty()) return invalid_argument("the database URL is empty");
@@ -27,9 +28,18 @@ Result<StoreUrl> parse_store_url(const std::string& url) {
     for (char& c : parsed.scheme)
       c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     parsed.location = url.substr(colon + 1);
-    if (parsed.scheme != kSqliteScheme) {
+    if (parsed.scheme == "postgres") parsed.scheme = kPostgresScheme;
+    if (parsed.scheme == kPostgresScheme) {
+      if (parsed.location.rfind("//", 0) != 0) {
+        return invalid_argument("database URL '" + url +
+                                "' is not postgresql://[user@][host][:port]/database[?...]");
+      }
+      // libpq reads the scheme only in lower case.
+      parsed.location = std::string(kPostgresScheme) + ":" + parsed.location;
+    } else if (parsed.scheme != kSqliteScheme) {
       return invalid_argument("unknown database scheme '" + url.substr(0, colon) + "' in '" + url +
-                              "' (known: " + known_store_schemes() + ", as sqlite:PATH)");
+                              "' (known: " + known_store_schemes() +
+                              ", as sqlite:PATH or postgresql://HOST/DATABASE)");
     }
   }
   if (parsed.location.empty()) return invalid_argument("database URL '" + url + "' has no path");
@@ -39,6 +49,7 @@ Result<StoreUrl> parse_store_url(const std::string& url) {
 Result<std::unique_ptr<Store>> open_store(const std::string& url) {
   auto parsed = parse_store_url(url);
   if (!parsed.ok()) return parsed.status();
+  if (parsed->scheme == kPostgresScheme) return open_postgres_store(parsed->location);
   return open_sqlite_store(parsed->location);
 }
 

@@ -1,12 +1,14 @@
 #pragma once
 // The coordinator's durable state. Everything a restart must not lose goes through a Store:
 // clients (with token hashes and profiles), jobs, rounds, accepted updates' metadata, and every
-// committed global model.
+// committed global model; and, for coordinator replicas sharing one database, who owns which
+// job (leases with epochs), which updates a round admits, the replicas' partial aggregates,
+// the tenants' service counters, and wake-ups between replicas (docs/scaling.md, "Storage").
 //
 // Every backend meets the same contract (tests/storage/store_contract.h runs it):
 //  - Thread safety: implementations are thread-safe, and several stores may be open on one
-//    database at once (a reader beside the coordinator, another process); each sees what the
-//    others committed.
+//    database at once (a reader beside the coordinator, another process, another replica);
+//    each sees what the others committed.
 //  - Every method is one transaction: it takes effect whole or not at all, and a reader sees
 //    all of it or none of it.
 //  - Ids of clients, jobs and tenants are assigned by the store, from 1, increasing, and never
@@ -15,11 +17,44 @@
 //    by received_at. A list of nothing (an unknown job's rounds) is empty, not an error.
 //  - Errors are Status values, never exceptions: kNotFound for a record the store does not
 //    hold; kConflict for a write the stored state refuses (a duplicate, a round that is not
-//    open, a reference to a record the store does not hold), which then changes nothing;
-//    kInvalidArgument as the openers below say; kInternal for an I/O failure or a corrupt row.
+//    open, a reference to a record the store does not hold, a stale lease epoch), which then
+//    changes nothing; kInvalidArgument as the openers below say; kUnavailable when the
+//    database cannot be reached or cannot serve now (the connection was lost: nothing was
+//    written, or, for a write whose commit was under way, it is unknown whether it was; the
+//    next call reconnects; or the server is shutting down, out of connections, or gave up a
+//    transaction on a deadlock: try again); kInternal for an I/O failure or a corrupt row.
+//  - Bytes: models, optimizer states, modules and partials are kept byte for byte; every other
+//    string (names, token hashes, checksums, holders, replicas) is UTF-8 text without NUL,
+//    which PostgreSQL holds to (kInvalidArgument otherwise). JSON is kept as its text.
+//  - Time: lease and reservation expiries run on the database's clock (PostgreSQL's now(); for
+//    SQLite, the one machine's clock), so that the replicas' clocks do not matter. Every other
+//    time (opened_at, received_at, ...) is the caller's and is stored as given.
+//
+// Leases and fencing. Each job has a lease row from its creation, at epoch kUnleased (0) with
+// no holder. acquire_lease gives the job to one replica and increments the epoch; every write
+// a job's owner makes (open_round, close_admission, commit_round, fail_round, set_job_state)
+// carries the epoch it holds, and the store refuses it with kConflict, changing nothing, when
+// the job's epoch is another, checked in the write's own transaction with the lease row locked
+// against acquisition. So once a replica has acquired a job, no write of an earlier owner can
+// land after its acquisition, however long that owner was frozen. A single coordinator takes
+// no lease and writes at kUnleased, which is the epoch of a job nobody ever acquired; once a
+// replica acquires the job, such writes are refused too. The epoch, not the expiry, decides
+// whether a write lands: an owner whose lease expired may still write until another replica
+// acquires the job (no one else writes for it meanwhile), and must then stop.
+//
+// Admission. A round opened with a target K > 0 admits updates through the store:
+// reserve_update holds one of its K places for a client's update (at most one per client and
+// round, whichever replica asks), record_update turns the reservation into the accepted update,
+// release_update frees it (the fold failed). A reservation not accepted within its hold time
+// expires and its place is freed for others; a reservation's replica can no longer record
+// it then (its fold, if it happened, makes that replica's partial disagree with what the store
+// accepted, which put_partial refuses). A round with target 0 (a single coordinator's) leaves
+// admission to the caller: record_update stores the update without a reservation.
 
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +63,11 @@
 #include "common/status.h"
 
 namespace fedcase::storage {
+
+// A job's lease epoch: 0 before any replica acquired the job, then incremented by every
+// acquisition. Every write of a job's owner carries the epoch it holds (the fencing token).
+using Epoch = uint64_t;
+inline constexpr Epoch kUnleased = 0;
 
 struct ClientRecord {
   ClientId id = 0;           // assigned by add_client
@@ -70,6 +110,13 @@ struct RoundRecord {
   double deadline = 0;
   double closed_at = 0;
   nlohmann::json metrics = nlohmann::json::object();  // accuracy, loss, who finished/dropped...
+  // K, the updates the store admits (reserve_update); 0: admission is the caller's. Stored by
+  // open_round, kept by the round's conclusion.
+  uint64_t target = 0;
+  // The lease epoch of the write: open_round, commit_round and fail_round are refused unless
+  // it is the job's current epoch. Read back (list_rounds): the epoch of the round's last
+  // write, which a new owner concluding an earlier owner's round replaces with its own.
+  Epoch epoch = kUnleased;
 };
 
 struct UpdateRecord {
@@ -78,6 +125,7 @@ struct UpdateRecord {
   ClientId client = 0;
   nlohmann::json meta;  // the client's reported statistics
   double received_at = 0;
+  std::string replica{};  // who admitted and folded it; empty for a single coordinator
 };
 
 struct ModelRecord {
@@ -87,6 +135,94 @@ struct ModelRecord {
   std::string checksum;         // blob_checksum(blob)
   std::string optimizer_state;  // the server optimizer's state after producing this model
   double created_at = 0;
+};
+
+// Who owns a job, as the store holds it.
+struct LeaseRecord {
+  JobId job = 0;
+  std::string holder;  // the replica; empty when nobody ever acquired the job, or released
+  Epoch epoch = kUnleased;
+  double expires_at = 0;  // the database's clock, unix seconds
+  // expires_at less the database's clock when the record was read: how long the lease still
+  // runs (negative once expired), which a holder adds to its own clock's reading from before
+  // its request to know, without comparing clocks, until when it may act as the owner.
+  double remaining_s = 0;
+  bool held() const { return !holder.empty() && remaining_s > 0; }
+};
+
+// Where a round's admission stands.
+struct AdmissionRecord {
+  uint64_t target = 0;  // K; 0: admission is the caller's
+  bool open = false;    // the round is open and admits (close_admission was not called)
+  struct Places {
+    uint64_t accepted = 0;  // recorded updates
+    uint64_t reserved = 0;  // reservations not yet recorded, released or expired
+  };
+  std::map<std::string, Places> replicas;  // by replica (a single coordinator's: "")
+  uint64_t accepted() const;
+  uint64_t reserved() const;
+};
+
+// A replica's partial aggregate of a round: the updates it admitted, folded. The owner merges
+// the replicas' partials at the round's close (streaming FedAvg is associative).
+struct PartialRecord {
+  JobId job = 0;
+  RoundIndex round = 0;
+  std::string replica;
+  std::string sum;       // the partial aggregate, as its replica encoded it (opaque here)
+  double weight = 0;     // the weight folded into it
+  uint64_t updates = 0;  // the updates folded into it
+  double written_at = 0;
+};
+
+// A tenant's share of the fleet so far (scheduling::FairShare): its weighted service counter
+// and the client-seconds its jobs consumed. Tenant 0 is the operator.
+struct TenantService {
+  TenantId tenant = 0;
+  double counter = 0;
+  double client_seconds = 0;
+};
+
+// A change to a tenant's service, applied on top of what the store holds, so that replicas
+// charging the same tenant at once add up.
+struct ServiceCharge {
+  TenantId tenant = 0;
+  double counter = 0;         // added to the counter (negative: a correction)
+  double client_seconds = 0;  // added to the client-seconds (negative: a correction)
+  // The counter's floor after the change, e.g. the least-served active tenant's counter when
+  // the tenant becomes active again (no credit banked while idle). Neither value goes below 0.
+  double counter_at_least = 0;
+};
+
+// A wake-up between stores on one database: "something about this changed, read it again".
+// It carries no state, is delivered after the write that caused it committed, and may be lost
+// (a listener that reconnects is told so); whoever listens also re-reads now and then.
+enum class Channel {
+  kJob,     // id: a job; created, or its state changed
+  kRound,   // id: a job; one of its rounds opened, closed to admission, got a partial, concluded
+  kLease,   // id: a job; acquired or released
+  kClient,  // id: a client (e.g. its token revoked); published with notify()
+  kTenant,  // id: a tenant; added (or changed, through notify())
+};
+const char* channel_name(Channel channel);  // "job", "round", "lease", "client", "tenant"
+
+struct Notification {
+  Channel channel = Channel::kJob;
+  uint64_t id = 0;
+};
+
+// Receives the wake-ups of every store on the database (this one's included), from its
+// creation on. Not thread-safe: one thread waits on it at a time. PostgreSQL: LISTEN on a
+// connection of its own; SQLite: stores of this process on the same file (another process's
+// writes wake no one).
+class Listener {
+ public:
+  virtual ~Listener() = default;
+  // The next wake-up, waiting up to `timeout_s`; nullopt if none came. kUnavailable when
+  // wake-ups may have been missed (the connection was lost, or too many were left unread):
+  // re-read everything; the next call reconnects and goes on (and, while it cannot, waits out
+  // its timeout before it says so again, so that a loop over next() never spins).
+  virtual Result<std::optional<Notification>> next(double timeout_s) = 0;
 };
 
 class Store {
@@ -104,7 +240,8 @@ class Store {
 
   // Jobs. create_job stores the job, its initial model and its module (the TorchScript archive
   // clients run; empty: none) together, and returns the new id; the model is stored under
-  // that id (its `job` is ignored) with the version it carries (0 in every caller).
+  // that id (its `job` is ignored) with the version it carries (0 in every caller). The job's
+  // lease starts at kUnleased with no holder. Wakes kJob.
   virtual Result<JobId> create_job(const JobRecord& job, const ModelRecord& initial_model,
                                    const std::string& module) = 0;
   // The module stored with the job, byte for byte; kNotFound when it has none or the job is
@@ -114,59 +251,135 @@ class Store {
   virtual Result<JobRecord> get_job(JobId id) = 0;
   virtual Result<std::vector<JobRecord>> list_jobs() = 0;
   // Any state may follow any other here (the lifecycle is the coordinator's); kNotFound for
-  // an unknown id.
-  virtual Status set_job_state(JobId id, JobState state) = 0;
+  // an unknown id, kConflict if `epoch` is not the job's. Wakes kJob.
+  virtual Status set_job_state(JobId id, JobState state, Epoch epoch) = 0;
 
   // Tenants. add_tenant returns the new id; kConflict if the name or token hash is taken.
+  // Wakes kTenant.
   virtual Result<TenantId> add_tenant(const TenantRecord& tenant) = 0;
   virtual Result<std::vector<TenantRecord>> list_tenants() = 0;
 
-  // Rounds, named by (job, index). open_round stores the round as open (whatever its
-  // `state`); kConflict if the job already has a round of that index (open or concluded) or
-  // the job is unknown.
+  // Rounds, named by (job, index). open_round stores the round as open and admitting (whatever
+  // its `state`), with its target; kConflict if the job already has a round of that index
+  // (open or concluded), the job is unknown, or round.epoch is not the job's. Wakes kRound.
   virtual Status open_round(const RoundRecord& round) = 0;
-  // An accepted update's metadata; kConflict if the client already has an update in that
-  // round, or the round or the client is unknown. Admission is the caller's: the store does
-  // not check that the round is still open. The update is durable once its round concludes
-  // (commit_round or fail_round), not necessarily before: a crash before that leaves the round
-  // open, and the next start fails it, so no sync is spent on each of a round's many updates.
+  // Holds one of the round's K places for `client`'s update, for `replica`, until it records
+  // the update, releases the place, or `hold_s` seconds (> 0) pass on the database's clock.
+  // Expired reservations of the round are dropped first. kConflict, nothing held, when the
+  // round is unknown, concluded or closed to admission, the client is unknown or already has
+  // an update or a live reservation in the round, or updates and live reservations fill the
+  // K places (target 0: no limit); kInvalidArgument for an empty replica or hold_s <= 0.
+  // Durable as record_update is.
+  virtual Status reserve_update(JobId job, RoundIndex round, ClientId client,
+                                const std::string& replica, double hold_s) = 0;
+  // Frees `replica`'s reservation of the client's place (the update could not be folded).
+  // kConflict if it holds none (never reserved, recorded, or expired and dropped).
+  virtual Status release_update(JobId job, RoundIndex round, ClientId client,
+                                const std::string& replica) = 0;
+  // An accepted update's metadata. If the client holds a reservation in the round, it becomes
+  // this update: only for the reservation's replica (update.replica) and before it expires,
+  // kConflict otherwise. Without a reservation the update is stored as admitted by the caller,
+  // which only a round of target 0 allows (kConflict for a round of target K > 0), and without
+  // checking that the round is still open. kConflict too if the client already has an update
+  // in that round, or the round or the client is unknown. The update is durable once its round
+  // concludes (commit_round or fail_round), not necessarily before: a crash before that leaves
+  // the round open, and the next start fails it, so no sync is spent on each of a round's many
+  // updates.
   virtual Status record_update(const UpdateRecord& update) = 0;
+  // Closes the round to admission (the owner is concluding it): reserve_update is refused
+  // from now on; reservations made before may still be recorded or released until they
+  // expire. Idempotent. kConflict if the round is not open or `epoch` is not the job's. Wakes
+  // kRound.
+  virtual Status close_admission(JobId job, RoundIndex round, Epoch epoch) = 0;
+  // Where the round's admission stands, on the database's clock; kNotFound for an unknown
+  // round.
+  virtual Result<AdmissionRecord> round_admission(JobId job, RoundIndex round) = 0;
+  // Stores a replica's partial aggregate of the round, once. kConflict, nothing stored, unless
+  // the round is open and closed to admission, the replica holds no live reservation in it,
+  // partial.updates is exactly the number of updates the store recorded for the replica in
+  // the round, and the replica has no partial there yet. Partials are dropped with the round's
+  // conclusion. Durable as record_update is. Wakes kRound.
+  virtual Status put_partial(const PartialRecord& partial) = 0;
+  // The round's partials, by replica; empty once the round concluded.
+  virtual Result<std::vector<PartialRecord>> list_partials(JobId job, RoundIndex round) = 0;
   // Atomically: the round becomes committed with its closed_at and metrics (the round's other
   // fields are those open_round stored), the model is stored under (model.job, model.version),
-  // and the job's policy state is saved. Either all of it is durable or none. kConflict, and
-  // nothing changes, if the round is not open (unknown, committed or failed) or the model's
-  // version is already stored.
+  // the job's policy state is saved, and the round's partials and unrecorded reservations are
+  // dropped. Either all of it is durable or none. kConflict, and nothing changes, if the round
+  // is not open (unknown, committed or failed), the model's version is already stored, or
+  // round.epoch is not the job's. Wakes kRound.
   virtual Status commit_round(const RoundRecord& round, const ModelRecord& model,
                               const nlohmann::json& policy_state) = 0;
-  // The round becomes failed with its closed_at and metrics; no model. kConflict if the round
-  // is not open.
+  // The round becomes failed with its closed_at and metrics; no model; its partials and
+  // unrecorded reservations are dropped. kConflict if the round is not open or round.epoch is
+  // not the job's. Wakes kRound.
   virtual Status fail_round(const RoundRecord& round) = 0;
   // Merges `metrics` into a concluded round's metrics (e.g. its evaluation, which comes later):
-  // each top-level key of `metrics` replaces or adds that key. kNotFound if the round is
-  // unknown or still open.
+  // each top-level key of `metrics` replaces or adds that key. Not fenced: a concluded round's
+  // model is evaluated the same whoever does it. kNotFound if the round is unknown or still
+  // open.
   virtual Status add_round_metrics(JobId job, RoundIndex round, const nlohmann::json& metrics) = 0;
   virtual Result<std::vector<RoundRecord>> list_rounds(JobId job) = 0;
+  // The round's recorded updates (not its reservations).
   virtual Result<std::vector<UpdateRecord>> list_updates(JobId job, RoundIndex round) = 0;
 
   // Models. kNotFound for a version (or a job) without a model; latest_model is the highest
   // version stored.
   virtual Result<ModelRecord> get_model(JobId job, uint64_t version) = 0;
   virtual Result<ModelRecord> latest_model(JobId job) = 0;
+
+  // Leases (see the top of this file). acquire_lease gives the job to `holder` for
+  // `duration_s` seconds of the database's clock if nobody holds it (never acquired, released
+  // or expired) or `holder` does, and always starts a new epoch (the previous one + 1), which
+  // it returns with the expiry. kConflict if another holder's lease runs, kNotFound for an
+  // unknown job, kInvalidArgument for an empty holder or duration_s <= 0. Durable before it
+  // returns. Wakes kLease.
+  virtual Result<LeaseRecord> acquire_lease(JobId job, const std::string& holder,
+                                            double duration_s) = 0;
+  // Extends the lease to `duration_s` seconds from now: only by `holder` at the current
+  // `epoch` (also after its expiry, as long as nobody acquired the job since). kConflict
+  // otherwise, kNotFound for an unknown job, kInvalidArgument as acquire_lease.
+  virtual Result<LeaseRecord> renew_lease(JobId job, const std::string& holder, Epoch epoch,
+                                          double duration_s) = 0;
+  // Ends the lease now, keeping its epoch: only by `holder` at the current `epoch`; kConflict
+  // otherwise, kNotFound for an unknown job. Wakes kLease.
+  virtual Status release_lease(JobId job, const std::string& holder, Epoch epoch) = 0;
+  // Every job's lease, by job id.
+  virtual Result<std::vector<LeaseRecord>> list_leases() = 0;
+
+  // Tenants' service. charge_tenant applies the change (creating the tenant's service at 0 the
+  // first time; any tenant id, 0 included) and returns the result.
+  virtual Result<TenantService> charge_tenant(const ServiceCharge& charge) = 0;
+  // Every tenant charged so far, by id.
+  virtual Result<std::vector<TenantService>> list_tenant_service() = 0;
+
+  // Wake-ups. notify publishes one of its own (the writes above publish theirs with their
+  // commit); listen receives them (Listener).
+  virtual Status notify(Channel channel, uint64_t id) = 0;
+  virtual Result<std::unique_ptr<Listener>> listen() = 0;
+
+  // Whether the database serves now: one round trip that reads nothing. OK, or the error any
+  // call would meet (kUnavailable when the server cannot be reached or cannot serve).
+  virtual Status ping() = 0;
 };
 
 // Where a store lives, as a URL: "<scheme>:<location>".
 struct StoreUrl {
-  std::string scheme;    // lower case: "sqlite"
-  std::string location;  // sqlite: the database file's path, relative to the working directory
+  std::string scheme;  // lower case: "sqlite" or "postgresql"
+  // sqlite: the database file's path, relative to the working directory; postgresql: the
+  // whole URL, "postgresql://...", as libpq reads it.
+  std::string location;
 };
 
-// The schemes open_store knows, for messages: "sqlite".
+// The schemes open_store knows, for messages: "sqlite, postgresql".
 const char* known_store_schemes();
 
 // Parses a store URL: "sqlite:PATH", or a plain PATH, which is SQLite's (configs written before
-// URLs). A URL's scheme is the letters, digits, '+', '-' and '.' before its first ':', starting
-// with a letter and matched without regard to case; anything else, a '/' before the first ':'
-// included, is a plain path. Pure. kInvalidArgument for an empty URL or location, or a scheme
+// URLs); or a libpq connection URI, "postgresql://[user@][host][:port]/database[?param=value&...]"
+// ("postgres://" too; a Unix socket directory as ?host=/dir). A URL's scheme is the letters,
+// digits, '+', '-' and '.' before its first ':', starting with a letter and matched without
+// regard to case; anything else, a '/' before the first ':' included, is a plain path. Pure.
+// kInvalidArgument for an empty URL or location, a PostgreSQL URL without "//", or a scheme
 // that is not known (the message names the known ones).
 Result<StoreUrl> parse_store_url(const std::string& url);
 
@@ -177,7 +390,31 @@ Result<std::unique_ptr<Store>> open_store(const std::string& url);
 // Opens (creating if needed) the SQLite database at `path` in WAL mode and migrates its schema
 // to the current version. kInternal with SQLite's message if the file cannot be used, and
 // kInvalidArgument if it was written by a newer schema version. Several stores may be open on
-// one file at once (in one process or several); each sees what the others committed.
+// one file at once (in one process or several); each sees what the others committed, and
+// listeners hear the wake-ups of the stores of their own process. One connection, used by one
+// call at a time: SQLite lets one writer in at a time anyway, and its calls take microseconds.
 Result<std::unique_ptr<Store>> open_sqlite_store(const std::string& path);
+
+struct PostgresOptions {
+  // Connections the store opens at most, each on first need; a call waits for a free one.
+  // Calls run at once up to this many: a commit's multi-megabyte model does not hold up the
+  // updates being recorded meanwhile, as one shared connection would.
+  size_t max_connections = 8;
+  // How long a connection attempt may take, unless the URL sets connect_timeout itself.
+  int connect_timeout_s = 10;
+};
+
+// Opens a PostgreSQL store over libpq (its C API, which returns status codes as this library
+// does, rather than libpqxx's exceptions) at the connection URI `url` ("postgresql://...", see
+// parse_store_url), and migrates the database's schema to the current version, under an
+// advisory lock so that replicas starting at once on an empty database migrate it once.
+// kUnavailable with libpq's message (the URL's password hidden) if the server cannot be
+// reached within the connect timeout, kInvalidArgument if the database was written by a newer
+// schema version, kInternal for another failure. A connection found lost is dropped, together
+// with the idle ones (they went to the same server), and the next call connects anew; a call
+// that failed before anything of it reached the server (its first statement found the
+// connection lost) is retried once on a new connection.
+Result<std::unique_ptr<Store>> open_postgres_store(const std::string& url,
+                                                   const PostgresOptions& options = {});
 
 }  // namespace fedcase::storage

@@ -657,11 +657,32 @@ bool Api::is_upload(const http::request_header<>& header) const {
 std::string_view Api::route_label(const http::request_header<>& header) const {
   const std::string_view path = path_of(header);
   if (path == "/dashboard" || path.substr(0, 11) == "/dashboard/") return "/dashboard";
+  if (path == "/healthz") return "/healthz";
   const std::vector<std::string> parts = split_path(path);
   for (const Route& route : kRoutes) {
     if (fits(route.pattern, parts)) return route.pattern;
   }
   return "other";
+}
+
+std::optional<Reply> Api::health(const Request& req) {
+  if (path_of(req) != "/healthz") return std::nullopt;
+  if (req.method() != http::verb::get) {
+    Response res = json_response(
+        http::status::method_not_allowed,
+        protocol::write_error_reply({"method_not_allowed", "the health check is read with GET"}),
+        req);
+    res.set(http::field::allow, "GET");
+    return answer(std::move(res));
+  }
+  const bool serving = coordinator_.database_health().ok();
+  Response res = json_response(
+      serving ? http::status::ok : http::status::service_unavailable,
+      {{"status", serving ? "ok" : "database unreachable"}, {"replica", coordinator_.replica_id()}},
+      req);
+  res.set("X-Fedcase-Replica", coordinator_.replica_id());
+  res.set(http::field::cache_control, "no-store");
+  return answer(std::move(res));
 }
 
 std::optional<Reply> Api::dashboard(const Request& req) {
@@ -750,6 +771,7 @@ std::optional<Response> Api::refuse_upload(const Request& header, const std::str
 Reply Api::handle(const Request& req, const RequestContext& context) {
   try {
     if (std::optional<Reply> page = dashboard(req)) return std::move(*page);
+    if (std::optional<Reply> check = health(req)) return std::move(*check);
     Caller caller;
     if (auto refusal = refuse_unknown(req, context.peer, caller))
       return answer(std::move(*refusal));

@@ -46,6 +46,11 @@ class Api : public RequestHandler {
   // A dashboard file, "/" and "/dashboard" redirected to the page, or nullopt for any other
   // target.
   std::optional<Reply> dashboard(const Request& request);
+  // GET /healthz, the readiness check a load balancer sends without a token: 200 when the
+  // replica reaches its database (Coordinator::database_health), 503 otherwise, naming the
+  // replica in its body and in X-Fedcase-Replica, and nothing about the database but whether
+  // it answers. nullopt for any other target.
+  std::optional<Reply> health(const Request& request);
   Coordinator& coordinator_;
   RateLimiter limiter_;                  // per token
   RateLimiter unauthenticated_limiter_;  // per peer address, for requests without a known token

@@ -39,23 +39,56 @@ std::map<std::string, std::string> labels_of(const json& info) {
 
 }  // namespace
 
+Result<ClientRegistry::Entry> ClientRegistry::entry_of(storage::ClientRecord record) {
+  scheduling::ClientProfile profile;
+  if (record.profile.is_object() && !record.profile.empty()) {
+    auto loaded = scheduling::profile_from_json(record.profile);
+    if (!loaded.ok()) return loaded.status();
+    profile = std::move(loaded).value();
+  }
+  profile.id = record.id;
+  auto labels = labels_of(record.info);
+  return Entry{std::move(record), std::move(profile), std::move(labels)};
+}
+
 Status ClientRegistry::load() {
   auto records = store_.list_clients();
   if (!records.ok()) return records.status();
   MutexLock lock(mu_);
   for (auto& record : *records) {
-    scheduling::ClientProfile profile;
-    if (record.profile.is_object() && !record.profile.empty()) {
-      auto loaded = scheduling::profile_from_json(record.profile);
-      if (!loaded.ok()) return loaded.status();
-      profile = std::move(loaded).value();
-    }
-    profile.id = record.id;
-    token_hashes_[record.token_hash] = record.id;
-    const ClientId id = record.id;
-    auto labels = labels_of(record.info);
-    clients_[id] = {std::move(record), std::move(profile), std::move(labels)};
+    auto entry = entry_of(std::move(record));
+    if (!entry.ok()) return entry.status();
+    token_hashes_[entry->record.token_hash] = entry->record.id;
+    const ClientId id = entry->record.id;
+    clients_[id] = std::move(entry).value();
   }
+  return ok_status();
+}
+
+Status ClientRegistry::refresh() {
+  auto records = store_.list_clients();
+  if (!records.ok()) return records.status();
+  bool changed = false;
+  {
+    MutexLock lock(mu_);
+    for (auto& record : *records) {
+      auto known = clients_.find(record.id);
+      if (known == clients_.end()) {
+        auto entry = entry_of(std::move(record));
+        if (!entry.ok()) return entry.status();
+        token_hashes_[entry->record.token_hash] = entry->record.id;
+        const ClientId id = entry->record.id;
+        clients_[id] = std::move(entry).value();
+        changed = true;
+      } else if (record.last_seen > known->second.record.last_seen) {
+        Entry& c = known->second;
+        c.record.last_seen = record.last_seen;
+        scheduling::observe_heartbeat(c.profile, record.last_seen, params_);
+        changed = true;
+      }
+    }
+  }
+  if (changed && changed_) changed_();
   return ok_status();
 }
 

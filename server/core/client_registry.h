@@ -49,6 +49,11 @@ class ClientRegistry {
 
   // Loads every stored client. kInternal / kInvalidArgument for an unreadable store or profile.
   [[nodiscard]] Status load();
+  // Reads the stored clients again, for replicas sharing the database: adds those registered
+  // through another replica, and takes a contact saved by another replica (a later stored
+  // last_seen) as a heartbeat. Profiles of known clients stay as this registry has them.
+  // Errors as load()'s; calls `changed` when it learned something.
+  [[nodiscard]] Status refresh();
 
   // The client whose token hashes to `token_hash`, if any.
   std::optional<ClientId> identify(const std::string& token_hash) const;
@@ -101,6 +106,9 @@ class ClientRegistry {
     scheduling::ClientProfile profile;
     std::map<std::string, std::string> labels;  // from record.info
   };
+
+  // A stored client as an entry; errors as load()'s.
+  static Result<Entry> entry_of(storage::ClientRecord record);
 
   storage::Store& store_;
   const scheduling::ProfileParams params_;

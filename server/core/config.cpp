@@ -1,5 +1,7 @@
 #include "server/core/config.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
@@ -34,6 +36,15 @@ Status parse_tls(const json& j, TlsConfig& tls) {
   return s;
 }
 
+Status check_replica_id(const std::string& id) {
+  const bool fits =
+      id.size() <= 64 && std::all_of(id.begin(), id.end(), [](char ch) {
+        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-';
+      });
+  if (fits) return ok_status();
+  return invalid_argument("replica_id must be 1-64 letters, digits, '.', '_' or '-'");
+}
+
 }  // namespace
 
 CoordinatorConfig parse_coordinator_config(const json& j) {
@@ -44,6 +55,8 @@ CoordinatorConfig parse_coordinator_config(const json& j) {
       .integer("port", c.port)
       .text("port_file", c.port_file)
       .text("database", c.database)
+      .text("replica_id", c.replica_id)
+      .number("lease_s", c.lease_s, 0, 600)
       .text("admin_token", c.admin_token)
       .text("enrollment_token", c.enrollment_token)
       .text("metrics_token", c.metrics_token)
@@ -73,6 +86,8 @@ CoordinatorConfig parse_coordinator_config(const json& j) {
     auto url = storage::parse_store_url(c.database);
     if (!url.ok()) s = invalid_argument("database: " + url.status().message());
   }
+  if (s.ok()) s = check_replica_id(c.replica_id);
+  if (s.ok() && c.lease_s > 0 && c.lease_s < 1) s = invalid_argument("lease_s must be 0 or >= 1");
   if (s.ok()) s = check_range("io_threads", c.io_threads, 1, 64);
   if (s.ok()) s = check_range("handler_threads", c.handler_threads, 1, 256);
   if (s.ok()) s = check_range("upload_threads", c.upload_threads, 1, 256);

@@ -24,6 +24,14 @@ struct CoordinatorConfig {
   std::string port_file;  // when set, the bound port is written here at start
   // The store's URL (storage::parse_store_url): "sqlite:PATH"; a plain PATH is SQLite's too.
   std::string database = "sqlite:var/fedcase.db";
+  // This process's name among coordinator replicas sharing one database (docs/scaling.md):
+  // 1-64 letters, digits, '.', '_' or '-'; empty: "<hostname>-<pid>", chosen at start.
+  std::string replica_id;
+  // Replicas on one database (docs/scaling.md): > 0, each job's rounds are driven by the
+  // replica holding the job's lease, taken for this many seconds of the database's clock and
+  // renewed every lease_s / 4; a replica that stops renewing loses its jobs to the others
+  // within about lease_s. 0 (the default): a single coordinator, which drives every job.
+  double lease_s = 0;
   std::string admin_token;       // env FEDCASE_ADMIN_TOKEN overrides
   std::string enrollment_token;  // clients register with it; env FEDCASE_ENROLLMENT_TOKEN
   // Optional: a token that may read GET /metrics and nothing else (for a Prometheus scraper);

@@ -1,8 +1,12 @@
 #include "server/core/coordinator.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "common/blob.h"
@@ -18,6 +22,7 @@
 #include "rounds/upload.h"
 #include "scheduling/round_plan.h"
 #include "server/core/client_registry.h"
+#include "server/core/ownership.h"
 #include "server/core/recovery.h"
 #include "server/core/round_driver.h"
 #include "server/core/task_notifier.h"
@@ -108,6 +113,18 @@ Status check_participant(const JobEntry& job, const JobStatus& status,
                            (version ? " on model version " + std::to_string(*version) : ""));
 }
 
+// "<hostname>-<pid>": distinct for every process of a machine, and between machines.
+std::string default_replica_id() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') std::strcpy(host, "host");
+  std::string id;
+  for (const char* c = host; *c != '\0' && id.size() < 48; ++c) {
+    const bool plain = std::isalnum(static_cast<unsigned char>(*c)) || *c == '.' || *c == '-';
+    id += plain ? *c : '_';
+  }
+  return id + "-" + std::to_string(getpid());
+}
+
 Status job_not_found(JobId id) { return not_found("job " + std::to_string(id) + " not found"); }
 
 // The committed versions of `job`, as model_versions lists them.
@@ -151,6 +168,8 @@ struct Coordinator::State {
 
   Metrics metrics;  // first: the store and the driver record into it
   const CoordinatorConfig config;
+  const std::string replica_id =
+      config.replica_id.empty() ? default_replica_id() : config.replica_id;
   const std::unique_ptr<storage::Store> store;
   const Clock clock;
   ClientRegistry clients;
@@ -162,7 +181,17 @@ struct Coordinator::State {
   TaskNotifier tasks_ready;
   SecureRounds secure;  // the stages of jobs with secure aggregation
   RoundDriver driver;
+  // Replicas only (config.lease_s > 0): which jobs this one drives. Runs in driver passes.
+  std::unique_ptr<Ownership> ownership;
   const std::unique_ptr<Metrics::Registration> collector;  // last: it reads all of the above
+
+  // The last database probe (database_health): when it ended on the steady clock, what it
+  // found, and whether one runs now.
+  Mutex health_mu;
+  std::optional<std::chrono::steady_clock::time_point> health_checked_at
+      FEDCASE_GUARDED_BY(health_mu);
+  Status health FEDCASE_GUARDED_BY(health_mu) = unavailable("the database was not probed yet");
+  bool health_probing FEDCASE_GUARDED_BY(health_mu) = false;
 
   // Sets the gauges of clients and jobs (at each scrape).
   void collect(Metrics& m);
@@ -184,14 +213,17 @@ void Coordinator::State::collect(Metrics& m) {
     by_state[state_name(state)] = 0;
   }
   std::vector<std::pair<std::string, double>> accuracy, epsilon;
+  double owned = 0;
   jobs.update_each([&](const JobEntry& job, const JobStatus& status) {
     by_state[state_name(status.state)] += 1;
+    owned += status.owned ? 1 : 0;
     if (status.last_accuracy) accuracy.emplace_back(std::to_string(job.id), *status.last_accuracy);
     if (status.privacy.is_object() && status.privacy.value("epsilon", json()).is_number()) {
       epsilon.emplace_back(std::to_string(job.id), status.privacy["epsilon"].get<double>());
     }
   });
   for (const auto& [state, count] : by_state) m.set(metric::kJobs, {{"state", state}}, count);
+  m.set(metric::kJobsOwned, {}, owned);
   m.clear(metric::kJobTestAccuracy);
   for (const auto& [job, value] : accuracy) m.set(metric::kJobTestAccuracy, {{"job", job}}, value);
   m.clear(metric::kJobPrivacyEpsilon);
@@ -210,8 +242,15 @@ Result<std::unique_ptr<Coordinator>> Coordinator::open(const CoordinatorConfig& 
   auto state =
       std::make_unique<State>(config, std::move(store), std::move(evaluator), std::move(clock));
   State& s = *state;
-  FEDCASE_RETURN_IF_ERROR(
-      recover({s.config, *s.store, s.clients, s.tenants, s.jobs, s.driver, s.metrics, s.clock}));
+  const RecoveryTargets targets{s.config, *s.store, s.clients, s.tenants,
+                                s.jobs,   s.driver, s.metrics, s.clock};
+  FEDCASE_RETURN_IF_ERROR(recover(targets));
+  if (config.lease_s > 0) {
+    s.ownership = std::make_unique<Ownership>(targets, s.replica_id);
+    s.driver.set_pass([&ownership = *s.ownership](double now) { return ownership.pass(now); });
+    log_info("replica " + s.replica_id + ": drives the jobs whose lease it holds (" +
+             std::to_string(config.lease_s) + " s leases)");
+  }
   return std::unique_ptr<Coordinator>(new Coordinator(std::move(state)));
 }
 
@@ -219,12 +258,33 @@ const CoordinatorConfig& Coordinator::config() const { return state_->config; }
 
 Metrics& Coordinator::metrics() { return state_->metrics; }
 
+const std::string& Coordinator::replica_id() const { return state_->replica_id; }
+
+Status Coordinator::database_health() {
+  constexpr auto kProbeEvery = std::chrono::seconds(1);
+  State& s = *state_;
+  {
+    MutexLock lock(s.health_mu);
+    const auto now = std::chrono::steady_clock::now();
+    const bool fresh = s.health_checked_at && now - *s.health_checked_at < kProbeEvery;
+    if (fresh || s.health_probing) return s.health;
+    s.health_probing = true;
+  }
+  Status probed = s.store->ping();
+  MutexLock lock(s.health_mu);
+  s.health_probing = false;
+  s.health_checked_at = std::chrono::steady_clock::now();
+  s.health = probed;
+  return probed;
+}
+
 void Coordinator::start_driver() { state_->driver.start(); }
 void Coordinator::stop_driver() { state_->driver.stop(); }
 void Coordinator::tick() { state_->driver.tick(); }
 void Coordinator::conclude_rounds() {
   state_->driver.stop();
   state_->driver.conclude_all();
+  if (state_->ownership) state_->ownership->release_all();
 }
 
 Caller Coordinator::identify(std::string_view token) const {
@@ -576,6 +636,8 @@ Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
   auto job = make_job(record, std::move(parts).value(), model, std::move(module), std::string(), 0,
                       {}, s.config.datasets_dir);
   if (!job.ok()) return job.status();
+  // A replica drives the job once it acquires its lease, like any other replica may.
+  job->status.owned = s.config.lease_s <= 0;
   const JobEntry& entry = *job->entry;
   const JobSummary summary = summary_of(entry, job->status);
   s.jobs.install(std::move(job).value());

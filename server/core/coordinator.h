@@ -178,6 +178,15 @@ class Coordinator {
   // collector for clients and jobs is registered for the coordinator's lifetime.
   Metrics& metrics();
 
+  // This process's name among replicas sharing the database: config().replica_id, or
+  // "<hostname>-<pid>" when that is empty. Constant.
+  const std::string& replica_id() const;
+  // Whether the database serves now (Store::ping). A probe less than a second old answers
+  // for it, and callers arriving while a probe runs get the previous answer instead of
+  // waiting, so health checks reach the database at most once a second whoever sends them.
+  // OK, or the store's error (kUnavailable when it cannot be reached).
+  Status database_health();
+
   // ---- client API (callers already authenticated) ----
   // `request`: a registration (protocol/registration.h). kInvalidArgument for a bad field,
   // kUnprocessable for an SDK whose protocol version this coordinator does not serve.

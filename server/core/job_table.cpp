@@ -81,6 +81,19 @@ void JobTable::install(InstalledJob job) {
   slots_[id] = Slot{std::move(job.entry), std::move(job.status)};
 }
 
+void JobTable::reload(InstalledJob job) {
+  JobEntry* entry = find(job.entry->id);
+  if (entry == nullptr) return install(std::move(job));
+  entry->runtime = std::move(job.entry->runtime);
+  MutexLock lock(mu_);
+  status_of(*entry) = std::move(job.status);
+}
+
+bool JobTable::has(JobId id) const {
+  MutexLock lock(mu_);
+  return slots_.count(id) > 0;
+}
+
 const JobStatus& JobTable::status_of(const JobEntry& job) const { return slots_.at(job.id).status; }
 
 JobStatus& JobTable::status_of(const JobEntry& job) { return slots_.at(job.id).status; }
@@ -110,7 +123,7 @@ std::vector<JobEntry*> JobTable::waiting_jobs() const {
   MutexLock lock(mu_);
   for (const auto& [id, slot] : slots_) {
     const JobStatus& s = slot.status;
-    if (!s.round && !s.concluding && s.state == JobState::kRunning) {
+    if (s.owned && !s.round && !s.concluding && s.state == JobState::kRunning) {
       waiting.push_back(slot.job.get());
     }
   }
@@ -146,11 +159,25 @@ std::set<TenantId> JobTable::tenants_with_open_rounds() const {
   return tenants;
 }
 
+Result<storage::Epoch> JobTable::write_epoch(const JobEntry& job) {
+  const auto [owned, epoch] =
+      read(job, [](const JobStatus& s) { return std::make_pair(s.owned, s.epoch); });
+  if (owned) return epoch;
+  auto leases = store_.list_leases();
+  if (!leases.ok()) return leases.status();
+  for (const storage::LeaseRecord& lease : *leases) {
+    if (lease.job == job.id) return lease.epoch;
+  }
+  return not_found("job " + std::to_string(job.id) + " has no lease");
+}
+
 Result<JobState> JobTable::transition(JobEntry& job, const Decide& decide) {
   MutexLock serial(state_mu_);
   const Result<JobState> next = read(job, [&](const JobStatus& s) { return decide(s.state); });
   if (!next.ok()) return next.status();
-  FEDCASE_RETURN_IF_ERROR(store_.set_job_state(job.id, *next));
+  auto epoch = write_epoch(job);
+  if (!epoch.ok()) return epoch.status();
+  FEDCASE_RETURN_IF_ERROR(store_.set_job_state(job.id, *next, *epoch));
   update(job, [&](JobStatus& s) {
     s.state = *next;
     const bool stopped = *next == JobState::kCancelled || *next == JobState::kFinished;

@@ -77,9 +77,23 @@ struct JobStatus {
   std::optional<double> last_accuracy;
   nlohmann::json policy_state = nlohmann::json::object();
   nlohmann::json privacy;  // for DP jobs: the privacy spent so far (null otherwise)
+  // Whether this coordinator drives the job's rounds, and the lease epoch its writes for the
+  // job carry (storage/store.h, "Leases and fencing"). A single coordinator owns every job at
+  // storage::kUnleased; a replica owns the jobs whose lease it holds (ownership.h).
+  bool owned = true;
+  storage::Epoch epoch = storage::kUnleased;
 
   bool active() const { return state == JobState::kRunning || state == JobState::kPaused; }
 };
+
+// This coordinator no longer drives the job (another replica acquired it): it stops owning
+// it and closes its open round, which the round driver forgets, writing nothing, once no
+// upload is being folded into it (an upload in flight publishes into it). Call under the
+// table's lock (JobTable::update).
+inline void stop_owning(JobStatus& status) {
+  status.owned = false;
+  if (status.round) status.round->close();
+}
 
 // The privacy a DP job has spent, as the admin API shows it (null for a job without DP noise).
 nlohmann::json privacy_view(const rounds::JobRuntime& runtime);
@@ -111,6 +125,12 @@ class JobTable {
 
   // Adds a job (at creation or recovery); its id must be new.
   void install(InstalledJob job) FEDCASE_EXCLUDES(mu_);
+  // Replaces an installed job's runtime and status with `job`'s (the job as the store holds it
+  // now, loaded again when ownership changes), keeping its entry, whose other fields come from
+  // the same stored record. Call on the round driver's thread, which alone uses the runtime.
+  void reload(InstalledJob job) FEDCASE_EXCLUDES(mu_);
+  // Whether a job of that id is installed.
+  bool has(JobId id) const FEDCASE_EXCLUDES(mu_);
 
   // The job if it exists and `scope` sees it, else nullptr.
   JobEntry* find(JobId id, const Scope& scope = std::nullopt) const FEDCASE_EXCLUDES(mu_);
@@ -136,7 +156,7 @@ class JobTable {
   // Clients invited by an open round that have not delivered their update there yet: a client
   // holds one task at a time.
   std::set<ClientId> busy_clients() const FEDCASE_EXCLUDES(mu_);
-  // Running jobs with neither an open round nor one being concluded.
+  // Running jobs this coordinator owns with neither an open round nor one being concluded.
   std::vector<JobEntry*> waiting_jobs() const FEDCASE_EXCLUDES(mu_);
   // Running or paused jobs, per owner (every owner with one is listed).
   std::map<TenantId, size_t> active_jobs_per_tenant() const FEDCASE_EXCLUDES(mu_);
@@ -146,9 +166,10 @@ class JobTable {
   std::set<TenantId> tenants_with_open_rounds() const FEDCASE_EXCLUDES(mu_);
 
   // Moves `job` from its state to decide(state): decided under the lock, written to the store
-  // without it, published under it. Stopping a job (cancelled, finished) closes its open
-  // round, which the driver then fails. decide's refusal (e.g. kConflict) or the store's
-  // error leave the state unchanged.
+  // without it (at the job's epoch if this coordinator owns it, else at the epoch of the
+  // job's current lease: an operator's action may reach any replica), published under it. Stopping
+  // a job (cancelled, finished) closes its open round, which the driver then fails. decide's
+  // refusal (e.g. kConflict) or the store's error leave the state unchanged.
   using Decide = std::function<Result<JobState>(JobState current)>;
   [[nodiscard]] Result<JobState> transition(JobEntry& job, const Decide& decide)
       FEDCASE_EXCLUDES(mu_);
@@ -158,6 +179,8 @@ class JobTable {
     std::unique_ptr<JobEntry> job;
     JobStatus status;
   };
+  // The epoch transition() writes `job`'s state at.
+  Result<storage::Epoch> write_epoch(const JobEntry& job) FEDCASE_EXCLUDES(mu_);
   const JobStatus& status_of(const JobEntry& job) const FEDCASE_REQUIRES(mu_);
   JobStatus& status_of(const JobEntry& job) FEDCASE_REQUIRES(mu_);
 

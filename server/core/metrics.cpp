@@ -72,6 +72,11 @@ const std::vector<Declaration>& declarations() {
        kCounter,
        "Secure-aggregation messages refused, by stage and reason (the error code).",
        {}},
+      {kLeaseChanges,
+       kCounter,
+       "Job leases this replica acquired, lost or stepped down from, by change.",
+       {}},
+      {kJobsOwned, kGauge, "Jobs whose rounds this replica drives (all of them alone).", {}},
   };
   return all;
 }

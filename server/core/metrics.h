@@ -56,6 +56,8 @@ inline constexpr const char* kSecAggRounds = "fedcase_secagg_rounds_total";
 inline constexpr const char* kSecAggStageSeconds = "fedcase_secagg_stage_seconds";
 inline constexpr const char* kSecAggDropouts = "fedcase_secagg_dropouts_total";
 inline constexpr const char* kSecAggMessagesRefused = "fedcase_secagg_messages_refused_total";
+inline constexpr const char* kLeaseChanges = "fedcase_lease_changes_total";
+inline constexpr const char* kJobsOwned = "fedcase_jobs_owned";
 }  // namespace metric
 
 class Metrics {

@@ -27,9 +27,24 @@ struct RecoveryTargets {
 // Loads every client and tenant; marks each round that a crash left open as failed
 // ("coordinator restarted while the round was open"); installs every job at its latest
 // committed model with the policy and optimizer state saved with it; and queues the server
-// evaluation of committed models that have none. kInternal / kInvalidArgument when a stored
-// record cannot be used (nothing is started then).
+// evaluation of committed models that have none. A replica (config.lease_s > 0) installs
+// every job unowned and leaves its rounds as they are: their owner, or the replica that
+// acquires the job next, concludes them (ownership.h). kInternal / kInvalidArgument when a
+// stored record cannot be used (nothing is started then).
 [[nodiscard]] Status recover(const RecoveryTargets& targets);
+
+// `record`'s job as the store holds it now, owned at `epoch`: its latest committed model with
+// the optimizer and policy state saved with it, its module, and `rounds`, its rounds (filled
+// in), of which those left open are first marked failed at `epoch` for `why` when
+// `fail_open`. Errors as recover()'s, and the store's (a kConflict: `epoch` is stale).
+Result<InstalledJob> load_job(const RecoveryTargets& targets, const storage::JobRecord& record,
+                              bool fail_open, storage::Epoch epoch, const std::string& why,
+                              std::vector<storage::RoundRecord>& rounds);
+
+// Queues the server evaluation of `job`'s committed models among `rounds` that have none (a
+// crash, or the end of an owner, came first).
+[[nodiscard]] Status evaluate_unscored(const RecoveryTargets& targets, JobEntry& job,
+                                       const std::vector<storage::RoundRecord>& rounds);
 
 // A stored model decoded for serving and training from; kInternal for a corrupt blob.
 Result<std::shared_ptr<const rounds::GlobalModel>> stored_model(const storage::ModelRecord& record);

@@ -42,17 +42,19 @@ std::optional<double> earliest(std::optional<double> a, std::optional<double> b)
   return std::min(*a, *b);
 }
 
-// A buffer's deadline in its record is its earliest task's at the open.
-storage::RoundRecord open_record(JobId job, const rounds::Round& r) {
-  return {job,
-          r.index(),
-          RoundState::kOpen,
-          r.base_version(),
-          r.invited(),
-          r.opened_at(),
-          r.next_deadline().value_or(r.opened_at()),
-          0,
-          json::object()};
+// A buffer's deadline in its record is its earliest task's at the open. Written at `epoch`.
+storage::RoundRecord open_record(JobId job, const rounds::Round& r, storage::Epoch epoch) {
+  storage::RoundRecord record{job,
+                              r.index(),
+                              RoundState::kOpen,
+                              r.base_version(),
+                              r.invited(),
+                              r.opened_at(),
+                              r.next_deadline().value_or(r.opened_at()),
+                              0,
+                              json::object()};
+  record.epoch = epoch;
+  return record;
 }
 
 }  // namespace
@@ -80,6 +82,8 @@ RoundDriver::RoundDriver(JobTable& jobs, ClientRegistry& clients, TenantRegistry
       last_flush_(clock_()) {}
 
 RoundDriver::~RoundDriver() { stop(); }
+
+void RoundDriver::set_pass(std::function<double(double now)> pass) { pass_ = std::move(pass); }
 
 void RoundDriver::start() {
   if (thread_.joinable()) return;
@@ -129,6 +133,7 @@ void RoundDriver::wake() {
 std::optional<double> RoundDriver::tick() {
   MutexLock serial(tick_mu_);
   const double now = clock_();
+  const std::optional<double> next_pass = pass_ ? std::optional<double>(pass_(now)) : std::nullopt;
   // Jobs whose round concludes now open their next one in the next tick, right after this.
   std::vector<JobEntry*> waiting = jobs_.waiting_jobs();
   std::vector<Closing> closing;
@@ -138,6 +143,12 @@ std::optional<double> RoundDriver::tick() {
   std::vector<std::shared_ptr<SecureRound>> inputs_closing;
   jobs_.update_each([&](JobEntry& job, JobStatus& status) {
     if (status.concluding || !status.round) return;
+    if (!status.owned) {
+      // Stepped down: the new owner concludes the round; it is forgotten here, unwritten, once
+      // no upload is being folded into it.
+      if (status.round->due(now)) status.round.reset();
+      return;
+    }
     std::string reason = stop_reason(status.state);
     if (!reason.empty()) status.round->close();
     if (status.round->buffered()) {
@@ -183,6 +194,7 @@ std::optional<double> RoundDriver::tick() {
   std::optional<double> next = again ? std::optional<double>(now) : std::nullopt;
   next = earliest(next, earliest(jobs_.next_deadline(now), tenants_.throttle_ends(now)));
   next = earliest(next, secure_.next_deadline(now));
+  next = earliest(next, next_pass);
   if (clients_.has_unsaved()) {
     if (now - last_flush_ >= kSaveContactsEvery) {
       clients_.flush();
@@ -200,6 +212,10 @@ void RoundDriver::conclude_all() {
   std::vector<Closing> closing;
   jobs_.update_each([&](JobEntry& job, JobStatus& status) {
     if (status.concluding || !status.round) return;
+    if (!status.owned) {  // stepped down: the new owner concludes it
+      status.round.reset();
+      return;
+    }
     status.round->close();
     if (!status.round->due(now)) return;
     const std::string reason = stop_reason(status.state);
@@ -332,7 +348,8 @@ bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now
     rounds::Round& buffer = **opened;
     std::set<ClientId> excluded;
     for (const auto& task : buffer.tasks()) excluded.insert(task.client);
-    auto slots = runtime.plan_slots(buffer.index(), runtime.free_slots(buffer), excluded, pool, now);
+    auto slots =
+        runtime.plan_slots(buffer.index(), runtime.free_slots(buffer), excluded, pool, now);
     if (!slots.ok()) opened = slots.status();
     if (slots.ok()) {
       for (rounds::Round::Assignment& a : *slots) buffer.assign(std::move(a.task), a.terms);
@@ -347,10 +364,11 @@ bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now
   if (!*opened) return false;  // too few clients free: not counted as a selection
   metrics_.observe(metric::kSelectionSeconds, {}, selection_s);
   rounds::Round& round = **opened;
-  Status stored = store_.open_round(open_record(job.id, round));
+  Status stored = store_.open_round(open_record(job.id, round, epoch_of(job)));
   if (!stored.ok()) {
     log_error(job_prefix(job) + "cannot open round " + std::to_string(round.index()) + ": " +
               stored.to_string());
+    step_down_if_fenced(job, stored);
     return false;
   }
   job.round_expected_client_s = round.expected_client_seconds();
@@ -404,8 +422,8 @@ void RoundDriver::refill(JobEntry& job, const std::vector<ClientSnapshot>& clien
   });
   if (slots.free == 0) return;
   // Select and plan without a lock.
-  auto planned =
-      runtime.plan_slots(slots.index, slots.free, slots.excluded, pool_for(job, clients, busy), now);
+  auto planned = runtime.plan_slots(slots.index, slots.free, slots.excluded,
+                                    pool_for(job, clients, busy), now);
   if (!planned.ok()) {
     log_error(job_prefix(job) + "cannot refill buffer " + std::to_string(slots.index) + ": " +
               planned.status().to_string());
@@ -474,7 +492,7 @@ void RoundDriver::conclude(Closing& c, double now) {
     secure_.close(job.id, *c.secure);
   }
   clients_.apply(k.profile_changes);
-  storage::RoundRecord record = open_record(job.id, c.round);
+  storage::RoundRecord record = open_record(job.id, c.round, epoch_of(job));
   record.state = k.state;
   record.closed_at = now;
   record.metrics = k.metrics;
@@ -492,11 +510,13 @@ void RoundDriver::conclude(Closing& c, double now) {
       Status failed = store_.fail_round(record);
       if (!failed.ok())
         log_error(job_prefix(job) + "cannot record failed round: " + failed.to_string());
+      step_down_if_fenced(job, s);
     }
   } else {
     Status failed = store_.fail_round(record);
     if (!failed.ok())
       log_error(job_prefix(job) + "cannot record failed round: " + failed.to_string());
+    step_down_if_fenced(job, failed);
   }
   clients_.save(k.invited);
 
@@ -555,6 +575,19 @@ rounds::Conclusion RoundDriver::conclude_secure(Closing& c, double now) {
     return runtime.fail(c.round, now, "secure aggregation failed: " + folded.message());
   }
   return runtime.conclude(c.round, now);
+}
+
+storage::Epoch RoundDriver::epoch_of(const JobEntry& job) const {
+  return jobs_.read(job, [](const JobStatus& status) { return status.epoch; });
+}
+
+void RoundDriver::step_down_if_fenced(JobEntry& job, const Status& refused) {
+  const storage::Epoch epoch = epoch_of(job);
+  if (refused.code() != Code::kConflict || epoch == storage::kUnleased) return;
+  log_warn(job_prefix(job) + "the store refused a write at lease epoch " + std::to_string(epoch) +
+           " (" + refused.message() + "): stepping down as the job's owner");
+  jobs_.update(job, [](JobStatus& status) { stop_owning(status); });
+  metrics_.add(metric::kLeaseChanges, {{"change", "stepped_down"}});
 }
 
 void RoundDriver::evaluate(JobEntry& job, std::shared_ptr<const rounds::GlobalModel> model,

@@ -40,6 +40,7 @@
 // driver thread when started (tests without a thread may call it directly, one at a time).
 // The thread turns the clock's deadlines into waits, so its clock must advance in real time.
 
+#include <functional>
 #include <optional>
 #include <set>
 #include <thread>
@@ -64,6 +65,9 @@ class RoundDriver {
               SecureRounds& secure, Metrics& metrics, Clock clock);
   ~RoundDriver();  // stops the thread
 
+  // A pass to run at the start of every tick, on the driver's thread, that returns when it is
+  // due next (e.g. Ownership::pass). Set before start().
+  void set_pass(std::function<double(double now)> pass);
   // Starts / stops the thread that calls tick() at its deadlines and at once after wake().
   void start();
   void stop();
@@ -126,6 +130,14 @@ class RoundDriver {
   // A secure round's conclusion: the masks removed, the sum folded into the round's aggregate
   // and concluded as a plain round; or failed with the reason.
   rounds::Conclusion conclude_secure(Closing& closing, double now);
+  // The lease epoch the driver's writes for `job` carry.
+  storage::Epoch epoch_of(const JobEntry& job) const;
+  // After the store `refused` a write of `job`'s owner: when it refused a leased epoch
+  // (kConflict: another replica acquired the job since), this coordinator stops owning the
+  // job (stop_owning: its open round is closed, then forgotten unwritten once no upload is
+  // being folded into it), and the new owner concludes that round. A single coordinator
+  // (epoch kUnleased) keeps its job.
+  void step_down_if_fenced(JobEntry& job, const Status& refused);
   // Running or paused -> finished (round cap or target reached).
   void finish(JobEntry& job);
   // Records the evaluation of model `version` with `timing` (commit and evaluation seconds).
@@ -145,7 +157,8 @@ class RoundDriver {
   Metrics& metrics_;           // selection time, rounds concluded and their durations
   Clock clock_;
 
-  Mutex tick_mu_;  // one tick at a time
+  std::function<double(double now)> pass_;  // set before start(), then constant
+  Mutex tick_mu_;                           // one tick at a time
   // When contacts were last saved (at first, when the driver was made).
   double last_flush_ FEDCASE_GUARDED_BY(tick_mu_);
   Mutex wake_mu_;

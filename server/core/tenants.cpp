@@ -44,6 +44,17 @@ Status TenantRegistry::load() {
   return ok_status();
 }
 
+Status TenantRegistry::refresh() {
+  auto records = store_.list_tenants();
+  if (!records.ok()) return records.status();
+  MutexLock lock(mu_);
+  for (const auto& record : *records) {
+    if (tenants_.count(record.id) || !scheduling::parse_tenant_limits(record.limits).ok()) continue;
+    install(record);
+  }
+  return ok_status();
+}
+
 Result<TenantRegistry::Created> TenantRegistry::create(const json& request, double now) {
   if (!request.is_object()) return invalid_argument("request body must be a JSON object");
   storage::TenantRecord record;

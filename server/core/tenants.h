@@ -34,6 +34,10 @@ class TenantRegistry {
 
   // Loads every stored tenant. kInternal / kInvalidArgument for unreadable rows.
   [[nodiscard]] Status load();
+  // Installs the stored tenants it does not know yet (added through another replica sharing
+  // the database); those it knows keep their throttling windows. Errors as load()'s, but a
+  // tenant with unreadable limits is skipped.
+  [[nodiscard]] Status refresh();
 
   // `request`: {"name", "weight" (0 < w <= 100, default 1), "limits": {"max_running_jobs",
   // "max_submissions", "submission_window_s", "max_round_starts", "round_window_s"}} (limits

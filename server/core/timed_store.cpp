@@ -42,8 +42,9 @@ class TimedStore : public Store {
   }
   Result<std::vector<TenantRecord>> list_tenants() override { return store_->list_tenants(); }
   Result<std::vector<JobRecord>> list_jobs() override { return store_->list_jobs(); }
-  Status set_job_state(JobId id, JobState state) override {
-    return timed_write(metrics_, "set_job_state", [&] { return store_->set_job_state(id, state); });
+  Status set_job_state(JobId id, JobState state, Epoch epoch) override {
+    return timed_write(metrics_, "set_job_state",
+                       [&] { return store_->set_job_state(id, state, epoch); });
   }
   Status open_round(const RoundRecord& round) override {
     return timed_write(metrics_, "open_round", [&] { return store_->open_round(round); });
@@ -73,6 +74,55 @@ class TimedStore : public Store {
     return store_->get_model(job, version);
   }
   Result<ModelRecord> latest_model(JobId job) override { return store_->latest_model(job); }
+  Status reserve_update(JobId job, RoundIndex round, ClientId client, const std::string& replica,
+                        double hold_s) override {
+    return timed_write(metrics_, "reserve_update",
+                       [&] { return store_->reserve_update(job, round, client, replica, hold_s); });
+  }
+  Status release_update(JobId job, RoundIndex round, ClientId client,
+                        const std::string& replica) override {
+    return timed_write(metrics_, "release_update",
+                       [&] { return store_->release_update(job, round, client, replica); });
+  }
+  Status close_admission(JobId job, RoundIndex round, Epoch epoch) override {
+    return timed_write(metrics_, "close_admission",
+                       [&] { return store_->close_admission(job, round, epoch); });
+  }
+  Result<AdmissionRecord> round_admission(JobId job, RoundIndex round) override {
+    return store_->round_admission(job, round);
+  }
+  Status put_partial(const PartialRecord& partial) override {
+    return timed_write(metrics_, "put_partial", [&] { return store_->put_partial(partial); });
+  }
+  Result<std::vector<PartialRecord>> list_partials(JobId job, RoundIndex round) override {
+    return store_->list_partials(job, round);
+  }
+  Result<LeaseRecord> acquire_lease(JobId job, const std::string& holder,
+                                    double duration_s) override {
+    return timed_write(metrics_, "acquire_lease",
+                       [&] { return store_->acquire_lease(job, holder, duration_s); });
+  }
+  Result<LeaseRecord> renew_lease(JobId job, const std::string& holder, Epoch epoch,
+                                  double duration_s) override {
+    return timed_write(metrics_, "renew_lease",
+                       [&] { return store_->renew_lease(job, holder, epoch, duration_s); });
+  }
+  Status release_lease(JobId job, const std::string& holder, Epoch epoch) override {
+    return timed_write(metrics_, "release_lease",
+                       [&] { return store_->release_lease(job, holder, epoch); });
+  }
+  Result<std::vector<LeaseRecord>> list_leases() override { return store_->list_leases(); }
+  Result<TenantService> charge_tenant(const ServiceCharge& charge) override {
+    return timed_write(metrics_, "charge_tenant", [&] { return store_->charge_tenant(charge); });
+  }
+  Result<std::vector<TenantService>> list_tenant_service() override {
+    return store_->list_tenant_service();
+  }
+  Status notify(Channel channel, uint64_t id) override {
+    return timed_write(metrics_, "notify", [&] { return store_->notify(channel, id); });
+  }
+  Result<std::unique_ptr<Listener>> listen() override { return store_->listen(); }
+  Status ping() override { return store_->ping(); }
 
  private:
   std::unique_ptr<Store> store_;

@@ -1,5 +1,7 @@
 // SIGKILL the coordinator process after a committed round and start it again on the same
-// database: the job continues from the same model and the clients reconnect by themselves.
+// database: the job continues from the same model and the clients reconnect by themselves. On
+// an SQLite file, and on a PostgreSQL database (a private server, tests/support/
+// postgres_server.h).
 
 #include <doctest/doctest.h>
 
@@ -8,6 +10,7 @@
 #include "client_sdk/fleet.h"
 #include "tests/support/coordinator_harness.h"
 #include "tests/support/coordinator_process.h"
+#include "tests/support/postgres_server.h"
 
 using namespace fedcase;
 using namespace fedcase::testing;
@@ -15,10 +18,11 @@ using nlohmann::json;
 
 namespace {
 
-void write_config(const std::string& path, const TempDir& dir, uint16_t port) {
+void write_config(const std::string& path, const TempDir& dir, const std::string& database,
+                  uint16_t port) {
   json config = {{"port", port},
                  {"port_file", dir.file("port")},
-                 {"database", dir.file("fedcase.db")},
+                 {"database", database},
                  {"admin_token", kAdminToken},
                  {"enrollment_token", kEnrollmentToken},
                  {"eval_data_dir", FEDCASE_FMNIST_DIR},
@@ -28,13 +32,12 @@ void write_config(const std::string& path, const TempDir& dir, uint16_t port) {
   std::remove(dir.file("port").c_str());
 }
 
-}  // namespace
-
-TEST_CASE("a SIGKILLed coordinator resumes the job from its last committed model") {
+// The whole scenario, on the store `database` names (a URL).
+void resumes_after_sigkill(const std::string& database) {
   TempDir dir;
   const std::string config_path = dir.file("coordinator.json");
   const std::string log_path = dir.file("coordinator.log");
-  write_config(config_path, dir, 0);
+  write_config(config_path, dir, database, 0);
   auto first = std::make_unique<CoordinatorProcess>(config_path, log_path);
   const uint16_t port = wait_for_port(dir.file("port"));
   REQUIRE(port != 0);
@@ -67,7 +70,7 @@ TEST_CASE("a SIGKILLed coordinator resumes the job from its last committed model
   const std::string checksum = last_before["metrics"]["checksum"];
 
   // Same database, same port: the clients keep retrying the address they know.
-  write_config(config_path, dir, port);
+  write_config(config_path, dir, database, port);
   CoordinatorProcess second(config_path, log_path);
   REQUIRE(wait_for_port(dir.file("port")) == port);
   Caller admin2(port, kAdminToken);
@@ -115,4 +118,38 @@ TEST_CASE("a SIGKILLed coordinator resumes the job from its last committed model
   // The clients reconnected with their tokens: nobody registered twice.
   CHECK(admin2.get("/v1/admin/clients").body["clients"].size() == 3);
   CHECK((*fleet)->updates_accepted() >= 3 * rounds.size() - 3);
+}
+
+}  // namespace
+
+TEST_CASE("a SIGKILLed coordinator resumes the job from its last committed model") {
+  TempDir dir;
+  resumes_after_sigkill("sqlite:" + dir.file("fedcase.db"));
+}
+
+TEST_CASE("a SIGKILLed coordinator on PostgreSQL resumes the job from its last committed model") {
+  PostgresServer& server = PostgresServer::shared();
+  resumes_after_sigkill(server.url(server.create_database()));
+}
+
+TEST_CASE("GET /healthz follows the coordinator's PostgreSQL server: 503 while it is down") {
+  PostgresServer& server = PostgresServer::shared();
+  TempDir dir;
+  const std::string config_path = dir.file("coordinator.json");
+  write_config(config_path, dir, server.url(server.create_database()), 0);
+  CoordinatorProcess coordinator(config_path, dir.file("coordinator.log"));
+  const uint16_t port = wait_for_port(dir.file("port"));
+  REQUIRE(port != 0);
+  Caller anyone(port, "");  // a load balancer's check carries no token
+  auto health = [&] { return anyone.get("/healthz"); };
+  Reply up = health();
+  CHECK(up.status == 200);
+  CHECK(up.body["status"] == "ok");
+  CHECK(!up.body["replica"].get<std::string>().empty());
+
+  server.stop(/*immediate=*/false);
+  CHECK(wait_until([&] { return health().status == 503; }, 15));
+  CHECK(health().body["status"] == "database unreachable");
+  server.start();
+  CHECK(wait_until([&] { return health().status == 200; }, 15));
 }

@@ -63,7 +63,7 @@ TEST_CASE("the database is a store URL; a plain path is an SQLite file") {
   CHECK(parse_coordinator_config(j).database == "/var/lib/fedcase/fedcase.db");
   j["database"] = "sqlite:/var/lib/fedcase/fedcase.db";
   CHECK(parse_coordinator_config(j).database == "sqlite:/var/lib/fedcase/fedcase.db");
-  j["database"] = "postgresql://db.internal/fedcase";
+  j["database"] = "mysql://db.internal/fedcase";
   CHECK_THROWS_WITH_AS(parse_coordinator_config(j), doctest::Contains("database: unknown"),
                        std::runtime_error);
   CHECK_THROWS_WITH_AS(parse_coordinator_config(j), doctest::Contains("known: sqlite"),
@@ -71,4 +71,31 @@ TEST_CASE("the database is a store URL; a plain path is an SQLite file") {
   j["database"] = "";
   CHECK_THROWS_WITH_AS(parse_coordinator_config(j), doctest::Contains("database"),
                        std::runtime_error);
+}
+
+TEST_CASE("a replica id is a short name, or empty for one chosen at start") {
+  CHECK(parse_coordinator_config(kTokens).replica_id.empty());
+  json j = kTokens;
+  j["replica_id"] = "replica-2.east_a";
+  CHECK(parse_coordinator_config(j).replica_id == "replica-2.east_a");
+  for (const char* bad : {"has space", "semi;colon", "slash/"}) {
+    j["replica_id"] = bad;
+    CHECK_THROWS_WITH_AS(parse_coordinator_config(j), doctest::Contains("replica_id"),
+                         std::runtime_error);
+  }
+  j["replica_id"] = std::string(65, 'r');
+  CHECK_THROWS_WITH_AS(parse_coordinator_config(j), doctest::Contains("replica_id"),
+                       std::runtime_error);
+}
+
+TEST_CASE("lease_s is 0 for a single coordinator, or a replica's lease of at least a second") {
+  CHECK(parse_coordinator_config(kTokens).lease_s == 0);
+  json j = kTokens;
+  j["lease_s"] = 5;
+  CHECK(parse_coordinator_config(j).lease_s == 5);
+  for (double bad : {0.5, -1.0, 1000.0}) {
+    j["lease_s"] = bad;
+    CHECK_THROWS_WITH_AS(parse_coordinator_config(j), doctest::Contains("lease_s"),
+                         std::runtime_error);
+  }
 }

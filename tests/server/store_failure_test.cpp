@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <string>
 
+#include "server/api/api.h"
 #include "server/core/coordinator.h"
+#include "tests/server/api_calls.h"
 #include "tests/server/coordinator_fixture.h"
 #include "tests/support/failing_store.h"
 
@@ -319,6 +321,45 @@ TEST_CASE("an update whose metadata the store refuses is refused and releases it
   auto model = decode_blob(stored->blob, stored->blob.size());
   REQUIRE(model.ok());
   check_model(*model, base, (0.1f * 10 + 0.5f * 30) / 40);  // the refused 5.0 is in no fold
+}
+
+TEST_CASE("GET /healthz is 200 while the database answers and 503 once it does not") {
+  fedcase::testing::TempDir dir;
+  FaultyJob f(dir);
+  Api api(*f.h.coordinator);
+  Reply healthy = call(api, http::verb::get, "/healthz", "");  // no token needed
+  CHECK(healthy.response.result() == http::status::ok);
+  const json body = body_of(healthy);
+  CHECK(body["status"] == "ok");
+  const std::string replica = body["replica"];
+  CHECK(replica.find("-" + std::to_string(getpid())) != std::string::npos);
+  CHECK(healthy.response["X-Fedcase-Replica"] == replica);
+  CHECK(api.route_label(Request{http::verb::get, "/healthz", 11}) == "/healthz");
+
+  // The database stops answering: the next probe, a second later, finds it so; the answers
+  // in between come from the last probe, without reaching the store.
+  f.faults->fail(StoreMethod::kPing, unavailable("connection refused"), StoreFaults::kEveryCall);
+  const size_t pings = f.faults->calls(StoreMethod::kPing);
+  CHECK(call(api, http::verb::get, "/healthz", "").response.result() == http::status::ok);
+  CHECK(f.faults->calls(StoreMethod::kPing) == pings);
+  usleep(1100 * 1000);
+  Reply down = call(api, http::verb::get, "/healthz", "");
+  CHECK(down.response.result() == http::status::service_unavailable);
+  CHECK(body_of(down)["status"] == "database unreachable");
+  CHECK(down.response.body().find("refused") == std::string::npos);  // says nothing more
+  CHECK(body_of(down)["replica"] == replica);
+  CHECK(call(api, http::verb::post, "/healthz", "").response.result() ==
+        http::status::method_not_allowed);
+
+  f.faults->clear(StoreMethod::kPing);
+  usleep(1100 * 1000);
+  CHECK(call(api, http::verb::get, "/healthz", "").response.result() == http::status::ok);
+}
+
+TEST_CASE("a configured replica id names the replica") {
+  fedcase::testing::TempDir dir;
+  Harness h(dir, [](CoordinatorConfig& config) { config.replica_id = "replica-b"; });
+  CHECK(h.coordinator->replica_id() == "replica-b");
 }
 
 }  // namespace

@@ -29,8 +29,23 @@ TEST_CASE("a store URL names its backend; a plain path is an SQLite file") {
   CHECK(parse_store_url("sqlite:a:b.db")->location == "a:b.db");  // only the first ':' counts
 }
 
+TEST_CASE("a PostgreSQL URL is a libpq connection URI, passed whole") {
+  auto url = parse_store_url("postgresql://fedcase@db.internal:5433/fedcase?sslmode=require");
+  REQUIRE(url.ok());
+  CHECK(url->scheme == "postgresql");
+  CHECK(url->location == "postgresql://fedcase@db.internal:5433/fedcase?sslmode=require");
+  url = parse_store_url("Postgres:///fedcase?host=/run/postgresql");  // a Unix socket directory
+  REQUIRE(url.ok());
+  CHECK(url->scheme == "postgresql");
+  CHECK(url->location == "postgresql:///fedcase?host=/run/postgresql");
+  for (const char* bad : {"postgresql:fedcase", "postgres:/db", "postgresql:"}) {
+    CAPTURE(bad);
+    CHECK(parse_store_url(bad).status().code() == Code::kInvalidArgument);
+  }
+}
+
 TEST_CASE("an unknown scheme, an empty URL or an empty path is kInvalidArgument") {
-  for (const char* bad : {"postgresql://db.internal/fedcase", "mysql:fedcase", "a:b.db"}) {
+  for (const char* bad : {"mysql://db.internal/fedcase", "mysql:fedcase", "a:b.db"}) {
     CAPTURE(bad);
     auto url = parse_store_url(bad);
     CHECK(url.status().code() == Code::kInvalidArgument);

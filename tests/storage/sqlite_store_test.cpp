@@ -19,7 +19,7 @@ namespace {
 
 // The schema version of this build's SQLite store (kMigrations in storage/sqlite_store.cpp).
 // A new migration raises it and teaches SqliteBackend::rewind_schema to undo it.
-constexpr int kSchemaVersion = 3;
+constexpr int kSchemaVersion = 4;
 
 std::unique_ptr<Store> open(const std::string& path) {
   auto s = open_sqlite_store(path);
@@ -82,6 +82,13 @@ class SqliteBackend : public contract::Backend {
   void rewind_schema(int version) override {
     REQUIRE(version >= 1);
     REQUIRE(version < kSchemaVersion);
+    if (version < 4) {
+      exec(path_,
+           "DROP TABLE job_leases; DROP TABLE partials; DROP TABLE tenant_service;"
+           "ALTER TABLE rounds DROP COLUMN target; ALTER TABLE rounds DROP COLUMN admitting;"
+           "ALTER TABLE rounds DROP COLUMN epoch; ALTER TABLE updates DROP COLUMN state;"
+           "ALTER TABLE updates DROP COLUMN replica; ALTER TABLE updates DROP COLUMN expires_at");
+    }
     if (version < 3) exec(path_, "DROP TABLE job_modules");
     if (version < 2) exec(path_, "DROP TABLE tenants; ALTER TABLE jobs DROP COLUMN tenant_id");
     set_schema_version(version);
@@ -134,14 +141,28 @@ TEST_CASE("the schema version is PRAGMA user_version") {
   CHECK(s.status().message().find("newer") != std::string::npos);
 }
 
-TEST_CASE("a version-1 database, as version 1 wrote it, gains tenants and modules") {
+TEST_CASE("a version-1 database, as version 1 wrote it, gains tenants, modules and leases") {
   testing::TempDir dir;
   const std::string path = dir.file("fedcase.db");
-  // The jobs table as schema version 1 had it, with one job.
+  // The tables as schema version 1 had them, with one job.
   exec(path,
+       "CREATE TABLE clients (id INTEGER PRIMARY KEY AUTOINCREMENT, token_hash TEXT NOT NULL "
+       "UNIQUE, info TEXT NOT NULL, profile TEXT NOT NULL, registered_at REAL NOT NULL, "
+       "last_seen REAL NOT NULL);"
        "CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT "
        "NULL, config TEXT NOT NULL, state TEXT NOT NULL, policy_state TEXT NOT "
        "NULL, created_at REAL NOT NULL);"
+       "CREATE TABLE rounds (job_id INTEGER NOT NULL REFERENCES jobs(id), idx INTEGER NOT NULL, "
+       "state TEXT NOT NULL, base_version INTEGER NOT NULL, selected TEXT NOT NULL, opened_at "
+       "REAL NOT NULL, deadline REAL NOT NULL, closed_at REAL NOT NULL, metrics TEXT NOT NULL, "
+       "PRIMARY KEY (job_id, idx));"
+       "CREATE TABLE updates (job_id INTEGER NOT NULL, round_idx INTEGER NOT NULL, client_id "
+       "INTEGER NOT NULL REFERENCES clients(id), meta TEXT NOT NULL, received_at REAL NOT NULL, "
+       "PRIMARY KEY (job_id, round_idx, client_id), FOREIGN KEY (job_id, round_idx) REFERENCES "
+       "rounds(job_id, idx));"
+       "CREATE TABLE models (job_id INTEGER NOT NULL REFERENCES jobs(id), version INTEGER NOT "
+       "NULL, blob BLOB NOT NULL, checksum TEXT NOT NULL, optimizer_state BLOB NOT NULL, "
+       "created_at REAL NOT NULL, PRIMARY KEY (job_id, version));"
        "INSERT INTO jobs(name, config, state, policy_state, created_at) "
        "VALUES('old', '{}', 'running', '{}', 1.0);"
        "PRAGMA user_version=1;");
@@ -154,6 +175,12 @@ TEST_CASE("a version-1 database, as version 1 wrote it, gains tenants and module
   CHECK(jobs->at(0).tenant == 0);
   CHECK(store->list_tenants()->empty());
   CHECK(store->get_job_module(jobs->at(0).id).status().code() == Code::kNotFound);
+  auto leases = store->list_leases();
+  REQUIRE(leases.ok());
+  REQUIRE(leases->size() == 1);
+  CHECK(leases->at(0).job == jobs->at(0).id);
+  CHECK(leases->at(0).epoch == kUnleased);
+  CHECK(store->set_job_state(jobs->at(0).id, JobState::kPaused, kUnleased).ok());
 }
 
 TEST_CASE("a corrupt row is kInternal, never a crash") {

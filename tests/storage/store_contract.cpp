@@ -10,82 +10,19 @@
 #include <thread>
 #include <vector>
 
+#include "tests/storage/contract_records.h"
+
 namespace fedcase::storage::contract {
 namespace {
 
 using nlohmann::json;
-
-std::unique_ptr<Store> open(Backend& backend) {
-  auto store = backend.open();
-  REQUIRE_MESSAGE(store.ok(), store.status().to_string());
-  return std::move(store).value();
-}
-
-// Bytes no text column would keep: NULs, 0xFF, a zip signature.
-const std::string kBinary("PK\x03\x04\0mod\xff\xfe\0ule", 14);
-
-ModelRecord model(JobId job, uint64_t version, const std::string& blob) {
-  return {job, version, blob, "sum-" + blob, "opt-" + blob + kBinary, 100.0 + version};
-}
-
-ClientRecord client(const std::string& token_hash) {
-  return {0,
-          token_hash,
-          {{"dataset_size", 120}, {"device", {{"model", "phone \xc3\xa9"}, {"cores", 4}}}},
-          {{"speed", 1.5}},
-          10.25,
-          11.5};
-}
-
-JobRecord job_record(const std::string& name, TenantId tenant = 0) {
-  return {0,
-          name,
-          {{"rounds", 5}, {"selection", {{"policy", "fedcase"}}}},
-          JobState::kRunning,
-          {{"rho", 0.25}},
-          5.5,
-          tenant};
-}
-
-RoundRecord open_round_record(JobId job, RoundIndex index, std::vector<ClientId> selected = {}) {
-  return {job,          index, RoundState::kOpen, index - 1, std::move(selected), 30.0 + index,
-          90.0 + index, 0,     json::object()};
-}
-
-// `round` as its conclusion records it: closed at `closed_at` with `metrics`.
-RoundRecord closed(RoundRecord round, double closed_at, json metrics) {
-  round.closed_at = closed_at;
-  round.metrics = std::move(metrics);
-  return round;
-}
-
-JobId create(Store& store, const JobRecord& job, const std::string& blob = "m0",
-             const std::string& module = "") {
-  auto id = store.create_job(job, model(0, 0, blob), module);
-  REQUIRE_MESSAGE(id.ok(), id.status().to_string());
-  return *id;
-}
-
-ClientId add(Store& store, const std::string& token_hash) {
-  auto id = store.add_client(client(token_hash));
-  REQUIRE_MESSAGE(id.ok(), id.status().to_string());
-  return *id;
-}
-
-void check_same_model(const ModelRecord& got, const ModelRecord& want) {
-  CHECK(got.job == want.job);
-  CHECK(got.version == want.version);
-  CHECK(got.blob == want.blob);
-  CHECK(got.checksum == want.checksum);
-  CHECK(got.optimizer_state == want.optimizer_state);
-  CHECK(got.created_at == want.created_at);
-}
 
 // ---- The cases ----------------------------------------------------------------------------
 
 void clients(const BackendFactory& factory) {
   auto backend = factory();
   auto store = open(*backend);
+  CHECK(store->ping().ok());
   CHECK(store->list_clients()->empty());
   const ClientId a = add(*store, "hash-a");
   const ClientId b = add(*store, "hash-b");
@@ -165,11 +102,12 @@ void jobs(const BackendFactory& factory) {
   CHECK(store->get_job_module(without + 100).status().code() == Code::kNotFound);
 
   for (JobState state : {JobState::kPaused, JobState::kRunning, JobState::kCancelled}) {
-    REQUIRE(store->set_job_state(without, state).ok());
+    REQUIRE(store->set_job_state(without, state, kUnleased).ok());
     CHECK(store->get_job(without)->state == state);
   }
   CHECK(store->get_job(with_module)->state == JobState::kRunning);
-  CHECK(store->set_job_state(without + 100, JobState::kPaused).code() == Code::kNotFound);
+  CHECK(store->set_job_state(without + 100, JobState::kPaused, kUnleased).code() ==
+        Code::kNotFound);
 
   auto all = store->list_jobs();
   REQUIRE(all.ok());
@@ -420,7 +358,7 @@ void survives_reopening(const BackendFactory& factory) {
     tenant = *t;
     job = create(*store, job_record("kept", tenant), "m0", kBinary);
     REQUIRE(store->update_clients({ClientRecord{a, "", {}, {{"speed", 9}}, 0, 44}}).ok());
-    REQUIRE(store->set_job_state(job, JobState::kPaused).ok());
+    REQUIRE(store->set_job_state(job, JobState::kPaused, kUnleased).ok());
     REQUIRE(store->open_round(open_round_record(job, 1, {a})).ok());
     REQUIRE(store->record_update({job, 1, a, {{"samples", 12}}, 40}).ok());
     REQUIRE(store
@@ -483,7 +421,7 @@ void second_store_sees_commits(const BackendFactory& factory) {
   CHECK(reader->get_job(job)->policy_state == json{{"rho", 0.7}});
   // Writes through either store are refused or accepted the same way.
   CHECK(reader->add_client(client("hash-a")).status().code() == Code::kConflict);
-  REQUIRE(reader->set_job_state(job, JobState::kPaused).ok());
+  REQUIRE(reader->set_job_state(job, JobState::kPaused, kUnleased).ok());
   CHECK(writer->get_job(job)->state == JobState::kPaused);
 }
 
@@ -750,6 +688,7 @@ void check_store_contract(const BackendFactory& factory) {
   for (const Case& c : kCases) {
     SUBCASE(c.name) { c.run(factory); }
   }
+  check_cluster_contract(factory);
 }
 
 }  // namespace fedcase::storage::contract

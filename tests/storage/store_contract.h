@@ -2,7 +2,9 @@
 // The contract every storage::Store backend must meet, written once and run against each
 // backend: every method of storage/store.h with its documented errors, the atomicity of
 // create_job and commit_round, durability across reopening, schema migrations (an older
-// database migrates, a newer one is refused), and readers and writers at the same time.
+// database migrates, a newer one is refused, several openers migrate an empty one once),
+// readers and writers at the same time, and what replicas share (cluster_contract.cpp):
+// leases and fenced writes, admission, partial aggregates, tenants' service, wake-ups.
 //
 // A backend's test gives a factory of fresh, empty databases and calls check_store_contract
 // from one doctest test case:
@@ -25,8 +27,8 @@
 namespace fedcase::storage::contract {
 
 // One empty database of the backend under test, made for one case and dropped (with what it
-// holds) when the case ends. Used from the case's thread only; the stores it opens are used
-// from several threads.
+// holds) when the case ends. Used from the case's thread, but open() also from several threads
+// at once (replicas starting together); the stores it opens are used from several threads.
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -38,8 +38,8 @@ class FailingStore : public Store {
   Result<std::vector<JobRecord>> list_jobs() override {
     return call(StoreMethod::kListJobs, [&] { return store_->list_jobs(); });
   }
-  Status set_job_state(JobId id, JobState state) override {
-    return call(StoreMethod::kSetJobState, [&] { return store_->set_job_state(id, state); });
+  Status set_job_state(JobId id, JobState state, Epoch epoch) override {
+    return call(StoreMethod::kSetJobState, [&] { return store_->set_job_state(id, state, epoch); });
   }
   Result<TenantId> add_tenant(const TenantRecord& tenant) override {
     return call(StoreMethod::kAddTenant, [&] { return store_->add_tenant(tenant); });
@@ -76,6 +76,61 @@ class FailingStore : public Store {
   }
   Result<ModelRecord> latest_model(JobId job) override {
     return call(StoreMethod::kLatestModel, [&] { return store_->latest_model(job); });
+  }
+  Status reserve_update(JobId job, RoundIndex round, ClientId client, const std::string& replica,
+                        double hold_s) override {
+    return call(StoreMethod::kReserveUpdate,
+                [&] { return store_->reserve_update(job, round, client, replica, hold_s); });
+  }
+  Status release_update(JobId job, RoundIndex round, ClientId client,
+                        const std::string& replica) override {
+    return call(StoreMethod::kReleaseUpdate,
+                [&] { return store_->release_update(job, round, client, replica); });
+  }
+  Status close_admission(JobId job, RoundIndex round, Epoch epoch) override {
+    return call(StoreMethod::kCloseAdmission,
+                [&] { return store_->close_admission(job, round, epoch); });
+  }
+  Result<AdmissionRecord> round_admission(JobId job, RoundIndex round) override {
+    return call(StoreMethod::kRoundAdmission, [&] { return store_->round_admission(job, round); });
+  }
+  Status put_partial(const PartialRecord& partial) override {
+    return call(StoreMethod::kPutPartial, [&] { return store_->put_partial(partial); });
+  }
+  Result<std::vector<PartialRecord>> list_partials(JobId job, RoundIndex round) override {
+    return call(StoreMethod::kListPartials, [&] { return store_->list_partials(job, round); });
+  }
+  Result<LeaseRecord> acquire_lease(JobId job, const std::string& holder,
+                                    double duration_s) override {
+    return call(StoreMethod::kAcquireLease,
+                [&] { return store_->acquire_lease(job, holder, duration_s); });
+  }
+  Result<LeaseRecord> renew_lease(JobId job, const std::string& holder, Epoch epoch,
+                                  double duration_s) override {
+    return call(StoreMethod::kRenewLease,
+                [&] { return store_->renew_lease(job, holder, epoch, duration_s); });
+  }
+  Status release_lease(JobId job, const std::string& holder, Epoch epoch) override {
+    return call(StoreMethod::kReleaseLease,
+                [&] { return store_->release_lease(job, holder, epoch); });
+  }
+  Result<std::vector<LeaseRecord>> list_leases() override {
+    return call(StoreMethod::kListLeases, [&] { return store_->list_leases(); });
+  }
+  Result<TenantService> charge_tenant(const ServiceCharge& charge) override {
+    return call(StoreMethod::kChargeTenant, [&] { return store_->charge_tenant(charge); });
+  }
+  Result<std::vector<TenantService>> list_tenant_service() override {
+    return call(StoreMethod::kListTenantService, [&] { return store_->list_tenant_service(); });
+  }
+  Status notify(Channel channel, uint64_t id) override {
+    return call(StoreMethod::kNotify, [&] { return store_->notify(channel, id); });
+  }
+  Result<std::unique_ptr<Listener>> listen() override {
+    return call(StoreMethod::kListen, [&] { return store_->listen(); });
+  }
+  Status ping() override {
+    return call(StoreMethod::kPing, [&] { return store_->ping(); });
   }
 
  private:
@@ -135,6 +190,36 @@ const char* method_name(StoreMethod method) {
       return "get_model";
     case StoreMethod::kLatestModel:
       return "latest_model";
+    case StoreMethod::kReserveUpdate:
+      return "reserve_update";
+    case StoreMethod::kReleaseUpdate:
+      return "release_update";
+    case StoreMethod::kCloseAdmission:
+      return "close_admission";
+    case StoreMethod::kRoundAdmission:
+      return "round_admission";
+    case StoreMethod::kPutPartial:
+      return "put_partial";
+    case StoreMethod::kListPartials:
+      return "list_partials";
+    case StoreMethod::kAcquireLease:
+      return "acquire_lease";
+    case StoreMethod::kRenewLease:
+      return "renew_lease";
+    case StoreMethod::kReleaseLease:
+      return "release_lease";
+    case StoreMethod::kListLeases:
+      return "list_leases";
+    case StoreMethod::kChargeTenant:
+      return "charge_tenant";
+    case StoreMethod::kListTenantService:
+      return "list_tenant_service";
+    case StoreMethod::kNotify:
+      return "notify";
+    case StoreMethod::kListen:
+      return "listen";
+    case StoreMethod::kPing:
+      return "ping";
   }
   return "unknown";
 }

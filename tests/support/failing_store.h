@@ -40,8 +40,23 @@ enum class StoreMethod {
   kListUpdates,
   kGetModel,
   kLatestModel,
+  kReserveUpdate,
+  kReleaseUpdate,
+  kCloseAdmission,
+  kRoundAdmission,
+  kPutPartial,
+  kListPartials,
+  kAcquireLease,
+  kRenewLease,
+  kReleaseLease,
+  kListLeases,
+  kChargeTenant,
+  kListTenantService,
+  kNotify,
+  kListen,
+  kPing,
 };
-inline constexpr size_t kStoreMethods = static_cast<size_t>(StoreMethod::kLatestModel) + 1;
+inline constexpr size_t kStoreMethods = static_cast<size_t>(StoreMethod::kPing) + 1;
 
 // The Store method's name ("commit_round"), for messages.
 const char* method_name(StoreMethod method);

@@ -1,0 +1,102 @@
+// The schema of every backend, one migration per version, in SQL that each dialect renders
+// (sql.h, Dialect): {id} is the column of an id the database assigns, from 1 and never reused,
+// {int} a 64-bit integer, {real} a double, {bytes} a byte string kept as it is.
+
+#include "storage/sql.h"
+
+namespace fedcase::storage::sql {
+
+const std::vector<Migration>& migrations() {
+  static const std::vector<Migration> kMigrations = {
+      {1, R"sql(
+      CREATE TABLE clients (
+        id {id},
+        token_hash TEXT NOT NULL UNIQUE,
+        info TEXT NOT NULL,
+        profile TEXT NOT NULL,
+        registered_at {real} NOT NULL,
+        last_seen {real} NOT NULL);
+      CREATE TABLE jobs (
+        id {id},
+        name TEXT NOT NULL,
+        config TEXT NOT NULL,
+        state TEXT NOT NULL,
+        policy_state TEXT NOT NULL,
+        created_at {real} NOT NULL);
+      CREATE TABLE rounds (
+        job_id {int} NOT NULL REFERENCES jobs(id),
+        idx {int} NOT NULL,
+        state TEXT NOT NULL,
+        base_version {int} NOT NULL,
+        selected TEXT NOT NULL,
+        opened_at {real} NOT NULL,
+        deadline {real} NOT NULL,
+        closed_at {real} NOT NULL,
+        metrics TEXT NOT NULL,
+        PRIMARY KEY (job_id, idx));
+      CREATE TABLE updates (
+        job_id {int} NOT NULL,
+        round_idx {int} NOT NULL,
+        client_id {int} NOT NULL REFERENCES clients(id),
+        meta TEXT NOT NULL,
+        received_at {real} NOT NULL,
+        PRIMARY KEY (job_id, round_idx, client_id),
+        FOREIGN KEY (job_id, round_idx) REFERENCES rounds(job_id, idx));
+      CREATE TABLE models (
+        job_id {int} NOT NULL REFERENCES jobs(id),
+        version {int} NOT NULL,
+        blob {bytes} NOT NULL,
+        checksum TEXT NOT NULL,
+        optimizer_state {bytes} NOT NULL,
+        created_at {real} NOT NULL,
+        PRIMARY KEY (job_id, version));
+      )sql"},
+      {2, R"sql(
+      CREATE TABLE tenants (
+        id {id},
+        name TEXT NOT NULL UNIQUE,
+        token_hash TEXT NOT NULL UNIQUE,
+        weight {real} NOT NULL,
+        limits TEXT NOT NULL,
+        created_at {real} NOT NULL);
+      ALTER TABLE jobs ADD COLUMN tenant_id {int} NOT NULL DEFAULT 0;
+      )sql"},
+      {3, R"sql(
+      CREATE TABLE job_modules (
+        job_id {int} PRIMARY KEY REFERENCES jobs(id),
+        module {bytes} NOT NULL);
+      )sql"},
+      // Replicas: leases, admission through the store, partial aggregates, tenants' service.
+      {4, R"sql(
+      CREATE TABLE job_leases (
+        job_id {int} PRIMARY KEY REFERENCES jobs(id),
+        holder TEXT NOT NULL DEFAULT '',
+        epoch {int} NOT NULL DEFAULT 0,
+        expires_at {real} NOT NULL DEFAULT 0);
+      INSERT INTO job_leases(job_id) SELECT id FROM jobs;
+      ALTER TABLE rounds ADD COLUMN target {int} NOT NULL DEFAULT 0;
+      ALTER TABLE rounds ADD COLUMN admitting {int} NOT NULL DEFAULT 1;
+      ALTER TABLE rounds ADD COLUMN epoch {int} NOT NULL DEFAULT 0;
+      ALTER TABLE updates ADD COLUMN state TEXT NOT NULL DEFAULT 'accepted';
+      ALTER TABLE updates ADD COLUMN replica TEXT NOT NULL DEFAULT '';
+      ALTER TABLE updates ADD COLUMN expires_at {real} NOT NULL DEFAULT 0;
+      CREATE TABLE partials (
+        job_id {int} NOT NULL,
+        round_idx {int} NOT NULL,
+        replica TEXT NOT NULL,
+        sum {bytes} NOT NULL,
+        weight {real} NOT NULL,
+        updates {int} NOT NULL,
+        written_at {real} NOT NULL,
+        PRIMARY KEY (job_id, round_idx, replica),
+        FOREIGN KEY (job_id, round_idx) REFERENCES rounds(job_id, idx));
+      CREATE TABLE tenant_service (
+        tenant_id {int} PRIMARY KEY,
+        counter {real} NOT NULL DEFAULT 0,
+        client_seconds {real} NOT NULL DEFAULT 0);
+      )sql"},
+  };
+  return kMigrations;
+}
+
+}  // namespace fedcase::storage::sql

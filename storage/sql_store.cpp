@@ -1,0 +1,1142 @@
+// The Store's logic over any SQL backend (sql.h): one implementation of every method, its
+// transactions, fencing and admission, so that SQLite and PostgreSQL meet the contract the
+// same way. Connections come from a small pool: SQLite's holds one, used by one call at a
+// time; PostgreSQL's a few, so that calls run side by side.
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "common/mutex.h"
+#include "storage/sql.h"
+
+namespace fedcase::storage {
+
+using nlohmann::json;
+
+uint64_t AdmissionRecord::accepted() const {
+  uint64_t n = 0;
+  for (const auto& [replica, places] : replicas) n += places.accepted;
+  return n;
+}
+
+uint64_t AdmissionRecord::reserved() const {
+  uint64_t n = 0;
+  for (const auto& [replica, places] : replicas) n += places.reserved;
+  return n;
+}
+
+const char* channel_name(Channel channel) {
+  switch (channel) {
+    case Channel::kJob:
+      return "job";
+    case Channel::kRound:
+      return "round";
+    case Channel::kLease:
+      return "lease";
+    case Channel::kClient:
+      return "client";
+    case Channel::kTenant:
+      return "tenant";
+  }
+  return "job";
+}
+
+namespace sql {
+
+std::optional<Channel> parse_channel(std::string_view name) {
+  for (Channel c :
+       {Channel::kJob, Channel::kRound, Channel::kLease, Channel::kClient, Channel::kTenant}) {
+    if (name == channel_name(c)) return c;
+  }
+  return std::nullopt;
+}
+
+Params& Params::json(const nlohmann::json& v) {
+  return owned_text(v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+Params& Params::owned_text(std::string v) {
+  owned_.push_back(std::move(v));
+  return text(owned_.back());
+}
+
+bool Rows::next() {
+  if (!cursor_ || !status_.ok()) return false;
+  return cursor_->next();
+}
+
+nlohmann::json Rows::json(int col) {
+  nlohmann::json j = nlohmann::json::parse(bytes(col), nullptr, false);
+  if (!j.is_discarded()) return j;
+  corrupt("a JSON column does not parse");
+  return nlohmann::json();
+}
+
+JobState Rows::job_state(int col) {
+  const std::string name = bytes(col);
+  if (auto state = parse_job_state(name)) return *state;
+  corrupt("unknown job state '" + name + "'");
+  return JobState::kRunning;
+}
+
+RoundState Rows::round_state(int col) {
+  const std::string name = bytes(col);
+  if (auto state = parse_round_state(name)) return *state;
+  corrupt("unknown round state '" + name + "'");
+  return RoundState::kOpen;
+}
+
+Status Rows::status() const {
+  if (cursor_) {
+    Status s = cursor_->status();
+    if (!s.ok()) return s;
+  }
+  return status_;
+}
+
+void Rows::corrupt(const std::string& what) {
+  if (status_.ok()) status_ = internal_error("corrupt row: " + what);
+}
+
+std::string render(std::string sql, const Dialect& d) {
+  const std::pair<const char*, const std::string*> fragments[] = {{"{now}", &d.now},
+                                                                  {"{lock_shared}", &d.lock_shared},
+                                                                  {"{lock_update}", &d.lock_update},
+                                                                  {"{greatest}", &d.greatest},
+                                                                  {"{id}", &d.id},
+                                                                  {"{int}", &d.integer},
+                                                                  {"{real}", &d.real},
+                                                                  {"{bytes}", &d.bytes}};
+  for (const auto& [token, text] : fragments) {
+    for (size_t at = sql.find(token); at != std::string::npos; at = sql.find(token, at)) {
+      sql.replace(at, std::string_view(token).size(), *text);
+      at += text->size();
+    }
+  }
+  return sql;
+}
+
+namespace {
+
+// Hands out connections, opening each on first need, at most `max` at once; a call that finds
+// them all in use waits for one to come back.
+class Pool {
+ public:
+  Pool(Driver& driver, size_t max) : driver_(driver), max_(std::max<size_t>(max, 1)) {}
+
+  Result<std::unique_ptr<Connection>> take() {
+    {
+      MutexLock lock(mu_);
+      while (idle_.empty() && open_ >= max_) returned_.wait(mu_);
+      if (!idle_.empty()) {
+        Result<std::unique_ptr<Connection>> c(std::move(idle_.back()));
+        idle_.pop_back();
+        return c;
+      }
+      ++open_;
+    }
+    auto c = driver_.connect();  // outside the lock: it may wait on the network
+    if (!c.ok()) {
+      MutexLock lock(mu_);
+      --open_;
+      returned_.notify_one();
+    }
+    return c;
+  }
+
+  // A lost connection is closed, and the idle ones with it: they went to the same server,
+  // which is likely gone too, and the next calls connect anew.
+  void give_back(std::unique_ptr<Connection> c) {
+    std::vector<std::unique_ptr<Connection>> closing;
+    {
+      MutexLock lock(mu_);
+      if (c->lost()) {
+        closing.swap(idle_);
+        open_ -= 1 + closing.size();
+        closing.push_back(std::move(c));
+        returned_.notify_all();
+      } else {
+        idle_.push_back(std::move(c));
+        returned_.notify_one();
+      }
+    }
+  }  // `closing` closes here, outside the lock
+
+ private:
+  Driver& driver_;
+  const size_t max_;
+  Mutex mu_;
+  CondVar returned_;
+  std::vector<std::unique_ptr<Connection>> idle_ FEDCASE_GUARDED_BY(mu_);
+  size_t open_ FEDCASE_GUARDED_BY(mu_) = 0;  // idle and in use
+};
+
+// A connection taken from the pool for one call, given back when it goes out of scope.
+class Borrowed {
+ public:
+  Borrowed(Pool& pool, std::unique_ptr<Connection> c) : pool_(pool), c_(std::move(c)) {}
+  ~Borrowed() { pool_.give_back(std::move(c_)); }
+  Borrowed(const Borrowed&) = delete;
+  Borrowed& operator=(const Borrowed&) = delete;
+  Connection& operator*() { return *c_; }
+  Connection* operator->() { return c_.get(); }
+
+ private:
+  Pool& pool_;
+  std::unique_ptr<Connection> c_;
+};
+
+// A write's transaction: its statements, and the wake-ups its commit publishes.
+class Txn {
+ public:
+  explicit Txn(Connection& c) : c_(c) {}
+  Rows query(const std::string& sql, const Params& params) { return c_.query(sql, params); }
+  void wake(Channel channel, uint64_t id) {
+    for (const Notification& n : wakeups_) {
+      if (n.channel == channel && n.id == id) return;
+    }
+    wakeups_.push_back({channel, id});
+  }
+  Connection& connection() { return c_; }
+  const std::vector<Notification>& wakeups() const { return wakeups_; }
+
+ private:
+  Connection& c_;
+  std::vector<Notification> wakeups_;
+};
+
+const Status& status_of(const Status& s) { return s; }
+template <class T>
+const Status& status_of(const Result<T>& r) {
+  return r.status();
+}
+
+constexpr const char* kClientColumns = "id, token_hash, info, profile, registered_at, last_seen";
+constexpr const char* kJobColumns = "id, name, config, state, policy_state, created_at, tenant_id";
+constexpr const char* kRoundColumns =
+    "job_id, idx, state, base_version, selected, opened_at, deadline, closed_at, metrics, target, "
+    "epoch";
+constexpr const char* kModelColumns = "version, blob, checksum, optimizer_state, created_at";
+constexpr const char* kLeaseColumns = "job_id, holder, epoch, expires_at, expires_at - {now}";
+
+// The statements whose text depends on the dialect, rendered once.
+struct Statements {
+  explicit Statements(const Dialect& d)
+      : fence(render("SELECT epoch, holder FROM job_leases WHERE job_id=$1 {lock_shared}", d)),
+        lock_round(render(
+            "SELECT state, target, admitting FROM rounds WHERE job_id=$1 AND idx=$2 {lock_update}",
+            d)),
+        share_round(render(
+            "SELECT state, target, admitting FROM rounds WHERE job_id=$1 AND idx=$2 {lock_shared}",
+            d)),
+        drop_expired(
+            render("DELETE FROM updates WHERE job_id=$1 AND round_idx=$2 AND state='reserved' AND "
+                   "expires_at <= {now}",
+                   d)),
+        drop_expired_of(
+            render("DELETE FROM updates WHERE job_id=$1 AND round_idx=$2 AND replica=$3 AND "
+                   "state='reserved' AND expires_at <= {now}",
+                   d)),
+        reserve(render(
+            "INSERT INTO updates(job_id, round_idx, client_id, meta, received_at, state, replica, "
+            "expires_at) VALUES($1, $2, $3, '{}', 0, 'reserved', $4, {now} + $5)",
+            d)),
+        accept(render(
+            "UPDATE updates SET state='accepted', meta=$1, received_at=$2 WHERE job_id=$3 AND "
+            "round_idx=$4 AND client_id=$5 AND state='reserved' AND replica=$6 AND expires_at > "
+            "{now}",
+            d)),
+        update_of(
+            render("SELECT state, replica, expires_at > {now} FROM updates WHERE job_id=$1 AND "
+                   "round_idx=$2 AND client_id=$3",
+                   d)),
+        places(
+            render("SELECT replica, COUNT(CASE WHEN state='accepted' THEN 1 END), COUNT(CASE WHEN "
+                   "state='reserved' THEN 1 END) FROM updates WHERE job_id=$1 AND round_idx=$2 AND "
+                   "(state='accepted' OR expires_at > {now}) GROUP BY replica ORDER BY replica",
+                   d)),
+        client_places(render(
+            "SELECT COUNT(CASE WHEN live THEN 1 END), COUNT(CASE WHEN live AND client_id=$3 "
+            "THEN 1 END), COUNT(CASE WHEN NOT live THEN 1 END) FROM (SELECT client_id, "
+            "state='accepted' OR expires_at > {now} AS live FROM updates WHERE job_id=$1 AND "
+            "round_idx=$2) AS places",
+            d)),
+        round_metrics(render("SELECT metrics FROM rounds WHERE job_id=$1 AND idx=$2 AND "
+                             "state!='open' {lock_update}",
+                             d)),
+        acquire(
+            render(std::string("UPDATE job_leases SET holder=$2, epoch=epoch+1, expires_at={now} "
+                               "+ $3 WHERE job_id=$1 AND (holder='' OR holder=$2 OR "
+                               "expires_at <= {now}) RETURNING ") +
+                       kLeaseColumns,
+                   d)),
+        renew(render(std::string("UPDATE job_leases SET expires_at={now} + $4 WHERE job_id=$1 "
+                                 "AND holder=$2 AND epoch=$3 RETURNING ") +
+                         kLeaseColumns,
+                     d)),
+        release(render("UPDATE job_leases SET holder='', expires_at={now} WHERE job_id=$1 AND "
+                       "holder=$2 AND epoch=$3",
+                       d)),
+        lease(
+            render(std::string("SELECT ") + kLeaseColumns + " FROM job_leases WHERE job_id=$1", d)),
+        leases(
+            render(std::string("SELECT ") + kLeaseColumns + " FROM job_leases ORDER BY job_id", d)),
+        charge(render(
+            "INSERT INTO tenant_service(tenant_id, counter, client_seconds) VALUES($1, "
+            "{greatest}($4, {greatest}(0, $2)), {greatest}(0, $3)) ON CONFLICT(tenant_id) DO "
+            "UPDATE SET counter={greatest}($4, {greatest}(0, tenant_service.counter + $2)), "
+            "client_seconds={greatest}(0, tenant_service.client_seconds + $3) RETURNING "
+            "tenant_id, counter, client_seconds",
+            d)) {}
+
+  const std::string fence, lock_round, share_round, drop_expired, drop_expired_of, reserve, accept,
+      update_of, places, client_places, round_metrics, acquire, renew, release, lease, leases,
+      charge;
+};
+
+// Clients whose profiles update_clients saves with one statement, at most.
+constexpr size_t kProfileChunk = 128;
+
+std::string round_name(JobId job, RoundIndex round) {
+  return "round " + std::to_string(round) + " of job " + std::to_string(job);
+}
+
+ClientRecord read_client(Rows& r) {
+  return {r.uint64(0), r.bytes(1), r.json(2), r.json(3), r.real(4), r.real(5)};
+}
+
+JobRecord read_job(Rows& r) {
+  return {r.uint64(0), r.bytes(1), r.json(2), r.job_state(3), r.json(4), r.real(5), r.uint64(6)};
+}
+
+RoundRecord read_round(Rows& r) {
+  RoundRecord round;
+  round.job = r.uint64(0);
+  round.index = r.uint64(1);
+  round.state = r.round_state(2);
+  round.base_version = r.uint64(3);
+  for (const json& id : r.json(4)) {
+    if (id.is_number_unsigned()) round.selected.push_back(id.get<ClientId>());
+  }
+  round.opened_at = r.real(5);
+  round.deadline = r.real(6);
+  round.closed_at = r.real(7);
+  round.metrics = r.json(8);
+  round.target = r.uint64(9);
+  round.epoch = r.uint64(10);
+  return round;
+}
+
+LeaseRecord read_lease(Rows& r) {
+  return {r.uint64(0), r.bytes(1), r.uint64(2), r.real(3), r.real(4)};
+}
+
+// Every row of `rows`, read by `read`.
+template <class Record, class Read>
+Result<std::vector<Record>> all(Rows rows, Read read) {
+  std::vector<Record> out;
+  while (rows.next()) out.push_back(read(rows));
+  FEDCASE_RETURN_IF_ERROR(rows.status());
+  return out;
+}
+
+// The first row of `rows`, read by `read`; `missing` when there is none.
+template <class Record, class Read>
+Result<Record> first(Rows rows, Read read, Status missing) {
+  if (!rows.next()) {
+    FEDCASE_RETURN_IF_ERROR(rows.status());
+    return missing;
+  }
+  Record record = read(rows);
+  FEDCASE_RETURN_IF_ERROR(rows.status());
+  return record;
+}
+
+Status check_holder(const std::string& holder, double duration_s) {
+  if (holder.empty()) return invalid_argument("a lease holder must be named");
+  if (!(duration_s > 0)) return invalid_argument("a lease lasts more than 0 seconds");
+  return ok_status();
+}
+
+class SqlStore : public Store {
+ public:
+  SqlStore(std::unique_ptr<Driver> driver, size_t max_connections)
+      : driver_(std::move(driver)), pool_(*driver_, max_connections), sql_(driver_->dialect()) {}
+
+  // Migrates the schema to the current version, in one transaction, with other openers kept
+  // out (Driver::lock_schema).
+  Status migrate() {
+    const std::vector<Migration>& all = migrations();
+    const int current = static_cast<int>(all.size());
+    for (int i = 0; i < current; ++i) {
+      if (all[i].version != i + 1) return internal_error("migrations out of order");
+    }
+    return write(Durability::kSynced, [&](Txn& t) -> Status {
+      auto found = driver_->lock_schema(t.connection());
+      if (!found.ok()) return found.status();
+      if (*found > current) {
+        return invalid_argument("database schema version " + std::to_string(*found) +
+                                " is newer than this coordinator's (" + std::to_string(current) +
+                                ")");
+      }
+      if (*found == current) return ok_status();
+      for (int v = *found; v < current; ++v) {
+        Status migrated = t.connection().script(render(all[v].statements, driver_->dialect()));
+        if (!migrated.ok()) {
+          return Status(migrated.code(), "schema migration to version " + std::to_string(v + 1) +
+                                             ": " + migrated.message());
+        }
+      }
+      return driver_->record_schema(t.connection(), current);
+    });
+  }
+
+  Result<ClientId> add_client(const ClientRecord& c) override {
+    return write(Durability::kSynced, [&](Txn& t) -> Result<ClientId> {
+      return inserted_id(
+          t.query("INSERT INTO clients(token_hash, info, profile, registered_at, last_seen) "
+                  "VALUES($1, $2, $3, $4, $5) RETURNING id",
+                  Params()
+                      .text(c.token_hash)
+                      .json(c.info)
+                      .json(c.profile)
+                      .add(c.registered_at)
+                      .add(c.last_seen)));
+    });
+  }
+
+  Result<ClientRecord> get_client(ClientId id) override {
+    return by_id<ClientRecord>(kClientColumns, "clients", id, read_client, "client");
+  }
+
+  Result<std::vector<ClientRecord>> list_clients() override {
+    return every<ClientRecord>(kClientColumns, "clients", read_client);
+  }
+
+  // One statement per chunk of up to kProfileChunk clients (a round trip each on PostgreSQL),
+  // each client once, with the last of its records.
+  Status update_clients(const std::vector<ClientRecord>& clients) override {
+    std::map<ClientId, const ClientRecord*> last;
+    for (const ClientRecord& c : clients) last[c.id] = &c;
+    std::vector<const ClientRecord*> rows;
+    for (const auto& [id, record] : last) rows.push_back(record);
+    return write(Durability::kSynced, [&](Txn& t) -> Status {
+      for (size_t done = 0; done < rows.size();) {
+        size_t n = kProfileChunk;  // then halves: few statement texts to prepare
+        while (n > rows.size() - done) n /= 2;
+        Params params;
+        for (size_t i = done; i < done + n; ++i) {
+          params.add(rows[i]->id).json(rows[i]->profile).add(rows[i]->last_seen);
+        }
+        Rows updated = t.query(profiles_update(n), params);
+        FEDCASE_RETURN_IF_ERROR(updated.status());
+        if (updated.changes() != n) return missing_client(t, rows, done, n);
+        done += n;
+      }
+      return ok_status();
+    });
+  }
+
+  Result<JobId> create_job(const JobRecord& job, const ModelRecord& model,
+                           const std::string& module) override {
+    return write(Durability::kSynced, [&](Txn& t) -> Result<JobId> {
+      auto id = inserted_id(
+          t.query("INSERT INTO jobs(name, config, state, policy_state, created_at, tenant_id) "
+                  "VALUES($1, $2, $3, $4, $5, $6) RETURNING id",
+                  Params()
+                      .text(job.name)
+                      .json(job.config)
+                      .text(state_name(job.state))
+                      .json(job.policy_state)
+                      .add(job.created_at)
+                      .add(job.tenant)));
+      if (!id.ok()) return id;
+      ModelRecord m = model;
+      m.job = *id;
+      FEDCASE_RETURN_IF_ERROR(insert_model(t, m));
+      if (!module.empty()) {
+        FEDCASE_RETURN_IF_ERROR(t.query("INSERT INTO job_modules(job_id, module) VALUES($1, $2)",
+                                        Params().add(*id).bytes(module))
+                                    .status());
+      }
+      FEDCASE_RETURN_IF_ERROR(
+          t.query("INSERT INTO job_leases(job_id) VALUES($1)", Params().add(*id)).status());
+      t.wake(Channel::kJob, *id);
+      return id;
+    });
+  }
+
+  Result<std::string> get_job_module(JobId id) override {
+    return read([&](Connection& c) {
+      return first<std::string>(
+          c.query("SELECT module FROM job_modules WHERE job_id=$1", Params().add(id)),
+          [](Rows& r) { return r.bytes(0); },
+          not_found("job " + std::to_string(id) + " has no module"));
+    });
+  }
+
+  Result<JobRecord> get_job(JobId id) override {
+    return by_id<JobRecord>(kJobColumns, "jobs", id, read_job, "job");
+  }
+
+  Result<std::vector<JobRecord>> list_jobs() override {
+    return every<JobRecord>(kJobColumns, "jobs", read_job);
+  }
+
+  Status set_job_state(JobId id, JobState state, Epoch epoch) override {
+    return write(Durability::kSynced, [&](Txn& t) -> Status {
+      FEDCASE_RETURN_IF_ERROR(fence(t, id, epoch, Code::kNotFound));
+      FEDCASE_RETURN_IF_ERROR(
+          t.query("UPDATE jobs SET state=$1 WHERE id=$2", Params().text(state_name(state)).add(id))
+              .status());
+      t.wake(Channel::kJob, id);
+      return ok_status();
+    });
+  }
+
+  Result<TenantId> add_tenant(const TenantRecord& tenant) override {
+    return write(Durability::kSynced, [&](Txn& t) -> Result<TenantId> {
+      auto id =
+          inserted_id(t.query("INSERT INTO tenants(name, token_hash, weight, limits, created_at) "
+                              "VALUES($1, $2, $3, $4, $5) RETURNING id",
+                              Params()
+                                  .text(tenant.name)
+                                  .text(tenant.token_hash)
+                                  .add(tenant.weight)
+                                  .json(tenant.limits)
+                                  .add(tenant.created_at)));
+      if (id.ok()) t.wake(Channel::kTenant, *id);
+      return id;
+    });
+  }
+
+  Result<std::vector<TenantRecord>> list_tenants() override {
+    return every<TenantRecord>(
+        "id, name, token_hash, weight, limits, created_at", "tenants", [](Rows& r) -> TenantRecord {
+          return {r.uint64(0), r.bytes(1), r.bytes(2), r.real(3), r.json(4), r.real(5)};
+        });
+  }
+
+  Status open_round(const RoundRecord& r) override {
+    return write(Durability::kSynced, [&](Txn& t) -> Status {
+      FEDCASE_RETURN_IF_ERROR(fence(t, r.job, r.epoch, Code::kConflict));
+      FEDCASE_RETURN_IF_ERROR(
+          t.query("INSERT INTO rounds(job_id, idx, state, base_version, selected, opened_at, "
+                  "deadline, closed_at, metrics, target, admitting, epoch) "
+                  "VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 1, $11)",
+                  Params()
+                      .add(r.job)
+                      .add(r.index)
+                      .text(state_name(RoundState::kOpen))
+                      .add(r.base_version)
+                      .json(json(r.selected))
+                      .add(r.opened_at)
+                      .add(r.deadline)
+                      .add(r.closed_at)
+                      .json(r.metrics)
+                      .add(r.target)
+                      .add(r.epoch))
+              .status());
+      t.wake(Channel::kRound, r.job);
+      return ok_status();
+    });
+  }
+
+  Status reserve_update(JobId job, RoundIndex round, ClientId client, const std::string& replica,
+                        double hold_s) override {
+    if (replica.empty()) return invalid_argument("a reservation's replica must be named");
+    if (!(hold_s > 0)) return invalid_argument("a reservation is held more than 0 seconds");
+    return write(Durability::kRelaxed, [&](Txn& t) -> Status {
+      // The round's row, locked until the commit: reservations of one round take turns, and
+      // each counts the places after the previous one committed.
+      auto target =
+          admitting_target(t.query(sql_.lock_round, Params().add(job).add(round)), job, round);
+      if (!target.ok()) return target.status();
+      struct Taken {
+        uint64_t live = 0, mine = 0, expired = 0;
+      };
+      auto taken = first<Taken>(
+          t.query(sql_.client_places, Params().add(job).add(round).add(client)),
+          [](Rows& r) -> Taken {
+            return {r.uint64(0), r.uint64(1), r.uint64(2)};
+          },
+          internal_error("a count returned nothing"));
+      if (!taken.ok()) return taken.status();
+      if (taken->expired > 0) {  // their places are free, and their clients may come back
+        FEDCASE_RETURN_IF_ERROR(t.query(sql_.drop_expired, Params().add(job).add(round)).status());
+      }
+      const uint64_t places = taken->live, mine = taken->mine;
+      if (mine > 0) {
+        return conflict("client " + std::to_string(client) + " already has an update in " +
+                        round_name(job, round));
+      }
+      if (*target > 0 && places >= *target) {
+        return conflict(round_name(job, round) + " is full (" + std::to_string(*target) +
+                        " places)");
+      }
+      return t
+          .query(sql_.reserve, Params().add(job).add(round).add(client).text(replica).add(hold_s))
+          .status();
+    });
+  }
+
+  Status release_update(JobId job, RoundIndex round, ClientId client,
+                        const std::string& replica) override {
+    return write(Durability::kRelaxed, [&](Txn& t) -> Status {
+      Rows released = t.query(
+          "DELETE FROM updates WHERE job_id=$1 AND round_idx=$2 AND client_id=$3 AND "
+          "state='reserved' AND replica=$4",
+          Params().add(job).add(round).add(client).text(replica));
+      FEDCASE_RETURN_IF_ERROR(released.status());
+      if (released.changes() > 0) return ok_status();
+      return conflict("replica '" + replica + "' holds no reservation of client " +
+                      std::to_string(client) + " in " + round_name(job, round));
+    });
+  }
+
+  // Without a sync of its own (see Store::record_update): commit_round and fail_round sync,
+  // and with them every write before them.
+  Status record_update(const UpdateRecord& u) override {
+    return write(Durability::kRelaxed, [&](Txn& t) -> Status {
+      if (!u.replica.empty()) {  // reservations have a replica: a single coordinator's none
+        Rows accepted = t.query(sql_.accept, Params()
+                                                 .json(u.meta)
+                                                 .add(u.received_at)
+                                                 .add(u.job)
+                                                 .add(u.round)
+                                                 .add(u.client)
+                                                 .text(u.replica));
+        FEDCASE_RETURN_IF_ERROR(accepted.status());
+        if (accepted.changes() > 0) return ok_status();
+      }
+      // No reservation of this replica's: only a round without a target takes it as it is.
+      Rows direct = t.query(
+          "INSERT INTO updates(job_id, round_idx, client_id, meta, received_at, state, replica, "
+          "expires_at) SELECT $1, $2, $3, $4, $5, 'accepted', $6, 0 FROM rounds WHERE "
+          "job_id=$1 AND idx=$2 AND target=0",
+          Params()
+              .add(u.job)
+              .add(u.round)
+              .add(u.client)
+              .json(u.meta)
+              .add(u.received_at)
+              .text(u.replica));
+      FEDCASE_RETURN_IF_ERROR(direct.status());
+      if (direct.changes() > 0) return ok_status();
+      return why_not_recorded(t, u);
+    });
+  }
+
+  Status close_admission(JobId job, RoundIndex round, Epoch epoch) override {
+    return write(Durability::kSynced, [&](Txn& t) -> Status {
+      FEDCASE_RETURN_IF_ERROR(fence(t, job, epoch, Code::kConflict));
+      Rows closed = t.query(
+          "UPDATE rounds SET admitting=0, epoch=$1 WHERE job_id=$2 AND idx=$3 AND state='open'",
+          Params().add(epoch).add(job).add(round));
+      FEDCASE_RETURN_IF_ERROR(closed.status());
+      if (closed.changes() == 0) return conflict(round_name(job, round) + " is not open");
+      FEDCASE_RETURN_IF_ERROR(t.query(sql_.drop_expired, Params().add(job).add(round)).status());
+      t.wake(Channel::kRound, job);
+      return ok_status();
+    });
+  }
+
+  Result<AdmissionRecord> round_admission(JobId job, RoundIndex round) override {
+    return read([&](Connection& c) -> Result<AdmissionRecord> {
+      auto admission = first<AdmissionRecord>(
+          c.query("SELECT target, state='open' AND admitting=1 FROM rounds WHERE job_id=$1 AND "
+                  "idx=$2",
+                  Params().add(job).add(round)),
+          [](Rows& r) {
+            AdmissionRecord a;
+            a.target = r.uint64(0);
+            a.open = r.int64(1) != 0;
+            return a;
+          },
+          not_found(round_name(job, round) + " not found"));
+      if (!admission.ok()) return admission;
+      Rows places = c.query(sql_.places, Params().add(job).add(round));
+      while (places.next()) {
+        AdmissionRecord::Places& p = admission->replicas[places.bytes(0)];
+        p.accepted = places.uint64(1);
+        p.reserved = places.uint64(2);
+      }
+      FEDCASE_RETURN_IF_ERROR(places.status());
+      return admission;
+    });
+  }
+
+  Status put_partial(const PartialRecord& p) override {
+    return write(Durability::kRelaxed, [&](Txn& t) -> Status {
+      auto r =
+          round_row(t.query(sql_.share_round, Params().add(p.job).add(p.round)), p.job, p.round);
+      if (!r.ok()) return r.status();
+      if (!r->open) return conflict(round_name(p.job, p.round) + " is not open");
+      if (r->admitting) {
+        return conflict(round_name(p.job, p.round) +
+                        " still admits updates: its partials come after close_admission");
+      }
+      // Expired reservations are dropped, under their rows' locks, before the count: one that
+      // is being recorded right now is either recorded first, and counted, or dropped, and
+      // then cannot be recorded.
+      FEDCASE_RETURN_IF_ERROR(
+          t.query(sql_.drop_expired_of, Params().add(p.job).add(p.round).text(p.replica)).status());
+      Rows places = t.query(sql_.places, Params().add(p.job).add(p.round));
+      AdmissionRecord::Places mine;
+      while (places.next()) {
+        if (places.bytes(0) != p.replica) continue;
+        mine.accepted = places.uint64(1);
+        mine.reserved = places.uint64(2);
+      }
+      FEDCASE_RETURN_IF_ERROR(places.status());
+      if (mine.reserved > 0) {
+        return conflict("replica '" + p.replica + "' still holds " + std::to_string(mine.reserved) +
+                        " reservations in " + round_name(p.job, p.round));
+      }
+      if (mine.accepted != p.updates) {
+        return conflict("the partial of replica '" + p.replica + "' holds " +
+                        std::to_string(p.updates) + " updates, and " +
+                        std::to_string(mine.accepted) + " were recorded for it in " +
+                        round_name(p.job, p.round));
+      }
+      FEDCASE_RETURN_IF_ERROR(
+          t.query("INSERT INTO partials(job_id, round_idx, replica, sum, weight, updates, "
+                  "written_at) VALUES($1, $2, $3, $4, $5, $6, $7)",
+                  Params()
+                      .add(p.job)
+                      .add(p.round)
+                      .text(p.replica)
+                      .bytes(p.sum)
+                      .add(p.weight)
+                      .add(p.updates)
+                      .add(p.written_at))
+              .status());
+      t.wake(Channel::kRound, p.job);
+      return ok_status();
+    });
+  }
+
+  Result<std::vector<PartialRecord>> list_partials(JobId job, RoundIndex round) override {
+    return read([&](Connection& c) {
+      return all<PartialRecord>(
+          c.query("SELECT replica, sum, weight, updates, written_at FROM partials WHERE "
+                  "job_id=$1 AND round_idx=$2 ORDER BY replica",
+                  Params().add(job).add(round)),
+          [&](Rows& r) -> PartialRecord {
+            return {job, round, r.bytes(0), r.bytes(1), r.real(2), r.uint64(3), r.real(4)};
+          });
+    });
+  }
+
+  Status commit_round(const RoundRecord& r, const ModelRecord& model,
+                      const json& policy_state) override {
+    return write(Durability::kSynced, [&](Txn& t) -> Status {
+      FEDCASE_RETURN_IF_ERROR(conclude(t, r, RoundState::kCommitted));
+      FEDCASE_RETURN_IF_ERROR(insert_model(t, model));
+      return t
+          .query("UPDATE jobs SET policy_state=$1 WHERE id=$2",
+                 Params().json(policy_state).add(r.job))
+          .status();
+    });
+  }
+
+  Status fail_round(const RoundRecord& r) override {
+    return write(Durability::kSynced,
+                 [&](Txn& t) -> Status { return conclude(t, r, RoundState::kFailed); });
+  }
+
+  Status add_round_metrics(JobId job, RoundIndex round, const json& metrics) override {
+    return write(Durability::kSynced, [&](Txn& t) -> Status {
+      auto merged = first<json>(
+          t.query(sql_.round_metrics, Params().add(job).add(round)),
+          [](Rows& r) { return r.json(0); },
+          not_found("closed " + round_name(job, round) + " not found"));
+      if (!merged.ok()) return merged.status();
+      merged->update(metrics);
+      return t
+          .query("UPDATE rounds SET metrics=$1 WHERE job_id=$2 AND idx=$3",
+                 Params().json(*merged).add(job).add(round))
+          .status();
+    });
+  }
+
+  Result<std::vector<RoundRecord>> list_rounds(JobId job) override {
+    return read([&](Connection& c) {
+      return all<RoundRecord>(c.query(std::string("SELECT ") + kRoundColumns +
+                                          " FROM rounds WHERE job_id=$1 ORDER BY idx",
+                                      Params().add(job)),
+                              read_round);
+    });
+  }
+
+  Result<std::vector<UpdateRecord>> list_updates(JobId job, RoundIndex round) override {
+    return read([&](Connection& c) {
+      return all<UpdateRecord>(
+          c.query("SELECT client_id, meta, received_at, replica FROM updates WHERE job_id=$1 AND "
+                  "round_idx=$2 AND state='accepted' ORDER BY received_at",
+                  Params().add(job).add(round)),
+          [&](Rows& r) -> UpdateRecord {
+            return {job, round, r.uint64(0), r.json(1), r.real(2), r.bytes(3)};
+          });
+    });
+  }
+
+  Result<ModelRecord> get_model(JobId job, uint64_t version) override {
+    return read([&](Connection& c) {
+      return first<ModelRecord>(
+          c.query(std::string("SELECT ") + kModelColumns +
+                      " FROM models WHERE job_id=$1 AND version=$2",
+                  Params().add(job).add(version)),
+          [&](Rows& r) { return read_model(r, job); },
+          not_found("model " + std::to_string(version) + " of job " + std::to_string(job) +
+                    " not found"));
+    });
+  }
+
+  Result<ModelRecord> latest_model(JobId job) override {
+    return read([&](Connection& c) {
+      return first<ModelRecord>(
+          c.query(std::string("SELECT ") + kModelColumns +
+                      " FROM models WHERE job_id=$1 ORDER BY version DESC LIMIT 1",
+                  Params().add(job)),
+          [&](Rows& r) { return read_model(r, job); },
+          not_found("model of job " + std::to_string(job) + " not found"));
+    });
+  }
+
+  Result<LeaseRecord> acquire_lease(JobId job, const std::string& holder,
+                                    double duration_s) override {
+    FEDCASE_RETURN_IF_ERROR(check_holder(holder, duration_s));
+    // Synced: an acquisition lost in a crash could hand its epoch out a second time.
+    return write(Durability::kSynced, [&](Txn& t) -> Result<LeaseRecord> {
+      auto lease = changed_lease(
+          t, job, t.query(sql_.acquire, Params().add(job).text(holder).add(duration_s)));
+      if (lease.ok()) t.wake(Channel::kLease, job);
+      return lease;
+    });
+  }
+
+  Result<LeaseRecord> renew_lease(JobId job, const std::string& holder, Epoch epoch,
+                                  double duration_s) override {
+    FEDCASE_RETURN_IF_ERROR(check_holder(holder, duration_s));
+    // Relaxed: a renewal lost in a crash only ends the lease sooner; its epoch stays.
+    return write(Durability::kRelaxed, [&](Txn& t) -> Result<LeaseRecord> {
+      return changed_lease(
+          t, job, t.query(sql_.renew, Params().add(job).text(holder).add(epoch).add(duration_s)));
+    });
+  }
+
+  Status release_lease(JobId job, const std::string& holder, Epoch epoch) override {
+    return write(Durability::kRelaxed, [&](Txn& t) -> Status {
+      Rows released = t.query(sql_.release, Params().add(job).text(holder).add(epoch));
+      FEDCASE_RETURN_IF_ERROR(released.status());
+      if (released.changes() == 0) return lease_refused(t, job);
+      t.wake(Channel::kLease, job);
+      return ok_status();
+    });
+  }
+
+  Result<std::vector<LeaseRecord>> list_leases() override {
+    return read([&](Connection& c) {
+      return all<LeaseRecord>(c.query(sql_.leases, Params()), read_lease);
+    });
+  }
+
+  Result<TenantService> charge_tenant(const ServiceCharge& charge) override {
+    // Relaxed: the counters steer who goes first; a crash losing the last charges is harmless.
+    return write(Durability::kRelaxed, [&](Txn& t) -> Result<TenantService> {
+      return first<TenantService>(t.query(sql_.charge, Params()
+                                                           .add(charge.tenant)
+                                                           .add(charge.counter)
+                                                           .add(charge.client_seconds)
+                                                           .add(charge.counter_at_least)),
+                                  read_service, internal_error("a charge returned nothing"));
+    });
+  }
+
+  Result<std::vector<TenantService>> list_tenant_service() override {
+    return read([&](Connection& c) {
+      return all<TenantService>(
+          c.query("SELECT tenant_id, counter, client_seconds FROM tenant_service ORDER BY "
+                  "tenant_id",
+                  Params()),
+          read_service);
+    });
+  }
+
+  Status notify(Channel channel, uint64_t id) override {
+    return write(Durability::kRelaxed, [&](Txn& t) -> Status {
+      t.wake(channel, id);
+      return ok_status();
+    });
+  }
+
+  Result<std::unique_ptr<Listener>> listen() override { return driver_->listen(); }
+
+  Status ping() override {
+    return read([](Connection& c) -> Status {
+      Rows rows = c.query("SELECT 1", Params());
+      rows.next();
+      return rows.status();
+    });
+  }
+
+ private:
+  // Runs `body` on a connection, outside a transaction: one statement sees one committed
+  // state. A connection found lost is replaced and the call retried once (a read changes
+  // nothing).
+  template <class Body>
+  auto read(Body body) -> decltype(body(std::declval<Connection&>())) {
+    using R = decltype(body(std::declval<Connection&>()));
+    for (int attempt = 0;; ++attempt) {
+      auto taken = pool_.take();
+      if (!taken.ok()) return R(taken.status());
+      Borrowed c(pool_, std::move(taken).value());
+      R result = body(*c);
+      if (!status_of(result).ok() && c->lost() && attempt == 0) continue;
+      return result;
+    }
+  }
+
+  // Runs `body` in a transaction, committed if it returns OK and rolled back otherwise. If
+  // the transaction cannot begin because the connection is lost, nothing reached the
+  // database, and the call is retried once on a new connection.
+  template <class Body>
+  auto write(Durability durability, Body body) -> decltype(body(std::declval<Txn&>())) {
+    using R = decltype(body(std::declval<Txn&>()));
+    for (int attempt = 0;; ++attempt) {
+      auto taken = pool_.take();
+      if (!taken.ok()) return R(taken.status());
+      Borrowed c(pool_, std::move(taken).value());
+      Status began = c->begin(durability);
+      if (!began.ok()) {
+        if (c->lost() && attempt == 0) continue;
+        return R(began);
+      }
+      Txn txn(*c);
+      R result = body(txn);
+      if (!status_of(result).ok()) {
+        c->rollback();
+        return result;
+      }
+      Status committed = c->commit(txn.wakeups());
+      if (committed.ok()) return result;
+      c->rollback();
+      return R(committed);
+    }
+  }
+
+  // The row of `table` whose id is `id`; kNotFound naming it `what` when there is none.
+  template <class Record, class Read>
+  Result<Record> by_id(const char* columns, const char* table, uint64_t id, Read reader,
+                       const char* what) {
+    return read([&](Connection& c) {
+      return first<Record>(
+          c.query(std::string("SELECT ") + columns + " FROM " + table + " WHERE id=$1",
+                  Params().add(id)),
+          reader, not_found(what + (" " + std::to_string(id)) + " not found"));
+    });
+  }
+
+  // Every row of `table`, by id.
+  template <class Record, class Read>
+  Result<std::vector<Record>> every(const char* columns, const char* table, Read reader) {
+    return read([&](Connection& c) {
+      return all<Record>(
+          c.query(std::string("SELECT ") + columns + " FROM " + table + " ORDER BY id", Params()),
+          reader);
+    });
+  }
+
+  // UPDATE of `n` clients' profiles and last_seen, from parameters (id, profile, last_seen)...
+  static std::string profiles_update(size_t n) {
+    std::string values;
+    for (size_t i = 0; i < n; ++i) {
+      values += (i ? ", ($" : "($") + std::to_string(3 * i + 1) + ", $" +
+                std::to_string(3 * i + 2) + ", $" + std::to_string(3 * i + 3) + ")";
+    }
+    return "UPDATE clients SET profile=v.column2, last_seen=v.column3 FROM (VALUES " + values +
+           ") AS v WHERE clients.id=v.column1";
+  }
+
+  // kNotFound naming the first of rows[done, done + n) that the store does not hold.
+  Status missing_client(Txn& t, const std::vector<const ClientRecord*>& rows, size_t done,
+                        size_t n) {
+    for (size_t i = done; i < done + n; ++i) {
+      Rows found = t.query("SELECT id FROM clients WHERE id=$1", Params().add(rows[i]->id));
+      if (!found.next()) {
+        FEDCASE_RETURN_IF_ERROR(found.status());
+        return not_found("client " + std::to_string(rows[i]->id) + " not found");
+      }
+    }
+    return internal_error("a batch of profiles was not saved whole");
+  }
+
+  static Result<uint64_t> inserted_id(Rows rows) {
+    return first<uint64_t>(
+        std::move(rows), [](Rows& r) { return r.uint64(0); },
+        internal_error("an insert returned no id"));
+  }
+
+  static ModelRecord read_model(Rows& r, JobId job) {
+    return {job, r.uint64(0), r.bytes(1), r.bytes(2), r.bytes(3), r.real(4)};
+  }
+
+  static TenantService read_service(Rows& r) { return {r.uint64(0), r.real(1), r.real(2)}; }
+
+  static Status insert_model(Txn& t, const ModelRecord& m) {
+    return t
+        .query(
+            "INSERT INTO models(job_id, version, blob, checksum, optimizer_state, created_at) "
+            "VALUES($1, $2, $3, $4, $5, $6)",
+            Params()
+                .add(m.job)
+                .add(m.version)
+                .bytes(m.blob)
+                .text(m.checksum)
+                .bytes(m.optimizer_state)
+                .add(m.created_at))
+        .status();
+  }
+
+  // Refuses the transaction's write unless `epoch` is the job's lease epoch, and keeps the
+  // lease from changing until the transaction ends. `missing`: the error for an unknown job.
+  Status fence(Txn& t, JobId job, Epoch epoch, Code missing) {
+    Rows lease = t.query(sql_.fence, Params().add(job));
+    if (!lease.next()) {
+      FEDCASE_RETURN_IF_ERROR(lease.status());
+      return Status(missing, "job " + std::to_string(job) + " not found");
+    }
+    const Epoch current = lease.uint64(0);
+    const std::string holder = lease.bytes(1);
+    FEDCASE_RETURN_IF_ERROR(lease.status());
+    if (current == epoch) return ok_status();
+    const std::string refused = "a write at lease epoch " + std::to_string(epoch) + " is refused";
+    if (current == kUnleased) {
+      return conflict("job " + std::to_string(job) + " has never been leased: " + refused);
+    }
+    return conflict("job " + std::to_string(job) + " is at lease epoch " + std::to_string(current) +
+                    " (acquired by '" + holder + "'): " + refused);
+  }
+
+  // The round's (state, target, admitting), as lock_round and share_round read them.
+  struct RoundAdmission {
+    bool open = false;
+    uint64_t target = 0;
+    bool admitting = false;
+  };
+  static Result<RoundAdmission> round_row(Rows rows, JobId job, RoundIndex round) {
+    return first<RoundAdmission>(
+        std::move(rows),
+        [](Rows& r) -> RoundAdmission {
+          return {r.round_state(0) == RoundState::kOpen, r.uint64(1), r.int64(2) != 0};
+        },
+        conflict(round_name(job, round) + " not found"));
+  }
+
+  // The round's target, from its row; kConflict unless the round is open and admitting.
+  static Result<uint64_t> admitting_target(Rows rows, JobId job, RoundIndex round) {
+    auto r = round_row(std::move(rows), job, round);
+    if (!r.ok()) return r.status();
+    if (!r->open || !r->admitting) {
+      return conflict(round_name(job, round) + " is not open for updates");
+    }
+    return r->target;
+  }
+
+  // Why record_update found neither a reservation of the update's replica nor a round that
+  // takes it without one.
+  Status why_not_recorded(Txn& t, const UpdateRecord& u) {
+    const std::string client = "client " + std::to_string(u.client);
+    const std::string round = round_name(u.job, u.round);
+    struct Existing {
+      std::string state, replica;
+      bool live = false;
+    };
+    auto existing = first<Existing>(
+        t.query(sql_.update_of, Params().add(u.job).add(u.round).add(u.client)),
+        [](Rows& r) -> Existing {
+          return {r.bytes(0), r.bytes(1), r.int64(2) != 0};
+        },
+        not_found(""));
+    if (existing.ok()) {
+      if (existing->state != "reserved")
+        return conflict(client + " already has an update in " + round);
+      if (existing->replica != u.replica) {
+        return conflict(client + "'s place in " + round + " is reserved by replica '" +
+                        existing->replica + "'");
+      }
+      if (!existing->live) return conflict(client + "'s reservation in " + round + " expired");
+    } else if (existing.status().code() != Code::kNotFound) {
+      return existing.status();
+    }
+    auto r = round_row(t.query(sql_.share_round, Params().add(u.job).add(u.round)), u.job, u.round);
+    if (!r.ok()) return r.status();
+    return conflict(round + " admits updates through reservations, and " + client + " holds none");
+  }
+
+  // Concludes the round as `state` (committed or failed), at the writer's epoch, and drops
+  // what its admission left: partials and unrecorded reservations.
+  Status conclude(Txn& t, const RoundRecord& r, RoundState state) {
+    FEDCASE_RETURN_IF_ERROR(fence(t, r.job, r.epoch, Code::kConflict));
+    Rows closed = t.query(
+        "UPDATE rounds SET state=$1, closed_at=$2, metrics=$3, admitting=0, epoch=$4 WHERE "
+        "job_id=$5 AND idx=$6 AND state='open'",
+        Params()
+            .text(state_name(state))
+            .add(r.closed_at)
+            .json(r.metrics)
+            .add(r.epoch)
+            .add(r.job)
+            .add(r.index));
+    FEDCASE_RETURN_IF_ERROR(closed.status());
+    if (closed.changes() == 0) return conflict(round_name(r.job, r.index) + " is not open");
+    FEDCASE_RETURN_IF_ERROR(t.query("DELETE FROM partials WHERE job_id=$1 AND round_idx=$2",
+                                    Params().add(r.job).add(r.index))
+                                .status());
+    FEDCASE_RETURN_IF_ERROR(
+        t.query("DELETE FROM updates WHERE job_id=$1 AND round_idx=$2 AND state='reserved'",
+                Params().add(r.job).add(r.index))
+            .status());
+    t.wake(Channel::kRound, r.job);
+    return ok_status();
+  }
+
+  // The lease an acquisition or renewal returned, or why it changed none.
+  Result<LeaseRecord> changed_lease(Txn& t, JobId job, Rows changed) {
+    if (changed.next()) {
+      LeaseRecord lease = read_lease(changed);
+      FEDCASE_RETURN_IF_ERROR(changed.status());
+      return lease;
+    }
+    FEDCASE_RETURN_IF_ERROR(changed.status());
+    return lease_refused(t, job);
+  }
+
+  // Why a lease change was refused: the lease as it stands.
+  Status lease_refused(Txn& t, JobId job) {
+    auto lease = first<LeaseRecord>(t.query(sql_.lease, Params().add(job)), read_lease,
+                                    not_found("job " + std::to_string(job) + " not found"));
+    if (!lease.ok()) return lease.status();
+    return conflict("job " + std::to_string(job) + " is leased at epoch " +
+                    std::to_string(lease->epoch) + " by '" + lease->holder + "' for " +
+                    std::to_string(lease->remaining_s) + " s more");
+  }
+
+  std::unique_ptr<Driver> driver_;
+  Pool pool_;
+  const Statements sql_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> open_sql_store(std::unique_ptr<Driver> driver,
+                                              size_t max_connections) {
+  auto store = std::make_unique<SqlStore>(std::move(driver), max_connections);
+  FEDCASE_RETURN_IF_ERROR(store->migrate());
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+}  // namespace sql
+}  // namespace fedcase::storage

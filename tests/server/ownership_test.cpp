@@ -1,0 +1,169 @@
+// Replicas on one PostgreSQL database (a private server, tests/support/postgres_server.h): two
+// real coordinators in this process, each with its own store, driven by hand. A job is driven
+// by the replica holding its lease; an owner that stops renewing is replaced, and once
+// replaced it commits nothing and steps down (server/core/ownership.h).
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "server/core/coordinator.h"
+#include "tests/server/coordinator_fixture.h"
+#include "tests/support/postgres_server.h"
+
+namespace fedcase::server {
+namespace {
+
+using nlohmann::json;
+using namespace fixture;
+
+constexpr double kLeaseS = 3;
+
+// A replica named `name` on the database `url`, on the clock `clock`.
+std::unique_ptr<Coordinator> replica(const std::string& url, const std::string& name, Clock clock) {
+  CoordinatorConfig config =
+      parse_coordinator_config({{"database", url},
+                                {"admin_token", "admin-token-0123456789"},
+                                {"enrollment_token", "enroll-token-0123456789"},
+                                {"replica_id", name},
+                                {"lease_s", kLeaseS}});
+  auto store = storage::open_store(url);
+  REQUIRE(store.ok());
+  auto opened = Coordinator::open(config, std::move(store).value(),
+                                  std::make_unique<TestSetEvaluator>(small_test_set(), 200, 1),
+                                  std::move(clock));
+  REQUIRE_MESSAGE(opened.ok(), opened.status().to_string());
+  return std::move(opened).value();
+}
+
+storage::LeaseRecord lease_of(storage::Store& store, JobId job) {
+  auto leases = store.list_leases();
+  REQUIRE(leases.ok());
+  for (const auto& lease : *leases) {
+    if (lease.job == job) return lease;
+  }
+  FAIL("no lease for job " << job);
+  return {};
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST_CASE("a replaced owner commits nothing and steps down; the new owner goes on") {
+  testing::PostgresServer& server = testing::PostgresServer::shared();
+  const std::string url = server.url(server.create_database());
+  auto reader = storage::open_store(url);
+  REQUIRE(reader.ok());
+  storage::Store& db = **reader;
+
+  // Replica a, whose clock the test holds still while it is "paused".
+  std::atomic<double> a_now{wall_clock()};
+  auto a = replica(url, "a", [&a_now] { return a_now.load(); });
+  std::vector<ClientId> clients;
+  std::map<ClientId, std::string> tokens;
+  for (int i = 0; i < 2; ++i) {
+    auto r = a->register_client({{"dataset_size", 100}});
+    REQUIRE(r.ok());
+    clients.push_back(r->id);
+  }
+  auto created = a->create_job(job_config({{"selection", {{"overcommit", 1.0}}}}));
+  REQUIRE(created.ok());
+  const JobId job = created->id;
+  CHECK(lease_of(db, job).epoch == storage::kUnleased);  // nobody drives it before a lease
+
+  // a acquires the job and opens round 1 at epoch 1.
+  a->tick();
+  storage::LeaseRecord lease = lease_of(db, job);
+  CHECK(lease.holder == "a");
+  CHECK(lease.epoch == 1);
+  auto rounds = db.list_rounds(job);
+  REQUIRE(rounds.ok());
+  REQUIRE(rounds->size() == 1);
+  CHECK(rounds->at(0).state == RoundState::kOpen);
+  CHECK(rounds->at(0).epoch == 1);
+  const std::map<ClientId, TaskOffer> tasks = invitees(*a, clients);
+  REQUIRE(tasks.size() == 2);
+  const ModelBlob base = base_model(*a, job, 0);
+
+  // b starts beside it: it knows the job and the clients, and drives nothing while a's lease
+  // runs.
+  auto b = replica(url, "b", wall_clock);
+  b->tick();
+  CHECK(lease_of(db, job).holder == "a");
+  CHECK(b->list_jobs().size() == 1);
+  CHECK(db.list_rounds(job)->size() == 1);
+
+  // a is paused past its lease (no pass, no renewal): b takes the job over at epoch 2, fails
+  // a's round and opens round 2.
+  usleep(static_cast<useconds_t>((kLeaseS + 0.5) * 1e6));
+  b->tick();
+  lease = lease_of(db, job);
+  CHECK(lease.holder == "b");
+  CHECK(lease.epoch == 2);
+  rounds = db.list_rounds(job);
+  REQUIRE(rounds->size() == 2);
+  CHECK(rounds->at(0).state == RoundState::kFailed);
+  CHECK(rounds->at(0).epoch == 2);
+  CHECK(rounds->at(0).metrics["failure"] == "the job's owner changed while the round was open");
+  CHECK(rounds->at(1).state == RoundState::kOpen);
+  CHECK(rounds->at(1).epoch == 2);
+  CHECK(contains(b->metrics().render(), "fedcase_lease_changes_total{change=\"acquired\"} 1"));
+
+  // a resumes where it stopped, before its next pass: its round fills up and is due, but the
+  // store refuses the commit at epoch 1, and a steps down.
+  for (const auto& [client, task] : tasks) {
+    auto accepted = a->submit_update(client, job, task.round, meta(10), delta_blob(base, 0.5f));
+    CHECK(accepted.ok());
+  }
+  a_now = a_now.load() + 0.01;
+  a->tick();
+  CHECK(db.get_model(job, 1).status().code() == Code::kNotFound);
+  CHECK(db.latest_model(job)->version == 0);
+  rounds = db.list_rounds(job);
+  CHECK(rounds->at(0).state == RoundState::kFailed);  // still b's failure, not a's commit
+  CHECK(rounds->at(0).metrics["failure"] == "the job's owner changed while the round was open");
+  const std::string a_metrics = a->metrics().render();
+  CHECK(contains(a_metrics, "fedcase_lease_changes_total{change=\"stepped_down\"} 1"));
+  CHECK(contains(a_metrics, "fedcase_jobs_owned 0"));
+  CHECK_FALSE(a->job_detail(job)->current_round);
+  a_now = a_now.load() + kLeaseS;
+  a->tick();  // a's next pass: b holds the job, so a does not acquire it back
+  CHECK(lease_of(db, job).holder == "b");
+  CHECK(lease_of(db, job).epoch == 2);
+
+  // b's round 2 commits version 2 from its own invitees' updates.
+  const std::map<ClientId, TaskOffer> b_tasks = invitees(*b, clients);
+  REQUIRE(b_tasks.size() == 2);
+  for (const auto& [client, task] : b_tasks) {
+    CHECK(task.round == 2);
+    REQUIRE(b->submit_update(client, job, 2, meta(10), delta_blob(base, 0.25f)).ok());
+  }
+  b->tick();
+  auto committed = db.get_model(job, 2);
+  REQUIRE(committed.ok());
+  CHECK(db.list_rounds(job)->at(1).state == RoundState::kCommitted);
+  CHECK(db.list_rounds(job)->at(1).epoch == 2);
+
+  // a job created through b is seen by a, which holds fewer jobs and so acquires it.
+  auto second = b->create_job(job_config({{"name", "second"}}));
+  REQUIRE(second.ok());
+  a_now = a_now.load() + kLeaseS;
+  a->tick();
+  CHECK(a->list_jobs().size() == 2);
+  CHECK(lease_of(db, second->id).holder == "a");
+  // a sees the version b committed of the first job.
+  CHECK(a->job_detail(job)->summary.model_version == 2);
+
+  // A graceful stop gives the leases up at once.
+  a->conclude_rounds();
+  CHECK_FALSE(lease_of(db, second->id).held());
+  b->conclude_rounds();
+  CHECK_FALSE(lease_of(db, job).held());
+}
+
+}  // namespace
+}  // namespace fedcase::server

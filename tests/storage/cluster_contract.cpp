@@ -1,0 +1,604 @@
+// The Store contract's cases of what coordinator replicas share through the database: leases
+// and their epochs, fenced writes (also against an acquisition racing a commit), admission
+// (K places, once per client, expiring reservations, replicas racing for places), partial
+// aggregates, tenants' service counters, wake-ups, and several openers migrating one empty
+// database at once. Every case runs on every backend; "replicas" are stores opened on the
+// same database.
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "tests/storage/contract_records.h"
+
+namespace fedcase::storage::contract {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+RoundRecord at_epoch(RoundRecord round, Epoch epoch) {
+  round.epoch = epoch;
+  return round;
+}
+
+RoundRecord with_target(RoundRecord round, uint64_t target) {
+  round.target = target;
+  return round;
+}
+
+LeaseRecord lease_of(Store& store, JobId job) {
+  auto leases = store.list_leases();
+  REQUIRE_MESSAGE(leases.ok(), leases.status().to_string());
+  for (const LeaseRecord& l : *leases) {
+    if (l.job == job) return l;
+  }
+  FAIL("job " << job << " has no lease");
+  return {};
+}
+
+std::array<ClientId, 4> four_clients(Store& store) {
+  return {add(store, "hash-a"), add(store, "hash-b"), add(store, "hash-c"), add(store, "hash-d")};
+}
+
+// Polls `done` every 20 ms until it holds; false if `timeout_s` passes first.
+bool eventually(const std::function<bool()>& done, double timeout_s) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  while (!done()) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+void leases(const BackendFactory& factory) {
+  auto backend = factory();
+  auto store = open(*backend);
+  const JobId job = create(*store, job_record("j"));
+  const JobId other = create(*store, job_record("other"));
+  auto listed = store->list_leases();
+  REQUIRE(listed.ok());
+  REQUIRE(listed->size() == 2);
+  CHECK(listed->at(0).job == job);
+  CHECK(listed->at(1).job == other);
+  CHECK(listed->at(0).epoch == kUnleased);
+  CHECK(listed->at(0).holder.empty());
+  CHECK_FALSE(listed->at(0).held());
+
+  auto a = store->acquire_lease(job, "replica-a", 30);
+  REQUIRE_MESSAGE(a.ok(), a.status().to_string());
+  CHECK(a->job == job);
+  CHECK(a->epoch == 1);
+  CHECK(a->holder == "replica-a");
+  CHECK(a->remaining_s > 29);
+  CHECK(a->remaining_s <= 30);
+  CHECK(a->held());
+  // Another holder is refused while the lease runs; the holder re-acquires at a new epoch.
+  auto refused = store->acquire_lease(job, "replica-b", 30);
+  CHECK(refused.status().code() == Code::kConflict);
+  CHECK(refused.status().message().find("replica-a") != std::string::npos);
+  auto again = store->acquire_lease(job, "replica-a", 30);
+  REQUIRE(again.ok());
+  CHECK(again->epoch == 2);
+  // Renewals: by the holder at the current epoch only.
+  auto renewed = store->renew_lease(job, "replica-a", 2, 60);
+  REQUIRE_MESSAGE(renewed.ok(), renewed.status().to_string());
+  CHECK(renewed->epoch == 2);
+  CHECK(renewed->remaining_s > 59);
+  CHECK(store->renew_lease(job, "replica-a", 1, 60).status().code() == Code::kConflict);
+  CHECK(store->renew_lease(job, "replica-b", 2, 60).status().code() == Code::kConflict);
+  CHECK(lease_of(*store, job).remaining_s > 59);
+  // A release ends the lease and keeps its epoch; the next acquisition increments it.
+  CHECK(store->release_lease(job, "replica-b", 2).code() == Code::kConflict);
+  CHECK(store->release_lease(job, "replica-a", 1).code() == Code::kConflict);
+  REQUIRE(store->release_lease(job, "replica-a", 2).ok());
+  const LeaseRecord released = lease_of(*store, job);
+  CHECK(released.holder.empty());
+  CHECK(released.epoch == 2);
+  CHECK_FALSE(released.held());
+  CHECK(store->renew_lease(job, "replica-a", 2, 60).status().code() == Code::kConflict);
+  auto b = store->acquire_lease(job, "replica-b", 30);
+  REQUIRE(b.ok());
+  CHECK(b->epoch == 3);
+  CHECK(lease_of(*store, other).epoch == kUnleased);  // leases are per job
+
+  CHECK(store->acquire_lease(other + 100, "replica-a", 30).status().code() == Code::kNotFound);
+  CHECK(store->renew_lease(other + 100, "replica-a", 1, 30).status().code() == Code::kNotFound);
+  CHECK(store->release_lease(other + 100, "replica-a", 1).code() == Code::kNotFound);
+  CHECK(store->acquire_lease(other, "", 30).status().code() == Code::kInvalidArgument);
+  CHECK(store->acquire_lease(other, "replica-a", 0).status().code() == Code::kInvalidArgument);
+  CHECK(store->renew_lease(job, "replica-b", 3, -1).status().code() == Code::kInvalidArgument);
+  CHECK(lease_of(*store, other).epoch == kUnleased);
+}
+
+// Expiry runs on the database's clock: a lease of 0.3 s is free for another holder once it
+// has run out, and its holder may renew it until then, even late.
+void lease_expiry(const BackendFactory& factory) {
+  auto backend = factory();
+  auto store = open(*backend);
+  const JobId job = create(*store, job_record("j"));
+  REQUIRE(store->acquire_lease(job, "replica-a", 0.3).ok());
+  CHECK(store->acquire_lease(job, "replica-b", 30).status().code() == Code::kConflict);
+  REQUIRE(eventually([&] { return !lease_of(*store, job).held(); }, 10));
+  CHECK(lease_of(*store, job).remaining_s <= 0);
+  // Expired, but nobody took it: the holder's renewal still lands, at the same epoch.
+  auto late = store->renew_lease(job, "replica-a", 1, 0.3);
+  REQUIRE_MESSAGE(late.ok(), late.status().to_string());
+  CHECK(late->epoch == 1);
+  CHECK(store->acquire_lease(job, "replica-b", 30).status().code() == Code::kConflict);
+  REQUIRE(eventually([&] { return !lease_of(*store, job).held(); }, 10));
+  auto taken = store->acquire_lease(job, "replica-b", 30);
+  REQUIRE_MESSAGE(taken.ok(), taken.status().to_string());
+  CHECK(taken->epoch == 2);
+  CHECK(store->renew_lease(job, "replica-a", 1, 30).status().code() == Code::kConflict);
+  CHECK(store->release_lease(job, "replica-a", 1).code() == Code::kConflict);
+}
+
+void fencing(const BackendFactory& factory) {
+  auto backend = factory();
+  auto store = open(*backend);
+  const JobId job = create(*store, job_record("j"));
+  // Never leased: epoch 0 writes, as a single coordinator makes them.
+  REQUIRE(store->open_round(open_round_record(job, 1)).ok());
+  REQUIRE(store->acquire_lease(job, "replica-a", 30).ok());  // epoch 1
+  // Now writes at epoch 0 are refused and change nothing.
+  CHECK(store->open_round(open_round_record(job, 2)).code() == Code::kConflict);
+  CHECK(store
+            ->commit_round(closed(open_round_record(job, 1), 40, {}), model(job, 1, "m1"),
+                           {{"rho", 0.9}})
+            .code() == Code::kConflict);
+  CHECK(store->set_job_state(job, JobState::kPaused, kUnleased).code() == Code::kConflict);
+  CHECK(store->list_rounds(job)->size() == 1);
+  CHECK(store->list_rounds(job)->at(0).state == RoundState::kOpen);
+  CHECK(store->get_job(job)->state == JobState::kRunning);
+  // At the current epoch they land, and the round records it.
+  REQUIRE(store->open_round(at_epoch(open_round_record(job, 2), 1)).ok());
+  REQUIRE(store->set_job_state(job, JobState::kPaused, 1).ok());
+  REQUIRE(store->fail_round(at_epoch(closed(open_round_record(job, 1), 41, {}), 1)).ok());
+  auto rounds = store->list_rounds(job);
+  REQUIRE(rounds->size() == 2);
+  CHECK(rounds->at(0).epoch == 1);  // failed at epoch 1, opened at 0
+  CHECK(rounds->at(1).epoch == 1);
+
+  // Another replica takes the job over: everything the old owner writes is refused.
+  REQUIRE(store->release_lease(job, "replica-a", 1).ok());
+  REQUIRE(store->acquire_lease(job, "replica-b", 30).ok());  // epoch 2
+  const RoundRecord r2 = at_epoch(open_round_record(job, 2), 1);
+  auto stale =
+      store->commit_round(closed(r2, 50, {{"updates", 1}}), model(job, 2, "m2"), {{"rho", 0.9}});
+  CHECK(stale.code() == Code::kConflict);
+  CHECK(stale.message().find("epoch") != std::string::npos);
+  CHECK(store->fail_round(closed(r2, 50, {})).code() == Code::kConflict);
+  CHECK(store->close_admission(job, 2, 1).code() == Code::kConflict);
+  CHECK(store->set_job_state(job, JobState::kRunning, 1).code() == Code::kConflict);
+  CHECK(store->open_round(at_epoch(open_round_record(job, 3), 1)).code() == Code::kConflict);
+  rounds = store->list_rounds(job);
+  REQUIRE(rounds->size() == 2);
+  CHECK(rounds->at(1).state == RoundState::kOpen);
+  CHECK(store->get_model(job, 2).status().code() == Code::kNotFound);
+  CHECK(store->get_job(job)->policy_state == json{{"rho", 0.25}});
+  CHECK(store->get_job(job)->state == JobState::kPaused);
+  // The new owner concludes the old owner's round.
+  REQUIRE(store->commit_round(at_epoch(closed(r2, 51, {}), 2), model(job, 2, "m2"), {{"rho", 0.5}})
+              .ok());
+  REQUIRE(store->set_job_state(job, JobState::kRunning, 2).ok());
+  rounds = store->list_rounds(job);
+  CHECK(rounds->at(1).state == RoundState::kCommitted);
+  CHECK(rounds->at(1).epoch == 2);
+  CHECK(store->get_job(job)->policy_state == json{{"rho", 0.5}});
+  CHECK(store->set_job_state(job + 100, JobState::kPaused, 2).code() == Code::kNotFound);
+}
+
+// An owner commits round after round while another replica takes the job over the moment the
+// owner's lease expires: once the acquisition returned, no write of the old epoch lands.
+void fencing_race(const BackendFactory& factory) {
+  auto backend = factory();
+  auto owner = open(*backend);
+  auto successor = open(*backend);
+  const JobId job = create(*owner, job_record("j"));
+  REQUIRE(owner->acquire_lease(job, "old", 0.5).ok());
+  const std::string big(1 << 20, 'w');  // a commit that takes a while
+  std::atomic<bool> refused{false};
+  Status unexpected;
+  std::thread old_owner([&] {
+    for (RoundIndex r = 1; r < 100000 && !refused; ++r) {
+      const RoundRecord round = at_epoch(open_round_record(job, r), 1);
+      for (Status s : {owner->open_round(round),
+                       owner->commit_round(closed(round, 60, {}), model(job, r, big), {})}) {
+        if (s.code() == Code::kConflict) {
+          refused = true;
+        } else if (!s.ok()) {
+          unexpected = s;
+          refused = true;
+        }
+        if (refused) break;
+      }
+    }
+  });
+  Result<LeaseRecord> taken = conflict("not yet");
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (Clock::now() < deadline) {
+    taken = successor->acquire_lease(job, "new", 30);
+    if (taken.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  auto seen = successor->list_rounds(job);  // what the successor starts from
+  old_owner.join();
+  REQUIRE_MESSAGE(taken.ok(), taken.status().to_string());
+  CHECK(taken->epoch == 2);
+  CHECK_MESSAGE(unexpected.ok(), unexpected.to_string());
+  REQUIRE(seen.ok());
+  auto final_rounds = successor->list_rounds(job);
+  REQUIRE(final_rounds.ok());
+  REQUIRE(final_rounds->size() == seen->size());
+  for (size_t i = 0; i < seen->size(); ++i) {
+    CAPTURE(i);
+    CHECK(final_rounds->at(i).state == seen->at(i).state);
+    CHECK(final_rounds->at(i).epoch == 1);
+  }
+  CHECK(successor->latest_model(job)->version + 1 >= seen->size());  // the last may be open
+}
+
+void admission(const BackendFactory& factory) {
+  auto backend = factory();
+  auto store = open(*backend);
+  const auto [a, b, c, d] = four_clients(*store);
+  const JobId job = create(*store, job_record("j"));
+  REQUIRE(store->open_round(with_target(open_round_record(job, 1, {a, b, c, d}), 2)).ok());
+  CHECK(store->list_rounds(job)->at(0).target == 2);
+
+  REQUIRE(store->reserve_update(job, 1, a, "r1", 30).ok());
+  CHECK(store->reserve_update(job, 1, a, "r2", 30).code() == Code::kConflict);  // once a client
+  REQUIRE(store->reserve_update(job, 1, b, "r2", 30).ok());
+  auto full = store->reserve_update(job, 1, c, "r1", 30);
+  CHECK(full.code() == Code::kConflict);
+  CHECK(full.message().find("full") != std::string::npos);
+  auto places = store->round_admission(job, 1);
+  REQUIRE(places.ok());
+  CHECK(places->target == 2);
+  CHECK(places->open);
+  CHECK(places->accepted() == 0);
+  CHECK(places->reserved() == 2);
+  CHECK(places->replicas["r1"].reserved == 1);
+  CHECK(places->replicas["r2"].reserved == 1);
+
+  // A released place goes to the next client; only its replica releases it.
+  CHECK(store->release_update(job, 1, b, "r1").code() == Code::kConflict);
+  REQUIRE(store->release_update(job, 1, b, "r2").ok());
+  CHECK(store->release_update(job, 1, b, "r2").code() == Code::kConflict);
+  REQUIRE(store->reserve_update(job, 1, c, "r1", 30).ok());
+
+  // A reservation becomes the update of its replica only.
+  CHECK(store->record_update({job, 1, a, {{"samples", 3}}, 40, "r2"}).code() == Code::kConflict);
+  REQUIRE(store->record_update({job, 1, a, {{"samples", 3}}, 40, "r1"}).ok());
+  CHECK(store->record_update({job, 1, a, {{"samples", 4}}, 41, "r1"}).code() == Code::kConflict);
+  CHECK(store->release_update(job, 1, a, "r1").code() == Code::kConflict);  // recorded
+  // Without a reservation, a round with a target takes nothing.
+  CHECK(store->record_update({job, 1, d, {{"samples", 5}}, 42, "r1"}).code() == Code::kConflict);
+  CHECK(store->record_update({job, 1, d, {{"samples", 5}}, 42, ""}).code() == Code::kConflict);
+  CHECK(store->reserve_update(job, 1, d, "r2", 30).code() == Code::kConflict);  // a + c: full
+  auto updates = store->list_updates(job, 1);
+  REQUIRE(updates.ok());
+  REQUIRE(updates->size() == 1);  // reservations are not updates
+  CHECK(updates->at(0).client == a);
+  CHECK(updates->at(0).replica == "r1");
+  CHECK(updates->at(0).meta == json{{"samples", 3}});
+  places = store->round_admission(job, 1);
+  REQUIRE(places.ok());
+  CHECK(places->accepted() == 1);
+  CHECK(places->reserved() == 1);
+  CHECK(places->replicas["r1"].accepted == 1);
+  CHECK(places->replicas["r1"].reserved == 1);
+
+  // Refusals and what they name.
+  CHECK(store->reserve_update(job, 2, d, "r1", 30).code() == Code::kConflict);  // no round 2
+  CHECK(store->reserve_update(job + 100, 1, d, "r1", 30).code() == Code::kConflict);
+  CHECK(store->reserve_update(job, 1, d, "", 30).code() == Code::kInvalidArgument);
+  CHECK(store->reserve_update(job, 1, d, "r1", 0).code() == Code::kInvalidArgument);
+  CHECK(store->round_admission(job, 2).status().code() == Code::kNotFound);
+
+  // Closed to admission: no new reservation, but those made before may still be recorded.
+  REQUIRE(store->close_admission(job, 1, kUnleased).ok());
+  REQUIRE(store->close_admission(job, 1, kUnleased).ok());  // idempotent
+  CHECK_FALSE(store->round_admission(job, 1)->open);
+  REQUIRE(store->release_update(job, 1, c, "r1").ok());
+  CHECK(store->reserve_update(job, 1, c, "r1", 30).code() == Code::kConflict);
+  REQUIRE(
+      store->commit_round(closed(open_round_record(job, 1), 50, {}), model(job, 1, "m1"), {}).ok());
+  CHECK(store->reserve_update(job, 1, d, "r1", 30).code() == Code::kConflict);
+  CHECK(store->close_admission(job, 1, kUnleased).code() == Code::kConflict);
+  CHECK(store->list_updates(job, 1)->size() == 1);
+
+  // A round without a target: reservations once per client without a limit, and updates
+  // recorded as the caller admitted them.
+  REQUIRE(store->open_round(open_round_record(job, 2)).ok());
+  REQUIRE(store->reserve_update(job, 2, a, "r1", 30).ok());
+  REQUIRE(store->reserve_update(job, 2, b, "r2", 30).ok());
+  CHECK(store->reserve_update(job, 2, b, "r1", 30).code() == Code::kConflict);
+  REQUIRE(store->record_update({job, 2, a, {}, 60, "r1"}).ok());
+  REQUIRE(store->record_update({job, 2, c, {}, 61, ""}).ok());
+  CHECK(store->record_update({job, 2, b, {}, 62, "r1"}).code() == Code::kConflict);  // r2's
+  REQUIRE(store->fail_round(closed(open_round_record(job, 2), 70, {})).ok());
+  CHECK(store->round_admission(job, 2)->reserved() == 0);  // dropped with the round
+  CHECK(store->list_updates(job, 2)->size() == 2);
+}
+
+// A reservation not recorded in time frees its place, and can then not be recorded.
+void reservation_expiry(const BackendFactory& factory) {
+  auto backend = factory();
+  auto store = open(*backend);
+  const ClientId a = add(*store, "hash-a"), b = add(*store, "hash-b");
+  const JobId job = create(*store, job_record("j"));
+  REQUIRE(store->open_round(with_target(open_round_record(job, 1), 1)).ok());
+  REQUIRE(store->reserve_update(job, 1, a, "dying", 0.3).ok());
+  CHECK(store->reserve_update(job, 1, b, "r2", 30).code() == Code::kConflict);
+  REQUIRE(eventually([&] { return store->reserve_update(job, 1, b, "r2", 30).ok(); }, 10));
+  auto late = store->record_update({job, 1, a, {}, 40, "dying"});
+  CHECK(late.code() == Code::kConflict);
+  auto places = store->round_admission(job, 1);
+  REQUIRE(places.ok());
+  CHECK(places->replicas.count("dying") == 0);
+  CHECK(places->replicas["r2"].reserved == 1);
+  // The client itself may come back through another replica.
+  REQUIRE(store->release_update(job, 1, b, "r2").ok());
+  REQUIRE(store->reserve_update(job, 1, a, "r2", 30).ok());
+  REQUIRE(store->record_update({job, 1, a, {}, 41, "r2"}).ok());
+  CHECK(store->list_updates(job, 1)->at(0).replica == "r2");
+}
+
+// Two replicas race their clients' uploads for K places, each client through both at once:
+// exactly K are admitted, each client at most once.
+void admission_race(const BackendFactory& factory) {
+  constexpr size_t kClients = 30, kPlaces = 10, kThreadsPerStore = 3;
+  auto backend = factory();
+  auto first_store = open(*backend);
+  auto second_store = open(*backend);
+  std::vector<ClientId> clients;
+  for (size_t i = 0; i < kClients; ++i) {
+    clients.push_back(add(*first_store, "hash-" + std::to_string(i)));
+  }
+  const JobId job = create(*first_store, job_record("j"));
+  REQUIRE(first_store->open_round(with_target(open_round_record(job, 1, clients), kPlaces)).ok());
+  std::mutex mu;
+  std::multiset<ClientId> admitted;
+  std::vector<std::string> errors;
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < 2 * kThreadsPerStore; ++t) {
+    threads.emplace_back([&, t] {
+      Store& store = t % 2 == 0 ? *first_store : *second_store;
+      const std::string replica = t % 2 == 0 ? "r1" : "r2";
+      for (size_t i = t / 2; i < kClients; i += kThreadsPerStore) {
+        Status s = store.reserve_update(job, 1, clients[i], replica, 30);
+        std::lock_guard<std::mutex> lock(mu);
+        if (s.ok()) {
+          admitted.insert(clients[i]);
+        } else if (s.code() != Code::kConflict) {
+          errors.push_back(s.to_string());
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const std::string& e : errors) FAIL_CHECK(e);
+  CHECK(admitted.size() == kPlaces);
+  CHECK(std::set<ClientId>(admitted.begin(), admitted.end()).size() == admitted.size());
+  auto places = second_store->round_admission(job, 1);
+  REQUIRE(places.ok());
+  CHECK(places->reserved() == kPlaces);
+}
+
+void partials(const BackendFactory& factory) {
+  auto backend = factory();
+  auto store = open(*backend);
+  const auto [a, b, c, d] = four_clients(*store);
+  const JobId job = create(*store, job_record("j"));
+  REQUIRE(store->open_round(with_target(open_round_record(job, 1), 4)).ok());
+  for (ClientId client : {a, b}) {
+    REQUIRE(store->reserve_update(job, 1, client, "r1", 30).ok());
+    REQUIRE(store->record_update({job, 1, client, {}, 40, "r1"}).ok());
+  }
+  REQUIRE(store->reserve_update(job, 1, c, "r2", 30).ok());
+  REQUIRE(store->record_update({job, 1, c, {}, 41, "r2"}).ok());
+  REQUIRE(store->reserve_update(job, 1, d, "r3", 30).ok());  // never recorded nor released
+  std::string sum(1 << 20, '\0');                            // every byte value, NULs included
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] = static_cast<char>(i * 7 + i / 256);
+  const PartialRecord r1{job, 1, "r1", sum, 42.5, 2, 60};
+  CHECK(store->put_partial(r1).code() == Code::kConflict);  // still admitting
+  REQUIRE(store->close_admission(job, 1, kUnleased).ok());
+  PartialRecord miscounted = r1;
+  miscounted.updates = 3;  // it folded one the store did not record
+  auto refused = store->put_partial(miscounted);
+  CHECK(refused.code() == Code::kConflict);
+  CHECK(refused.message().find("recorded") != std::string::npos);
+  REQUIRE(store->put_partial(r1).ok());
+  CHECK(store->put_partial(r1).code() == Code::kConflict);  // once per replica
+  CHECK(store->put_partial({job, 1, "r3", "", 0, 0, 61}).code() == Code::kConflict);  // holds d
+  REQUIRE(store->put_partial({job, 1, "r2", "two", 7, 1, 62}).ok());
+  CHECK(store->put_partial({job, 2, "r1", "x", 1, 0, 63}).code() == Code::kConflict);  // no round
+
+  auto listed = store->list_partials(job, 1);
+  REQUIRE(listed.ok());
+  REQUIRE(listed->size() == 2);
+  CHECK(listed->at(0).replica == "r1");
+  CHECK(listed->at(0).job == job);
+  CHECK(listed->at(0).round == 1);
+  CHECK(listed->at(0).sum == sum);
+  CHECK(listed->at(0).weight == 42.5);
+  CHECK(listed->at(0).updates == 2);
+  CHECK(listed->at(0).written_at == 60);
+  CHECK(listed->at(1).replica == "r2");
+  CHECK(listed->at(1).sum == "two");
+  CHECK(store->list_partials(job, 2)->empty());
+
+  // The round's conclusion drops its partials, keeps its updates.
+  REQUIRE(
+      store->commit_round(closed(open_round_record(job, 1), 70, {}), model(job, 1, "m1"), {}).ok());
+  CHECK(store->list_partials(job, 1)->empty());
+  CHECK(store->list_updates(job, 1)->size() == 3);
+  CHECK(store->put_partial({job, 1, "r3", "", 0, 0, 71}).code() == Code::kConflict);
+}
+
+void tenant_service(const BackendFactory& factory) {
+  constexpr int kThreads = 4, kEach = 25;
+  auto backend = factory();
+  auto store = open(*backend);
+  auto second = open(*backend);
+  CHECK(store->list_tenant_service()->empty());
+  auto charged = store->charge_tenant({2, 3.5, 10, 0});
+  REQUIRE_MESSAGE(charged.ok(), charged.status().to_string());
+  CHECK(charged->tenant == 2);
+  CHECK(charged->counter == 3.5);
+  CHECK(charged->client_seconds == 10);
+  charged = store->charge_tenant({2, -5, -4, 0});  // a correction: never below 0
+  REQUIRE(charged.ok());
+  CHECK(charged->counter == 0);
+  CHECK(charged->client_seconds == 6);
+  charged = store->charge_tenant({2, 1, 0, 7});  // lifted to the least-served active tenant's
+  REQUIRE(charged.ok());
+  CHECK(charged->counter == 7);
+  charged = store->charge_tenant({2, 1, 0, 2});  // a floor below the counter changes nothing
+  REQUIRE(charged.ok());
+  CHECK(charged->counter == 8);
+  REQUIRE(second->charge_tenant({0, 0, 0, 1}).ok());  // the operator, tenant 0
+
+  // Replicas charging one tenant at once add up.
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Store& s = t % 2 == 0 ? *store : *second;
+      for (int i = 0; i < kEach; ++i) {
+        if (!s.charge_tenant({5, 1, 0.5, 0}).ok()) ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(failures == 0);
+  auto all = second->list_tenant_service();
+  REQUIRE(all.ok());
+  REQUIRE(all->size() == 3);
+  CHECK(all->at(0).tenant == 0);
+  CHECK(all->at(0).counter == 1);
+  CHECK(all->at(1).tenant == 2);
+  CHECK(all->at(1).counter == 8);
+  CHECK(all->at(1).client_seconds == 6);
+  CHECK(all->at(2).tenant == 5);
+  CHECK(all->at(2).counter == kThreads * kEach);
+  CHECK(all->at(2).client_seconds == kThreads * kEach * 0.5);
+}
+
+// The next wake-up `listener` hears, or nullopt after `timeout_s`.
+std::optional<Notification> heard(Listener& listener, double timeout_s) {
+  auto next = listener.next(timeout_s);
+  REQUIRE_MESSAGE(next.ok(), next.status().to_string());
+  return *next;
+}
+
+// Whether `listener` hears `want` within 10 s, among other wake-ups.
+bool hears(Listener& listener, Notification want) {
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (Clock::now() < deadline) {
+    auto n = heard(listener, 0.5);
+    if (n && n->channel == want.channel && n->id == want.id) return true;
+  }
+  return false;
+}
+
+void wakeups(const BackendFactory& factory) {
+  auto backend = factory();
+  auto writer = open(*backend);
+  auto reader = open(*backend);
+  auto listening = reader->listen();
+  REQUIRE_MESSAGE(listening.ok(), listening.status().to_string());
+  Listener& listener = **listening;
+  // Nothing yet: the wait ends at its timeout.
+  const auto start = Clock::now();
+  CHECK_FALSE(heard(listener, 0.2).has_value());
+  const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+  CHECK(waited >= 0.15);
+  CHECK(waited < 5);
+
+  const JobId job = create(*writer, job_record("j"));
+  CHECK(hears(listener, {Channel::kJob, job}));
+  REQUIRE(writer->open_round(open_round_record(job, 1)).ok());
+  CHECK(hears(listener, {Channel::kRound, job}));
+  REQUIRE(writer->acquire_lease(job, "replica-a", 30).ok());
+  CHECK(hears(listener, {Channel::kLease, job}));
+  REQUIRE(writer->notify(Channel::kClient, 77).ok());
+  CHECK(hears(listener, {Channel::kClient, 77}));
+  auto tenant = writer->add_tenant({0, "team", "hash-t", 1, json::object(), 1});
+  REQUIRE(tenant.ok());
+  CHECK(hears(listener, {Channel::kTenant, *tenant}));
+  // A refused write wakes no one; nor do the admission's many small writes.
+  CHECK(writer->open_round(open_round_record(job, 2)).code() == Code::kConflict);  // epoch 0
+  add(*writer, "hash-a");
+  REQUIRE(writer->charge_tenant({*tenant, 1, 1, 0}).ok());
+  CHECK_FALSE(heard(listener, 0.3).has_value());
+  // Wake-ups come in the order of their commits, the writer's own listener's too.
+  auto own = writer->listen();
+  REQUIRE(own.ok());
+  REQUIRE(writer->set_job_state(job, JobState::kPaused, 1).ok());
+  REQUIRE(writer->close_admission(job, 1, 1).ok());
+  for (Listener* l : {&listener, own->get()}) {
+    auto first = heard(*l, 10);
+    auto second = heard(*l, 10);
+    REQUIRE(first.has_value());
+    REQUIRE(second.has_value());
+    CHECK(first->channel == Channel::kJob);
+    CHECK(second->channel == Channel::kRound);
+    CHECK(second->id == job);
+  }
+}
+
+// Replicas starting at once on an empty database migrate it once, and all open.
+void concurrent_migration(const BackendFactory& factory) {
+  constexpr int kOpeners = 4;
+  auto backend = factory();
+  std::vector<Result<std::unique_ptr<Store>>> opened;
+  for (int i = 0; i < kOpeners; ++i) opened.emplace_back(internal_error("not opened"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kOpeners; ++i) {
+    threads.emplace_back([&, i] { opened[i] = backend->open(); });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& store : opened) {
+    REQUIRE_MESSAGE(store.ok(), store.status().to_string());
+  }
+  CHECK(backend->schema_version() == backend->current_schema_version());
+  const JobId job = create(**opened[0], job_record("j"));
+  for (auto& store : opened) CHECK((*store)->get_job(job)->name == "j");
+}
+
+struct Case {
+  const char* name;
+  void (*run)(const BackendFactory&);
+};
+
+const Case kCases[] = {
+    {"leases: acquire, renew and release by holder and epoch", leases},
+    {"leases expire on the database's clock", lease_expiry},
+    {"fenced writes: a stale epoch is refused and changes nothing", fencing},
+    {"fencing holds against an acquisition racing the old owner's commits", fencing_race},
+    {"admission: K places, once per client, released places reused", admission},
+    {"admission: an expired reservation frees its place", reservation_expiry},
+    {"admission: replicas racing for places admit exactly K", admission_race},
+    {"partials: after admission closes, matching the recorded updates", partials},
+    {"tenants' service counters add up across replicas", tenant_service},
+    {"wake-ups reach every listener after the commit", wakeups},
+    {"several openers migrate an empty database once", concurrent_migration},
+};
+
+}  // namespace
+
+void check_cluster_contract(const BackendFactory& factory) {
+  for (const Case& c : kCases) {
+    SUBCASE(c.name) { c.run(factory); }
+  }
+}
+
+}  // namespace fedcase::storage::contract
