@@ -1,5 +1,6 @@
 # fedcase: `make demo` runs the main job, `make test` runs every test.
-# Both install missing Debian packages first, then configure (Ninja + ccache) and build in build/.
+# `make cluster-demo` runs it on three replicas on PostgreSQL behind HAProxy (docs/scaling.md).
+# All install missing Debian packages first, then configure (Ninja + ccache) and build in build/.
 # `make fuzz` builds the libFuzzer harnesses with clang in build-fuzz/ and runs each for
 # FUZZ_SECONDS (fuzz/README.md).
 
@@ -9,7 +10,7 @@ JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 export CCACHE_DIR ?= $(CURDIR)/.cache/ccache
 
-.PHONY: all deps configure build test demo bench fuzz clean
+.PHONY: all deps configure build test demo cluster-demo bench fuzz clean
 
 all: build
 
@@ -29,6 +30,9 @@ test: build
 
 demo: build
 	bash scripts/demo.sh $(BUILD_DIR)
+
+cluster-demo: build
+	bash scripts/cluster.sh $(BUILD_DIR)
 
 bench: build
 	bash scripts/bench.sh $(BUILD_DIR)

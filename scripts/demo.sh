@@ -4,8 +4,12 @@
 # Prints one line per committed round and, last, a JSON summary of the model the job finished
 # with (the first committed model that reached the target accuracy).
 #
-#   scripts/demo.sh [--runs N] [--secure-aggregation] [build-dir]
+#   scripts/demo.sh [--runs N] [--secure-aggregation] [--cluster N] [build-dir]
 #                   (env: DEMO_CLIENTS, DEMO_ALPHA, DEMO_MAX_SECONDS)
+#
+# With --cluster N the job runs on N coordinator replicas on a private PostgreSQL behind
+# HAProxy (scripts/lib/cluster.sh, docs/scaling.md), and the fleet and the admin calls go
+# through HAProxy; scripts/cluster.sh runs it with 3 replicas.
 #
 # With --secure-aggregation the job masks its updates (SecAgg+: its `secure_aggregation`
 # section, each client clipping its update to the L2 norm 100 that max_update_norm checked
@@ -19,12 +23,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=0
 secure=0
+replicas=0
 build=build
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs=${2:?--runs needs a number}; shift 2 ;;
     --secure-aggregation) secure=1; shift ;;
-    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
+    --cluster) replicas=${2:?--cluster needs a number of replicas}; shift 2 ;;
+    -h|--help) sed -n 2,22p "$0"; exit 0 ;;
     *) build=$1; shift ;;
   esac
 done
@@ -33,10 +39,29 @@ alpha=${DEMO_ALPHA:-0.5}
 max_seconds=${DEMO_MAX_SECONDS:-600}
 job_config=configs/jobs/fmnist-demo.json
 dir=var/demo
+[ "$replicas" -eq 0 ] || dir=var/cluster
 
+source scripts/lib/cluster.sh
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  pids=()
+  cluster_stop
+}
 trap cleanup EXIT
+
+# Starts one coordinator on a fresh SQLite file in $dir; sets `port` and `server_pid`.
+start_coordinator() {
+  jq --arg db "$dir/fedcase.db" --arg pf "$dir/port" \
+    '.port = 0 | .port_file = $pf | .database = $db' configs/coordinator.json > "$dir/coordinator.json"
+  "$build/server/fedcase-coordinator" --config "$dir/coordinator.json" > "$dir/coordinator.log" 2>&1 &
+  server_pid=$!
+  pids+=("$server_pid")
+  for _ in $(seq 100); do [ -s "$dir/port" ] && break; sleep 0.1; done
+  [ -s "$dir/port" ] || { echo "coordinator did not start; see $dir/coordinator.log" >&2; cat "$dir/coordinator.log" >&2; exit 1; }
+  port=$(cat "$dir/port")
+}
 
 # One run of the job; writes $dir/summary.json and $dir/detail.json.
 run_once() {
@@ -47,14 +72,15 @@ run_once() {
   admin_token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
   enrollment_token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
   export FEDCASE_ADMIN_TOKEN=$admin_token FEDCASE_ENROLLMENT_TOKEN=$enrollment_token
-  jq --arg db "$dir/fedcase.db" --arg pf "$dir/port" \
-    '.port = 0 | .port_file = $pf | .database = $db' configs/coordinator.json > "$dir/coordinator.json"
-
-  "$build/server/fedcase-coordinator" --config "$dir/coordinator.json" > "$dir/coordinator.log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 100); do [ -s "$dir/port" ] && break; sleep 0.1; done
-  [ -s "$dir/port" ] || { echo "coordinator did not start; see $dir/coordinator.log" >&2; cat "$dir/coordinator.log" >&2; exit 1; }
-  local base="http://127.0.0.1:$(cat "$dir/port")"
+  local port server_pid fleet_pid
+  if [ "$replicas" -gt 0 ]; then
+    cluster_start "$dir" "$replicas" "$build"
+    port=$cluster_port
+    server_pid=$cluster_proxy_pid  # a replica may die: the others carry on
+  else
+    start_coordinator
+  fi
+  local base="http://127.0.0.1:$port"
   admin() { curl -sS --fail-with-body -H "Authorization: Bearer $admin_token" "$@"; }
 
   local job target fleet_flags=()
@@ -67,14 +93,15 @@ run_once() {
   job=$(admin -X POST --data @"$dir/job.json" "$base/v1/admin/jobs" | jq -r .job_id)
   target=$(jq -r .target_accuracy "$job_config")
   echo "demo: job $job ($(jq -r .name "$job_config")), $clients clients, Dirichlet alpha $alpha, target accuracy $target$([ "$secure" = 1 ] && echo ", secure aggregation")"
-  echo "demo: coordinator $base, logs in $dir/"
+  echo "demo: coordinator$([ "$replicas" -gt 0 ] && echo "s behind HAProxy at") $base, logs in $dir/"
 
   # The fleet stands in for remote devices: on this one machine it runs at a lower priority so
   # the coordinator (polls, aggregation, evaluation) stays as responsive as it would be alone,
   # and at most one client per core trains at a time, so each trains at a device's full speed.
-  nice -n 10 "$build/client_sdk/fedcase-client" --port "$(cat "$dir/port")" --clients "$clients" --alpha "$alpha" \
+  nice -n 10 "$build/client_sdk/fedcase-client" --port "$port" --clients "$clients" --alpha "$alpha" \
     --concurrent-training "$(nproc)" "${fleet_flags[@]}" > "$dir/fleet.log" 2>&1 &
-  pids+=($!)
+  fleet_pid=$!
+  pids+=("$fleet_pid")
 
   printf '%6s %9s %8s %10s %8s %9s\n' round accuracy loss seconds updates samples
   local shown=0 state detail pending start
@@ -102,8 +129,8 @@ run_once() {
       admin -X POST "$base/v1/admin/jobs/$job/cancel" > /dev/null
       break
     fi
-    kill -0 "${pids[0]}" 2>/dev/null || { echo "coordinator exited; see $dir/coordinator.log" >&2; cat "$dir/coordinator.log" >&2; exit 1; }
-    kill -0 "${pids[1]}" 2>/dev/null || { echo "the fleet exited; see $dir/fleet.log" >&2; cat "$dir/fleet.log" >&2; exit 1; }
+    kill -0 "$server_pid" 2>/dev/null || { echo "the coordinator exited; see $dir/" >&2; tail -n 20 "$dir"/*.log >&2; exit 1; }
+    kill -0 "$fleet_pid" 2>/dev/null || { echo "the fleet exited; see $dir/fleet.log" >&2; cat "$dir/fleet.log" >&2; exit 1; }
     sleep 0.5
   done
   detail=$(admin "$base/v1/admin/jobs/$job")

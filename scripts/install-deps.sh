@@ -4,7 +4,8 @@
 # exports the SDK example's TorchScript model in the tests and runs the Python SDK's, which pip
 # installs with setuptools and wheel; clang checks the locks with -Wthread-safety; lintian and
 # shellcheck check the Debian packages; libpq-dev is the PostgreSQL store's client library, and
-# postgresql the server the tests start for it); with --fuzz, also libFuzzer and the sanitizer
+# postgresql the server the tests start for it; haproxy the load balancer in front of a
+# cluster's replicas, in scripts/cluster.sh and the tests); with --fuzz, also libFuzzer and the sanitizer
 # runtimes, and llvm-symbolizer for their reports (`make fuzz`); with --flower, also what
 # Flower's SecAgg+ workflow needs to run from its source beside secagg_bench
 # (bench/flower_secaggplus.py: Flower's Python dependencies as Debian packages, and the
@@ -17,7 +18,7 @@ packages=(
   libboost-dev libboost-system-dev nlohmann-json3-dev libsqlite3-dev libpq-dev libssl-dev zlib1g-dev
   libisal-dev
   libtorch-dev doctest-dev dataset-fashion-mnist
-  curl jq sqlite3 openssl postgresql
+  curl jq sqlite3 openssl postgresql haproxy
   libjs-chart.js chromium prometheus python3-torch clang
   python3-numpy python3-pip python3-setuptools python3-wheel lintian shellcheck
 )

@@ -1,0 +1,95 @@
+# shellcheck shell=bash
+# A cluster on 127.0.0.1, sourced by scripts/demo.sh (--cluster N): a private PostgreSQL 15
+# server, N fedcase-coordinator replicas on it and HAProxy in front of them (docs/scaling.md).
+#
+#   cluster_start DIR N BUILD   starts it; the replicas' configs and logs, haproxy.cfg and
+#                               haproxy.log go to DIR; sets cluster_port (HAProxy's) and
+#                               cluster_proxy_pid, and appends every process to `pids`
+#   cluster_stop                stops PostgreSQL and removes its data (after the replicas)
+#
+# PostgreSQL runs as the `postgres` user (runuser when root) with its data in a temp dir that
+# user owns, listening on a Unix socket there and on a free 127.0.0.1 port. The replicas use
+# 5-second leases; HAProxy spreads requests round robin over the replicas that answer
+# GET /healthz (checked every second, out after 2 failures), with timeouts above the
+# coordinators' long polls.
+
+pg_bin=$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -1)
+[ -x "$pg_bin/initdb" ] || pg_bin=
+pg_dir=
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+as_postgres() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+cluster_start() {
+  local dir=$1 replicas=$2 build=$3 pg_port i
+  [ -n "$pg_bin" ] || { echo "cluster: PostgreSQL's server is not installed (scripts/install-deps.sh)" >&2; return 1; }
+  command -v haproxy > /dev/null || { echo "cluster: haproxy is not installed (scripts/install-deps.sh)" >&2; return 1; }
+  pg_dir=$(mktemp -d /tmp/fedcase-cluster-pg.XXXXXX)
+  [ "$(id -u)" != 0 ] || chown postgres "$pg_dir"
+  pg_port=$(free_port)
+  as_postgres "$pg_bin/initdb" -D "$pg_dir/data" -A trust -U postgres > "$pg_dir/initdb.log" 2>&1 ||
+    { cat "$pg_dir/initdb.log" >&2; return 1; }
+  as_postgres "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/server.log" -w \
+    -o "-p $pg_port -k $pg_dir -c listen_addresses=127.0.0.1" start > /dev/null ||
+    { cat "$pg_dir/server.log" >&2; return 1; }
+  as_postgres "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" -U postgres fedcase
+  local database="postgresql://postgres@127.0.0.1:$pg_port/fedcase"
+  echo "cluster: PostgreSQL at $database (data in $pg_dir)"
+
+  local servers=""
+  for i in $(seq "$replicas"); do
+    jq --arg db "$database" --arg pf "$dir/replica-$i.port" --arg id "replica-$i" \
+      '.port = 0 | .port_file = $pf | .database = $db | .replica_id = $id | .lease_s = 5' \
+      configs/coordinator.json > "$dir/replica-$i.json"
+    "$build/server/fedcase-coordinator" --config "$dir/replica-$i.json" > "$dir/replica-$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in $(seq "$replicas"); do
+    for _ in $(seq 150); do [ -s "$dir/replica-$i.port" ] && break; sleep 0.1; done
+    [ -s "$dir/replica-$i.port" ] || { echo "cluster: replica $i did not start; see $dir/replica-$i.log" >&2; cat "$dir/replica-$i.log" >&2; return 1; }
+    servers+="  server replica-$i 127.0.0.1:$(cat "$dir/replica-$i.port") check"$'\n'
+  done
+
+  cluster_port=$(free_port)
+  cat > "$dir/haproxy.cfg" <<EOF
+global
+  maxconn 8000
+defaults
+  mode http
+  timeout connect 2s
+  timeout client 120s
+  timeout server 120s
+  timeout http-keep-alive 60s
+frontend fedcase
+  bind 127.0.0.1:$cluster_port
+  default_backend replicas
+backend replicas
+  balance roundrobin
+  option httpchk GET /healthz
+  http-check expect status 200
+  default-server inter 1s fall 2 rise 1
+$servers
+EOF
+  haproxy -db -f "$dir/haproxy.cfg" > "$dir/haproxy.log" 2>&1 &
+  cluster_proxy_pid=$!
+  pids+=("$cluster_proxy_pid")
+  for _ in $(seq 100); do
+    curl -sf "http://127.0.0.1:$cluster_port/healthz" > /dev/null && break
+    sleep 0.1
+  done
+  curl -sf "http://127.0.0.1:$cluster_port/healthz" > /dev/null ||
+    { echo "cluster: HAProxy does not answer; see $dir/haproxy.log" >&2; cat "$dir/haproxy.log" >&2; return 1; }
+  echo "cluster: $replicas replicas ($(seq -s ' ' -f 'replica-%g' "$replicas")) behind HAProxy at http://127.0.0.1:$cluster_port"
+}
+
+cluster_stop() {
+  [ -n "$pg_dir" ] || return 0
+  as_postgres "$pg_bin/pg_ctl" -D "$pg_dir/data" -m fast stop > /dev/null 2>&1 || true
+  rm -rf "$pg_dir"
+  pg_dir=
+}
