@@ -172,6 +172,8 @@ struct Coordinator::State {
   std::unique_ptr<Ownership> ownership;
   // Replicas only: the open rounds of the jobs other replicas own, served here too.
   std::unique_ptr<SharedRounds> shared_rounds;
+  // Replicas only: the store's wake-ups, which make the shared rounds be read at once.
+  std::unique_ptr<WakeupThread> wakeups;
   const std::unique_ptr<Metrics::Registration> collector;  // last: it reads all of the above
 
   // The last database probe (database_health): when it ended on the steady clock, what it
@@ -187,6 +189,7 @@ struct Coordinator::State {
   // The driver's thread stops, then the evaluator finishes its queue (its callbacks use the
   // driver, the jobs and the store), before any of them is destroyed.
   ~State() {
+    if (wakeups) wakeups->stop();
     driver.stop();
     evaluator.reset();
   }
@@ -242,6 +245,10 @@ Result<std::unique_ptr<Coordinator>> Coordinator::open(const CoordinatorConfig& 
     s.driver.set_pass([&ownership = *s.ownership, &shared = *s.shared_rounds](double now) {
       const double next = ownership.pass(now);
       return std::min(next, shared.follow(now));
+    });
+    s.wakeups = std::make_unique<WakeupThread>(*s.store, [&s] {
+      s.shared_rounds->wake();
+      s.driver.wake_shared();
     });
     log_info("replica " + s.replica_id + ": drives the jobs whose lease it holds (" +
              std::to_string(config.lease_s) + " s leases)");

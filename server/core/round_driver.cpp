@@ -628,13 +628,19 @@ void RoundDriver::conclude(Closing& c, double now) {
   }
 }
 
+void RoundDriver::wake_shared() {
+  shared_woken_ = true;
+  wake();
+}
+
 bool RoundDriver::check_shared_rounds(double now) {
   std::vector<std::pair<JobEntry*, RoundIndex>> due;
   bool open = false;
+  const bool woken = shared_woken_.exchange(false);
   jobs_.update_each([&](JobEntry& job, const JobStatus& status) {
     if (!status.owned || !status.shared_round || !status.round || status.concluding) return;
     open = true;
-    if (now >= job.shared_close.next_check) due.emplace_back(&job, status.round->index());
+    if (woken || now >= job.shared_close.next_check) due.emplace_back(&job, status.round->index());
   });
   for (const auto& [job, index] : due) {
     JobEntry::SharedClose& shared = job->shared_close;

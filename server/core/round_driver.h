@@ -40,6 +40,7 @@
 // driver thread when started (tests without a thread may call it directly, one at a time).
 // The thread turns the clock's deadlines into waits, so its clock must advance in real time.
 
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <set>
@@ -79,6 +80,9 @@ class RoundDriver {
   void start();
   void stop();
   void wake();
+  // A shared round may have changed in the store (a partial written, admission closed): the
+  // next tick reads the owner's open shared rounds at once, then wakes the driver.
+  void wake_shared();
   // Advances every job once: concludes due rounds, opens rounds for running jobs, saves
   // contacts when due. Returns when the next tick is due if nothing wakes the driver first
   // (nullopt: only an event can make one useful).
@@ -174,6 +178,7 @@ class RoundDriver {
 
   std::function<double(double now)> pass_;  // set before start(), then constant
   std::string replica_;                     // set before start(), then constant
+  std::atomic<bool> shared_woken_{false};   // wake_shared() since the last check
   double lease_s_ = 0;                      // set before start(), then constant
   Mutex tick_mu_;                           // one tick at a time
   // When contacts were last saved (at first, when the driver was made).

@@ -1,5 +1,6 @@
 #include "server/core/shared_rounds.h"
 
+#include <chrono>
 #include <optional>
 #include <vector>
 
@@ -9,8 +10,9 @@
 namespace fedcase::server {
 namespace {
 
-// How often the rounds of the jobs this replica does not own are read again.
-constexpr double kFollowEvery = 0.25;
+// How often the rounds of the jobs this replica does not own are read again without a
+// wake-up (which may be lost).
+constexpr double kFollowEvery = 1.0;
 
 std::string job_prefix(JobId job) { return "job " + std::to_string(job) + ": "; }
 
@@ -27,7 +29,7 @@ SharedRounds::SharedRounds(storage::Store& store, JobTable& jobs, TaskNotifier& 
       replica_(std::move(replica)) {}
 
 double SharedRounds::follow(double now) {
-  if (now < next_) return next_;
+  if (now < next_ && !woken_.exchange(false)) return next_;
   next_ = now + kFollowEvery;
   struct Followed {
     JobEntry* job = nullptr;
@@ -147,6 +149,46 @@ void SharedRounds::close(JobEntry& job, RoundIndex index, bool concluded, double
     status.mirrored = false;
     status.spoilt = false;
   });
+}
+
+WakeupThread::WakeupThread(storage::Store& store, std::function<void()> woken)
+    : store_(store), woken_(std::move(woken)), thread_([this] { run(); }) {}
+
+WakeupThread::~WakeupThread() { stop(); }
+
+void WakeupThread::stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void WakeupThread::run() {
+  std::unique_ptr<storage::Listener> listener;
+  while (!stop_) {
+    if (!listener) {
+      auto listening = store_.listen();
+      if (!listening.ok()) {
+        log_warn("cannot listen for the store's wake-ups: " + listening.status().to_string());
+        for (int i = 0; i < 10 && !stop_; ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        continue;
+      }
+      listener = std::move(listening).value();
+      woken_();  // whatever happened before it listened
+      continue;
+    }
+    auto heard = listener->next(0.5);
+    if (!heard.ok()) {
+      woken_();  // wake-ups may have been missed; the next call reconnects
+      continue;
+    }
+    if (!*heard) continue;
+    const storage::Channel channel = (*heard)->channel;
+    if (channel == storage::Channel::kRound || channel == storage::Channel::kLease ||
+        channel == storage::Channel::kJob) {
+      woken_();
+    }
+  }
 }
 
 }  // namespace fedcase::server

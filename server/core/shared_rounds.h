@@ -11,13 +11,17 @@
 // unwritten.
 //
 // The store is read every kFollowEvery seconds (the rounds of each job this replica does not
-// own); a job whose model version is behind the round's base version waits for the ownership
-// pass to load the newer model.
+// own), and at once after wake() (a kRound wake-up: a round opened, closed, got a partial or
+// concluded); a job whose model version is behind the round's base version waits for the
+// ownership pass to load the newer model.
 //
 // Thread safety: follow() runs on the round driver's thread (it uses the jobs' runtimes);
-// nothing else is shared.
+// wake() may be called from any thread.
 
+#include <atomic>
+#include <functional>
 #include <string>
+#include <thread>
 
 #include "server/core/job_table.h"
 #include "server/core/metrics.h"
@@ -35,6 +39,8 @@ class SharedRounds {
   // One pass at `now` (the coordinator's clock), unless the last one was less than
   // kFollowEvery ago; returns when the next one is due.
   double follow(double now);
+  // The next follow() reads the store whenever it comes, however recent the last read.
+  void wake() { woken_ = true; }
 
  private:
   // Publishes a copy of `record`, the owner's open shared round of `job`, unless the job
@@ -50,6 +56,28 @@ class SharedRounds {
   Metrics& metrics_;
   const std::string replica_;
   double next_ = 0;
+  std::atomic<bool> woken_{false};
+};
+
+// The store's wake-ups (Store::listen) on a thread of its own: `woken` runs on that thread for
+// every kRound, kLease or kJob wake-up, and whenever some may have been missed (the listener
+// lost its connection: re-read everything), and must be quick. A store that cannot listen now
+// is asked again every second; the replicas' periodic reads cover the meantime.
+class WakeupThread {
+ public:
+  // `store` must outlive the object.
+  WakeupThread(storage::Store& store, std::function<void()> woken);
+  ~WakeupThread();  // stop()
+  // Stops and joins the thread (within about half a second). Idempotent.
+  void stop();
+
+ private:
+  void run();
+
+  storage::Store& store_;
+  const std::function<void()> woken_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 }  // namespace fedcase::server

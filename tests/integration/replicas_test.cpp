@@ -80,6 +80,18 @@ storage::LeaseRecord lease_of(storage::Store& store, JobId job) {
   return {};
 }
 
+// Replica `name` on the database `url` (its config, port file and log in `dir`), started, and
+// the port it listens on.
+struct Replica {
+  Replica(const TempDir& dir, const std::string& name, const std::string& url)
+      : process(write_config(dir, name, url), dir.file(name + ".log")),
+        port(wait_for_port(dir.file(name + ".port"))) {
+    REQUIRE(port != 0);
+  }
+  CoordinatorProcess process;
+  const uint16_t port;
+};
+
 // A job whose rounds every replica serves: FedAvg, `k` updates a round, each invitee's task
 // within `deadline_s`.
 json shared_job(const std::string& name, size_t k, double deadline_s) {
@@ -284,21 +296,17 @@ TEST_CASE("three replicas train one job together, each client on a different rep
   TempDir dir;
   constexpr size_t kPerReplica = 2;
   constexpr size_t kK = 3 * kPerReplica;
-  CoordinatorProcess a(write_config(dir, "a", url), dir.file("a.log"));
-  const uint16_t a_port = wait_for_port(dir.file("a.port"));
-  REQUIRE(a_port != 0);
+  Replica a(dir, "a", url);
+  const uint16_t a_port = a.port;
   Caller admin_a(a_port, kAdminToken);
   REQUIRE(admin_a.post("/v1/admin/jobs", shared_job("shared", kK, 60)).status == 201);
   auto reader = storage::open_store(url);
   REQUIRE(reader.ok());
   storage::Store& db = **reader;
   REQUIRE(wait_until([&] { return lease_of(db, 1).holder == "a"; }, 10));
-  CoordinatorProcess b(write_config(dir, "b", url), dir.file("b.log"));
-  CoordinatorProcess c(write_config(dir, "c", url), dir.file("c.log"));
-  const uint16_t b_port = wait_for_port(dir.file("b.port"));
-  const uint16_t c_port = wait_for_port(dir.file("c.port"));
-  REQUIRE(b_port != 0);
-  REQUIRE(c_port != 0);
+  Replica b(dir, "b", url);
+  Replica c(dir, "c", url);
+  const uint16_t b_port = b.port, c_port = c.port;
   // Each fleet knows one replica only: no client can reach the owner unless it is the owner's.
   const uint16_t ports[] = {a_port, b_port, c_port};
   const ml::Dataset slice = ml::head(fmnist_train(), 1000);
@@ -397,9 +405,8 @@ TEST_CASE("a replica dies holding admitted updates: the owner commits without th
   PostgresServer& server = PostgresServer::shared();
   const std::string url = server.url(server.create_database());
   TempDir dir;
-  CoordinatorProcess a(write_config(dir, "a", url), dir.file("a.log"));
-  const uint16_t a_port = wait_for_port(dir.file("a.port"));
-  REQUIRE(a_port != 0);
+  Replica a(dir, "a", url);
+  const uint16_t a_port = a.port;
   Caller admin_a(a_port, kAdminToken);
   // K = 4 with 3 clients: no round fills, each closes at its deadline, so b's updates are
   // admitted while the round still admits, and b can be killed before any close.
@@ -411,9 +418,8 @@ TEST_CASE("a replica dies holding admitted updates: the owner commits without th
   REQUIRE(reader.ok());
   storage::Store& db = **reader;
   REQUIRE(wait_until([&] { return lease_of(db, 1).holder == "a"; }, 10));
-  auto b = std::make_unique<CoordinatorProcess>(write_config(dir, "b", url), dir.file("b.log"));
-  const uint16_t b_port = wait_for_port(dir.file("b.port"));
-  REQUIRE(b_port != 0);
+  Replica b(dir, "b", url);
+  const uint16_t b_port = b.port;
   const ml::Dataset slice = ml::head(fmnist_train(), 1000);
   auto a_fleet = client::Fleet::start(test_fleet(a_port, 2, slice));
   REQUIRE(a_fleet.ok());
@@ -439,7 +445,7 @@ TEST_CASE("a replica dies holding admitted updates: the owner commits without th
         return true;
       },
       240));
-  b->kill_now();
+  b.process.kill_now();
   const auto killed = std::chrono::steady_clock::now();
   auto admission = db.round_admission(1, lossy);
   REQUIRE(admission.ok());
@@ -476,6 +482,9 @@ TEST_CASE("a replica dies holding admitted updates: the owner commits without th
   REQUIRE(updates.ok());
   uint64_t own = 0;
   for (const auto& u : *updates) own += u.replica == "a";
+  MESSAGE("round " << lossy << " "
+                   << std::string(round->state == RoundState::kCommitted ? "committed" : "failed")
+                   << " with the owner's " << own << " updates, " << b_updates << " lost");
   if (own >= 2) {
     // Enough of its own: committed without b's, and the model is there.
     CHECK(round->state == RoundState::kCommitted);
