@@ -272,7 +272,8 @@ void RoundDriver::conclude_all() {
         status.shared_round ? "coordinator stopped" : stop_reason(status.state);
     // A secure round's sum is known only after its unmask stage: it cannot commit now.
     std::shared_ptr<SecureRound> secure = secure_.find(job.id);
-    const bool may_commit = status.state == JobState::kRunning && !target_unknown(job, status) &&
+    const bool may_commit = !status.shared_round && status.state == JobState::kRunning &&
+                            !target_unknown(job, status) &&
                             status.round->accepted() >= job.config.min_updates && !secure;
     closing.push_back({&job, std::move(*status.round),
                        may_commit       ? ""
