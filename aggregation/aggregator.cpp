@@ -123,6 +123,8 @@ class FedAvgAggregator : public Aggregator {
     return fedavg_.add_sum(sum, count, total_weight, updates);
   }
 
+  Result<PartialSum> partial_sum() const override { return fedavg_.partial_sum(); }
+
   Result<std::vector<float>> result() const override {
     auto mean = fedavg_.mean();
     if (!mean.ok() || !dp()) return mean;

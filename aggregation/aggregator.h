@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "aggregation/partial_sum.h"
 #include "aggregation/worker_pool.h"
 #include "common/blob.h"
 #include "common/status.h"
@@ -60,6 +61,17 @@ class Aggregator {
                          size_t updates) {
     return invalid_argument("aggregation.rule " + name() +
                             " needs each update: it cannot take a secure aggregate's sum");
+  }
+
+  // What has been added so far as a partial aggregate (partial_sum.h: the clipped, weighted
+  // sum before any DP noise, its weight and update count), which another aggregate of the
+  // same config merges with add_sum(): merging the partials of disjoint sets of updates gives
+  // the aggregate of their union, up to float rounding (the sum's order changes). Only fedavg
+  // has one (kInvalidArgument for the rules that need each update); kConflict when nothing
+  // was added.
+  virtual Result<PartialSum> partial_sum() const {
+    return invalid_argument("aggregation.rule " + name() +
+                            " needs each update: it has no partial aggregate");
   }
 
   // The aggregate of every update added so far; calling it again gives the same values (the

@@ -68,4 +68,10 @@ Result<std::vector<float>> StreamingFedAvg::mean() const {
   return out;
 }
 
+Result<PartialSum> StreamingFedAvg::partial_sum() const {
+  if (updates_ == 0) return conflict("no update was aggregated");
+  return PartialSum{std::vector<float>(sum_.get(), sum_.get() + parameter_count_), total_weight_,
+                    updates_};
+}
+
 }  // namespace fedcase::aggregation

@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "aggregation/partial_sum.h"
 #include "aggregation/worker_pool.h"
 #include "common/blob.h"
 #include "common/status.h"
@@ -50,6 +51,9 @@ class StreamingFedAvg {
 
   // The weighted mean of everything added so far. kConflict when nothing was added.
   Result<std::vector<float>> mean() const;
+  // The running sum with its weight and update count (a copy), for another aggregate to merge
+  // with add_sum(). kConflict when nothing was added.
+  Result<PartialSum> partial_sum() const;
 
  private:
   // sum += coefficient * values; the fold counts `updates` updates of total `weight`.

@@ -311,4 +311,13 @@ Result<JobParts> build_job(const json& j) {
   return make_job_parts(std::move(config).value());
 }
 
+std::string owner_only_reason(const JobConfig& config) {
+  if (config.secure_aggregation) return "the job uses secure aggregation";
+  if (config.asynchronous()) return "the job is asynchronous (buffered)";
+  if (config.aggregation.rule != "fedavg") {
+    return "aggregation.rule " + config.aggregation.rule + " needs every update at one replica";
+  }
+  return std::string();
+}
+
 }  // namespace fedcase::rounds

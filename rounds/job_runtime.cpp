@@ -102,6 +102,17 @@ Result<std::shared_ptr<RoundAggregate>> JobRuntime::make_round_aggregate(RoundIn
   return std::make_shared<RoundAggregate>(std::move(aggregator).value());
 }
 
+Result<Round> JobRuntime::follow_round(const Round::Spec& spec, const nlohmann::json& plan) const {
+  if (spec.base_version != model_->version) {
+    return conflict("round " + std::to_string(spec.index) + " trains from model version " +
+                    std::to_string(spec.base_version) + ", this replica holds version " +
+                    std::to_string(model_->version));
+  }
+  auto aggregate = make_round_aggregate(spec.index);
+  if (!aggregate.ok()) return aggregate.status();
+  return round_from_plan(spec, plan, std::move(aggregate).value());
+}
+
 Result<std::optional<Round>> JobRuntime::open_round(const std::vector<PoolClient>& pool,
                                                     double now) {
   size_t available = 0;

@@ -114,6 +114,13 @@ class JobRuntime {
   // refills it. nullopt when no task is carried and fewer than min_clients are available.
   Result<std::optional<Round>> open_round(const std::vector<PoolClient>& pool, double now);
 
+  // A copy of a round another coordinator replica opened for this job (a synchronous round of
+  // `spec`, its tasks in `plan`: round_from_plan), so that this replica serves its invitees
+  // and folds the updates it admits into an aggregate of its own (the job's aggregation
+  // config; never asked for a mean, so without DP noise). kInvalidArgument for a plan that is
+  // not one; kConflict when the round trains from a model version other than this runtime's.
+  Result<Round> follow_round(const Round::Spec& spec, const nlohmann::json& plan) const;
+
   // Asynchronous jobs: the slots of `buffer` free for new tasks (async.concurrency less the
   // tasks in flight; none once it is closed).
   size_t free_slots(const Round& buffer) const;

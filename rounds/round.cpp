@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "protocol/sampling.h"
+
 namespace fedcase::rounds {
 
 RoundAggregate::RoundAggregate(std::unique_ptr<aggregation::Aggregator> aggregator)
@@ -26,6 +28,11 @@ Status RoundAggregate::add_sum(const float* sum, size_t count, double total_weig
 Result<std::vector<float>> RoundAggregate::result() const {
   MutexLock lock(mu_);
   return aggregator_->result();
+}
+
+Result<aggregation::PartialSum> RoundAggregate::partial_sum() const {
+  MutexLock lock(mu_);
+  return aggregator_->partial_sum();
 }
 
 std::string RoundAggregate::rule() const {
@@ -314,6 +321,88 @@ double Round::expected_client_seconds() const {
   double total = 0;
   for (const auto& task : tasks_) total += std::max(0.0, task.expected_duration_s);
   return total;
+}
+
+namespace {
+
+constexpr int kPlanFormat = 1;
+
+nlohmann::json task_json(const scheduling::ClientTask& t) {
+  return {{"client", t.client},
+          {"samples", t.samples},
+          {"unique_samples", t.unique_samples},
+          {"local_steps", t.local_steps},
+          {"batch_size", t.batch_size},
+          {"learning_rate", t.learning_rate},
+          {"momentum", t.momentum},
+          {"weight_decay", t.weight_decay},
+          {"prox_mu", t.prox_mu},
+          {"sampling", protocol::sampling_name(t.sampling)},
+          {"cache",
+           {{"policy", protocol::cache_policy_name(t.cache.policy)},
+            {"budget_bytes", t.cache.budget_bytes},
+            {"repetition_factor", t.cache.repetition_factor},
+            {"repetition", protocol::repetition_name(t.cache.repetition)}}},
+          {"expected_duration_s", t.expected_duration_s}};
+}
+
+// Throws nlohmann's exceptions for a missing or mistyped member (caught by round_from_plan).
+Result<scheduling::ClientTask> read_task(const nlohmann::json& j) {
+  scheduling::ClientTask t;
+  t.client = j.at("client").get<ClientId>();
+  t.samples = j.at("samples").get<uint64_t>();
+  t.unique_samples = j.at("unique_samples").get<uint64_t>();
+  t.local_steps = j.at("local_steps").get<uint64_t>();
+  t.batch_size = j.at("batch_size").get<uint32_t>();
+  t.learning_rate = j.at("learning_rate").get<double>();
+  t.momentum = j.at("momentum").get<double>();
+  t.weight_decay = j.at("weight_decay").get<double>();
+  t.prox_mu = j.at("prox_mu").get<double>();
+  t.expected_duration_s = j.at("expected_duration_s").get<double>();
+  auto sampling = protocol::parse_sampling(j.at("sampling").get<std::string>());
+  if (!sampling.ok()) return sampling.status();
+  t.sampling = *sampling;
+  const nlohmann::json& cache = j.at("cache");
+  auto policy = protocol::parse_cache_policy(cache.at("policy").get<std::string>());
+  if (!policy.ok()) return policy.status();
+  auto repetition = protocol::parse_repetition(cache.at("repetition").get<std::string>());
+  if (!repetition.ok()) return repetition.status();
+  t.cache = {*policy, cache.at("budget_bytes").get<uint64_t>(),
+             cache.at("repetition_factor").get<double>(), *repetition};
+  return t;
+}
+
+}  // namespace
+
+nlohmann::json round_plan_json(const Round& round) {
+  nlohmann::json tasks = nlohmann::json::array();
+  for (const scheduling::ClientTask& t : round.tasks()) tasks.push_back(task_json(t));
+  return {{"format", kPlanFormat},
+          {"base_checksum", round.base_checksum()},
+          {"available", round.available()},
+          {"tasks", std::move(tasks)}};
+}
+
+Result<Round> round_from_plan(Round::Spec spec, const nlohmann::json& plan,
+                              std::shared_ptr<RoundAggregate> aggregate) {
+  if (spec.buffered) return invalid_argument("a buffer is not served from a plan");
+  try {
+    if (plan.at("format").get<int>() != kPlanFormat) {
+      return invalid_argument("round plan format " + plan.at("format").dump() + " is not known");
+    }
+    spec.base_checksum = plan.at("base_checksum").get<std::string>();
+    spec.available = plan.at("available").get<size_t>();
+    std::vector<scheduling::ClientTask> tasks;
+    for (const nlohmann::json& task : plan.at("tasks")) {
+      auto read = read_task(task);
+      if (!read.ok()) return invalid_argument("round plan: " + read.status().message());
+      tasks.push_back(*read);
+    }
+    if (tasks.empty()) return invalid_argument("round plan without a task");
+    return Round(spec, std::move(tasks), std::move(aggregate));
+  } catch (const nlohmann::json::exception& e) {
+    return invalid_argument(std::string("round plan: ") + e.what());
+  }
 }
 
 }  // namespace fedcase::rounds

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
@@ -52,6 +53,9 @@ class RoundAggregate {
   Status add_sum(const float* sum, size_t count, double total_weight, size_t updates);
   // The aggregate of everything added (see Aggregator::result).
   Result<std::vector<float>> result() const;
+  // Everything added, as a partial aggregate for another replica to merge with add_sum (see
+  // Aggregator::partial_sum: fedavg only).
+  Result<aggregation::PartialSum> partial_sum() const;
   std::string rule() const;
 
  private:
@@ -132,6 +136,8 @@ class Round {
 
   RoundIndex index() const { return spec_.index; }
   uint64_t base_version() const { return spec_.base_version; }
+  const std::string& base_checksum() const { return spec_.base_checksum; }
+  size_t target() const { return spec_.target; }
   double opened_at() const { return spec_.opened_at; }
   double deadline() const { return spec_.deadline; }
   size_t available() const { return spec_.available; }
@@ -201,7 +207,9 @@ class Round {
   // The reserved update was folded in with `report` at `now`, its fold having taken `fold_s`
   // seconds: it counts, with the client's `evaluation` of the base model if it sent one
   // (checked by the caller: of base_version()). Returns the change of the client's profile.
-  // Precondition: `client` holds a reservation.
+  // Precondition: `client` holds a reservation, or its update was admitted and folded by
+  // another coordinator replica whose partial aggregate the round's aggregate merged (then
+  // `now` is when that replica received it, and `fold_s` 0).
   ProfileChange accept(ClientId client, const scheduling::RoundReport& report, double now,
                        double fold_s = 0,
                        std::optional<protocol::EvalReport> evaluation = std::nullopt);
@@ -255,5 +263,17 @@ class Round {
   std::shared_ptr<RoundAggregate> aggregate_;
   bool closed_ = false;
 };
+
+// What another coordinator replica needs to serve a synchronous round this one opened: its
+// invitees' tasks, the base model's checksum and the clients available at its open. With the
+// round's stored record (index, base version, open, deadline, K) it rebuilds the round
+// (round_from_plan). JSON, stored with the round (storage::RoundRecord::plan). Pure.
+nlohmann::json round_plan_json(const Round& round);
+
+// The round `plan` (round_plan_json) describes, of `spec` (index, base version, open, deadline
+// and target as stored; base_checksum and available are read from the plan), folding into
+// `aggregate`. kInvalidArgument for a plan that is not one, or a buffer's spec.
+Result<Round> round_from_plan(Round::Spec spec, const nlohmann::json& plan,
+                              std::shared_ptr<RoundAggregate> aggregate);
 
 }  // namespace fedcase::rounds

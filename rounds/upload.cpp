@@ -39,4 +39,22 @@ Status check_evaluation(uint64_t trained_on, RoundIndex round, const JobConfig& 
   return ok_status();
 }
 
+scheduling::RoundReport completion_report(const protocol::UpdateMeta& meta, uint64_t model_bytes,
+                                          uint64_t upload_bytes, double upload_seconds) {
+  scheduling::RoundReport report;
+  report.samples = meta.samples;
+  report.loss_sum = meta.loss_sum;
+  report.loss_sq_sum = meta.loss_sq_sum;
+  report.compute_s = meta.compute_s;
+  report.io_s = meta.io_s;
+  report.cache_hits = meta.cache_hits;
+  report.cache_misses = meta.cache_misses;
+  report.sample_bytes = meta.cache_misses > 0 ? double(meta.bytes_read) / meta.cache_misses : 0;
+  report.download_bytes = meta.download_s > 0 ? model_bytes : 0;
+  report.download_s = meta.download_s;
+  report.upload_bytes = upload_seconds > 0 ? upload_bytes : 0;
+  report.upload_s = upload_seconds;
+  return report;
+}
+
 }  // namespace fedcase::rounds

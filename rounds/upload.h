@@ -10,6 +10,7 @@
 #include "common/blob.h"
 #include "common/ids.h"
 #include "common/status.h"
+#include "protocol/update_meta.h"
 #include "rounds/evaluation.h"
 #include "rounds/job_config.h"
 #include "rounds/job_runtime.h"
@@ -31,5 +32,11 @@ Status check_upload(const ModelLayout& layout, uint64_t trained_on, RoundIndex r
 // input of secure aggregation): its model version and sample count.
 Status check_evaluation(uint64_t trained_on, RoundIndex round, const JobConfig& config,
                         const std::optional<protocol::EvalReport>& evaluation);
+
+// What the client's profile learns from an accepted update's statistics (`meta`) and transfer
+// times: the model's bytes if it reported a download time, the upload's bytes if its upload
+// time was measured (`upload_seconds` > 0; 0 for an update another replica received).
+scheduling::RoundReport completion_report(const protocol::UpdateMeta& meta, uint64_t model_bytes,
+                                          uint64_t upload_bytes, double upload_seconds);
 
 }  // namespace fedcase::rounds

@@ -158,6 +158,9 @@ class PgCursor : public sql::Cursor {
   Status status_;
 };
 
+// The server settings of every session (libpq's "options"): transactions idle for 5 s end.
+constexpr const char* kSessionOptions = "-c idle_in_transaction_session_timeout=5000";
+
 // How to reach the database: the URL and the options, applied to every new connection.
 class Connector {
  public:
@@ -170,12 +173,17 @@ class Connector {
   Result<PGconn*> connect() const {
     // Entries before "dbname" (the URL, expanded in its place) are defaults the URL may
     // override. TCP keepalives notice a vanished server within about 25 s of silence, even
-    // while a reply is awaited.
-    const char* const keys[] = {"connect_timeout",  "application_name", "client_encoding",
-                                "keepalives",       "keepalives_idle",  "keepalives_interval",
-                                "keepalives_count", "dbname",           nullptr};
-    const char* const values[] = {timeout_.c_str(), "fedcase", "UTF8", "1", "10", "5", "3",
-                                  url_.c_str(),     nullptr};
+    // while a reply is awaited. A transaction left idle for 5 s (kSessionOptions: its process
+    // frozen or cut off between two statements; a live one sends them back to back) is ended
+    // by the server, so that a frozen replica cannot hold a job's lease row or a round's row
+    // locked, and with it the replica taking the job over, for longer than that.
+    const char* const keys[] = {"connect_timeout",  "application_name",
+                                "client_encoding",  "keepalives",
+                                "keepalives_idle",  "keepalives_interval",
+                                "keepalives_count", "options",
+                                "dbname",           nullptr};
+    const char* const values[] = {timeout_.c_str(), "fedcase",    "UTF8", "1", "10", "5", "3",
+                                  kSessionOptions,  url_.c_str(), nullptr};
     PGconn* conn = PQconnectdbParams(keys, values, 1);
     if (!conn) return unavailable("cannot connect to " + name_ + ": out of memory");
     if (PQstatus(conn) != CONNECTION_OK) {

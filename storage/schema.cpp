@@ -95,6 +95,10 @@ const std::vector<Migration>& migrations() {
         counter {real} NOT NULL DEFAULT 0,
         client_seconds {real} NOT NULL DEFAULT 0);
       )sql"},
+      // Replicas serving the owner's open round: the invitees' tasks, as the owner planned them.
+      {5, R"sql(
+      ALTER TABLE rounds ADD COLUMN plan TEXT NOT NULL DEFAULT '{}';
+      )sql"},
   };
   return kMigrations;
 }

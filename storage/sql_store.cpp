@@ -216,7 +216,7 @@ constexpr const char* kClientColumns = "id, token_hash, info, profile, registere
 constexpr const char* kJobColumns = "id, name, config, state, policy_state, created_at, tenant_id";
 constexpr const char* kRoundColumns =
     "job_id, idx, state, base_version, selected, opened_at, deadline, closed_at, metrics, target, "
-    "epoch";
+    "epoch, admitting, plan";
 constexpr const char* kModelColumns = "version, blob, checksum, optimizer_state, created_at";
 constexpr const char* kLeaseColumns = "job_id, holder, epoch, expires_at, expires_at - {now}";
 
@@ -325,6 +325,8 @@ RoundRecord read_round(Rows& r) {
   round.metrics = r.json(8);
   round.target = r.uint64(9);
   round.epoch = r.uint64(10);
+  round.admitting = round.state == RoundState::kOpen && r.uint64(11) != 0;
+  round.plan = r.json(12);
   return round;
 }
 
@@ -523,8 +525,8 @@ class SqlStore : public Store {
       FEDCASE_RETURN_IF_ERROR(fence(t, r.job, r.epoch, Code::kConflict));
       FEDCASE_RETURN_IF_ERROR(
           t.query("INSERT INTO rounds(job_id, idx, state, base_version, selected, opened_at, "
-                  "deadline, closed_at, metrics, target, admitting, epoch) "
-                  "VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 1, $11)",
+                  "deadline, closed_at, metrics, target, admitting, epoch, plan) "
+                  "VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 1, $11, $12)",
                   Params()
                       .add(r.job)
                       .add(r.index)
@@ -536,7 +538,8 @@ class SqlStore : public Store {
                       .add(r.closed_at)
                       .json(r.metrics)
                       .add(r.target)
-                      .add(r.epoch))
+                      .add(r.epoch)
+                      .json(r.plan))
               .status());
       t.wake(Channel::kRound, r.job);
       return ok_status();

@@ -117,6 +117,13 @@ struct RoundRecord {
   // it is the job's current epoch. Read back (list_rounds): the epoch of the round's last
   // write, which a new owner concluding an earlier owner's round replaces with its own.
   Epoch epoch = kUnleased;
+  // What replicas other than the owner need to serve the round (the invitees' tasks and the
+  // terms they train on), as the owner wrote it; opaque JSON to the store, stored by
+  // open_round and kept as written. Empty object: the round is served by its owner alone.
+  nlohmann::json plan = nlohmann::json::object();
+  // Read back only (open_round ignores it): the round is open and admits updates, i.e.
+  // close_admission was not called.
+  bool admitting = false;
 };
 
 struct UpdateRecord {

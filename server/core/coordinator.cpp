@@ -25,6 +25,7 @@
 #include "server/core/ownership.h"
 #include "server/core/recovery.h"
 #include "server/core/round_driver.h"
+#include "server/core/shared_rounds.h"
 #include "server/core/task_notifier.h"
 #include "server/core/timed_store.h"
 
@@ -33,24 +34,10 @@ namespace {
 
 using nlohmann::json;
 
-// What the profile learns from an accepted update's statistics and transfer times.
-scheduling::RoundReport completion_report(const protocol::UpdateMeta& meta, uint64_t model_bytes,
-                                          uint64_t upload_bytes, double upload_seconds) {
-  scheduling::RoundReport report;
-  report.samples = meta.samples;
-  report.loss_sum = meta.loss_sum;
-  report.loss_sq_sum = meta.loss_sq_sum;
-  report.compute_s = meta.compute_s;
-  report.io_s = meta.io_s;
-  report.cache_hits = meta.cache_hits;
-  report.cache_misses = meta.cache_misses;
-  report.sample_bytes = meta.cache_misses > 0 ? double(meta.bytes_read) / meta.cache_misses : 0;
-  report.download_bytes = meta.download_s > 0 ? model_bytes : 0;
-  report.download_s = meta.download_s;
-  report.upload_bytes = upload_seconds > 0 ? upload_bytes : 0;
-  report.upload_s = upload_seconds;
-  return report;
-}
+// How long a shared round's place stays reserved for an upload being folded (the database's
+// clock): far longer than a fold takes, so that only a replica that died holding a place
+// keeps it from others, and only this long.
+constexpr double kUpdateHoldS = 30;
 
 JobSummary summary_of(const JobEntry& job, const JobStatus& status) {
   return {job.id,
@@ -183,6 +170,10 @@ struct Coordinator::State {
   RoundDriver driver;
   // Replicas only (config.lease_s > 0): which jobs this one drives. Runs in driver passes.
   std::unique_ptr<Ownership> ownership;
+  // Replicas only: the open rounds of the jobs other replicas own, served here too.
+  std::unique_ptr<SharedRounds> shared_rounds;
+  // Replicas only: the store's wake-ups, which make the shared rounds be read at once.
+  std::unique_ptr<WakeupThread> wakeups;
   const std::unique_ptr<Metrics::Registration> collector;  // last: it reads all of the above
 
   // The last database probe (database_health): when it ended on the steady clock, what it
@@ -198,6 +189,7 @@ struct Coordinator::State {
   // The driver's thread stops, then the evaluator finishes its queue (its callbacks use the
   // driver, the jobs and the store), before any of them is destroyed.
   ~State() {
+    if (wakeups) wakeups->stop();
     driver.stop();
     evaluator.reset();
   }
@@ -247,7 +239,17 @@ Result<std::unique_ptr<Coordinator>> Coordinator::open(const CoordinatorConfig& 
   FEDCASE_RETURN_IF_ERROR(recover(targets));
   if (config.lease_s > 0) {
     s.ownership = std::make_unique<Ownership>(targets, s.replica_id);
-    s.driver.set_pass([&ownership = *s.ownership](double now) { return ownership.pass(now); });
+    s.shared_rounds =
+        std::make_unique<SharedRounds>(*s.store, s.jobs, s.tasks_ready, s.metrics, s.replica_id);
+    s.driver.set_replica(s.replica_id, config.lease_s);
+    s.driver.set_pass([&ownership = *s.ownership, &shared = *s.shared_rounds](double now) {
+      const double next = ownership.pass(now);
+      return std::min(next, shared.follow(now));
+    });
+    s.wakeups = std::make_unique<WakeupThread>(*s.store, [&s] {
+      s.shared_rounds->wake();
+      s.driver.wake_shared();
+    });
     log_info("replica " + s.replica_id + ": drives the jobs whose lease it holds (" +
              std::to_string(config.lease_s) + " s leases)");
   }
@@ -409,13 +411,13 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
   return admit_upload(
       client, job_id, round_index, /*masked=*/false, meta_json, bytes.size(), upload_seconds,
       [&](const HeldPlace& held, const protocol::UpdateMeta& meta,
-          const std::function<Status()>& record) -> Result<double> {
+          const std::function<Status()>& admit) -> Result<double> {
         // The update's values are validated and folded where they lie in the request body.
         BlobView update;
         FEDCASE_RETURN_IF_ERROR(view_blob(bytes, s.config.max_upload_bytes, update));
         FEDCASE_RETURN_IF_ERROR(rounds::check_upload(held.model->layout, held.trained_on,
                                                      held.round, *config, update, meta.evaluation));
-        FEDCASE_RETURN_IF_ERROR(record());
+        FEDCASE_RETURN_IF_ERROR(admit());
         const auto start = std::chrono::steady_clock::now();
         FEDCASE_RETURN_IF_ERROR(
             held.aggregate->add(update.values, update.count, meta.samples, held.discount));
@@ -467,6 +469,12 @@ Result<UpdateAccepted> Coordinator::admit_upload(ClientId client, JobId job_id,
         return unavailable("job " + std::to_string(job_id) +
                            " is committing a model version; retry shortly");
       }
+      if (!status.owned && !rounds::owner_only_reason(job->config).empty()) {
+        return conflict("round " + std::to_string(round_index) + " of job " +
+                        std::to_string(job_id) +
+                        " is not open on this replica: " + rounds::owner_only_reason(job->config) +
+                        ", so only the replica that drives the job serves its rounds");
+      }
       return conflict("round " + std::to_string(round_index) + " of job " + std::to_string(job_id) +
                       " is not open for updates");
     }
@@ -474,14 +482,23 @@ Result<UpdateAccepted> Coordinator::admit_upload(ClientId client, JobId job_id,
     FEDCASE_RETURN_IF_ERROR(r.check_task_round(client, round_index));
     auto reserved = r.reserve(client, s.clock());
     if (!reserved.ok()) return reserved.status();
-    return HeldPlace{*reserved, r.index(), r.terms_for(client)->base_version,
+    return HeldPlace{*reserved,
+                     r.index(),
+                     r.terms_for(client)->base_version,
                      rounds::staleness_weight(job->config.async, r.staleness(client)),
-                     status.model};
+                     status.model,
+                     status.shared_round};
   });
   if (!held.ok()) return held.status();
-  // A refused upload gives its place back; the round may be due once no upload is in flight.
+  // A refused upload gives its place back (in the store too, once reserved there); the round
+  // may be due once no upload is in flight.
   const RoundIndex round = held->round;
+  bool reserved_in_store = false;
   auto refuse = [&](Status why) -> Result<UpdateAccepted> {
+    if (reserved_in_store) {
+      Status released = s.store->release_update(job_id, round, client, s.replica_id);
+      if (!released.ok()) log_warn("cannot release an update's place: " + released.to_string());
+    }
     const bool due = s.jobs.update(*job, [&](JobStatus& status) {
       if (!status.round || status.round->index() != round) return false;
       status.round->release(client);
@@ -490,18 +507,39 @@ Result<UpdateAccepted> Coordinator::admit_upload(ClientId client, JobId job_id,
     if (due) s.driver.wake();
     return why;
   };
-  // Write, without any lock: parse, validate, record the update, fold it in.
+  // Write, without any lock: parse, validate, admit the update in the store, fold it in.
   auto meta = meta_json.ok() ? protocol::read_update_meta(*meta_json)
                              : Result<protocol::UpdateMeta>(meta_json.status());
   if (!meta.ok()) return refuse(meta.status());
   const double now = s.clock();
-  auto record = [&] { return s.store->record_update({job_id, round, client, *meta_json, now}); };
-  Result<double> fold_s = fold(*held, *meta, record);
+  const storage::UpdateRecord update{
+      job_id, round, client, *meta_json, now, held->shared ? s.replica_id : std::string()};
+  // A shared round's place is reserved before the fold and the update recorded after it;
+  // otherwise the metadata is recorded before the fold, as it always was.
+  auto admit = [&]() -> Status {
+    if (!held->shared) return s.store->record_update(update);
+    Status reserved = s.store->reserve_update(job_id, round, client, s.replica_id, kUpdateHoldS);
+    reserved_in_store = reserved.ok();
+    return reserved;
+  };
+  Result<double> fold_s = fold(*held, *meta, admit);
   if (!fold_s.ok()) return refuse(fold_s.status());
+  if (held->shared) {
+    Status recorded = s.store->record_update(update);
+    if (!recorded.ok()) {
+      // Folded but not admitted (its reservation expired): this replica's aggregate of the
+      // round no longer matches the store's, and is not written as a partial.
+      s.jobs.update(*job, [&](JobStatus& status) {
+        if (status.round && status.round->index() == round) status.spoilt = true;
+      });
+      reserved_in_store = false;
+      return refuse(recorded);
+    }
+  }
   s.metrics.observe(metric::kFoldSeconds, {}, *fold_s);
   // Publish.
   const scheduling::RoundReport report =
-      completion_report(*meta, held->model->blob.size(), body_bytes, upload_seconds);
+      rounds::completion_report(*meta, held->model->blob.size(), body_bytes, upload_seconds);
   rounds::ProfileChange completed;
   UpdateAccepted accepted{round, 0};
   uint64_t staleness = 0;

@@ -294,12 +294,14 @@ class Coordinator {
     uint64_t trained_on = 0;  // the version the client's task trains from
     double discount = 1;      // its staleness weight in a buffer
     std::shared_ptr<const rounds::GlobalModel> model;  // the latest: the layout, the sizes
+    bool shared = false;  // a shared round: admitted through the store (JobStatus)
   };
-  // Checks an upload that holds a place and folds it in: runs `record` (the metadata's store
-  // write) before or while it folds; returns the fold's seconds.
+  // Checks an upload that holds a place and folds it in: runs `admit` (the store's admission:
+  // the metadata's write, or for a shared round the reservation of one of its K places) once
+  // the update is validated and before it folds; returns the fold's seconds.
   using FoldUpload =
       std::function<Result<double>(const HeldPlace& held, const protocol::UpdateMeta& meta,
-                                   const std::function<Status()>& record)>;
+                                   const std::function<Status()>& admit)>;
   // The steps of every upload (docs/architecture.md, "An upload"): decide (the state checks
   // hold a place; a plain upload to a secure job, or a masked input to a plain one, is
   // kConflict), write (the metadata read, then `fold`), publish (the update counts). Any

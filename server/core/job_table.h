@@ -61,6 +61,15 @@ struct JobEntry {
   // expected seconds of one of the job's tasks on the fleet when it opened (its class cost).
   double round_expected_client_s = 0;
   double round_class_cost = 0;
+  // The owner's close of a shared round (JobStatus::shared_round): when it next reads the
+  // round's admission, whether the store found K updates recorded, and when admission closed.
+  struct SharedClose {
+    double next_check = 0;
+    bool filled = false;
+    std::optional<double> closed_at;
+    bool partials_in = false;  // every replica holding updates wrote its partial
+  };
+  SharedClose shared_close;
 
   bool visible_to(const Scope& scope) const { return !scope || tenant == *scope; }
 };
@@ -82,6 +91,15 @@ struct JobStatus {
   // storage::kUnleased; a replica owns the jobs whose lease it holds (ownership.h).
   bool owned = true;
   storage::Epoch epoch = storage::kUnleased;
+  // Replicas (docs/scaling.md, "Partial aggregates"): the open round is shared, admitted
+  // through the store (reserve_update with the round's K) by every replica, each folding the
+  // updates it admits into its own aggregate. `mirrored`: this replica does not own the job
+  // and serves a copy of the owner's round, whose aggregate it writes as its partial once
+  // admission closes. `spoilt`: an update was folded but its admission could not be recorded,
+  // so this replica's aggregate no longer matches what the store admitted.
+  bool shared_round = false;
+  bool mirrored = false;
+  bool spoilt = false;
 
   bool active() const { return state == JobState::kRunning || state == JobState::kPaused; }
 };

@@ -77,6 +77,21 @@ const std::vector<Declaration>& declarations() {
        "Job leases this replica acquired, lost or stepped down from, by change.",
        {}},
       {kJobsOwned, kGauge, "Jobs whose rounds this replica drives (all of them alone).", {}},
+      {kPartials,
+       kCounter,
+       "Partial aggregates of shared rounds this replica wrote, or merged as their owner, by "
+       "direction.",
+       {}},
+      {kPartialBytes,
+       kCounter,
+       "Bytes of the partial aggregates this replica wrote, or read and merged as the owner, by "
+       "direction.",
+       {}},
+      {kPartialUpdatesLost,
+       kCounter,
+       "Admitted updates of shared rounds this replica owned that were left out: their "
+       "replica wrote no partial in time.",
+       {}},
   };
   return all;
 }

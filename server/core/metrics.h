@@ -58,6 +58,9 @@ inline constexpr const char* kSecAggDropouts = "fedcase_secagg_dropouts_total";
 inline constexpr const char* kSecAggMessagesRefused = "fedcase_secagg_messages_refused_total";
 inline constexpr const char* kLeaseChanges = "fedcase_lease_changes_total";
 inline constexpr const char* kJobsOwned = "fedcase_jobs_owned";
+inline constexpr const char* kPartials = "fedcase_partials_total";
+inline constexpr const char* kPartialBytes = "fedcase_partial_bytes_total";
+inline constexpr const char* kPartialUpdatesLost = "fedcase_partial_updates_lost_total";
 }  // namespace metric
 
 class Metrics {

@@ -99,10 +99,12 @@ void Ownership::follow(const std::map<JobId, storage::JobRecord>& stored) {
   for (const auto& [id, record] : stored) {
     JobEntry* job = t_.jobs.find(id);
     if (job != nullptr) {
-      const auto [owned, state, version] = t_.jobs.read(*job, [](const JobStatus& s) {
-        return std::make_tuple(s.owned, s.state, s.model->version);
+      const auto [owned, state, version, folding] = t_.jobs.read(*job, [](const JobStatus& s) {
+        return std::make_tuple(s.owned, s.state, s.model->version,
+                               s.round && s.round->uploads_in_flight());
       });
-      if (owned || (state == record.state && stopped(state))) continue;
+      // A copy of the owner's round being folded into is not replaced under the upload.
+      if (owned || folding || (state == record.state && stopped(state))) continue;
       auto rounds = t_.store.list_rounds(id);
       if (!rounds.ok()) {
         log_warn(job_name(id) + ": cannot read its rounds: " + rounds.status().to_string());
@@ -142,7 +144,8 @@ void Ownership::take_over(const std::vector<storage::LeaseRecord>& leases,
     auto record = stored.find(lease.job);
     const bool active = record != stored.end() && !stopped(record->second.state);
     const bool mine = valid_until_.count(lease.job) > 0;
-    if (active && !mine && t_.jobs.has(lease.job) && (!lease.held() || lease.holder == replica_)) {
+    if (active && !mine && t_.jobs.has(lease.job) && (!lease.held() || lease.holder == replica_) &&
+        !folding(lease.job)) {
       free.push_back(lease.job);
     }
   }
@@ -175,6 +178,13 @@ void Ownership::take_over(const std::vector<storage::LeaseRecord>& leases,
   JobEntry* job = t_.jobs.find(id);
   Status evaluated = evaluate_unscored(t_, *job, rounds);
   if (!evaluated.ok()) log_warn(job_name(id) + ": " + evaluated.to_string());
+}
+
+bool Ownership::folding(JobId id) const {
+  const JobEntry* job = t_.jobs.find(id);
+  return job != nullptr && t_.jobs.read(*job, [](const JobStatus& s) {
+    return s.round && s.round->uploads_in_flight();
+  });
 }
 
 void Ownership::step_down(JobEntry& job, const std::string& why, const char* change) {

@@ -55,6 +55,9 @@ class Ownership {
   // Acquires one free job if this replica's share allows.
   void take_over(const std::vector<storage::LeaseRecord>& leases,
                  const std::map<JobId, storage::JobRecord>& stored);
+  // Whether an upload is being folded into the job's open round (a copy of its owner's shared
+  // round): the job is not loaded again under it.
+  bool folding(JobId id) const;
   // Stops driving `job` (stop_owning), counted under `change`.
   void step_down(JobEntry& job, const std::string& why, const char* change);
 

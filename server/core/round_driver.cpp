@@ -4,8 +4,11 @@
 #include <cstdio>
 #include <set>
 
+#include "aggregation/partial_sum.h"
 #include "common/log.h"
+#include "protocol/update_meta.h"
 #include "rounds/evaluation.h"
+#include "rounds/upload.h"
 #include "scheduling/fair_share.h"
 #include "scheduling/round_plan.h"
 #include "scheduling/selection.h"
@@ -19,6 +22,10 @@ using nlohmann::json;
 // one batch, so a large fleet's heartbeats do not turn into fsyncs. The profiles of a round's
 // invitees are saved when it closes.
 constexpr double kSaveContactsEvery = 30.0;
+
+// How often the owner of a shared round reads its admission from the store (K recorded, the
+// partials written).
+constexpr double kSharedPollS = 0.25;
 
 std::string job_prefix(const JobEntry& job) { return "job " + std::to_string(job.id) + ": "; }
 
@@ -64,6 +71,7 @@ struct RoundDriver::Closing {
   rounds::Round round;
   std::string stop_reason;  // non-empty: fail the round for this reason
   std::shared_ptr<SecureRound> secure;  // a secure round's stages (null: a plain round)
+  bool shared = false;                  // the other replicas' partials are merged first
 };
 
 RoundDriver::RoundDriver(JobTable& jobs, ClientRegistry& clients, TenantRegistry& tenants,
@@ -84,6 +92,11 @@ RoundDriver::RoundDriver(JobTable& jobs, ClientRegistry& clients, TenantRegistry
 RoundDriver::~RoundDriver() { stop(); }
 
 void RoundDriver::set_pass(std::function<double(double now)> pass) { pass_ = std::move(pass); }
+
+void RoundDriver::set_replica(std::string replica, double lease_s) {
+  replica_ = std::move(replica);
+  lease_s_ = lease_s;
+}
 
 void RoundDriver::start() {
   if (thread_.joinable()) return;
@@ -134,9 +147,11 @@ std::optional<double> RoundDriver::tick() {
   MutexLock serial(tick_mu_);
   const double now = clock_();
   const std::optional<double> next_pass = pass_ ? std::optional<double>(pass_(now)) : std::nullopt;
+  const bool shared_open = check_shared_rounds(now);
   // Jobs whose round concludes now open their next one in the next tick, right after this.
   std::vector<JobEntry*> waiting = jobs_.waiting_jobs();
   std::vector<Closing> closing;
+  std::vector<std::pair<JobEntry*, RoundIndex>> closing_admission;
   std::vector<rounds::ProfileChange> expired;
   // Secure rounds: the key stages close when due; masked inputs close below, under no lock.
   const bool stages_closed = secure_.advance(now);
@@ -145,12 +160,30 @@ std::optional<double> RoundDriver::tick() {
     if (status.concluding || !status.round) return;
     if (!status.owned) {
       // Stepped down: the new owner concludes the round; it is forgotten here, unwritten, once
-      // no upload is being folded into it.
-      if (status.round->due(now)) status.round.reset();
+      // no upload is being folded into it. (A copy of the owner's shared round is followed
+      // by SharedRounds.)
+      if (!status.mirrored && status.round->due(now)) status.round.reset();
       return;
     }
     std::string reason = stop_reason(status.state);
     if (!reason.empty()) status.round->close();
+    if (status.shared_round) {
+      // Admission closes in the store first; the round concludes once the replicas holding
+      // its updates wrote their partials, or lease_s after the close.
+      JobEntry::SharedClose& shared = job.shared_close;
+      if (!shared.closed_at) {
+        if (status.round->due(now) || shared.filled) {
+          status.round->close();
+          closing_admission.emplace_back(&job, status.round->index());
+        }
+        return;
+      }
+      const bool waited_out = now >= *shared.closed_at + lease_s_;
+      if (!shared.partials_in && !waited_out && reason.empty()) return;
+      if (status.spoilt && reason.empty()) {
+        reason = "an update was folded but its admission could not be recorded";
+      }
+    }
     if (status.round->buffered()) {
       for (auto& change : job.runtime->expire(*status.round, now)) expired.push_back(change);
     }
@@ -177,10 +210,24 @@ std::optional<double> RoundDriver::tick() {
     if (!status.round->due(now)) return;
     // Whether the previous model reached the target decides whether this round may commit.
     if (reason.empty() && target_unknown(job, status)) return;
-    closing.push_back({&job, std::move(*status.round), reason, std::move(secure)});
+    closing.push_back(
+        {&job, std::move(*status.round), reason, std::move(secure), status.shared_round});
     status.round.reset();
+    status.shared_round = false;
+    status.spoilt = false;
     status.concluding = true;
   });
+  for (const auto& [job, index] : closing_admission) {
+    Status closed = store_.close_admission(job->id, index, epoch_of(*job));
+    if (closed.ok()) {
+      job->shared_close.closed_at = now;
+      job->shared_close.next_check = now;
+    } else {
+      log_warn(job_prefix(*job) + "cannot close round " + std::to_string(index) +
+               " to admission: " + closed.to_string());
+      step_down_if_fenced(*job, closed);
+    }
+  }
   clients_.apply(expired);
   for (const auto& secure : inputs_closing) {
     Status closed = secure->close_inputs(now);
@@ -192,6 +239,7 @@ std::optional<double> RoundDriver::tick() {
   // A secure round that moved on may have its next step at once (a failure to conclude).
   const bool again = !closing.empty() || stages_closed || !inputs_closing.empty();
   std::optional<double> next = again ? std::optional<double>(now) : std::nullopt;
+  if (shared_open) next = earliest(next, now + kSharedPollS);
   next = earliest(next, earliest(jobs_.next_deadline(now), tenants_.throttle_ends(now)));
   next = earliest(next, secure_.next_deadline(now));
   next = earliest(next, next_pass);
@@ -218,10 +266,14 @@ void RoundDriver::conclude_all() {
     }
     status.round->close();
     if (!status.round->due(now)) return;
-    const std::string reason = stop_reason(status.state);
+    // A shared round's other partials are not gathered at a stop: it fails, and the replica
+    // that takes the job over opens the next one.
+    const std::string reason =
+        status.shared_round ? "coordinator stopped" : stop_reason(status.state);
     // A secure round's sum is known only after its unmask stage: it cannot commit now.
     std::shared_ptr<SecureRound> secure = secure_.find(job.id);
-    const bool may_commit = status.state == JobState::kRunning && !target_unknown(job, status) &&
+    const bool may_commit = !status.shared_round && status.state == JobState::kRunning &&
+                            !target_unknown(job, status) &&
                             status.round->accepted() >= job.config.min_updates && !secure;
     closing.push_back({&job, std::move(*status.round),
                        may_commit       ? ""
@@ -364,7 +416,15 @@ bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now
   if (!*opened) return false;  // too few clients free: not counted as a selection
   metrics_.observe(metric::kSelectionSeconds, {}, selection_s);
   rounds::Round& round = **opened;
-  Status stored = store_.open_round(open_record(job.id, round, epoch_of(job)));
+  storage::RoundRecord record = open_record(job.id, round, epoch_of(job));
+  // A leased owner's round is served by every replica when the job allows it.
+  const bool shared =
+      record.epoch != storage::kUnleased && rounds::owner_only_reason(job.config).empty();
+  if (shared) {
+    record.target = round.target();
+    record.plan = rounds::round_plan_json(round);
+  }
+  Status stored = store_.open_round(record);
   if (!stored.ok()) {
     log_error(job_prefix(job) + "cannot open round " + std::to_string(round.index()) + ": " +
               stored.to_string());
@@ -392,9 +452,13 @@ bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now
     secure_.open(job.id, round.index(), *secure, invited, runtime.model()->layout.element_count(),
                  now, job.config.aggregation.threads);
   }
+  job.shared_close = {};
   jobs_.update(job, [&](JobStatus& status) {
     status.last_round = round.index();
     status.round = std::move(round);
+    status.shared_round = shared;
+    status.mirrored = false;
+    status.spoilt = false;
   });
   tasks_ready_.notify(invited);
   return true;
@@ -484,9 +548,12 @@ void RoundDriver::conclude(Closing& c, double now) {
   tenants_.round_concluded(job.tenant, job.id, job.round_expected_client_s,
                            c.round.client_seconds(now), job.round_class_cost);
   if (c.secure && !c.stop_reason.empty()) c.secure->abort(c.stop_reason, now);
+  json partials;
+  if (c.shared && c.stop_reason.empty()) partials = merge_partials(job, c.round);
   rounds::Conclusion k = !c.stop_reason.empty() ? runtime.fail(c.round, now, c.stop_reason)
                          : c.secure             ? conclude_secure(c, now)
                                                 : runtime.conclude(c.round, now);
+  if (!partials.is_null()) k.metrics["partials"] = partials;
   if (c.secure) {
     k.metrics["secure_aggregation"] = c.secure->summary();
     secure_.close(job.id, *c.secure);
@@ -560,6 +627,111 @@ void RoundDriver::conclude(Closing& c, double now) {
   } else {
     log_warn(job_prefix(job) + "round " + std::to_string(record.index) + " failed: " + k.failure);
   }
+}
+
+void RoundDriver::wake_shared() {
+  shared_woken_ = true;
+  wake();
+}
+
+bool RoundDriver::check_shared_rounds(double now) {
+  std::vector<std::pair<JobEntry*, RoundIndex>> due;
+  bool open = false;
+  const bool woken = shared_woken_.exchange(false);
+  jobs_.update_each([&](JobEntry& job, const JobStatus& status) {
+    if (!status.owned || !status.shared_round || !status.round || status.concluding) return;
+    open = true;
+    if (woken || now >= job.shared_close.next_check) due.emplace_back(&job, status.round->index());
+  });
+  for (const auto& [job, index] : due) {
+    JobEntry::SharedClose& shared = job->shared_close;
+    shared.next_check = now + kSharedPollS;
+    auto admission = store_.round_admission(job->id, index);
+    if (!admission.ok()) {
+      log_warn(job_prefix(*job) + "cannot read the admission of round " + std::to_string(index) +
+               ": " + admission.status().to_string());
+      continue;
+    }
+    if (!shared.closed_at) {
+      shared.filled = admission->target > 0 && admission->accepted() >= admission->target;
+      continue;
+    }
+    auto partials = store_.list_partials(job->id, index);
+    if (!partials.ok()) continue;
+    std::set<std::string> written;
+    for (const auto& p : *partials) written.insert(p.replica);
+    bool all_in = true;
+    for (const auto& [replica, places] : admission->replicas) {
+      const bool holds = places.accepted > 0 || places.reserved > 0;
+      if (replica != replica_ && holds && !written.count(replica)) all_in = false;
+    }
+    shared.partials_in = all_in;
+  }
+  return open;
+}
+
+json RoundDriver::merge_partials(JobEntry& job, rounds::Round& round) {
+  const RoundIndex index = round.index();
+  json summary = {{"merged", json::object()}, {"lost", json::object()}, {"bytes", 0}};
+  auto partials = store_.list_partials(job.id, index);
+  auto updates = store_.list_updates(job.id, index);
+  if (!partials.ok() || !updates.ok()) {
+    const Status& failed = partials.ok() ? updates.status() : partials.status();
+    log_warn(job_prefix(job) + "cannot read the partials of round " + std::to_string(index) + ": " +
+             failed.to_string());
+  }
+  // Each other replica's partial is decoded and merged; a replica whose partial is missing or
+  // unusable loses its updates.
+  std::set<std::string> merged;
+  const size_t params = job.runtime->model()->layout.element_count();
+  const std::vector<storage::PartialRecord> none;
+  for (const storage::PartialRecord& p : partials.ok() ? *partials : none) {
+    if (p.replica == replica_) continue;
+    auto sum = aggregation::decode_partial_sum(p.sum, params);
+    Status added = sum.status();
+    if (sum.ok() && sum->updates != p.updates) {
+      added = invalid_argument("it holds " + std::to_string(sum->updates) + " updates, " +
+                               std::to_string(p.updates) + " recorded");
+    }
+    if (added.ok()) {
+      added =
+          round.aggregate()->add_sum(sum->sum.data(), sum->sum.size(), sum->weight, sum->updates);
+    }
+    if (!added.ok()) {
+      log_warn(job_prefix(job) + "cannot merge the partial of replica " + p.replica + " in round " +
+               std::to_string(index) + ": " + added.to_string());
+      continue;
+    }
+    merged.insert(p.replica);
+    summary["merged"][p.replica] = p.updates;
+    summary["bytes"] = summary["bytes"].get<uint64_t>() + p.sum.size();
+    metrics_.add(metric::kPartials, {{"direction", "merged"}});
+    metrics_.add(metric::kPartialBytes, {{"direction", "merged"}}, double(p.sum.size()));
+  }
+  // The merged replicas' updates count in the round as if this replica had admitted them.
+  std::vector<rounds::ProfileChange> completed;
+  uint64_t lost = 0;
+  const uint64_t model_bytes = job.runtime->model()->blob.size();
+  for (const storage::UpdateRecord& u :
+       updates.ok() ? *updates : std::vector<storage::UpdateRecord>{}) {
+    if (u.replica == replica_) continue;
+    auto meta = protocol::read_update_meta(u.meta);
+    if (!merged.count(u.replica) || !meta.ok() || round.task_for(u.client) == nullptr) {
+      lost += 1;
+      summary["lost"][u.replica] = summary["lost"].value(u.replica, 0) + 1;
+      continue;
+    }
+    completed.push_back(round.accept(u.client, rounds::completion_report(*meta, model_bytes, 0, 0),
+                                     u.received_at, 0, std::move(meta->evaluation)));
+  }
+  if (lost > 0) {
+    metrics_.add(metric::kPartialUpdatesLost, {}, double(lost));
+    log_warn(job_prefix(job) + "round " + std::to_string(index) + ": " + std::to_string(lost) +
+             " admitted updates lost with the replicas that wrote no partial " +
+             summary["lost"].dump());
+  }
+  clients_.apply(completed);
+  return summary;
 }
 
 rounds::Conclusion RoundDriver::conclude_secure(Closing& c, double now) {

@@ -40,6 +40,7 @@
 // driver thread when started (tests without a thread may call it directly, one at a time).
 // The thread turns the clock's deadlines into waits, so its clock must advance in real time.
 
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <set>
@@ -68,10 +69,20 @@ class RoundDriver {
   // A pass to run at the start of every tick, on the driver's thread, that returns when it is
   // due next (e.g. Ownership::pass). Set before start().
   void set_pass(std::function<double(double now)> pass);
+  // Replicas: this replica's name and lease seconds. The rounds of the jobs it owns are then
+  // shared (JobStatus::shared_round) when the job allows (rounds::owner_only_reason): opened
+  // with their plan and K for the other replicas to serve, closed to admission in the store
+  // when K updates are recorded or at the deadline, and concluded once every replica holding
+  // updates wrote its partial aggregate, or `lease_s` after the close (the updates of a
+  // replica without a partial are then lost). Set before start().
+  void set_replica(std::string replica, double lease_s);
   // Starts / stops the thread that calls tick() at its deadlines and at once after wake().
   void start();
   void stop();
   void wake();
+  // A shared round may have changed in the store (a partial written, admission closed): the
+  // next tick reads the owner's open shared rounds at once, then wakes the driver.
+  void wake_shared();
   // Advances every job once: concludes due rounds, opens rounds for running jobs, saves
   // contacts when due. Returns when the next tick is due if nothing wakes the driver first
   // (nullopt: only an event can make one useful).
@@ -127,6 +138,14 @@ class RoundDriver {
   // coordinator's duration priors, not the job's.
   static double class_cost_of(const JobEntry& job, const std::vector<ClientSnapshot>& clients);
   void conclude(Closing& closing, double now);
+  // The owner's view of its open shared rounds, read from the store every kSharedPollS: K
+  // recorded (JobEntry::shared_close.filled), or after the close whether every replica holding
+  // updates wrote its partial. Whether some shared round is open.
+  bool check_shared_rounds(double now);
+  // Merges the other replicas' partials of a shared round into its aggregate, and counts
+  // their updates in the round (Round::accept); the updates of a replica without a usable
+  // partial are lost. Returns the round's "partials" metrics.
+  nlohmann::json merge_partials(JobEntry& job, rounds::Round& round);
   // A secure round's conclusion: the masks removed, the sum folded into the round's aggregate
   // and concluded as a plain round; or failed with the reason.
   rounds::Conclusion conclude_secure(Closing& closing, double now);
@@ -158,6 +177,9 @@ class RoundDriver {
   Clock clock_;
 
   std::function<double(double now)> pass_;  // set before start(), then constant
+  std::string replica_;                     // set before start(), then constant
+  std::atomic<bool> shared_woken_{false};   // wake_shared() since the last check
+  double lease_s_ = 0;                      // set before start(), then constant
   Mutex tick_mu_;                           // one tick at a time
   // When contacts were last saved (at first, when the driver was made).
   double last_flush_ FEDCASE_GUARDED_BY(tick_mu_);

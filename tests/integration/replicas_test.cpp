@@ -1,8 +1,14 @@
-// Two coordinator processes as replicas on one PostgreSQL database (a private server,
-// tests/support/postgres_server.h), with a real client fleet training through the first: the
-// owner is frozen with SIGSTOP past its lease, the other replica takes the job over, and once
-// the owner is let go again (SIGCONT) it commits nothing and steps down
-// (server/core/ownership.h, docs/scaling.md "Replicas").
+// Coordinator processes as replicas on one PostgreSQL database (a private server,
+// tests/support/postgres_server.h) with real client fleets (docs/scaling.md "Replicas"):
+//  - the owner is frozen with SIGSTOP past its lease, the other replica takes the job over, and
+//    once the owner is let go again (SIGCONT) it commits nothing and steps down
+//    (server/core/ownership.h);
+//  - the owner is killed and the fleet fails over to the other replica;
+//  - three replicas train one job together, each client talking to a different replica: the
+//    non-owners serve the owner's round, admit their clients' updates through the store and
+//    write partials, which the owner merges (server/core/shared_rounds.h);
+//  - a replica holding admitted updates dies before writing its partial: the owner commits
+//    without them lease_s after the close.
 
 #include <doctest/doctest.h>
 #include <signal.h>
@@ -11,9 +17,11 @@
 #include <chrono>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "client_sdk/fleet.h"
 #include "storage/store.h"
@@ -72,6 +80,38 @@ storage::LeaseRecord lease_of(storage::Store& store, JobId job) {
   return {};
 }
 
+// Replica `name` on the database `url` (its config, port file and log in `dir`), started, and
+// the port it listens on.
+struct Replica {
+  Replica(const TempDir& dir, const std::string& name, const std::string& url)
+      : process(write_config(dir, name, url), dir.file(name + ".log")),
+        port(wait_for_port(dir.file(name + ".port"))) {
+    REQUIRE(port != 0);
+  }
+  CoordinatorProcess process;
+  const uint16_t port;
+};
+
+// A job whose rounds every replica serves: FedAvg, `k` updates a round, each invitee's task
+// within `deadline_s`.
+json shared_job(const std::string& name, size_t k, double deadline_s) {
+  json job = training_job(name);
+  job["clients_per_round"] = k;
+  job["training"]["deadline"]["seconds"] = deadline_s;
+  return job;
+}
+
+// Committed rounds of `job` in `db`, in index order.
+std::vector<storage::RoundRecord> committed_rounds(storage::Store& db, JobId job) {
+  auto rounds = db.list_rounds(job);
+  REQUIRE(rounds.ok());
+  std::vector<storage::RoundRecord> out;
+  for (auto& r : *rounds) {
+    if (r.state == RoundState::kCommitted) out.push_back(std::move(r));
+  }
+  return out;
+}
+
 // The value of the metric line that starts with `series` in a /metrics page, or -1.
 double metric_value(const std::string& page, const std::string& series) {
   const size_t at = page.find("\n" + series + " ");
@@ -116,7 +156,8 @@ TEST_CASE("a frozen owner is replaced; let go again, it commits nothing and step
 
   REQUIRE(::kill(a.pid(), SIGSTOP) == 0);
   const auto frozen = std::chrono::steady_clock::now();
-  REQUIRE(wait_until([&] { return lease_of(db, 1).holder == "b"; }, 20));
+  const bool taken_over = wait_until([&] { return lease_of(db, 1).holder == "b"; }, 20);
+  REQUIRE_MESSAGE(taken_over, "b's log:\n" << read_file(dir.file("b.log")));
   const double takeover_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen).count();
   MESSAGE("takeover " << takeover_s << " s after the owner froze (lease " << kLeaseS << " s)");
@@ -247,4 +288,227 @@ TEST_CASE("the owner killed, the other replica drives the job and the fleet fail
     CHECK(db.get_model(1, r.index).ok());
   }
   (*fleet)->stop();
+}
+
+TEST_CASE("three replicas train one job together, each client on a different replica") {
+  PostgresServer& server = PostgresServer::shared();
+  const std::string url = server.url(server.create_database());
+  TempDir dir;
+  constexpr size_t kPerReplica = 2;
+  constexpr size_t kK = 3 * kPerReplica;
+  Replica a(dir, "a", url);
+  const uint16_t a_port = a.port;
+  Caller admin_a(a_port, kAdminToken);
+  REQUIRE(admin_a.post("/v1/admin/jobs", shared_job("shared", kK, 60)).status == 201);
+  auto reader = storage::open_store(url);
+  REQUIRE(reader.ok());
+  storage::Store& db = **reader;
+  REQUIRE(wait_until([&] { return lease_of(db, 1).holder == "a"; }, 10));
+  Replica b(dir, "b", url);
+  Replica c(dir, "c", url);
+  const uint16_t b_port = b.port, c_port = c.port;
+  // Each fleet knows one replica only: no client can reach the owner unless it is the owner's.
+  const uint16_t ports[] = {a_port, b_port, c_port};
+  const ml::Dataset slice = ml::head(fmnist_train(), 1000);
+  std::vector<std::unique_ptr<client::Fleet>> fleets;
+  for (size_t i = 0; i < 3; ++i) {
+    client::FleetConfig config = test_fleet(ports[i], kPerReplica, slice);
+    config.seed = 1 + i;
+    auto fleet = client::Fleet::start(config);
+    REQUIRE(fleet.ok());
+    fleets.push_back(std::move(fleet).value());
+  }
+  // Rounds commit with updates admitted on all three replicas.
+  auto merged_from_both = [&](const storage::RoundRecord& r) {
+    const json merged = r.metrics.value("partials", json::object()).value("merged", json::object());
+    return merged.contains("b") && merged.contains("c");
+  };
+  const bool trained = wait_until(
+      [&] {
+        size_t full = 0;
+        for (const auto& r : committed_rounds(db, 1)) full += merged_from_both(r);
+        return full >= 3;
+      },
+      300);
+  REQUIRE_MESSAGE(trained, "a's log:\n"
+                               << read_file(dir.file("a.log")) << "\nb's log:\n"
+                               << read_file(dir.file("b.log")));
+  CHECK(lease_of(db, 1).holder == "a");
+
+  const std::vector<storage::RoundRecord> committed = committed_rounds(db, 1);
+  uint64_t last_version = 0;
+  size_t merged_rounds = 0;
+  for (const auto& r : committed) {
+    CAPTURE(r.index);
+    CHECK(r.index > last_version);  // versions only grow
+    last_version = r.index;
+    CHECK(r.target == kK);
+    CHECK_FALSE(r.plan.empty());
+    auto updates = db.list_updates(1, r.index);
+    REQUIRE(updates.ok());
+    CHECK(updates->size() <= kK);  // never over K
+    std::set<ClientId> clients;
+    std::map<std::string, uint64_t> by_replica;
+    for (const auto& u : *updates) {
+      CHECK(clients.insert(u.client).second);  // no client admitted twice in a round
+      by_replica[u.replica] += 1;
+    }
+    // The owner counted every admitted update: its own and those of the merged partials.
+    const json partials = r.metrics.value("partials", json::object());
+    uint64_t merged = 0;
+    const json merged_by = partials.value("merged", json::object());
+    for (const auto& [replica, count] : merged_by.items()) {
+      CHECK(count.get<uint64_t>() == by_replica[replica]);
+      merged += count.get<uint64_t>();
+    }
+    CHECK(r.metrics["updates"].get<uint64_t>() == by_replica["a"] + merged);
+    CHECK(partials.value("lost", json::object()).empty());
+    merged_rounds += merged_from_both(r);
+  }
+  MESSAGE(committed.size() << " rounds committed, " << merged_rounds
+                           << " of them with partials merged from both non-owners");
+  CHECK(merged_rounds >= 3);
+  // The owner read the partials: about (replicas - 1) x model bytes a round.
+  const std::string page = admin_a.get("/metrics").raw;
+  const double partials_merged = metric_value(page, "fedcase_partials_total{direction=\"merged\"}");
+  const double bytes_merged =
+      metric_value(page, "fedcase_partial_bytes_total{direction=\"merged\"}");
+  MESSAGE("the owner merged " << partials_merged << " partials, "
+                              << static_cast<uint64_t>(bytes_merged) << " bytes");
+  CHECK(partials_merged >= 6);
+  CHECK(bytes_merged > 0);
+  Caller admin_b(b_port, kAdminToken);
+  CHECK(metric_value(admin_b.get("/metrics").raw,
+                     "fedcase_partials_total{direction=\"written\"}") >= 3);
+
+  // Every replica serves the same committed model, byte for byte.
+  for (auto& fleet : fleets) fleet->stop();
+  Caller admin_c(c_port, kAdminToken);
+  Caller* admins[] = {&admin_a, &admin_b, &admin_c};
+  const uint64_t version = committed.back().index;
+  REQUIRE(wait_until(
+      [&] {
+        for (Caller* admin : admins) {
+          if (admin->get("/v1/admin/jobs/1").body["model_version"] !=
+              committed_rounds(db, 1).back().index) {
+            return false;
+          }
+        }
+        return true;
+      },
+      20));
+  auto stored = db.get_model(1, version);
+  REQUIRE(stored.ok());
+  for (Caller* admin : admins) {
+    const Reply model = admin->get("/v1/jobs/1/models/" + std::to_string(version));
+    CHECK(model.status == 200);
+    CHECK(model.raw == stored->blob);
+  }
+}
+
+TEST_CASE("a replica dies holding admitted updates: the owner commits without them") {
+  PostgresServer& server = PostgresServer::shared();
+  const std::string url = server.url(server.create_database());
+  TempDir dir;
+  Replica a(dir, "a", url);
+  const uint16_t a_port = a.port;
+  Caller admin_a(a_port, kAdminToken);
+  // K = 4 with 3 clients: no round fills, each closes at its deadline, so b's updates are
+  // admitted while the round still admits, and b can be killed before any close.
+  json job = shared_job("lossy", 4, 20);
+  job["min_clients"] = 3;
+  job["min_updates"] = 2;
+  REQUIRE(admin_a.post("/v1/admin/jobs", job).status == 201);
+  auto reader = storage::open_store(url);
+  REQUIRE(reader.ok());
+  storage::Store& db = **reader;
+  REQUIRE(wait_until([&] { return lease_of(db, 1).holder == "a"; }, 10));
+  Replica b(dir, "b", url);
+  const uint16_t b_port = b.port;
+  const ml::Dataset slice = ml::head(fmnist_train(), 1000);
+  auto a_fleet = client::Fleet::start(test_fleet(a_port, 2, slice));
+  REQUIRE(a_fleet.ok());
+  // b's client fails over to a once b is gone, and trains on there.
+  client::FleetConfig b_config = test_fleet(b_port, 1, slice);
+  b_config.seed = 7;
+  b_config.replicas = {client::plain_connection("127.0.0.1", a_port)};
+  auto b_fleet = client::Fleet::start(b_config);
+  REQUIRE(b_fleet.ok());
+
+  // An open round in which b recorded an update: b is killed there, before the close.
+  RoundIndex lossy = 0;
+  REQUIRE(wait_until(
+      [&] {
+        auto rounds = db.list_rounds(1);
+        REQUIRE(rounds.ok());
+        if (rounds->empty() || rounds->back().state != RoundState::kOpen) return false;
+        auto admission = db.round_admission(1, rounds->back().index);
+        if (!admission.ok() || !admission->open) return false;
+        auto held = admission->replicas.find("b");
+        if (held == admission->replicas.end() || held->second.accepted == 0) return false;
+        lossy = rounds->back().index;
+        return true;
+      },
+      240));
+  b.process.kill_now();
+  const auto killed = std::chrono::steady_clock::now();
+  auto admission = db.round_admission(1, lossy);
+  REQUIRE(admission.ok());
+  const uint64_t b_updates = admission->replicas["b"].accepted;
+  MESSAGE("b killed holding " << b_updates << " admitted updates of round " << lossy);
+  // The round closes at its deadline; the owner waits lease_s for b's partial, then commits
+  // with a's own updates (min_updates 2), counting b's as lost.
+  REQUIRE(wait_until(
+      [&] {
+        auto rounds = db.list_rounds(1);
+        REQUIRE(rounds.ok());
+        for (const auto& r : *rounds) {
+          if (r.index == lossy) return r.state != RoundState::kOpen;
+        }
+        return false;
+      },
+      60));
+  MESSAGE(
+      "round " << lossy << " concluded "
+               << std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count()
+               << " s after b was killed (deadline 20 s, lease " << kLeaseS << " s)");
+  auto rounds = db.list_rounds(1);
+  REQUIRE(rounds.ok());
+  const storage::RoundRecord* round = nullptr;
+  for (const auto& r : *rounds) {
+    if (r.index == lossy) round = &r;
+  }
+  REQUIRE(round != nullptr);
+  CAPTURE(round->metrics.dump());
+  const json partials = round->metrics.value("partials", json::object());
+  CHECK(partials.value("lost", json::object()).value("b", 0) == b_updates);
+  CHECK_FALSE(partials.value("merged", json::object()).contains("b"));
+  auto updates = db.list_updates(1, lossy);
+  REQUIRE(updates.ok());
+  uint64_t own = 0;
+  for (const auto& u : *updates) own += u.replica == "a";
+  MESSAGE("round " << lossy << " "
+                   << std::string(round->state == RoundState::kCommitted ? "committed" : "failed")
+                   << " with the owner's " << own << " updates, " << b_updates << " lost");
+  if (own >= 2) {
+    // Enough of its own: committed without b's, and the model is there.
+    CHECK(round->state == RoundState::kCommitted);
+    CHECK(round->metrics["updates"].get<uint64_t>() == own);
+    CHECK(db.get_model(1, lossy).ok());
+  } else {
+    CHECK(round->state == RoundState::kFailed);
+  }
+  const std::string page = admin_a.get("/metrics").raw;
+  CHECK(metric_value(page, "fedcase_partial_updates_lost_total") >= double(b_updates));
+  // The job goes on: a later round opens and commits on a's clients.
+  REQUIRE(wait_until(
+      [&] {
+        for (const auto& r : committed_rounds(db, 1)) {
+          if (r.index > lossy) return true;
+        }
+        return false;
+      },
+      120));
+  (*a_fleet)->stop();
+  (*b_fleet)->stop();
 }

@@ -138,5 +138,71 @@ TEST_CASE("profile changes fold into profiles") {
   CHECK(p.completions == 1);
 }
 
+TEST_CASE("another replica rebuilds a round from its plan, with the same tasks and terms") {
+  std::vector<scheduling::ClientTask> tasks(2);
+  tasks[0].client = 4;
+  tasks[0].samples = 300;
+  tasks[0].unique_samples = 250;
+  tasks[0].local_steps = 10;
+  tasks[0].batch_size = 30;
+  tasks[0].learning_rate = 0.05;
+  tasks[0].momentum = 0.9;
+  tasks[0].weight_decay = 1e-4;
+  tasks[0].prox_mu = 0.01;
+  tasks[0].sampling = protocol::Sampling::kImportance;
+  tasks[0].cache = {protocol::CachePolicy::kImportance, 1 << 20, 2.5,
+                    protocol::Repetition::kAdaptive};
+  tasks[0].expected_duration_s = 12.25;
+  tasks[1].client = 9;
+  auto aggregate = [] {
+    auto made = aggregation::make_aggregator(aggregation::AggregatorConfig{}, 2);
+    REQUIRE(made.ok());
+    return std::make_shared<RoundAggregate>(std::move(made).value());
+  };
+  const Round owner({5, 4, "sum4", 100, 160, 2, 8}, tasks, aggregate());
+  // The plan travels as JSON text through the store.
+  const nlohmann::json plan = nlohmann::json::parse(round_plan_json(owner).dump());
+  auto copy = round_from_plan({5, 4, "", 100, 160, 2, 0}, plan, aggregate());
+  REQUIRE_MESSAGE(copy.ok(), copy.status().to_string());
+  CHECK(copy->index() == 5);
+  CHECK(copy->base_checksum() == "sum4");
+  CHECK(copy->available() == 8);
+  CHECK(copy->target() == 2);
+  CHECK(copy->invited() == owner.invited());
+  for (ClientId client : {ClientId(4), ClientId(9)}) {
+    const scheduling::ClientTask& want = *owner.task_for(client);
+    const scheduling::ClientTask& got = *copy->task_for(client);
+    CHECK(got.samples == want.samples);
+    CHECK(got.unique_samples == want.unique_samples);
+    CHECK(got.local_steps == want.local_steps);
+    CHECK(got.batch_size == want.batch_size);
+    CHECK(got.learning_rate == want.learning_rate);
+    CHECK(got.momentum == want.momentum);
+    CHECK(got.weight_decay == want.weight_decay);
+    CHECK(got.prox_mu == want.prox_mu);
+    CHECK(got.sampling == want.sampling);
+    CHECK(got.cache == want.cache);
+    CHECK(got.expected_duration_s == want.expected_duration_s);
+    CHECK(copy->terms_for(client)->deadline == owner.terms_for(client)->deadline);
+    CHECK(copy->terms_for(client)->base_checksum == "sum4");
+  }
+  // A plan that is not one is refused, never half-read.
+  for (const char* broken :
+       {R"({})", R"({"format": 2, "base_checksum": "", "available": 1, "tasks": []})",
+        R"({"format": 1, "base_checksum": "x", "available": 1, "tasks": []})",
+        R"({"format": 1, "base_checksum": "x", "available": 1, "tasks": [{"client": 1}]})"}) {
+    CAPTURE(broken);
+    CHECK(round_from_plan({5, 4, "", 100, 160, 2, 0}, nlohmann::json::parse(broken), aggregate())
+              .status()
+              .code() == Code::kInvalidArgument);
+  }
+  nlohmann::json bad_sampling = plan;
+  bad_sampling["tasks"][0]["sampling"] = "psychic";
+  CHECK(round_from_plan({5, 4, "", 100, 160, 2, 0}, bad_sampling, aggregate()).status().code() ==
+        Code::kInvalidArgument);
+  Round::Spec buffer{5, 4, "", 100, 160, 2, 0, /*buffered=*/true};
+  CHECK(round_from_plan(buffer, plan, aggregate()).status().code() == Code::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace fedcase::rounds

@@ -1,7 +1,8 @@
 // Replicas on one PostgreSQL database (a private server, tests/support/postgres_server.h): two
 // real coordinators in this process, each with its own store, driven by hand. A job is driven
 // by the replica holding its lease; an owner that stops renewing is replaced, and once
-// replaced it commits nothing and steps down (server/core/ownership.h).
+// replaced it commits nothing and steps down (server/core/ownership.h); then it serves the new
+// owner's shared round, whose owner merges its partial (server/core/shared_rounds.h).
 
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -113,12 +114,14 @@ TEST_CASE("a replaced owner commits nothing and steps down; the new owner goes o
   CHECK(rounds->at(1).epoch == 2);
   CHECK(contains(b->metrics().render(), "fedcase_lease_changes_total{change=\"acquired\"} 1"));
 
-  // a resumes where it stopped, before its next pass: its round fills up and is due, but the
-  // store refuses the commit at epoch 1, and a steps down.
+  // a resumes where it stopped, before its next pass: its round is shared, so its invitees'
+  // uploads are admitted through the store, which refuses them (b failed the round): nothing
+  // of a's round lands, and it commits nothing.
   for (const auto& [client, task] : tasks) {
     auto accepted = a->submit_update(client, job, task.round, meta(10), delta_blob(base, 0.5f));
-    CHECK(accepted.ok());
+    CHECK(accepted.status().code() == Code::kConflict);
   }
+  CHECK(db.list_updates(job, 1)->empty());
   a_now = a_now.load() + 0.01;
   a->tick();
   CHECK(db.get_model(job, 1).status().code() == Code::kNotFound);
@@ -126,27 +129,50 @@ TEST_CASE("a replaced owner commits nothing and steps down; the new owner goes o
   rounds = db.list_rounds(job);
   CHECK(rounds->at(0).state == RoundState::kFailed);  // still b's failure, not a's commit
   CHECK(rounds->at(0).metrics["failure"] == "the job's owner changed while the round was open");
-  const std::string a_metrics = a->metrics().render();
-  CHECK(contains(a_metrics, "fedcase_lease_changes_total{change=\"stepped_down\"} 1"));
-  CHECK(contains(a_metrics, "fedcase_jobs_owned 0"));
-  CHECK_FALSE(a->job_detail(job)->current_round);
+  // a's next pass finds its renewal refused: it steps down, and does not acquire the job back.
   a_now = a_now.load() + kLeaseS;
-  a->tick();  // a's next pass: b holds the job, so a does not acquire it back
+  a->tick();
+  const std::string a_metrics = a->metrics().render();
+  CHECK(contains(a_metrics, "fedcase_lease_changes_total{change=\"lost\"} 1"));
+  CHECK(contains(a_metrics, "fedcase_jobs_owned 0"));
   CHECK(lease_of(db, job).holder == "b");
   CHECK(lease_of(db, job).epoch == 2);
+  // a now serves b's open round 2 as every other replica does: the same tasks as b's.
+  a_now = a_now.load() + 1;
+  a->tick();
+  auto a_round = a->job_detail(job)->current_round;
+  REQUIRE(a_round);
+  CHECK(a_round->index == 2);
 
-  // b's round 2 commits version 2 from its own invitees' updates.
+  // b's round 2 commits version 2 from its invitees' updates, one admitted by b and one by a,
+  // whose partial b merges.
   const std::map<ClientId, TaskOffer> b_tasks = invitees(*b, clients);
   REQUIRE(b_tasks.size() == 2);
+  const std::map<ClientId, TaskOffer> a_tasks = invitees(*a, clients);
+  REQUIRE(a_tasks.size() == 2);
+  Coordinator* via[] = {b.get(), a.get()};
+  size_t i = 0;
   for (const auto& [client, task] : b_tasks) {
     CHECK(task.round == 2);
-    REQUIRE(b->submit_update(client, job, 2, meta(10), delta_blob(base, 0.25f)).ok());
+    CHECK(a_tasks.at(client).round == 2);
+    CHECK(a_tasks.at(client).task.batch_size == task.task.batch_size);
+    CHECK(a_tasks.at(client).deadline == task.deadline);
+    REQUIRE(via[i++]->submit_update(client, job, 2, meta(10), delta_blob(base, 0.25f)).ok());
   }
-  b->tick();
+  // The second upload of a client is refused whichever replica it reaches.
+  CHECK(a->submit_update(b_tasks.begin()->first, job, 2, meta(10), delta_blob(base, 0.25f))
+            .status()
+            .code() == Code::kConflict);
+  b->tick();  // K recorded: b closes admission
+  a_now = a_now.load() + 1;
+  a->tick();  // a writes its partial
+  b->tick();  // b merges it and commits
   auto committed = db.get_model(job, 2);
   REQUIRE(committed.ok());
   CHECK(db.list_rounds(job)->at(1).state == RoundState::kCommitted);
   CHECK(db.list_rounds(job)->at(1).epoch == 2);
+  CHECK(db.list_rounds(job)->at(1).metrics["updates"] == 2);
+  CHECK(db.list_rounds(job)->at(1).metrics["partials"]["merged"]["a"] == 1);
 
   // a job created through b is seen by a, which holds fewer jobs and so acquires it.
   auto second = b->create_job(job_config({{"name", "second"}}));

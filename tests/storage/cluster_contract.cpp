@@ -443,6 +443,45 @@ void partials(const BackendFactory& factory) {
   CHECK(store->put_partial({job, 1, "r3", "", 0, 0, 71}).code() == Code::kConflict);
 }
 
+void round_plans(const BackendFactory& factory) {
+  auto backend = factory();
+  auto store = open(*backend);
+  auto other = open(*backend);  // another replica reads what the owner wrote
+  const auto [a, b, c, unused] = four_clients(*store);
+  const JobId job = create(*store, job_record("j"));
+  RoundRecord round = with_target(open_round_record(job, 1, {a, b}), 2);
+  round.plan = {{"tasks", json::array({{{"client", a}, {"batch_size", 32}, {"lr", 0.125}},
+                                       {{"client", b}, {"note", "caf\xc3\xa9"}}})},
+                {"base_checksum", "abc"}};
+  round.admitting = false;  // read back only: open_round ignores it
+  REQUIRE(store->open_round(round).ok());
+  REQUIRE(store->open_round(with_target(open_round_record(job, 2, {c}), 1)).ok());
+  auto rounds = other->list_rounds(job);
+  REQUIRE(rounds.ok());
+  REQUIRE(rounds->size() == 2);
+  CHECK(rounds->at(0).plan == round.plan);
+  CHECK(rounds->at(0).admitting);
+  CHECK(rounds->at(0).target == 2);
+  CHECK(rounds->at(1).plan == json::object());  // a round served by its owner alone
+  CHECK(rounds->at(1).admitting);
+  REQUIRE(store->close_admission(job, 1, kUnleased).ok());
+  rounds = other->list_rounds(job);
+  REQUIRE(rounds.ok());
+  CHECK_FALSE(rounds->at(0).admitting);
+  CHECK(rounds->at(0).plan == round.plan);
+  CHECK(rounds->at(1).admitting);
+  // A concluded round admits nothing, and keeps its plan.
+  REQUIRE(store->fail_round(closed(open_round_record(job, 2, {c}), 60, {})).ok());
+  REQUIRE(
+      store->commit_round(closed(open_round_record(job, 1), 70, {}), model(job, 1, "m1"), {}).ok());
+  rounds = other->list_rounds(job);
+  REQUIRE(rounds.ok());
+  CHECK_FALSE(rounds->at(0).admitting);
+  CHECK_FALSE(rounds->at(1).admitting);
+  CHECK(rounds->at(0).plan == round.plan);
+  (void)unused;
+}
+
 void tenant_service(const BackendFactory& factory) {
   constexpr int kThreads = 4, kEach = 25;
   auto backend = factory();
@@ -588,6 +627,7 @@ const Case kCases[] = {
     {"admission: an expired reservation frees its place", reservation_expiry},
     {"admission: replicas racing for places admit exactly K", admission_race},
     {"partials: after admission closes, matching the recorded updates", partials},
+    {"a round's plan and whether it admits are read back by every replica", round_plans},
     {"tenants' service counters add up across replicas", tenant_service},
     {"wake-ups reach every listener after the commit", wakeups},
     {"several openers migrate an empty database once", concurrent_migration},

@@ -24,7 +24,7 @@ namespace {
 
 // The schema version of this build's PostgreSQL store (kMigrations in
 // storage/postgres_store.cpp), the same as SQLite's.
-constexpr int kSchemaVersion = 4;
+constexpr int kSchemaVersion = 5;
 
 // A database of its own on the shared server.
 class PostgresBackend : public contract::Backend {
@@ -44,6 +44,7 @@ class PostgresBackend : public contract::Backend {
   void rewind_schema(int version) override {
     REQUIRE(version >= 1);
     REQUIRE(version < kSchemaVersion);
+    if (version < 5) server_.query(database_, "ALTER TABLE rounds DROP COLUMN plan");
     if (version < 4) {
       server_.query(database_,
                     "DROP TABLE job_leases, partials, tenant_service;"

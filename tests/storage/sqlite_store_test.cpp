@@ -19,7 +19,7 @@ namespace {
 
 // The schema version of this build's SQLite store (kMigrations in storage/sqlite_store.cpp).
 // A new migration raises it and teaches SqliteBackend::rewind_schema to undo it.
-constexpr int kSchemaVersion = 4;
+constexpr int kSchemaVersion = 5;
 
 std::unique_ptr<Store> open(const std::string& path) {
   auto s = open_sqlite_store(path);
@@ -82,6 +82,7 @@ class SqliteBackend : public contract::Backend {
   void rewind_schema(int version) override {
     REQUIRE(version >= 1);
     REQUIRE(version < kSchemaVersion);
+    if (version < 5) exec(path_, "ALTER TABLE rounds DROP COLUMN plan");
     if (version < 4) {
       exec(path_,
            "DROP TABLE job_leases; DROP TABLE partials; DROP TABLE tenant_service;"

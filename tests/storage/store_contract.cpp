@@ -474,6 +474,8 @@ void older_schema_migrates(const BackendFactory& factory) {
     CHECK(rounds->at(0).state == RoundState::kCommitted);
     CHECK(rounds->at(0).metrics == json{{"updates", 1}});
     CHECK(rounds->at(1).state == RoundState::kOpen);
+    CHECK(rounds->at(1).admitting);
+    CHECK(rounds->at(1).plan == json::object());  // a round opened before plans were stored
     CHECK(store->list_updates(plain, 1)->size() == 1);
     check_same_model(*store->latest_model(plain), model(plain, 1, "p1"));
     check_same_model(*store->get_model(owned, 0), model(owned, 0, "o0"));
