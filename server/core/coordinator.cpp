@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "common/blob.h"
 #include "common/crypto.h"
@@ -186,6 +187,10 @@ struct Coordinator::State {
 
   // Sets the gauges of clients and jobs (at each scrape).
   void collect(Metrics& m);
+  // The job if this coordinator has it and `scope` sees it, else nullptr. A replica that does
+  // not have it yet (created through another replica a moment ago) loads it first if the store
+  // has it: its next ownership pass runs at once, waited for up to 3 s.
+  JobEntry* find_job(JobId id, const Scope& scope = std::nullopt);
   // The driver's thread stops, then the evaluator finishes its queue (its callbacks use the
   // driver, the jobs and the store), before any of them is destroyed.
   ~State() {
@@ -226,6 +231,18 @@ Coordinator::Coordinator(std::unique_ptr<State> state) : state_(std::move(state)
 
 Coordinator::~Coordinator() = default;
 
+JobEntry* Coordinator::State::find_job(JobId id, const Scope& scope) {
+  if (JobEntry* job = jobs.find(id, scope)) return job;
+  if (!ownership || jobs.has(id) || !store->get_job(id).ok()) return nullptr;
+  ownership->wake();
+  driver.wake();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (!jobs.has(id) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return jobs.find(id, scope);
+}
+
 Result<std::unique_ptr<Coordinator>> Coordinator::open(const CoordinatorConfig& config,
                                                        std::unique_ptr<storage::Store> store,
                                                        std::unique_ptr<ModelEvaluator> evaluator,
@@ -246,7 +263,11 @@ Result<std::unique_ptr<Coordinator>> Coordinator::open(const CoordinatorConfig& 
       const double next = ownership.pass(now);
       return std::min(next, shared.follow(now));
     });
+    // A wake-up (a job created, a lease changed, a round opened, closed or committed) makes
+    // the next tick re-read at once what it is about: ownership (jobs, leases, the latest
+    // committed models) and the shared rounds.
     s.wakeups = std::make_unique<WakeupThread>(*s.store, [&s] {
+      s.ownership->wake();
       s.shared_rounds->wake();
       s.driver.wake_shared();
     });
@@ -358,7 +379,7 @@ void Coordinator::unwatch_tasks(ClientId client, uint64_t handle) {
 Result<ModelDownload> Coordinator::model(JobId job_id, uint64_t version, Scope scope,
                                          std::optional<ClientId> client) {
   State& s = *state_;
-  const JobEntry* job = s.jobs.find(job_id, scope);
+  const JobEntry* job = s.find_job(job_id, scope);
   if (!job) return job_not_found(job_id);
   auto latest = s.jobs.read(*job, [&](const JobStatus& status) -> Result<ModelDownload> {
     FEDCASE_RETURN_IF_ERROR(check_participant(*job, status, client, version));
@@ -375,7 +396,7 @@ Result<ModelDownload> Coordinator::model(JobId job_id, uint64_t version, Scope s
 
 Result<ModuleDownload> Coordinator::module(JobId job_id, Scope scope,
                                            std::optional<ClientId> client) {
-  const JobEntry* job = state_->jobs.find(job_id, scope);
+  const JobEntry* job = state_->find_job(job_id, scope);
   if (!job) return job_not_found(job_id);
   FEDCASE_RETURN_IF_ERROR(state_->jobs.read(*job, [&](const JobStatus& status) {
     return check_participant(*job, status, client, std::nullopt);
@@ -388,7 +409,7 @@ Result<rounds::Admission> Coordinator::task_status(ClientId client, JobId job_id
                                                    RoundIndex round) {
   State& s = *state_;
   const double now = s.clock();
-  const JobEntry* job = s.jobs.find(job_id);
+  const JobEntry* job = s.find_job(job_id);
   if (!job) return job_not_found(job_id);
   return s.jobs.read(*job, [&](const JobStatus& status) {
     if (!status.round) {
@@ -407,7 +428,7 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
                                                   std::string_view bytes, double upload_seconds) {
   State& s = *state_;
   const rounds::JobConfig* config = nullptr;
-  if (const JobEntry* job = s.jobs.find(job_id)) config = &job->config;
+  if (const JobEntry* job = s.find_job(job_id)) config = &job->config;
   return admit_upload(
       client, job_id, round_index, /*masked=*/false, meta_json, bytes.size(), upload_seconds,
       [&](const HeldPlace& held, const protocol::UpdateMeta& meta,
@@ -430,7 +451,7 @@ Result<UpdateAccepted> Coordinator::submit_masked_input(
     const Result<json>& meta_json, std::string_view body, double upload_seconds) {
   State& s = *state_;
   const rounds::JobConfig* config = nullptr;
-  if (const JobEntry* job = s.jobs.find(job_id)) config = &job->config;
+  if (const JobEntry* job = s.find_job(job_id)) config = &job->config;
   return admit_upload(
       client, job_id, round_index, /*masked=*/true, meta_json, body.size(), upload_seconds,
       [&](const HeldPlace& held, const protocol::UpdateMeta& meta,
@@ -453,7 +474,7 @@ Result<UpdateAccepted> Coordinator::admit_upload(ClientId client, JobId job_id,
                                                  const Result<json>& meta_json, size_t body_bytes,
                                                  double upload_seconds, const FoldUpload& fold) {
   State& s = *state_;
-  JobEntry* job = s.jobs.find(job_id);
+  JobEntry* job = s.find_job(job_id);
   if (!job) return job_not_found(job_id);
   if (bool(job->config.secure_aggregation) != masked) {
     return conflict(masked ? "job " + std::to_string(job_id) +
@@ -561,7 +582,7 @@ Result<UpdateAccepted> Coordinator::admit_upload(ClientId client, JobId job_id,
 
 Result<std::shared_ptr<SecureRound>> Coordinator::secure_round(JobId job_id, RoundIndex round) {
   State& s = *state_;
-  if (!s.jobs.find(job_id)) return job_not_found(job_id);
+  if (!s.find_job(job_id)) return job_not_found(job_id);
   std::shared_ptr<SecureRound> secure = s.secure.find(job_id);
   if (!secure || secure->index() != round) {
     return conflict("round " + std::to_string(round) + " of job " + std::to_string(job_id) +
@@ -580,7 +601,7 @@ void Coordinator::unwatch_secure_stages(ClientId client, uint64_t handle) {
 
 Result<ModelListing> Coordinator::models(JobId id, Scope scope) {
   State& s = *state_;
-  const JobEntry* job = s.jobs.find(id, scope);
+  const JobEntry* job = s.find_job(id, scope);
   if (!job) return job_not_found(id);
   ModelListing out;
   out.job = id;
@@ -600,7 +621,7 @@ Result<ModelListing> Coordinator::models(JobId id, Scope scope) {
 Result<ModelExport> Coordinator::export_model(JobId id, std::string_view version,
                                               ExportFormat format, Scope scope) {
   State& s = *state_;
-  const JobEntry* job = s.jobs.find(id, scope);
+  const JobEntry* job = s.find_job(id, scope);
   if (!job) return job_not_found(id);
   auto versions = versions_of(*s.store, *job);
   if (!versions.ok()) return versions.status();
@@ -688,7 +709,7 @@ Result<ModelBlob> Coordinator::trained_start(const rounds::InitFrom& from, Tenan
                                              const ModelLayout& layout) {
   State& s = *state_;
   const std::string source = "init_from: job " + std::to_string(from.job);
-  const JobEntry* job = s.jobs.find(from.job, owner == 0 ? Scope() : Scope(owner));
+  const JobEntry* job = s.find_job(from.job, owner == 0 ? Scope() : Scope(owner));
   if (!job) return invalid_argument(source + " not found");
   auto versions = versions_of(*s.store, *job);
   if (!versions.ok()) return versions.status();
@@ -721,7 +742,7 @@ std::vector<JobSummary> Coordinator::list_jobs(Scope scope) {
 
 Result<JobDetail> Coordinator::job_detail(JobId id, Scope scope) {
   State& s = *state_;
-  const JobEntry* job = s.jobs.find(id, scope);
+  const JobEntry* job = s.find_job(id, scope);
   if (!job) return job_not_found(id);
   JobDetail d;
   d.config = job->config_json;
@@ -783,7 +804,7 @@ Result<JobState> Coordinator::control_job(JobId id, const std::string& action, S
   if (action != "pause" && action != "resume" && action != "cancel") {
     return not_found("unknown job action '" + action + "'");
   }
-  JobEntry* job = s.jobs.find(id, scope);
+  JobEntry* job = s.find_job(id, scope);
   if (!job) return job_not_found(id);
   auto next = s.jobs.transition(*job, [&](JobState state) -> Result<JobState> {
     const bool active = state == JobState::kRunning || state == JobState::kPaused;

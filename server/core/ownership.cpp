@@ -29,7 +29,8 @@ Ownership::Ownership(const RecoveryTargets& targets, std::string replica)
       random_(std::random_device{}()) {}
 
 double Ownership::pass(double now) {
-  if (now < next_pass_) return next_pass_;  // the driver ticks on every event: passes are paced
+  // The driver ticks on every event: passes are paced, unless woken.
+  if (now < next_pass_ && !woken_.exchange(false)) return next_pass_;
   next_pass_ = now + period_s_;
   if (now >= next_client_refresh_) {
     next_client_refresh_ = now + kClientsEvery;

@@ -25,6 +25,7 @@
 // Thread safety: pass() and release_all() run on the round driver's thread (or, for
 // release_all, once the driver stopped); nothing else is shared.
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <random>
@@ -42,6 +43,9 @@ class Ownership {
   // One pass at `now` (the coordinator's clock), unless the last one was less than
   // lease_s / 4 ago; returns when the next one is due.
   double pass(double now);
+  // The next pass runs whenever it comes, however recent the last one (the store's wake-up
+  // said something changed). Any thread.
+  void wake() { woken_ = true; }
   // Gives up every lease this replica holds (a graceful stop), so that other replicas take
   // its jobs over at once instead of after their leases run out.
   void release_all();
@@ -66,6 +70,7 @@ class Ownership {
   const double period_s_;
   std::map<JobId, Steady::time_point> valid_until_;  // of each owned job's lease, as renewed
   double next_pass_ = 0;
+  std::atomic<bool> woken_{false};
   double next_client_refresh_ = 0;
   std::mt19937_64 random_;
 };

@@ -69,7 +69,7 @@ storage::RoundRecord open_record(JobId job, const rounds::Round& r, storage::Epo
 struct RoundDriver::Closing {
   JobEntry* job = nullptr;
   rounds::Round round;
-  std::string stop_reason;  // non-empty: fail the round for this reason
+  std::string stop_reason;              // non-empty: fail the round for this reason
   std::shared_ptr<SecureRound> secure;  // a secure round's stages (null: a plain round)
   bool shared = false;                  // the other replicas' partials are merged first
 };
@@ -388,6 +388,17 @@ std::vector<rounds::PoolClient> RoundDriver::pool_for(const JobEntry& job,
 }
 
 bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now) {
+  if (auto unrecorded = unrecorded_failures_.find(job.id);
+      unrecorded != unrecorded_failures_.end()) {
+    const Status failed = store_.fail_round(unrecorded->second);
+    if (failed.code() == Code::kUnavailable) return false;  // still open in the store
+    if (failed.ok()) {
+      log_info(job_prefix(job) + "recorded the failure of round " +
+               std::to_string(unrecorded->second.index) + " at last");
+    }
+    unrecorded_failures_.erase(unrecorded);  // written, or refused for good
+    step_down_if_fenced(job, failed);
+  }
   // The clients' profiles are copied when a job is about to select.
   const std::vector<ClientSnapshot> clients = clients_.profiles(now);
   rounds::JobRuntime& runtime = *job.runtime;
@@ -574,16 +585,11 @@ void RoundDriver::conclude(Closing& c, double now) {
       record.state = RoundState::kFailed;
       record.metrics["failure"] = "commit failed: " + s.to_string();
       k.failure = record.metrics["failure"];
-      Status failed = store_.fail_round(record);
-      if (!failed.ok())
-        log_error(job_prefix(job) + "cannot record failed round: " + failed.to_string());
+      record_failure(job, record);
       step_down_if_fenced(job, s);
     }
   } else {
-    Status failed = store_.fail_round(record);
-    if (!failed.ok())
-      log_error(job_prefix(job) + "cannot record failed round: " + failed.to_string());
-    step_down_if_fenced(job, failed);
+    step_down_if_fenced(job, record_failure(job, record));
   }
   clients_.save(k.invited);
 
@@ -747,6 +753,15 @@ rounds::Conclusion RoundDriver::conclude_secure(Closing& c, double now) {
     return runtime.fail(c.round, now, "secure aggregation failed: " + folded.message());
   }
   return runtime.conclude(c.round, now);
+}
+
+Status RoundDriver::record_failure(JobEntry& job, const storage::RoundRecord& record) {
+  Status failed = store_.fail_round(record);
+  if (failed.ok()) return failed;
+  log_error(job_prefix(job) + "cannot record failed round " + std::to_string(record.index) + ": " +
+            failed.to_string());
+  if (failed.code() == Code::kUnavailable) unrecorded_failures_[job.id] = record;
+  return failed;
 }
 
 storage::Epoch RoundDriver::epoch_of(const JobEntry& job) const {

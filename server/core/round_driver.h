@@ -42,6 +42,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <thread>
@@ -157,6 +158,11 @@ class RoundDriver {
   // being folded into it), and the new owner concludes that round. A single coordinator
   // (epoch kUnleased) keeps its job.
   void step_down_if_fenced(JobEntry& job, const Status& refused);
+  // Records `record`, a round of `job` that failed. A store that cannot take it now
+  // (kUnavailable: the database restarting) leaves the round open there, so the failure is kept
+  // and written again before the job opens another round (open): the store never holds two
+  // open rounds of a job. Returns the store's answer.
+  Status record_failure(JobEntry& job, const storage::RoundRecord& record);
   // Running or paused -> finished (round cap or target reached).
   void finish(JobEntry& job);
   // Records the evaluation of model `version` with `timing` (commit and evaluation seconds).
@@ -183,6 +189,9 @@ class RoundDriver {
   Mutex tick_mu_;                           // one tick at a time
   // When contacts were last saved (at first, when the driver was made).
   double last_flush_ FEDCASE_GUARDED_BY(tick_mu_);
+  // Failed rounds the store could not record yet, by job (record_failure); used by ticks
+  // alone, one at a time.
+  std::map<JobId, storage::RoundRecord> unrecorded_failures_;
   Mutex wake_mu_;
   CondVar wake_cv_;
   bool stop_ FEDCASE_GUARDED_BY(wake_mu_) = false;
