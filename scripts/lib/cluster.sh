@@ -3,8 +3,13 @@
 # server, N fedcase-coordinator replicas on it and HAProxy in front of them (docs/scaling.md).
 #
 #   cluster_start DIR N BUILD   starts it; the replicas' configs and logs, haproxy.cfg and
-#                               haproxy.log go to DIR; sets cluster_port (HAProxy's) and
-#                               cluster_proxy_pid, and appends every process to `pids`
+#                               haproxy.log go to DIR; sets cluster_port (HAProxy's),
+#                               cluster_proxy_pid, cluster_database (the replicas' URL),
+#                               cluster_replica_pids[i] and cluster_replica_ports[i] (i = 1..N),
+#                               and appends every process to `pids`
+#   cluster_start_replica I     starts replica I again, on its port (after a kill)
+#   cluster_psql SQL            runs SQL on the replicas' database, unaligned, no header
+#   cluster_pg_restart_immediate  crashes PostgreSQL (pg_ctl restart -m immediate) and restarts it
 #   cluster_stop                stops PostgreSQL and removes its data (after the replicas)
 #
 # PostgreSQL runs as the `postgres` user (runuser when root) with its data in a temp dir that
@@ -16,6 +21,10 @@
 pg_bin=$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -1)
 [ -x "$pg_bin/initdb" ] || pg_bin=
 pg_dir=
+cluster_dir=
+cluster_build=
+cluster_replica_pids=()
+cluster_replica_ports=()
 
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -38,21 +47,22 @@ cluster_start() {
     -o "-p $pg_port -k $pg_dir -c listen_addresses=127.0.0.1" start > /dev/null ||
     { cat "$pg_dir/server.log" >&2; return 1; }
   as_postgres "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" -U postgres fedcase
-  local database="postgresql://postgres@127.0.0.1:$pg_port/fedcase"
-  echo "cluster: PostgreSQL at $database (data in $pg_dir)"
+  cluster_database="postgresql://postgres@127.0.0.1:$pg_port/fedcase"
+  echo "cluster: PostgreSQL at $cluster_database (data in $pg_dir)"
 
+  # Each replica on a port of its own for the whole run, so that HAProxy finds it again after
+  # a restart.
+  cluster_dir=$dir
+  cluster_build=$build
   local servers=""
   for i in $(seq "$replicas"); do
-    jq --arg db "$database" --arg pf "$dir/replica-$i.port" --arg id "replica-$i" \
-      '.port = 0 | .port_file = $pf | .database = $db | .replica_id = $id | .lease_s = 5' \
+    cluster_replica_ports[i]=$(free_port)
+    jq --arg db "$cluster_database" --arg pf "$dir/replica-$i.port" --arg id "replica-$i" \
+      --argjson port "${cluster_replica_ports[i]}" \
+      '.port = $port | .port_file = $pf | .database = $db | .replica_id = $id | .lease_s = 5' \
       configs/coordinator.json > "$dir/replica-$i.json"
-    "$build/server/fedcase-coordinator" --config "$dir/replica-$i.json" > "$dir/replica-$i.log" 2>&1 &
-    pids+=($!)
-  done
-  for i in $(seq "$replicas"); do
-    for _ in $(seq 150); do [ -s "$dir/replica-$i.port" ] && break; sleep 0.1; done
-    [ -s "$dir/replica-$i.port" ] || { echo "cluster: replica $i did not start; see $dir/replica-$i.log" >&2; cat "$dir/replica-$i.log" >&2; return 1; }
-    servers+="  server replica-$i 127.0.0.1:$(cat "$dir/replica-$i.port") check"$'\n'
+    cluster_start_replica "$i" || return 1
+    servers+="  server replica-$i 127.0.0.1:${cluster_replica_ports[i]} check"$'\n'
   done
 
   cluster_port=$(free_port)
@@ -85,6 +95,31 @@ EOF
   curl -sf "http://127.0.0.1:$cluster_port/healthz" > /dev/null ||
     { echo "cluster: HAProxy does not answer; see $dir/haproxy.log" >&2; cat "$dir/haproxy.log" >&2; return 1; }
   echo "cluster: $replicas replicas ($(seq -s ' ' -f 'replica-%g' "$replicas")) behind HAProxy at http://127.0.0.1:$cluster_port"
+}
+
+cluster_start_replica() {
+  local i=$1
+  rm -f "$cluster_dir/replica-$i.port"
+  "$cluster_build/server/fedcase-coordinator" --config "$cluster_dir/replica-$i.json" \
+    >> "$cluster_dir/replica-$i.log" 2>&1 &
+  cluster_replica_pids[i]=$!
+  pids+=("${cluster_replica_pids[i]}")
+  for _ in $(seq 300); do
+    [ -s "$cluster_dir/replica-$i.port" ] && return 0
+    kill -0 "${cluster_replica_pids[i]}" 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "cluster: replica $i did not start; see $cluster_dir/replica-$i.log" >&2
+  tail -n 20 "$cluster_dir/replica-$i.log" >&2
+  return 1
+}
+
+cluster_psql() {
+  psql -qAtX -v ON_ERROR_STOP=1 "$cluster_database" -c "$1"
+}
+
+cluster_pg_restart_immediate() {
+  as_postgres "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/server.log" -w -m immediate restart > /dev/null
 }
 
 cluster_stop() {

@@ -35,27 +35,6 @@ using nlohmann::json;
 
 namespace {
 
-// Longer than the ownership pass's period needs on a loaded 2-core machine, where a replica's
-// tick (a commit, a selection) can take a second or more.
-constexpr double kLeaseS = 4;
-
-// A replica `name`'s config in `dir` (its port file: dir/name.port).
-std::string write_config(const TempDir& dir, const std::string& name, const std::string& url) {
-  const std::string path = dir.file(name + ".json");
-  json config = {{"port", 0},
-                 {"port_file", dir.file(name + ".port")},
-                 {"database", url},
-                 {"replica_id", name},
-                 {"lease_s", kLeaseS},
-                 {"admin_token", kAdminToken},
-                 {"enrollment_token", kEnrollmentToken},
-                 {"eval_data_dir", FEDCASE_FMNIST_DIR},
-                 {"eval_samples", 500},
-                 {"long_poll_max_s", 2}};
-  std::ofstream(path) << config.dump(2);
-  return path;
-}
-
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -84,7 +63,7 @@ storage::LeaseRecord lease_of(storage::Store& store, JobId job) {
 // the port it listens on.
 struct Replica {
   Replica(const TempDir& dir, const std::string& name, const std::string& url)
-      : process(write_config(dir, name, url), dir.file(name + ".log")),
+      : process(write_replica_config(dir, name, url), dir.file(name + ".log")),
         port(wait_for_port(dir.file(name + ".port"))) {
     REQUIRE(port != 0);
   }
@@ -125,7 +104,7 @@ TEST_CASE("a frozen owner is replaced; let go again, it commits nothing and step
   PostgresServer& server = PostgresServer::shared();
   const std::string url = server.url(server.create_database());
   TempDir dir;
-  CoordinatorProcess a(write_config(dir, "a", url), dir.file("a.log"));
+  CoordinatorProcess a(write_replica_config(dir, "a", url), dir.file("a.log"));
   const uint16_t a_port = wait_for_port(dir.file("a.port"));
   REQUIRE(a_port != 0);
   Caller admin_a(a_port, kAdminToken);
@@ -148,7 +127,7 @@ TEST_CASE("a frozen owner is replaced; let go again, it commits nothing and step
   CHECK(lease_of(db, 1).holder == "a");
   const storage::Epoch a_epoch = lease_of(db, 1).epoch;
 
-  CoordinatorProcess b(write_config(dir, "b", url), dir.file("b.log"));
+  CoordinatorProcess b(write_replica_config(dir, "b", url), dir.file("b.log"));
   const uint16_t b_port = wait_for_port(dir.file("b.port"));
   REQUIRE(b_port != 0);
   Caller admin_b(b_port, kAdminToken);
@@ -160,8 +139,8 @@ TEST_CASE("a frozen owner is replaced; let go again, it commits nothing and step
   REQUIRE_MESSAGE(taken_over, "b's log:\n" << read_file(dir.file("b.log")));
   const double takeover_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen).count();
-  MESSAGE("takeover " << takeover_s << " s after the owner froze (lease " << kLeaseS << " s)");
-  CHECK(takeover_s < kLeaseS + 2);
+  MESSAGE("takeover " << takeover_s << " s after the owner froze (lease " << kTestLeaseS << " s)");
+  CHECK(takeover_s < kTestLeaseS + 2);
   const storage::Epoch b_epoch = lease_of(db, 1).epoch;
   CHECK(b_epoch > a_epoch);
 
@@ -219,7 +198,8 @@ TEST_CASE("the owner killed, the other replica drives the job and the fleet fail
   PostgresServer& server = PostgresServer::shared();
   const std::string url = server.url(server.create_database());
   TempDir dir;
-  auto a = std::make_unique<CoordinatorProcess>(write_config(dir, "a", url), dir.file("a.log"));
+  auto a =
+      std::make_unique<CoordinatorProcess>(write_replica_config(dir, "a", url), dir.file("a.log"));
   const uint16_t a_port = wait_for_port(dir.file("a.port"));
   REQUIRE(a_port != 0);
   Caller admin_a(a_port, kAdminToken);
@@ -229,7 +209,7 @@ TEST_CASE("the owner killed, the other replica drives the job and the fleet fail
   storage::Store& db = **reader;
   REQUIRE(wait_until([&] { return lease_of(db, 1).holder == "a"; }, 10));
 
-  CoordinatorProcess b(write_config(dir, "b", url), dir.file("b.log"));
+  CoordinatorProcess b(write_replica_config(dir, "b", url), dir.file("b.log"));
   const uint16_t b_port = wait_for_port(dir.file("b.port"));
   REQUIRE(b_port != 0);
   ml::Dataset slice = ml::head(fmnist_train(), 1500);
@@ -265,8 +245,8 @@ TEST_CASE("the owner killed, the other replica drives the job and the fleet fail
   const double reopened_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
   MESSAGE("kill -9 of the owner -> next round open on the other replica: "
-          << reopened_s << " s (lease " << kLeaseS << " s)");
-  CHECK(reopened_s < kLeaseS + 5);
+          << reopened_s << " s (lease " << kTestLeaseS << " s)");
+  CHECK(reopened_s < kTestLeaseS + 5);
   const storage::Epoch b_epoch = lease_of(db, 1).epoch;
   CHECK(lease_of(db, 1).holder == "b");
   // The clients, which knew a first, find b by themselves and the job trains on through it.
@@ -471,7 +451,7 @@ TEST_CASE("a replica dies holding admitted updates: the owner commits without th
   MESSAGE(
       "round " << lossy << " concluded "
                << std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count()
-               << " s after b was killed (deadline 20 s, lease " << kLeaseS << " s)");
+               << " s after b was killed (deadline 20 s, lease " << kTestLeaseS << " s)");
   auto rounds = db.list_rounds(1);
   REQUIRE(rounds.ok());
   const storage::RoundRecord* round = nullptr;

@@ -52,6 +52,29 @@ class CoordinatorProcess {
   pid_t pid_ = -1;
 };
 
+// Longer than a replica's ownership pass needs on a loaded 2-core machine, where a tick (a
+// commit, a selection) can take a second or more.
+inline constexpr double kTestLeaseS = 4;
+
+// Writes replica `name`'s config in `dir` for the database at `url` (its port file:
+// dir/name.port, its id: name, kTestLeaseS leases) and returns its path.
+inline std::string write_replica_config(const TempDir& dir, const std::string& name,
+                                        const std::string& url) {
+  const std::string path = dir.file(name + ".json");
+  const nlohmann::json config = {{"port", 0},
+                                 {"port_file", dir.file(name + ".port")},
+                                 {"database", url},
+                                 {"replica_id", name},
+                                 {"lease_s", kTestLeaseS},
+                                 {"admin_token", kAdminToken},
+                                 {"enrollment_token", kEnrollmentToken},
+                                 {"eval_data_dir", FEDCASE_FMNIST_DIR},
+                                 {"eval_samples", 500},
+                                 {"long_poll_max_s", 2}};
+  std::ofstream(path) << config.dump(2);
+  return path;
+}
+
 // The port the coordinator wrote to `port_file`, once it has (0 after 30 s without).
 inline uint16_t wait_for_port(const std::string& port_file) {
   uint16_t port = 0;

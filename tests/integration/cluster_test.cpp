@@ -1,0 +1,157 @@
+// Three coordinator processes as replicas on one PostgreSQL database (a private server,
+// tests/support/postgres_server.h) behind a real HAProxy (tests/support/haproxy_process.h),
+// with an SDK fleet that knows only HAProxy's address: two jobs train to their target through
+// it, the replicas admit and fold the updates they receive, and the owner of the first job is
+// killed halfway, so that its rounds are driven by two replicas (docs/scaling.md).
+
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "client_sdk/fleet.h"
+#include "storage/store.h"
+#include "tests/support/coordinator_harness.h"
+#include "tests/support/coordinator_process.h"
+#include "tests/support/haproxy_process.h"
+#include "tests/support/postgres_server.h"
+
+using namespace fedcase;
+using namespace fedcase::testing;
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kReplicas = 3;
+constexpr uint64_t kPerRound = 3;
+
+json training_job(const std::string& name) {
+  return {{"name", name},
+          {"model", "mlp"},
+          {"rounds", 40},
+          {"clients_per_round", kPerRound},
+          {"target_accuracy", 0.7},
+          {"selection", {{"overcommit", 1.0}}},
+          {"training", {{"lr", 0.05}, {"deadline", {{"mode", "fixed"}, {"seconds", 60}}}}}};
+}
+
+std::string holder_of(storage::Store& store, JobId job) {
+  auto leases = store.list_leases();
+  REQUIRE(leases.ok());
+  for (const auto& lease : *leases) {
+    if (lease.job == job) return lease.holder;
+  }
+  return "";
+}
+
+JobState state_of(storage::Store& store, JobId job) {
+  auto record = store.get_job(job);
+  REQUIRE(record.ok());
+  return record->state;
+}
+
+size_t committed(storage::Store& store, JobId job) {
+  auto rounds = store.list_rounds(job);
+  REQUIRE(rounds.ok());
+  size_t n = 0;
+  for (const auto& r : *rounds) n += r.state == RoundState::kCommitted;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("three replicas behind HAProxy train two jobs together, through an owner's death") {
+  PostgresServer& server = PostgresServer::shared();
+  const std::string url = server.url(server.create_database());
+  TempDir dir;
+  std::map<std::string, std::unique_ptr<CoordinatorProcess>> replicas;
+  std::map<std::string, uint16_t> ports;
+  std::vector<uint16_t> backend;
+  for (size_t i = 1; i <= kReplicas; ++i) {
+    const std::string name = "r" + std::to_string(i);
+    replicas[name] = std::make_unique<CoordinatorProcess>(write_replica_config(dir, name, url),
+                                                          dir.file(name + ".log"));
+  }
+  for (const auto& [name, process] : replicas) {
+    ports[name] = wait_for_port(dir.file(name + ".port"));
+    REQUIRE(ports[name] != 0);
+    backend.push_back(ports[name]);
+  }
+  HaproxyProcess proxy(dir.path().string(), backend);
+  Caller admin(proxy.port(), kAdminToken);
+  REQUIRE(admin.post("/v1/admin/jobs", training_job("first")).status == 201);
+  REQUIRE(admin.post("/v1/admin/jobs", training_job("second")).status == 201);
+  auto reader = storage::open_store(url);
+  REQUIRE(reader.ok());
+  storage::Store& db = **reader;
+
+  ml::Dataset slice = ml::head(fmnist_train(), 3000);
+  auto fleet = client::Fleet::start(test_fleet(proxy.port(), 8, slice));
+  REQUIRE(fleet.ok());
+  // Two rounds of the first job committed, then its owner dies.
+  REQUIRE(wait_until([&] { return committed(db, 1) >= 2 || state_of(db, 1) != JobState::kRunning; },
+                     180));
+  const std::string first_owner = holder_of(db, 1);
+  REQUIRE(!first_owner.empty());
+  MESSAGE("job 1's owner " << first_owner << " killed after " << committed(db, 1)
+                           << " committed rounds");
+  replicas.at(first_owner)->kill_now();
+  replicas.erase(first_owner);
+
+  const bool finished = wait_until(
+      [&] {
+        return state_of(db, 1) == JobState::kFinished && state_of(db, 2) == JobState::kFinished;
+      },
+      420);
+  (*fleet)->stop();
+  REQUIRE_MESSAGE(finished, "jobs not finished: " << admin.get("/v1/admin/jobs").raw);
+  CHECK(holder_of(db, 1) != first_owner);
+
+  std::set<std::string> admitting;  // the replicas that admitted updates
+  for (JobId job : {JobId(1), JobId(2)}) {
+    auto rounds = db.list_rounds(job);
+    REQUIRE(rounds.ok());
+    std::set<storage::Epoch> epochs;
+    uint64_t last_version = 0;
+    for (const auto& r : *rounds) {
+      auto updates = db.list_updates(job, r.index);
+      REQUIRE(updates.ok());
+      std::set<ClientId> clients;
+      for (const auto& u : *updates) {
+        CHECK(clients.insert(u.client).second);  // no client twice in a round
+        if (!u.replica.empty()) admitting.insert(u.replica);
+      }
+      CHECK(updates->size() <= kPerRound);  // never more than the round's K places
+      if (r.state != RoundState::kCommitted) continue;
+      epochs.insert(r.epoch);
+      CHECK(r.index > last_version);  // versions only grow
+      last_version = r.index;
+    }
+    if (job == 1) CHECK(epochs.size() >= 2);  // driven by two owners, one after the other
+    // Every live replica lists the job at the same version and serves the same model bytes.
+    std::string bytes;
+    for (const auto& [name, port] : ports) {
+      if (!replicas.count(name)) continue;
+      Caller direct(port, kAdminToken);
+      REQUIRE(wait_until(
+          [&] {
+            json detail = direct.get("/v1/admin/jobs/" + std::to_string(job)).body;
+            return detail.value("model_version", uint64_t(0)) == last_version &&
+                   detail.value("state", "") == "finished";
+          },
+          10 * kTestLeaseS));
+      Reply model =
+          direct.get("/v1/jobs/" + std::to_string(job) + "/models/" + std::to_string(last_version));
+      REQUIRE(model.status == 200);
+      if (bytes.empty()) bytes = model.raw;
+      CHECK(model.raw == bytes);
+      // Its /metrics counts the whole cluster's jobs.
+      Reply metrics = direct.get("/metrics");
+      CHECK(metrics.raw.find("fedcase_jobs{state=\"finished\"} 2") != std::string::npos);
+    }
+  }
+  MESSAGE("replicas that admitted updates: " << admitting.size());
+  CHECK(admitting.size() >= 2);  // HAProxy spread the uploads: non-owners admitted some
+}
