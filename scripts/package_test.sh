@@ -119,8 +119,11 @@ code=$(curl -s -o "$dir/jobs.json" -w '%{http_code}' -H "Authorization: Bearer $
 [ "$code" = 200 ] || fail "GET /v1/admin/jobs answered $code"
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/admin/jobs")
 [ "$code" = 401 ] || fail "GET /v1/admin/jobs without a token answered $code"
-curl -sf -H "Authorization: Bearer $admin" "http://127.0.0.1:$port/metrics" | grep -q '^fedcase_' ||
-  fail "/metrics has no fedcase_ metric"
+# Read whole before it is searched: `grep -q` stops at the first match, and under pipefail the
+# curl it cut off would fail the check.
+curl -sf -o "$dir/metrics.txt" -H "Authorization: Bearer $admin" "http://127.0.0.1:$port/metrics" ||
+  fail "GET /metrics failed"
+grep -q '^fedcase_' "$dir/metrics.txt" || fail "/metrics has no fedcase_ metric"
 FEDCASE_URL=http://127.0.0.1:$port FEDCASE_TOKEN=$admin "$root/usr/bin/fedcase" jobs list --json |
   jq -e 'type == "array" or type == "object"' > /dev/null || fail "the unpacked CLI did not list jobs"
 kill -TERM "$coordinator_pid"
