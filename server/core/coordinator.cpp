@@ -184,6 +184,10 @@ struct Coordinator::State {
       FEDCASE_GUARDED_BY(health_mu);
   Status health FEDCASE_GUARDED_BY(health_mu) = unavailable("the database was not probed yet");
   bool health_probing FEDCASE_GUARDED_BY(health_mu) = false;
+  // When a replica last read the clients again for a token it did not know (identify).
+  Mutex token_refresh_mu;
+  std::optional<std::chrono::steady_clock::time_point> token_refreshed_at
+      FEDCASE_GUARDED_BY(token_refresh_mu);
 
   // Sets the gauges of clients and jobs (at each scrape).
   void collect(Metrics& m);
@@ -191,6 +195,10 @@ struct Coordinator::State {
   // not have it yet (created through another replica a moment ago) loads it first if the store
   // has it: its next ownership pass runs at once, waited for up to 3 s.
   JobEntry* find_job(JobId id, const Scope& scope = std::nullopt);
+  // A replica asked with a token it does not know reads the clients again (a client may have
+  // registered through another replica a moment ago), at most twice a second; callers that
+  // arrive meanwhile wait for that read. Single coordinators never do.
+  void refresh_clients_for_unknown_token();
   // The driver's thread stops, then the evaluator finishes its queue (its callbacks use the
   // driver, the jobs and the store), before any of them is destroyed.
   ~State() {
@@ -230,6 +238,16 @@ void Coordinator::State::collect(Metrics& m) {
 Coordinator::Coordinator(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 Coordinator::~Coordinator() = default;
+
+void Coordinator::State::refresh_clients_for_unknown_token() {
+  if (!ownership) return;
+  MutexLock lock(token_refresh_mu);
+  const auto now = std::chrono::steady_clock::now();
+  if (token_refreshed_at && now - *token_refreshed_at < std::chrono::milliseconds(500)) return;
+  token_refreshed_at = now;
+  Status refreshed = clients.refresh();
+  if (!refreshed.ok()) log_warn("cannot read the clients again: " + refreshed.to_string());
+}
 
 JobEntry* Coordinator::State::find_job(JobId id, const Scope& scope) {
   if (JobEntry* job = jobs.find(id, scope)) return job;
@@ -311,7 +329,7 @@ void Coordinator::conclude_rounds() {
 }
 
 Caller Coordinator::identify(std::string_view token) const {
-  const State& s = *state_;
+  State& s = *state_;
   if (token.empty()) return {};
   if (constant_time_equal(token, s.config.admin_token)) return {Role::kAdmin, 0};
   if (constant_time_equal(token, s.config.enrollment_token)) return {Role::kEnrollment, 0};
@@ -321,6 +339,8 @@ Caller Coordinator::identify(std::string_view token) const {
   const std::string hash = sha256_hex(token);
   if (auto client = s.clients.identify(hash)) return {Role::kClient, *client, 0};
   if (auto tenant = s.tenants.identify(hash)) return {Role::kTenant, 0, *tenant};
+  s.refresh_clients_for_unknown_token();
+  if (auto client = s.clients.identify(hash)) return {Role::kClient, *client, 0};
   return {};
 }
 
