@@ -83,6 +83,17 @@ TEST_CASE("three replicas behind HAProxy train two jobs together, through an own
   Caller admin(proxy.port(), kAdminToken);
   REQUIRE(admin.post("/v1/admin/jobs", training_job("first")).status == 201);
   REQUIRE(admin.post("/v1/admin/jobs", training_job("second")).status == 201);
+  // Every replica answers at once for what another replica just created: the jobs (loaded on
+  // demand) and a client registered through the first replica (its token read on demand).
+  Caller enroller(ports.at("r1"), kEnrollmentToken);
+  Reply registered = enroller.post("/v1/clients/register", json::object());
+  REQUIRE(registered.status == 201);
+  for (const auto& [name, port] : ports) {
+    Caller direct(port, kAdminToken);
+    CHECK_MESSAGE(direct.get("/v1/admin/jobs/2").status == 200, name);
+    Caller client(port, registered.body["token"].get<std::string>());
+    CHECK_MESSAGE(client.post("/v1/clients/heartbeat", json::object()).status == 200, name);
+  }
   auto reader = storage::open_store(url);
   REQUIRE(reader.ok());
   storage::Store& db = **reader;
