@@ -1,5 +1,6 @@
 #include "aggregation/aggregator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <new>
@@ -79,6 +80,12 @@ Result<const RuleInfo*> validate(const AggregatorConfig& c) {
   return info;
 }
 
+Status check_partial_count(size_t held, size_t expected) {
+  if (held == expected) return ok_status();
+  return invalid_argument("the partial holds " + std::to_string(held) + " updates, not " +
+                          std::to_string(expected));
+}
+
 Status check_discount(double discount) {
   if (discount > 0 && discount <= 1) return ok_status();
   return invalid_argument("an update's discount must be in (0, 1]");
@@ -123,7 +130,18 @@ class FedAvgAggregator : public Aggregator {
     return fedavg_.add_sum(sum, count, total_weight, updates);
   }
 
-  Result<PartialSum> partial_sum() const override { return fedavg_.partial_sum(); }
+  Result<EncodedPartial> partial() const override {
+    auto sum = fedavg_.partial_sum();
+    if (!sum.ok()) return sum.status();
+    return EncodedPartial{encode_partial_sum(*sum), sum->weight, sum->updates};
+  }
+
+  Status merge_partial(std::string_view bytes, size_t updates) override {
+    auto sum = decode_partial_sum(bytes, parameter_count());
+    if (!sum.ok()) return sum.status();
+    FEDCASE_RETURN_IF_ERROR(check_partial_count(sum->updates, updates));
+    return add_sum(sum->sum.data(), sum->sum.size(), sum->weight, sum->updates);
+  }
 
   Result<std::vector<float>> result() const override {
     auto mean = fedavg_.mean();
@@ -162,20 +180,43 @@ class BufferedAggregator : public Aggregator {
     if (discount != 1.0) {
       return invalid_argument(config_.rule + " aggregation takes no discounted updates");
     }
-    if (buffers_.size() >= config_.max_buffered_updates) {
-      return resource_exhausted(config_.rule + " aggregation already holds its maximum of " +
-                                std::to_string(config_.max_buffered_updates) +
-                                " updates (max_buffered_updates)");
-    }
+    FEDCASE_RETURN_IF_ERROR(check_room(1));
     auto factor = clip_factor(values, count, config_.clip_norm, pool_);
     if (!factor.ok()) return factor.status();
-    std::unique_ptr<float[]> copy(new (std::nothrow) float[count]);
-    if (copy == nullptr) return resource_exhausted("no memory to buffer another update");
+    auto copy = allocate_update();
+    if (!copy.ok()) return copy.status();
     const float a = static_cast<float>(*factor);
     pool_.for_ranges(count, kMinParallelRange, [&](size_t, size_t begin, size_t end) {
-      scale_copy(copy.get() + begin, values + begin, a, end - begin);
+      scale_copy(copy->get() + begin, values + begin, a, end - begin);
     });
-    buffers_.push_back(std::move(copy));
+    buffers_.push_back(std::move(copy).value());
+    return ok_status();
+  }
+
+  Result<EncodedPartial> partial() const override {
+    if (buffers_.empty()) return conflict("no update was added");
+    std::vector<const float*> updates;
+    for (const auto& b : buffers_) updates.push_back(b.get());
+    // Robust rules ignore weights: each update weighs 1.
+    return EncodedPartial{encode_partial_updates(updates, parameter_count_),
+                          double(buffers_.size()), buffers_.size()};
+  }
+
+  // The updates were clipped by the aggregate that wrote the partial, under the same config.
+  Status merge_partial(std::string_view bytes, size_t updates) override {
+    auto values = decode_partial_updates(bytes, parameter_count_);
+    if (!values.ok()) return values.status();
+    const size_t held = values->size() / parameter_count_;
+    FEDCASE_RETURN_IF_ERROR(check_partial_count(held, updates));
+    FEDCASE_RETURN_IF_ERROR(check_room(held));
+    std::vector<std::unique_ptr<float[]>> copies;
+    for (size_t i = 0; i < held; ++i) {
+      auto copy = allocate_update();
+      if (!copy.ok()) return copy.status();
+      std::copy_n(values->data() + i * parameter_count_, parameter_count_, copy->get());
+      copies.push_back(std::move(copy).value());
+    }
+    for (auto& copy : copies) buffers_.push_back(std::move(copy));
     return ok_status();
   }
 
@@ -203,6 +244,20 @@ class BufferedAggregator : public Aggregator {
   }
 
  private:
+  Status check_room(size_t more) const {
+    if (buffers_.size() + more <= config_.max_buffered_updates) return ok_status();
+    return resource_exhausted(config_.rule + " aggregation already holds " +
+                              std::to_string(buffers_.size()) + " updates, its maximum is " +
+                              std::to_string(config_.max_buffered_updates) +
+                              " (max_buffered_updates)");
+  }
+
+  Result<std::unique_ptr<float[]>> allocate_update() const {
+    std::unique_ptr<float[]> copy(new (std::nothrow) float[parameter_count_]);
+    if (copy == nullptr) return resource_exhausted("no memory to buffer another update");
+    return copy;
+  }
+
   AggregatorConfig config_;
   Rule rule_;
   size_t parameter_count_;

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "aggregation/partial_sum.h"
@@ -63,16 +64,20 @@ class Aggregator {
                             " needs each update: it cannot take a secure aggregate's sum");
   }
 
-  // What has been added so far as a partial aggregate (partial_sum.h: the clipped, weighted
-  // sum before any DP noise, its weight and update count), which another aggregate of the
-  // same config merges with add_sum(): merging the partials of disjoint sets of updates gives
-  // the aggregate of their union, up to float rounding (the sum's order changes). Only fedavg
-  // has one (kInvalidArgument for the rules that need each update); kConflict when nothing
-  // was added.
-  virtual Result<PartialSum> partial_sum() const {
-    return invalid_argument("aggregation.rule " + name() +
-                            " needs each update: it has no partial aggregate");
-  }
+  // What has been added so far as a partial aggregate (partial_sum.h), for an aggregate of the
+  // same config and model to take in with merge_partial(): merging the partials of disjoint
+  // sets of updates gives the aggregate of their union (fedavg: up to float rounding, the sum's
+  // order changes). fedavg's partial is its clipped, weighted sum before any DP noise (one
+  // model's size); a buffered rule's holds each update, clipped (one model per update).
+  // kConflict when nothing was added.
+  virtual Result<EncodedPartial> partial() const = 0;
+
+  // Takes in a partial that partial() wrote, holding exactly `updates` updates. Refuses it,
+  // leaving the aggregate unchanged: kInvalidArgument for bytes that are not this rule's
+  // partial of this model (see partial_sum.h), another update count, or (fedavg with DP) a
+  // weight that is not one per update; kResourceExhausted when a buffered rule would hold more
+  // than max_buffered_updates.
+  virtual Status merge_partial(std::string_view bytes, size_t updates) = 0;
 
   // The aggregate of every update added so far; calling it again gives the same values (the
   // DP noise comes from the configured seed). kConflict when nothing was added or when the

@@ -17,9 +17,9 @@ void put(std::string& out, const T& value) {
 }
 
 template <class T>
-void put_vector(std::string& out, const std::vector<T>& values) {
-  put(out, static_cast<uint64_t>(values.size()));
-  out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+void put_span(std::string& out, const T* values, size_t count) {
+  put(out, static_cast<uint64_t>(count));
+  out.append(reinterpret_cast<const char*>(values), count * sizeof(T));
 }
 
 Status bad_state(std::string_view kind, const std::string& why) {
@@ -36,8 +36,13 @@ StateWriter::StateWriter(std::string_view kind) {
 }
 
 void StateWriter::put_u64(uint64_t value) { put(out_, value); }
-void StateWriter::put_floats(const std::vector<float>& values) { put_vector(out_, values); }
-void StateWriter::put_doubles(const std::vector<double>& values) { put_vector(out_, values); }
+void StateWriter::put_floats(const std::vector<float>& values) {
+  put_span(out_, values.data(), values.size());
+}
+void StateWriter::put_floats(const float* values, size_t count) { put_span(out_, values, count); }
+void StateWriter::put_doubles(const std::vector<double>& values) {
+  put_span(out_, values.data(), values.size());
+}
 
 std::string StateWriter::finish() {
   put(out_, crc32_of(out_));

@@ -7,6 +7,7 @@
 // magic, version, kind and checksum before any payload is read, and every read is
 // bounds-checked, so truncated, corrupted or foreign state is rejected, never half-loaded.
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -23,6 +24,7 @@ class StateWriter {
   explicit StateWriter(std::string_view kind);
   void put_u64(uint64_t value);
   void put_floats(const std::vector<float>& values);    // u64 count, then the floats
+  void put_floats(const float* values, size_t count);   // the same from a span
   void put_doubles(const std::vector<double>& values);  // u64 count, then the doubles
   // The encoded state; the writer must not be used afterwards.
   std::string finish();

@@ -314,9 +314,6 @@ Result<JobParts> build_job(const json& j) {
 std::string owner_only_reason(const JobConfig& config) {
   if (config.secure_aggregation) return "the job uses secure aggregation";
   if (config.asynchronous()) return "the job is asynchronous (buffered)";
-  if (config.aggregation.rule != "fedavg") {
-    return "aggregation.rule " + config.aggregation.rule + " needs every update at one replica";
-  }
   return std::string();
 }
 

@@ -30,9 +30,14 @@ Result<std::vector<float>> RoundAggregate::result() const {
   return aggregator_->result();
 }
 
-Result<aggregation::PartialSum> RoundAggregate::partial_sum() const {
+Result<aggregation::EncodedPartial> RoundAggregate::partial() const {
   MutexLock lock(mu_);
-  return aggregator_->partial_sum();
+  return aggregator_->partial();
+}
+
+Status RoundAggregate::merge_partial(std::string_view bytes, size_t updates) {
+  MutexLock lock(mu_);
+  return aggregator_->merge_partial(bytes, updates);
 }
 
 std::string RoundAggregate::rule() const {

@@ -26,6 +26,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "aggregation/aggregator.h"
@@ -53,9 +54,10 @@ class RoundAggregate {
   Status add_sum(const float* sum, size_t count, double total_weight, size_t updates);
   // The aggregate of everything added (see Aggregator::result).
   Result<std::vector<float>> result() const;
-  // Everything added, as a partial aggregate for another replica to merge with add_sum (see
-  // Aggregator::partial_sum: fedavg only).
-  Result<aggregation::PartialSum> partial_sum() const;
+  // Everything added, as a partial aggregate for another replica's aggregate of the round
+  // (Aggregator::partial), and another replica's partial taken in (Aggregator::merge_partial).
+  Result<aggregation::EncodedPartial> partial() const;
+  Status merge_partial(std::string_view bytes, size_t updates);
   std::string rule() const;
 
  private:

@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <set>
 
-#include "aggregation/partial_sum.h"
 #include "common/log.h"
 #include "protocol/update_meta.h"
 #include "rounds/evaluation.h"
@@ -689,20 +688,10 @@ json RoundDriver::merge_partials(JobEntry& job, rounds::Round& round) {
   // Each other replica's partial is decoded and merged; a replica whose partial is missing or
   // unusable loses its updates.
   std::set<std::string> merged;
-  const size_t params = job.runtime->model()->layout.element_count();
   const std::vector<storage::PartialRecord> none;
   for (const storage::PartialRecord& p : partials.ok() ? *partials : none) {
     if (p.replica == replica_) continue;
-    auto sum = aggregation::decode_partial_sum(p.sum, params);
-    Status added = sum.status();
-    if (sum.ok() && sum->updates != p.updates) {
-      added = invalid_argument("it holds " + std::to_string(sum->updates) + " updates, " +
-                               std::to_string(p.updates) + " recorded");
-    }
-    if (added.ok()) {
-      added =
-          round.aggregate()->add_sum(sum->sum.data(), sum->sum.size(), sum->weight, sum->updates);
-    }
+    const Status added = round.aggregate()->merge_partial(p.sum, p.updates);
     if (!added.ok()) {
       log_warn(job_prefix(job) + "cannot merge the partial of replica " + p.replica + " in round " +
                std::to_string(index) + ": " + added.to_string());

@@ -4,7 +4,6 @@
 #include <optional>
 #include <vector>
 
-#include "aggregation/partial_sum.h"
 #include "common/log.h"
 
 namespace fedcase::server {
@@ -118,13 +117,13 @@ void SharedRounds::close(JobEntry& job, RoundIndex index, bool concluded, double
   if (!taken.ready) return;
   // Write: the partial, when there is one to write.
   if (!concluded && taken.accepted > 0 && !taken.spoilt) {
-    auto sum = taken.aggregate->partial_sum();
-    Status written = sum.status();
+    auto partial = taken.aggregate->partial();
+    Status written = partial.status();
     std::string bytes;
-    if (sum.ok()) {
-      bytes = aggregation::encode_partial_sum(*sum);
-      written = store_.put_partial(
-          {job.id, index, replica_, bytes, sum->weight, static_cast<uint64_t>(sum->updates), now});
+    if (partial.ok()) {
+      bytes = std::move(partial->bytes);
+      written = store_.put_partial({job.id, index, replica_, bytes, partial->weight,
+                                    static_cast<uint64_t>(partial->updates), now});
     }
     if (written.code() == Code::kUnavailable) return;  // the next pass tries again
     if (written.ok()) {

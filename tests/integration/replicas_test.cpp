@@ -6,7 +6,8 @@
 //  - the owner is killed and the fleet fails over to the other replica;
 //  - three replicas train one job together, each client talking to a different replica: the
 //    non-owners serve the owner's round, admit their clients' updates through the store and
-//    write partials, which the owner merges (server/core/shared_rounds.h);
+//    write partials, which the owner merges (server/core/shared_rounds.h); for a FedAvg job a
+//    partial is one model, for a median job it gathers every update at the owner;
 //  - a replica holding admitted updates dies before writing its partial: the owner commits
 //    without them lease_s after the close.
 
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -71,8 +73,8 @@ struct Replica {
   const uint16_t port;
 };
 
-// A job whose rounds every replica serves: FedAvg, `k` updates a round, each invitee's task
-// within `deadline_s`.
+// A job whose rounds every replica serves: `k` updates a round, each invitee's task within
+// `deadline_s`.
 json shared_job(const std::string& name, size_t k, double deadline_s) {
   json job = training_job(name);
   job["clients_per_round"] = k;
@@ -270,7 +272,13 @@ TEST_CASE("the owner killed, the other replica drives the job and the fleet fail
   (*fleet)->stop();
 }
 
-TEST_CASE("three replicas train one job together, each client on a different replica") {
+namespace {
+
+// Three replicas, two clients on each, every client knowing only its own replica, train a job
+// of `rule` with K = 6 until three rounds merged partials from both non-owners. A merged
+// partial is one model for fedavg (its sum) and one model per update for the rules that need
+// every update (its updates, gathered at the owner).
+void train_on_three_replicas(const std::string& rule) {
   PostgresServer& server = PostgresServer::shared();
   const std::string url = server.url(server.create_database());
   TempDir dir;
@@ -279,7 +287,9 @@ TEST_CASE("three replicas train one job together, each client on a different rep
   Replica a(dir, "a", url);
   const uint16_t a_port = a.port;
   Caller admin_a(a_port, kAdminToken);
-  REQUIRE(admin_a.post("/v1/admin/jobs", shared_job("shared", kK, 60)).status == 201);
+  json job = shared_job("shared", kK, 60);
+  job["aggregation"] = {{"rule", rule}};
+  REQUIRE(admin_a.post("/v1/admin/jobs", job).status == 201);
   auto reader = storage::open_store(url);
   REQUIRE(reader.ok());
   storage::Store& db = **reader;
@@ -316,6 +326,9 @@ TEST_CASE("three replicas train one job together, each client on a different rep
   CHECK(lease_of(db, 1).holder == "a");
 
   const std::vector<storage::RoundRecord> committed = committed_rounds(db, 1);
+  auto first_model = db.get_model(1, committed.front().index);
+  REQUIRE(first_model.ok());
+  const double model_bytes = double(first_model->blob.size());
   uint64_t last_version = 0;
   size_t merged_rounds = 0;
   for (const auto& r : committed) {
@@ -343,12 +356,15 @@ TEST_CASE("three replicas train one job together, each client on a different rep
     }
     CHECK(r.metrics["updates"].get<uint64_t>() == by_replica["a"] + merged);
     CHECK(partials.value("lost", json::object()).empty());
+    // What the owner read: a model per partial (fedavg) or per update (median), within 1%.
+    const double models = rule == "fedavg" ? double(merged_by.size()) : double(merged);
+    CHECK(std::abs(partials.value("bytes", 0.0) - models * model_bytes) <=
+          0.01 * models * model_bytes);
     merged_rounds += merged_from_both(r);
   }
   MESSAGE(committed.size() << " rounds committed, " << merged_rounds
                            << " of them with partials merged from both non-owners");
   CHECK(merged_rounds >= 3);
-  // The owner read the partials: about (replicas - 1) x model bytes a round.
   const std::string page = admin_a.get("/metrics").raw;
   const double partials_merged = metric_value(page, "fedcase_partials_total{direction=\"merged\"}");
   const double bytes_merged =
@@ -384,6 +400,16 @@ TEST_CASE("three replicas train one job together, each client on a different rep
     CHECK(model.status == 200);
     CHECK(model.raw == stored->blob);
   }
+}
+
+}  // namespace
+
+TEST_CASE("three replicas train one job together, each client on a different replica") {
+  train_on_three_replicas("fedavg");
+}
+
+TEST_CASE("three replicas gather every update of a median job at its owner") {
+  train_on_three_replicas("median");
 }
 
 TEST_CASE("a replica dies holding admitted updates: the owner commits without them") {
