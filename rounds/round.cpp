@@ -231,7 +231,9 @@ Admission Round::admission(ClientId client, double now) const {
   }
   const Terms* terms = terms_for(client);
   if (terms == nullptr) return Admission::kNotInvited;
-  if (accepted_.count(client) || reserved_.count(client)) return Admission::kAlreadyUploaded;
+  if (accepted_.count(client) || reserved_.count(client) || admitted_elsewhere_.count(client)) {
+    return Admission::kAlreadyUploaded;
+  }
   if (accepted_.size() >= spec_.target) return Admission::kFilled;
   if (accepted_.size() + reserved_.size() >= spec_.target) return Admission::kHeld;
   if (now > terms->deadline) return Admission::kPastDeadline;

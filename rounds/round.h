@@ -217,6 +217,10 @@ class Round {
                        std::optional<protocol::EvalReport> evaluation = std::nullopt);
   // The reserved update could not be folded in: frees its place.
   void release(ClientId client);
+  // Another coordinator replica admitted the client's update to this round (one all replicas
+  // serve): the client is not handed its task again, and its uploads here are refused as
+  // already uploaded. Its update counts once the owner merges that replica's partial.
+  void admitted_elsewhere(ClientId client) { admitted_elsewhere_.insert(client); }
   // Whether an upload holds a reservation (is being checked or folded).
   bool uploads_in_flight() const { return !reserved_.empty(); }
   // Filled, or past its deadline (not a buffer), or closed, with no upload being folded.
@@ -257,6 +261,7 @@ class Round {
   std::map<ClientId, size_t> task_index_;
   std::map<ClientId, double> handed_out_;
   std::set<ClientId> reserved_;  // uploads being folded
+  std::set<ClientId> admitted_elsewhere_;
   std::map<ClientId, Accepted> accepted_;
   std::vector<ClientId> dispatched_;
   double dispatched_expected_s_ = 0;

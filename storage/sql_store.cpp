@@ -412,6 +412,15 @@ class SqlStore : public Store {
     return by_id<ClientRecord>(kClientColumns, "clients", id, read_client, "client");
   }
 
+  Result<ClientRecord> find_client(const std::string& token_hash) override {
+    return read([&](Connection& c) {
+      return first<ClientRecord>(
+          c.query(std::string("SELECT ") + kClientColumns + " FROM clients WHERE token_hash=$1",
+                  Params().text(token_hash)),
+          read_client, not_found("no client holds that token"));
+    });
+  }
+
   Result<std::vector<ClientRecord>> list_clients() override {
     return every<ClientRecord>(kClientColumns, "clients", read_client);
   }
@@ -581,6 +590,14 @@ class SqlStore : public Store {
       return t
           .query(sql_.reserve, Params().add(job).add(round).add(client).text(replica).add(hold_s))
           .status();
+    });
+  }
+
+  Result<bool> holds_place(JobId job, RoundIndex round, ClientId client) override {
+    return read([&](Connection& c) {
+      return first<bool>(c.query(sql_.client_places, Params().add(job).add(round).add(client)),
+                         [](Rows& r) { return r.uint64(1) > 0; },
+                         internal_error("a count returned nothing"));
     });
   }
 

@@ -240,6 +240,8 @@ class Store {
   virtual Result<ClientId> add_client(const ClientRecord& client) = 0;
   // kNotFound for an unknown id.
   virtual Result<ClientRecord> get_client(ClientId id) = 0;
+  // The client whose token hashes to `token_hash` (an indexed lookup); kNotFound for none.
+  virtual Result<ClientRecord> find_client(const std::string& token_hash) = 0;
   virtual Result<std::vector<ClientRecord>> list_clients() = 0;
   // Saves the profile and last_seen of each record (its other fields are ignored), in one
   // transaction; kNotFound (nothing saved) if any id is unknown.
@@ -301,6 +303,10 @@ class Store {
   // Where the round's admission stands, on the database's clock; kNotFound for an unknown
   // round.
   virtual Result<AdmissionRecord> round_admission(JobId job, RoundIndex round) = 0;
+  // Whether `client` has an update or a live reservation in the round, whichever replica
+  // made it (false for an unknown round): a replica asks before handing out a task of a round
+  // that the others serve too.
+  virtual Result<bool> holds_place(JobId job, RoundIndex round, ClientId client) = 0;
   // Stores a replica's partial aggregate of the round, once. kConflict, nothing stored, unless
   // the round is open and closed to admission, the replica holds no live reservation in it,
   // partial.updates is exactly the number of updates the store recorded for the replica in

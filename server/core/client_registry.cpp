@@ -99,6 +99,31 @@ std::optional<ClientId> ClientRegistry::identify(const std::string& token_hash) 
   return it->second;
 }
 
+std::optional<ClientId> ClientRegistry::identify_or_learn(const std::string& token_hash) {
+  if (auto known = identify(token_hash)) return known;
+  auto record = store_.find_client(token_hash);
+  if (!record.ok()) {
+    if (record.status().code() != Code::kNotFound) {
+      log_warn("cannot look a client token up: " + record.status().to_string());
+    }
+    return std::nullopt;
+  }
+  auto entry = entry_of(std::move(record).value());
+  if (!entry.ok()) {
+    log_warn("cannot read a stored client: " + entry.status().to_string());
+    return std::nullopt;
+  }
+  const ClientId id = entry->record.id;
+  {
+    MutexLock lock(mu_);
+    if (clients_.count(id)) return id;  // added meanwhile
+    token_hashes_[entry->record.token_hash] = id;
+    clients_[id] = std::move(entry).value();
+  }
+  if (changed_) changed_();
+  return id;
+}
+
 Result<ClientRegistry::Registration> ClientRegistry::register_client(
     const protocol::Registration& registration, double now) {
   scheduling::ClientProfile profile;

@@ -57,6 +57,11 @@ class ClientRegistry {
 
   // The client whose token hashes to `token_hash`, if any.
   std::optional<ClientId> identify(const std::string& token_hash) const;
+  // As identify(), and when the registry does not know the token, the store's client holding
+  // it (registered through another replica sharing the database) is looked up and added, as
+  // refresh() would add it. nullopt for a token no client holds or a store that cannot answer
+  // (logged).
+  std::optional<ClientId> identify_or_learn(const std::string& token_hash);
 
   // Registers a client with its `registration` at `now`; the record's info is the registration
   // as protocol::write_registration writes it. Returns its id and bearer token (shown only

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <thread>
+#include <utility>
 
 #include "common/blob.h"
 #include "common/crypto.h"
@@ -132,6 +134,28 @@ Result<storage::ModelRecord> stored_version(storage::Store& store, JobId job, ui
   return model;
 }
 
+// The offer of `client`'s `task` in round `r` of `job`.
+TaskOffer task_offer(const JobEntry& job, const rounds::Round& r, ClientId client,
+                     const scheduling::ClientTask& task) {
+  const rounds::EvaluationConfig& evaluation = job.config.evaluation;
+  const rounds::Round::Terms& terms = *r.terms_for(client);
+  return TaskOffer{
+      job.id,
+      terms.round,
+      job.config.model,
+      job.config.loss,
+      terms.base_version,
+      terms.base_checksum,
+      job.module_checksum,
+      terms.deadline,
+      job.config.training.local_epochs,
+      evaluation.federated ? std::optional<size_t>(evaluation.max_samples) : std::nullopt,
+      task,
+      job.config.secure_aggregation
+          ? std::optional<double>(job.config.secure_aggregation->stage_seconds)
+          : std::nullopt};
+}
+
 }  // namespace
 
 struct Coordinator::State {
@@ -184,10 +208,6 @@ struct Coordinator::State {
       FEDCASE_GUARDED_BY(health_mu);
   Status health FEDCASE_GUARDED_BY(health_mu) = unavailable("the database was not probed yet");
   bool health_probing FEDCASE_GUARDED_BY(health_mu) = false;
-  // When a replica last read the clients again for a token it did not know (identify).
-  Mutex token_refresh_mu;
-  std::optional<std::chrono::steady_clock::time_point> token_refreshed_at
-      FEDCASE_GUARDED_BY(token_refresh_mu);
 
   // Sets the gauges of clients and jobs (at each scrape).
   void collect(Metrics& m);
@@ -195,10 +215,6 @@ struct Coordinator::State {
   // not have it yet (created through another replica a moment ago) loads it first if the store
   // has it: its next ownership pass runs at once, waited for up to 3 s.
   JobEntry* find_job(JobId id, const Scope& scope = std::nullopt);
-  // A replica asked with a token it does not know reads the clients again (a client may have
-  // registered through another replica a moment ago), at most twice a second; callers that
-  // arrive meanwhile wait for that read. Single coordinators never do.
-  void refresh_clients_for_unknown_token();
   // The driver's thread stops, then the evaluator finishes its queue (its callbacks use the
   // driver, the jobs and the store), before any of them is destroyed.
   ~State() {
@@ -238,16 +254,6 @@ void Coordinator::State::collect(Metrics& m) {
 Coordinator::Coordinator(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 Coordinator::~Coordinator() = default;
-
-void Coordinator::State::refresh_clients_for_unknown_token() {
-  if (!ownership) return;
-  MutexLock lock(token_refresh_mu);
-  const auto now = std::chrono::steady_clock::now();
-  if (token_refreshed_at && now - *token_refreshed_at < std::chrono::milliseconds(500)) return;
-  token_refreshed_at = now;
-  Status refreshed = clients.refresh();
-  if (!refreshed.ok()) log_warn("cannot read the clients again: " + refreshed.to_string());
-}
 
 JobEntry* Coordinator::State::find_job(JobId id, const Scope& scope) {
   if (JobEntry* job = jobs.find(id, scope)) return job;
@@ -339,8 +345,10 @@ Caller Coordinator::identify(std::string_view token) const {
   const std::string hash = sha256_hex(token);
   if (auto client = s.clients.identify(hash)) return {Role::kClient, *client, 0};
   if (auto tenant = s.tenants.identify(hash)) return {Role::kTenant, 0, *tenant};
-  s.refresh_clients_for_unknown_token();
-  if (auto client = s.clients.identify(hash)) return {Role::kClient, *client, 0};
+  // A replica looks up a token it does not know: the client may have registered through
+  // another replica a moment ago.
+  if (!s.ownership) return {};
+  if (auto client = s.clients.identify_or_learn(hash)) return {Role::kClient, *client, 0};
   return {};
 }
 
@@ -360,32 +368,38 @@ Result<std::optional<TaskOffer>> Coordinator::next_task(ClientId client) {
   State& s = *state_;
   const double now = s.clock();
   FEDCASE_RETURN_IF_ERROR(s.clients.touch(client, now));
-  std::optional<TaskOffer> offer;
-  s.jobs.update_each([&](const JobEntry& job, JobStatus& status) {
-    if (offer || !status.round) return;
-    rounds::Round& r = *status.round;
-    const scheduling::ClientTask* task = r.task_for(client);
-    if (!task || r.admission(client, now) != rounds::Admission::kWanted) return;
-    r.hand_out(client, now);
-    const rounds::EvaluationConfig& evaluation = job.config.evaluation;
-    const rounds::Round::Terms& terms = *r.terms_for(client);
-    offer = TaskOffer{
-        job.id,
-        terms.round,
-        job.config.model,
-        job.config.loss,
-        terms.base_version,
-        terms.base_checksum,
-        job.module_checksum,
-        terms.deadline,
-        job.config.training.local_epochs,
-        evaluation.federated ? std::optional<size_t>(evaluation.max_samples) : std::nullopt,
-        *task,
-        job.config.secure_aggregation
-            ? std::optional<double>(job.config.secure_aggregation->stage_seconds)
-            : std::nullopt};
-  });
-  return offer;
+  // The rounds of this call whose store said the client holds no place in them yet.
+  std::set<std::pair<JobId, RoundIndex>> checked;
+  for (;;) {
+    // Decide: the first open round that holds a task the client may fetch. A round every
+    // replica serves is asked about first: the client may have delivered through another.
+    std::optional<TaskOffer> offer;
+    std::optional<std::pair<JobEntry*, RoundIndex>> ask;
+    s.jobs.update_each([&](JobEntry& job, JobStatus& status) {
+      if (offer || ask || !status.round) return;
+      rounds::Round& r = *status.round;
+      const scheduling::ClientTask* task = r.task_for(client);
+      if (!task || r.admission(client, now) != rounds::Admission::kWanted) return;
+      if (status.shared_round && !checked.count({job.id, r.index()})) {
+        ask = {&job, r.index()};
+        return;
+      }
+      r.hand_out(client, now);
+      offer = task_offer(job, r, client, *task);
+    });
+    if (!ask) return offer;
+    // Read: a store that cannot answer hands the task out (the upload's admission decides).
+    auto [job, round] = *ask;
+    auto held = s.store->holds_place(job->id, round, client);
+    if (!held.ok() || !*held) {
+      checked.insert({job->id, round});
+      continue;
+    }
+    // Publish: the round's copy learns that this client delivered.
+    s.jobs.update(*job, [&](JobStatus& status) {
+      if (status.round && status.round->index() == round) status.round->admitted_elsewhere(client);
+    });
+  }
 }
 
 uint64_t Coordinator::watch_tasks(ClientId client, std::function<void()> wake) {

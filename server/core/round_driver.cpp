@@ -584,7 +584,8 @@ void RoundDriver::conclude(Closing& c, double now) {
       record.state = RoundState::kFailed;
       record.metrics["failure"] = "commit failed: " + s.to_string();
       k.failure = record.metrics["failure"];
-      record_failure(job, record);
+      // The commit's own refusal says whether to step down; record_failure logs its own.
+      static_cast<void>(record_failure(job, record));
       step_down_if_fenced(job, s);
     }
   } else {

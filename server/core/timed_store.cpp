@@ -26,6 +26,9 @@ class TimedStore : public Store {
     return timed_write(metrics_, "add_client", [&] { return store_->add_client(client); });
   }
   Result<ClientRecord> get_client(ClientId id) override { return store_->get_client(id); }
+  Result<ClientRecord> find_client(const std::string& token_hash) override {
+    return store_->find_client(token_hash);
+  }
   Result<std::vector<ClientRecord>> list_clients() override { return store_->list_clients(); }
   Status update_clients(const std::vector<ClientRecord>& clients) override {
     return timed_write(metrics_, "update_clients", [&] { return store_->update_clients(clients); });
@@ -90,6 +93,9 @@ class TimedStore : public Store {
   }
   Result<AdmissionRecord> round_admission(JobId job, RoundIndex round) override {
     return store_->round_admission(job, round);
+  }
+  Result<bool> holds_place(JobId job, RoundIndex round, ClientId client) override {
+    return store_->holds_place(job, round, client);
   }
   Status put_partial(const PartialRecord& partial) override {
     return timed_write(metrics_, "put_partial", [&] { return store_->put_partial(partial); });

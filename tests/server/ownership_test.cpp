@@ -159,6 +159,14 @@ TEST_CASE("a replaced owner commits nothing and steps down; the new owner goes o
     CHECK(a_tasks.at(client).deadline == task.deadline);
     REQUIRE(via[i++]->submit_update(client, job, 2, meta(10), delta_blob(base, 0.25f)).ok());
   }
+  // Neither replica hands a client its task again once one of them admitted its update.
+  for (const auto& [client, task] : b_tasks) {
+    for (Coordinator* replica : via) {
+      auto again = replica->next_task(client);
+      REQUIRE(again.ok());
+      CHECK_FALSE(again->has_value());
+    }
+  }
   // The second upload of a client is refused whichever replica it reaches.
   CHECK(a->submit_update(b_tasks.begin()->first, job, 2, meta(10), delta_blob(base, 0.25f))
             .status()

@@ -294,6 +294,12 @@ void admission(const BackendFactory& factory) {
   CHECK(places->reserved() == 1);
   CHECK(places->replicas["r1"].accepted == 1);
   CHECK(places->replicas["r1"].reserved == 1);
+  // Who holds a place, whichever replica admitted it: a's update, c's reservation.
+  CHECK(*store->holds_place(job, 1, a));
+  CHECK(*store->holds_place(job, 1, c));
+  CHECK_FALSE(*store->holds_place(job, 1, b));  // released
+  CHECK_FALSE(*store->holds_place(job, 1, d));
+  CHECK_FALSE(*store->holds_place(job, 2, a));  // no round 2
 
   // Refusals and what they name.
   CHECK(store->reserve_update(job, 2, d, "r1", 30).code() == Code::kConflict);  // no round 2
@@ -307,6 +313,7 @@ void admission(const BackendFactory& factory) {
   REQUIRE(store->close_admission(job, 1, kUnleased).ok());  // idempotent
   CHECK_FALSE(store->round_admission(job, 1)->open);
   REQUIRE(store->release_update(job, 1, c, "r1").ok());
+  CHECK_FALSE(*store->holds_place(job, 1, c));
   CHECK(store->reserve_update(job, 1, c, "r1", 30).code() == Code::kConflict);
   REQUIRE(
       store->commit_round(closed(open_round_record(job, 1), 50, {}), model(job, 1, "m1"), {}).ok());
@@ -337,6 +344,7 @@ void reservation_expiry(const BackendFactory& factory) {
   REQUIRE(store->open_round(with_target(open_round_record(job, 1), 1)).ok());
   REQUIRE(store->reserve_update(job, 1, a, "dying", 0.3).ok());
   CHECK(store->reserve_update(job, 1, b, "r2", 30).code() == Code::kConflict);
+  REQUIRE(eventually([&] { return !*store->holds_place(job, 1, a); }, 10));  // expired
   REQUIRE(eventually([&] { return store->reserve_update(job, 1, b, "r2", 30).ok(); }, 10));
   auto late = store->record_update({job, 1, a, {}, 40, "dying"});
   CHECK(late.code() == Code::kConflict);

@@ -40,6 +40,13 @@ void clients(const BackendFactory& factory) {
   CHECK(got->registered_at == 10.25);
   CHECK(got->last_seen == 11.5);
   CHECK(store->get_client(b + 100).status().code() == Code::kNotFound);
+  auto found = store->find_client("hash-b");
+  REQUIRE(found.ok());
+  CHECK(found->id == b);
+  CHECK(found->token_hash == "hash-b");
+  CHECK(found->info == client("hash-b").info);
+  CHECK(store->find_client("hash-c").status().code() == Code::kNotFound);
+  CHECK(store->find_client("").status().code() == Code::kNotFound);
 
   // update_clients saves profile and last_seen only, for all of them or none.
   ClientRecord seen{a, "ignored", {{"ignored", true}}, {{"speed", 3}}, 0, 20};

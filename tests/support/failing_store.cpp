@@ -18,6 +18,9 @@ class FailingStore : public Store {
   Result<ClientRecord> get_client(ClientId id) override {
     return call(StoreMethod::kGetClient, [&] { return store_->get_client(id); });
   }
+  Result<ClientRecord> find_client(const std::string& token_hash) override {
+    return call(StoreMethod::kFindClient, [&] { return store_->find_client(token_hash); });
+  }
   Result<std::vector<ClientRecord>> list_clients() override {
     return call(StoreMethod::kListClients, [&] { return store_->list_clients(); });
   }
@@ -94,6 +97,10 @@ class FailingStore : public Store {
   Result<AdmissionRecord> round_admission(JobId job, RoundIndex round) override {
     return call(StoreMethod::kRoundAdmission, [&] { return store_->round_admission(job, round); });
   }
+  Result<bool> holds_place(JobId job, RoundIndex round, ClientId client) override {
+    return call(StoreMethod::kHoldsPlace,
+                [&] { return store_->holds_place(job, round, client); });
+  }
   Status put_partial(const PartialRecord& partial) override {
     return call(StoreMethod::kPutPartial, [&] { return store_->put_partial(partial); });
   }
@@ -154,6 +161,8 @@ const char* method_name(StoreMethod method) {
       return "add_client";
     case StoreMethod::kGetClient:
       return "get_client";
+    case StoreMethod::kFindClient:
+      return "find_client";
     case StoreMethod::kListClients:
       return "list_clients";
     case StoreMethod::kUpdateClients:
@@ -198,6 +207,8 @@ const char* method_name(StoreMethod method) {
       return "close_admission";
     case StoreMethod::kRoundAdmission:
       return "round_admission";
+    case StoreMethod::kHoldsPlace:
+      return "holds_place";
     case StoreMethod::kPutPartial:
       return "put_partial";
     case StoreMethod::kListPartials:

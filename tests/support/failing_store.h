@@ -22,6 +22,7 @@ namespace fedcase::testing {
 enum class StoreMethod {
   kAddClient,
   kGetClient,
+  kFindClient,
   kListClients,
   kUpdateClients,
   kCreateJob,
@@ -44,6 +45,7 @@ enum class StoreMethod {
   kReleaseUpdate,
   kCloseAdmission,
   kRoundAdmission,
+  kHoldsPlace,
   kPutPartial,
   kListPartials,
   kAcquireLease,
