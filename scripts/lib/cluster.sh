@@ -14,9 +14,9 @@
 #
 # PostgreSQL runs as the `postgres` user (runuser when root) with its data in a temp dir that
 # user owns, listening on a Unix socket there and on a free 127.0.0.1 port. The replicas use
-# 5-second leases; HAProxy spreads requests round robin over the replicas that answer
-# GET /healthz (checked every second, out after 2 failures), with timeouts above the
-# coordinators' long polls.
+# 5-second leases; HAProxy (configs/haproxy.cfg) spreads requests round robin over the replicas
+# that answer GET /healthz (checked every second, out after 2 failures), with timeouts above the
+# coordinators' long polls, 10 s for a request's header and 1000 connections per client address.
 
 pg_bin=$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -1)
 [ -x "$pg_bin/initdb" ] || pg_bin=
@@ -66,25 +66,10 @@ cluster_start() {
   done
 
   cluster_port=$(free_port)
-  cat > "$dir/haproxy.cfg" <<EOF
-global
-  maxconn 8000
-defaults
-  mode http
-  timeout connect 2s
-  timeout client 120s
-  timeout server 120s
-  timeout http-keep-alive 60s
-frontend fedcase
-  bind 127.0.0.1:$cluster_port
-  default_backend replicas
-backend replicas
-  balance roundrobin
-  option httpchk GET /healthz
-  http-check expect status 200
-  default-server inter 1s fall 2 rise 1
-$servers
-EOF
+  # configs/haproxy.cfg, the template tests/support/haproxy_process.h uses too.
+  { sed -e "s/@PORT@/$cluster_port/" -e "s/@CHECK_INTERVAL@/1s/" -e "s/@HTTP_REQUEST_TIMEOUT@/10s/" \
+      -e "s/@MAXCONN_PER_CLIENT@/1000/" configs/haproxy.cfg
+    printf '%s' "$servers"; } > "$dir/haproxy.cfg"
   haproxy -db -f "$dir/haproxy.cfg" > "$dir/haproxy.log" 2>&1 &
   cluster_proxy_pid=$!
   pids+=("$cluster_proxy_pid")

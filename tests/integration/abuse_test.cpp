@@ -9,6 +9,7 @@
 #include <future>
 #include <thread>
 
+#include "tests/support/bad_requests.h"
 #include "tests/support/coordinator_harness.h"
 #include "tests/support/raw_connection.h"
 #include "tests/support/store_snapshot.h"
@@ -19,12 +20,6 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-std::string get_request(const std::string& target, const std::string& token,
-                        const std::string& version = "HTTP/1.1") {
-  return "GET " + target + " " + version + "\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + token +
-         "\r\n\r\n";
-}
 
 std::string upload_header(size_t length, const std::string& token) {
   return "POST /v1/jobs/1/rounds/1/update HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
@@ -70,12 +65,7 @@ TEST_CASE("slow-loris connections are cut at the read timeout and cannot crowd o
 
   // Trickling bytes does not extend the read timeout: every loris is closed by about 1 s.
   bool all_cut = true;
-  while (seconds_since(started) < 3) {
-    bool any_open = false;
-    for (auto& c : loris) any_open |= c->send("X-Slow: 1\r\n");
-    if (!any_open) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+  trickle(loris, "X-Slow: 1\r\n", started + std::chrono::seconds(3));
   for (auto& c : loris) {
     c->set_receive_timeout(0.5);
     c->read();
@@ -126,30 +116,11 @@ TEST_CASE("pipelined and HTTP/1.0 requests are answered in order, absurd ones re
   CHECK(old.read().rfind("HTTP/1.0 200", 0) == 0);
   CHECK(old.closed());
 
-  struct Absurd {
-    std::string request;
-    const char* status;
-  };
-  const std::vector<Absurd> absurd = {
-      {"GET /v1/admin/jobs HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n",
-       "HTTP/1.1 413"},
-      {get_request("/v1/" + std::string(10000, 'a'), kAdminToken), "HTTP/1.1 404"},
-      {get_request("/v1/admin/jobs/99999999999999999999999", kAdminToken), "HTTP/1.1 400"},
-      {get_request("/v1/admin/jobs/-1", kAdminToken), "HTTP/1.1 400"},
-      {get_request("/v1/jobs/18446744073709551616/models/1", kAdminToken), "HTTP/1.1 400"},
-      {"\x16\x03\x01 not HTTP at all\r\n\r\n", "HTTP/1.1 400"},
-      {"GET /v1/admin/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
-       "HTTP/1.1 400"},
-      {"POST /v1/clients/heartbeat HTTP/1.1\r\nHost: x\r\nContent-Length: "
-       "99999999999999999999\r\n\r\n",
-       "HTTP/1.1 4"},
-  };
-  for (const Absurd& a : absurd) {
-    CAPTURE(a.request.substr(0, 60));
+  for (const RawBadRequest& a : absurd_requests()) {
+    CAPTURE(a.what);
     RawConnection c(port);
-    c.send(a.request);
-    const std::string answer = c.read(12);
-    CHECK(answer.rfind(a.status, 0) == 0);
+    c.send(a.bytes);
+    CHECK(c.read(12).rfind(a.answer, 0) == 0);
   }
   CHECK(store_snapshot(dir.file("fedcase.db")) == before);
 }
@@ -164,30 +135,10 @@ TEST_CASE("wrong tokens get 401 on every route, guessing is limited per address"
           201);
   const std::string before = store_snapshot(dir.file("fedcase.db"));
 
-  const std::vector<std::pair<std::string, std::string>> routes = {
-      {"POST", "/v1/clients/register"},
-      {"POST", "/v1/clients/heartbeat"},
-      {"GET", "/v1/task?wait=0"},
-      {"GET", "/v1/jobs/1/models/0"},
-      {"GET", "/v1/jobs/1/rounds/1/status"},
-      {"POST", "/v1/jobs/1/rounds/1/update"},
-      {"GET", "/v1/admin/jobs"},
-      {"POST", "/v1/admin/jobs/1/pause"},
-      {"GET", "/v1/admin/clients"},
-      {"GET", "/v1/admin/jobs/1"}};
-  Caller guesser(port, "not-a-token-at-all-0123456789abcdef");
-  int unauthorized = 0, limited = 0;
-  for (int pass = 0; pass < 3; ++pass) {
-    for (const auto& [method, path] : routes) {
-      Reply r = guesser.call(method, path, method == "POST" ? "{}" : "");
-      unauthorized += r.status == 401;
-      limited += r.status == 429;
-      if (r.status == 429) CHECK(!r.response.header("retry-after").empty());
-    }
-  }
-  CHECK(unauthorized >= 4);
-  CHECK(limited >= 20);
-  CHECK(unauthorized + limited == 3 * int(routes.size()));
+  const Guesses guesses = guess_tokens(port, 3);
+  CHECK(guesses.unauthorized >= 4);
+  CHECK(guesses.limited >= 20);
+  CHECK(guesses.unauthorized + guesses.limited == guesses.sent);
   // The limit is the guesser's alone: a known token from the same address is served.
   CHECK(admin.get("/v1/admin/jobs").status == 200);
   CHECK(store_snapshot(dir.file("fedcase.db")) == before);

@@ -47,6 +47,11 @@ class CoordinatorProcess {
     pid_ = -1;
   }
   pid_t pid() const { return pid_; }
+  // Whether the process is still running (false once it has exited or been killed).
+  bool running() {
+    if (pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == pid_) pid_ = -1;
+    return pid_ > 0;
+  }
 
  private:
   pid_t pid_ = -1;
@@ -57,20 +62,23 @@ class CoordinatorProcess {
 inline constexpr double kTestLeaseS = 4;
 
 // Writes replica `name`'s config in `dir` for the database at `url` (its port file:
-// dir/name.port, its id: name, kTestLeaseS leases) and returns its path.
+// dir/name.port, its id: name, kTestLeaseS leases), with `settings` over it, and returns its
+// path.
 inline std::string write_replica_config(const TempDir& dir, const std::string& name,
-                                        const std::string& url) {
+                                        const std::string& url,
+                                        const nlohmann::json& settings = nlohmann::json::object()) {
   const std::string path = dir.file(name + ".json");
-  const nlohmann::json config = {{"port", 0},
-                                 {"port_file", dir.file(name + ".port")},
-                                 {"database", url},
-                                 {"replica_id", name},
-                                 {"lease_s", kTestLeaseS},
-                                 {"admin_token", kAdminToken},
-                                 {"enrollment_token", kEnrollmentToken},
-                                 {"eval_data_dir", FEDCASE_FMNIST_DIR},
-                                 {"eval_samples", 500},
-                                 {"long_poll_max_s", 2}};
+  nlohmann::json config = {{"port", 0},
+                           {"port_file", dir.file(name + ".port")},
+                           {"database", url},
+                           {"replica_id", name},
+                           {"lease_s", kTestLeaseS},
+                           {"admin_token", kAdminToken},
+                           {"enrollment_token", kEnrollmentToken},
+                           {"eval_data_dir", FEDCASE_FMNIST_DIR},
+                           {"eval_samples", 500},
+                           {"long_poll_max_s", 2}};
+  config.update(settings);
   std::ofstream(path) << config.dump(2);
   return path;
 }

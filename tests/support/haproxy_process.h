@@ -1,9 +1,11 @@
 #pragma once
 // HAProxy (Debian's `haproxy`, /usr/sbin/haproxy) as a child process in front of coordinator
-// replicas on 127.0.0.1: round robin over the replicas whose GET /healthz answers 200 (checked
-// every 500 ms, out after 2 failures, back after 1 success), with timeouts above the
-// coordinators' long polls; the configuration scripts/lib/cluster.sh writes, with faster checks.
-// For tests and benchmarks that put a real load balancer in front of a cluster.
+// replicas on 127.0.0.1, configured from the template scripts/lib/cluster.sh uses
+// (configs/haproxy.cfg): round robin over the replicas whose GET /healthz answers 200 (out
+// after 2 failed checks, back after 1 success), timeouts above the coordinators' long polls, a
+// time limit on a request's header and a limit on one address's connections; checks are faster
+// than the scripts'. For tests and benchmarks that put a real load balancer in front of a
+// cluster.
 
 #include <doctest/doctest.h>
 #include <netinet/in.h>
@@ -14,7 +16,9 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/support/coordinator_harness.h"
@@ -36,25 +40,41 @@ inline uint16_t free_local_port() {
   return ntohs(address.sin_port);
 }
 
+// The values configs/haproxy.cfg leaves open (HAProxy's time format: "500ms", "10s").
+struct HaproxySettings {
+  std::string check_interval = "500ms";
+  std::string http_request_timeout = "10s";
+  int max_connections_per_client = 1000;
+};
+
 class HaproxyProcess {
  public:
-  // Writes `dir`/haproxy.cfg for the replicas on `replica_ports`, starts HAProxy on a free port
-  // with its output in `dir`/haproxy.log, and returns once it forwards GET /healthz.
-  HaproxyProcess(const std::string& dir, const std::vector<uint16_t>& replica_ports)
+  // Writes `dir`/haproxy.cfg for the replicas on `replica_ports` from configs/haproxy.cfg,
+  // starts HAProxy on a free port with its output in `dir`/haproxy.log, and returns once it
+  // forwards GET /healthz.
+  HaproxyProcess(const std::string& dir, const std::vector<uint16_t>& replica_ports,
+                 const HaproxySettings& settings = {})
       : port_(free_local_port()) {
-    const std::string config = dir + "/haproxy.cfg";
-    {
-      std::ofstream out(config);
-      out << "global\n  maxconn 4000\n"
-          << "defaults\n  mode http\n  timeout connect 2s\n  timeout client 120s\n"
-          << "  timeout server 120s\n  timeout http-keep-alive 60s\n"
-          << "frontend fedcase\n  bind 127.0.0.1:" << port_ << "\n  default_backend replicas\n"
-          << "backend replicas\n  balance roundrobin\n  option httpchk GET /healthz\n"
-          << "  http-check expect status 200\n  default-server inter 500ms fall 2 rise 1\n";
-      for (size_t i = 0; i < replica_ports.size(); ++i) {
-        out << "  server replica-" << i << " 127.0.0.1:" << replica_ports[i] << " check\n";
-      }
+    std::ifstream in(std::string(FEDCASE_SOURCE_DIR) + "/configs/haproxy.cfg");
+    REQUIRE(in);
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string cfg = text.str();
+    for (const auto& [name, value] :
+         {std::pair<std::string, std::string>{"@PORT@", std::to_string(port_)},
+          {"@CHECK_INTERVAL@", settings.check_interval},
+          {"@HTTP_REQUEST_TIMEOUT@", settings.http_request_timeout},
+          {"@MAXCONN_PER_CLIENT@", std::to_string(settings.max_connections_per_client)}}) {
+      const size_t at = cfg.find(name);
+      REQUIRE_MESSAGE(at != std::string::npos, name);
+      cfg.replace(at, name.size(), value);
     }
+    for (size_t i = 0; i < replica_ports.size(); ++i) {
+      cfg += "  server replica-" + std::to_string(i) +
+             " 127.0.0.1:" + std::to_string(replica_ports[i]) + " check\n";
+    }
+    const std::string config = dir + "/haproxy.cfg";
+    std::ofstream(config) << cfg;
     const std::string log = dir + "/haproxy.log";
     pid_ = fork();
     REQUIRE(pid_ >= 0);

@@ -10,7 +10,11 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace fedcase::testing {
 
@@ -74,5 +78,17 @@ class RawConnection {
   int fd_;
   bool closed_ = false;
 };
+
+// Sends `bytes` on every connection of `connections` each 200 ms (a slow loris's trickle)
+// until none takes them any more or `until` has come.
+inline void trickle(const std::vector<std::unique_ptr<RawConnection>>& connections,
+                    const std::string& bytes, std::chrono::steady_clock::time_point until) {
+  while (std::chrono::steady_clock::now() < until) {
+    bool any_open = false;
+    for (const auto& c : connections) any_open |= c->send(bytes);
+    if (!any_open) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
 
 }  // namespace fedcase::testing
