@@ -5,8 +5,9 @@
 //                 on GET /healthz every 500 ms; timeouts of 120 s, above the 60 s long polls).
 //
 //   cluster_bench [--clients C] [--parameters P] [--rounds R] [--kills K]
-//                 [--register-threads T]
+//                 [--register-threads T] [--setups sqlite_1,postgres_1,postgres_3]
 //
+// --setups runs some of the setups only (the targets of those measured).
 // Every coordinator is the real binary (FEDCASE_COORDINATOR_BIN) as a child process, with the
 // request-rate and per-address limits lifted (every client is 127.0.0.1, and behind HAProxy
 // every replica sees HAProxy's address). Each setup serves one job whose model is one tensor
