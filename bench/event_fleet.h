@@ -10,7 +10,12 @@
 // Each client, every round: long-polls for its task, downloads the model (counted, not kept),
 // waits until every client holds it, then uploads the round's delta, so that the uploads of a
 // round arrive together. Requests are written by hand; answers are parsed just enough (status,
-// Content-Length). Any failure ends the benchmark (die): its figures would be wrong.
+// Content-Length). Any failure ends the benchmark (die): its figures would be wrong, with one
+// exception: behind a load balancer, a replica that has not followed the round yet refuses the
+// task's download (403) or upload (409) until it has (about a second at most), and one that has
+// not seen the previous round close yet offers its task again; such a request is sent again
+// 100 ms later, at most kMaxRetries times, as the SDK retries after its backoff, and counted
+// (retried_polls(), retried_downloads(), retried_uploads()).
 // Not thread-safe: run() on one thread; uploads_in_flight() may be read from any.
 
 #include <fcntl.h>
@@ -85,7 +90,13 @@ class EventFleet {
         pump(*c);
       }
       if (done_ == connections_.size()) break;
-      const int n = epoll_wait(epoll_, events.data(), int(events.size()), 1000);
+      int timeout_ms = 1000;
+      if (!retrying_.empty()) {
+        const double due = std::min_element(retrying_.begin(), retrying_.end())->first;
+        timeout_ms = std::clamp(int((due - unix_now()) * 1e3) + 1, 0, 1000);
+      }
+      const int n = epoll_wait(epoll_, events.data(), int(events.size()), timeout_ms);
+      resend_due();
       if (n < 0 && errno != EINTR) fail("epoll_wait");
       for (int i = 0; i < n; ++i) pump(connections_[events[i].data.u32]);
     }
@@ -94,6 +105,10 @@ class EventFleet {
   const std::vector<double>& dispatch_seconds() const { return dispatch_s_; }
   const std::vector<double>& dispatch_read_seconds() const { return dispatch_read_s_; }
   int uploads_in_flight() const { return uploads_in_flight_; }
+  // Requests sent again (see above), by the stage of the client that sent them.
+  size_t retried_polls() const { return retried_[size_t(Stage::kPolling)]; }
+  size_t retried_downloads() const { return retried_[size_t(Stage::kDownloading)]; }
+  size_t retried_uploads() const { return retried_[size_t(Stage::kUploading)]; }
 
  private:
   enum class Stage { kPolling, kDownloading, kHolding, kUploading, kDone };
@@ -112,6 +127,7 @@ class EventFleet {
     std::string_view body;
     size_t written = 0;  // of head + body
     bool writing = false;
+    int retries = 0;  // of the request being made
     // The answer being read: the head (and a small body) kept, a large body only counted.
     std::string in;
     size_t head_end = 0, content_length = 0, body_read = 0;
@@ -121,6 +137,8 @@ class EventFleet {
     size_t out_sent = 0;
   };
   static constexpr size_t kKeptBody = size_t(1) << 20;
+  static constexpr int kMaxRetries = 100;
+  static constexpr double kRetryDelayS = 0.1;
   static constexpr size_t kSendBatch = size_t(256) << 10;
 
   [[noreturn]] void fail(const std::string& what) {
@@ -253,6 +271,7 @@ class EventFleet {
   }
 
   void begin(Connection& c, std::string head, std::string_view body = {}) {
+    c.retries = 0;
     c.head = std::move(head);
     c.body = body;
     c.written = 0;
@@ -334,6 +353,9 @@ class EventFleet {
         if (status == 204) return send_poll(c);
         if (status != 200) die(bench_, "poll: " + std::to_string(status) + " " + body);
         const nlohmann::json task = nlohmann::json::parse(body);
+        // A replica whose copy of the previous round is not closed yet hands out its task
+        // again (the client's update went to another replica): asked again shortly.
+        if (task["model_version"] < c.round) return retry_later(c, "poll: a past round's task");
         if (task["model_version"] != c.round) die(bench_, "unexpected model version");
         const double opened = opened_at_(task);
         // The first round opens as the fleet registers, while its connections are still being
@@ -348,11 +370,13 @@ class EventFleet {
         return begin(c, request_head(c, "GET", task["model_url"]) + "\r\n");
       }
       case Stage::kDownloading:
+        if (status == 403) return retry_later(c, "download: 403 " + body);
         if (status != 200) die(bench_, "download: " + std::to_string(status));
         c.stage = Stage::kHolding;
         if (++holding_ == connections_.size()) start_uploads();
         return;
       case Stage::kUploading:
+        if (status == 409) return retry_later(c, "upload: 409 " + body);
         if (status != 200) die(bench_, "upload: " + std::to_string(status) + " " + body);
         rounds_seen_[c.round].last_answer = Clock::now();
         --uploads_in_flight_;
@@ -363,6 +387,30 @@ class EventFleet {
       case Stage::kHolding:
       case Stage::kDone:
         die(bench_, "an answer nobody asked for");
+    }
+  }
+
+  // The request just refused is sent again in kRetryDelayS (resend_due).
+  void retry_later(Connection& c, const std::string& refusal) {
+    if (++c.retries > kMaxRetries)
+      die(bench_, refusal + " (" + std::to_string(kMaxRetries) + " times)");
+    ++retried_[size_t(c.stage)];
+    retrying_.emplace_back(unix_now() + kRetryDelayS, &c);
+  }
+  void resend_due() {
+    const double now = unix_now();
+    for (size_t i = 0; i < retrying_.size();) {
+      if (retrying_[i].first > now) {
+        ++i;
+        continue;
+      }
+      Connection& c = *retrying_[i].second;
+      retrying_[i] = retrying_.back();
+      retrying_.pop_back();
+      if (c.stage == Stage::kPolling) c.poll_sent = now;
+      c.written = 0;
+      c.writing = true;
+      ready_.push_back(&c);
     }
   }
 
@@ -399,6 +447,8 @@ class EventFleet {
   int epoll_ = -1;
   std::vector<Connection> connections_;
   std::vector<Connection*> ready_;
+  std::vector<std::pair<double, Connection*>> retrying_;  // (unix seconds due, connection)
+  size_t retried_[size_t(Stage::kDone) + 1] = {};
   size_t holding_ = 0, done_ = 0;
   std::atomic<int> uploads_in_flight_{0};
   std::vector<Round> rounds_seen_;

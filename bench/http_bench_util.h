@@ -66,12 +66,34 @@ class Caller {
   std::string token_;
 };
 
+// A coordinator's config on `database` at `port` (0: any) for benchmarks whose clients are all
+// 127.0.0.1: the benchmarks' tokens, the request-rate, connection and per-address limits
+// lifted, uploads of `parameters` floats allowed, timeouts long enough for large rounds, and
+// long polls held up to `long_poll_max_s`.
+inline nlohmann::json unthrottled_config(uint16_t port, const std::string& database,
+                                         size_t parameters, double long_poll_max_s) {
+  return {{"port", port},
+          {"database", database},
+          {"admin_token", kAdminToken},
+          {"enrollment_token", kEnrollmentToken},
+          {"requests_per_second", 1e6},
+          {"unauthenticated_per_second", 1e6},
+          {"max_connections", 1'000'000},
+          {"max_connections_per_ip", 1'000'000},
+          {"max_upload_bytes", parameters * 4 + (1 << 20)},
+          {"read_timeout_s", 600},
+          {"idle_timeout_s", 3600},
+          {"long_poll_max_s", long_poll_max_s},
+          {"client_timeout_s", 3600}};
+}
+
 // Stores a running job with `config` whose initial model is one tensor "w" of `parameters`
-// floats, in the SQLite database at `database`, before a coordinator opens it (the admin API
-// creates only built-in architectures). Dies on failure.
+// floats, in the database at `database` (a SQLite path or a PostgreSQL URL: storage::open_store),
+// before a coordinator opens it (the admin API creates only built-in architectures). Dies on
+// failure.
 inline void store_large_job(const char* bench, const std::string& database,
                             const nlohmann::json& config, size_t parameters) {
-  auto store = storage::open_sqlite_store(database);
+  auto store = storage::open_store(database);
   if (!store.ok()) die(bench, "store: " + store.status().to_string());
   const std::string blob =
       encode_blob({0, {{{"w", {parameters}}}}, std::vector<float>(parameters, 0.5f)});

@@ -27,7 +27,6 @@
 // The request-rate and per-address limits are lifted (every client is 127.0.0.1). Prints a
 // summary and, as its last line, one JSON object.
 
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -42,7 +41,7 @@
 #include <thread>
 #include <vector>
 
-#include "bench/event_fleet.h"
+#include "bench/fleet_rounds.h"
 #include "bench/http_bench_util.h"
 #include "client_sdk/http_client.h"
 #include "common/blob.h"
@@ -76,40 +75,6 @@ double status_mib(const std::string& field) {
   return 0;
 }
 
-// One TCP stream over 127.0.0.1: `bytes` sent in 1 MiB writes, received in 1 MiB reads.
-double loopback_bytes_per_s(size_t bytes) {
-  const int listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address = fedcase::bench::loopback_address(0);
-  socklen_t length = sizeof(address);
-  if (bind(listener, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
-      listen(listener, 1) != 0 ||
-      getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    die("loopback socket");
-  }
-  std::thread sender([&] {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) die("connect");
-    std::vector<char> chunk(1 << 20, 'x');
-    for (size_t sent = 0; sent < bytes;) {
-      const ssize_t n = send(fd, chunk.data(), std::min(chunk.size(), bytes - sent), 0);
-      if (n <= 0) die("loopback send");
-      sent += size_t(n);
-    }
-    close(fd);
-  });
-  const int fd = accept(listener, nullptr, nullptr);
-  std::vector<char> chunk(1 << 20);
-  const auto start = Clock::now();
-  size_t received = 0;
-  for (ssize_t n; (n = recv(fd, chunk.data(), chunk.size(), 0)) > 0;) received += size_t(n);
-  const double seconds = seconds_since(start);
-  sender.join();
-  close(fd);
-  close(listener);
-  if (received != bytes) die("loopback: short read");
-  return double(bytes) / seconds;
-}
-
 // A caller of the coordinator (plain or TLS).
 struct Client : fedcase::bench::Caller {
   Client(fedcase::client::ConnectionOptions connection, std::string token)
@@ -136,45 +101,6 @@ std::vector<int> open_idle_connections(uint16_t port, size_t n) {
   return fds;
 }
 
-// Lines between the coordinator's process and the clients' process.
-class Channel {
- public:
-  Channel() {
-    if (pipe(to_clients_) != 0 || pipe(to_coordinator_) != 0) die("pipe");
-  }
-  // After fork(): each side keeps its ends.
-  void become_clients() {
-    close(to_clients_[1]);
-    close(to_coordinator_[0]);
-    in_ = to_clients_[0];
-    out_ = to_coordinator_[1];
-  }
-  void become_coordinator() {
-    close(to_clients_[0]);
-    close(to_coordinator_[1]);
-    in_ = to_coordinator_[0];
-    out_ = to_clients_[1];
-  }
-  void send(const std::string& line) {
-    const std::string text = line + "\n";
-    if (write(out_, text.data(), text.size()) != ssize_t(text.size())) die("pipe write");
-  }
-  // The next line; dies when the other side has gone.
-  std::string receive() {
-    std::string line;
-    char c;
-    while (true) {
-      if (read(in_, &c, 1) != 1) die("the other process ended early");
-      if (c == '\n') return line;
-      line += c;
-    }
-  }
-
- private:
-  int to_clients_[2], to_coordinator_[2];
-  int in_ = -1, out_ = -1;
-};
-
 struct Plan {
   size_t clients = 50, parameters = 1'000'000, idle = 1000;
   int rounds = 5;
@@ -185,7 +111,7 @@ constexpr double kDeadline = 3600;  // the job's round deadline: a round opened 
 // The clients' process: idle connections (the coordinator measures its memory meanwhile),
 // then registration and the rounds. Returns its figures.
 json run_clients(fedcase::client::ConnectionOptions connection, const Plan& plan,
-                 Channel& coordinator) {
+                 fedcase::bench::Channel& coordinator) {
   connection.port = static_cast<uint16_t>(std::stoul(coordinator.receive()));
   json figures = json::object();
   if (plan.idle > 0 && !plan.tls) {
@@ -215,71 +141,9 @@ json run_clients(fedcase::client::ConnectionOptions connection, const Plan& plan
   }
   std::fprintf(stderr, "%zu clients registered; %d rounds of %zu-float updates\n", plan.clients,
                plan.rounds, plan.parameters);
-  // Per round: the delta every client uploads (the same bytes: they name the round's base).
-  std::vector<std::string> deltas;
-  for (int r = 0; r < plan.rounds; ++r) {
-    deltas.push_back(fedcase::encode_blob(
-        {uint64_t(r), {{{"w", {plan.parameters}}}}, std::vector<float>(plan.parameters, 0.001f)}));
-  }
-  // One TCP stream's loopback throughput swings by 2x over seconds on a shared machine: it is
-  // measured in every round, while the clients hold the model and the coordinator waits,
-  // just before that round's uploads, and each round's ingest is compared with its own.
-  std::vector<double> loopbacks;
-  fedcase::bench::EventFleet clients(
-      kBench, connection.port, connection.ca_file, tokens, deltas,
-      [](const json& task) { return task["deadline"].get<double>() - kDeadline; },
-      [&](size_t) { loopbacks.push_back(loopback_bytes_per_s(size_t(512) << 20)); });
-  std::atomic<bool> rounds_done{false};
-  // Heartbeats while uploads are in flight, from the first client on a second connection (a
-  // client of its own would join the pool and could take an invitation it never answers).
-  std::vector<double> busy_heartbeats;
-  std::thread beater([&] {
-    Client c(connection, tokens[0]);
-    while (!rounds_done) {
-      if (clients.uploads_in_flight() == 0) {
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
-        continue;
-      }
-      const auto start = Clock::now();
-      c.call("POST", "/v1/clients/heartbeat", "{}", {{"Content-Type", "application/json"}});
-      busy_heartbeats.push_back(seconds_since(start));
-    }
-  });
-  const auto run_start = Clock::now();
-  const auto windows = clients.run();
-  rounds_done = true;
-  beater.join();
-  const double run_s = seconds_since(run_start);
-  const std::vector<double>& dispatch_s = clients.dispatch_seconds();
-  const std::vector<double>& dispatch_read_s = clients.dispatch_read_seconds();
-
-  // Ingest per round against the loopback of the same round; the figure is the median ratio.
-  std::vector<double> ingests, ratios;
-  json per_round = json::array();
-  for (int r = 0; r < plan.rounds; ++r) {
-    const double s =
-        std::chrono::duration<double>(windows[r].last_answer - windows[r].first_upload).count();
-    const double ingest = double(plan.clients) * double(deltas[r].size()) / s;
-    std::fprintf(stderr, "round %d: ingest %.2f GB/s, loopback %.2f GB/s: %.2fx\n", r + 1,
-                 ingest / 1e9, loopbacks[r] / 1e9, ingest / loopbacks[r]);
-    ingests.push_back(ingest);
-    ratios.push_back(ingest / loopbacks[r]);
-    per_round.push_back({{"ingest_gbps", ingest / 1e9}, {"loopback_gbps", loopbacks[r] / 1e9}});
-  }
-  figures["ingest_gbps"] = percentile(ingests, 0.5) / 1e9;
-  figures["loopback_gbps"] = percentile(loopbacks, 0.5) / 1e9;
-  figures["ingest_vs_loopback"] = percentile(ratios, 0.5);
-  figures["per_round"] = per_round;
-  figures["update_bytes"] = deltas[0].size();
-  figures["run_s"] = run_s;
-  figures["dispatch_p50_ms"] = percentile(dispatch_s, 0.5) * 1e3;
-  figures["dispatch_p99_ms"] = percentile(dispatch_s, 0.99) * 1e3;
-  figures["dispatch_polls"] = dispatch_s.size();
-  figures["dispatch_read_p50_ms"] = percentile(dispatch_read_s, 0.5) * 1e3;
-  figures["dispatch_read_p99_ms"] = percentile(dispatch_read_s, 0.99) * 1e3;
-  figures["heartbeat_during_ingest_p50_ms"] = percentile(busy_heartbeats, 0.5) * 1e3;
-  figures["heartbeat_during_ingest_p99_ms"] = percentile(busy_heartbeats, 0.99) * 1e3;
-  figures["heartbeats_during_ingest"] = busy_heartbeats.size();
+  figures.update(fedcase::bench::run_fleet_rounds(kBench, connection, tokens, plan.parameters,
+                                                  plan.rounds, kDeadline)
+                     .figures);
   return figures;
 }
 
@@ -314,10 +178,7 @@ int main(int argc, char** argv) {
     else
       die(usage);
   }
-  rlimit files{};
-  getrlimit(RLIMIT_NOFILE, &files);
-  files.rlim_cur = files.rlim_max;
-  setrlimit(RLIMIT_NOFILE, &files);
+  fedcase::bench::raise_open_files_limit();
 
   fedcase::testing::TempDir dir;
   const std::string database = dir.file("bench.db");
@@ -331,21 +192,9 @@ int main(int argc, char** argv) {
        {"selection", {{"policy", "random"}, {"overcommit", 1.0}}},
        {"training", {{"deadline", {{"mode", "fixed"}, {"seconds", kDeadline}}}}}},
       plan.parameters);
-  json config_json = {{"port", 0},
-                      {"database", database},
-                      {"admin_token", kAdmin},
-                      {"enrollment_token", kEnroll},
-                      {"requests_per_second", 1e6},
-                      {"unauthenticated_per_second", 1e6},
-                      {"max_connections", 1'000'000},
-                      {"max_connections_per_ip", 1'000'000},
-                      {"max_upload_bytes", plan.parameters * 4 + (1 << 20)},
-                      {"io_threads", io_threads},
-                      {"upload_threads", upload_threads},
-                      {"read_timeout_s", 600},
-                      {"idle_timeout_s", 3600},
-                      {"long_poll_max_s", 600},
-                      {"client_timeout_s", 3600}};
+  json config_json = fedcase::bench::unthrottled_config(0, database, plan.parameters, 600);
+  config_json["io_threads"] = io_threads;
+  config_json["upload_threads"] = upload_threads;
   fedcase::client::ConnectionOptions connection;
   std::unique_ptr<fedcase::testing::TestCertificates> certs;
   if (plan.tls) {
@@ -356,19 +205,10 @@ int main(int argc, char** argv) {
 
   // The clients run in a process of their own (forked while this one has no other thread), so
   // that this process's memory and descriptors are the coordinator's.
-  Channel channel;
-  const pid_t clients = fork();
-  if (clients < 0) die("fork");
-  if (clients == 0) {
-    channel.become_clients();
-    // The clients stand for other machines: a scheduling group of their own (a session, with
-    // the kernel's autogroups), so that their threads share the cores with the coordinator's
-    // as one party rather than one each.
-    setsid();
-    channel.send(run_clients(connection, plan, channel).dump());
-    std::exit(0);
-  }
-  channel.become_coordinator();
+  fedcase::bench::Channel channel(kBench);
+  const pid_t clients = fedcase::bench::fork_clients(kBench, channel, [&](auto& coordinator) {
+    coordinator.send(run_clients(connection, plan, coordinator).dump());
+  });
   auto config = fedcase::server::parse_coordinator_config(config_json);
   auto started = fedcase::server::CoordinatorService::start(config);
   if (!started.ok()) die("coordinator: " + started.status().to_string());

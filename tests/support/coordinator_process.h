@@ -3,15 +3,13 @@
 // or limit its resources.
 
 #include <doctest/doctest.h>
-#include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdio>
 #include <fstream>
 #include <string>
 
+#include "tests/support/child_process.h"
 #include "tests/support/coordinator_harness.h"
 
 namespace fedcase::testing {
@@ -22,28 +20,12 @@ class CoordinatorProcess {
   // `max_open_files` > 0 the process may open at most that many files (soft and hard limit).
   CoordinatorProcess(const std::string& config_path, const std::string& log_path,
                      rlim_t max_open_files = 0) {
-    pid_ = fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      FILE* log = std::fopen(log_path.c_str(), "a");
-      if (log) {
-        dup2(fileno(log), STDOUT_FILENO);
-        dup2(fileno(log), STDERR_FILENO);
-      }
-      if (max_open_files > 0) {
-        const rlimit limit{max_open_files, max_open_files};
-        setrlimit(RLIMIT_NOFILE, &limit);
-      }
-      execl(FEDCASE_COORDINATOR_BIN, FEDCASE_COORDINATOR_BIN, "--config", config_path.c_str(),
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
+    pid_ =
+        start_process({FEDCASE_COORDINATOR_BIN, "--config", config_path}, log_path, max_open_files);
   }
   ~CoordinatorProcess() { kill_now(); }
   void kill_now() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
+    kill_process(pid_);
     pid_ = -1;
   }
   pid_t pid() const { return pid_; }
