@@ -389,7 +389,8 @@ Result<std::optional<TaskOffer>> Coordinator::next_task(ClientId client) {
     });
     if (!ask) return offer;
     // Read: a store that cannot answer hands the task out (the upload's admission decides).
-    auto [job, round] = *ask;
+    JobEntry* job = ask->first;
+    const RoundIndex round = ask->second;
     auto held = s.store->holds_place(job->id, round, client);
     if (!held.ok() || !*held) {
       checked.insert({job->id, round});

@@ -2,7 +2,8 @@
 // tests/support/postgres_server.h) behind a real HAProxy (tests/support/haproxy_process.h),
 // with an SDK fleet that knows only HAProxy's address: two jobs train to their target through
 // it, the replicas admit and fold the updates they receive, and the owner of the first job is
-// killed halfway, so that its rounds are driven by two replicas (docs/scaling.md).
+// killed halfway, so that its rounds are driven by two replicas; every live replica, and the
+// dashboard it serves, shows the whole cluster's jobs (docs/scaling.md).
 
 #include <doctest/doctest.h>
 
@@ -13,6 +14,7 @@
 
 #include "client_sdk/fleet.h"
 #include "storage/store.h"
+#include "tests/support/browser.h"
 #include "tests/support/coordinator_harness.h"
 #include "tests/support/coordinator_process.h"
 #include "tests/support/haproxy_process.h"
@@ -167,4 +169,25 @@ TEST_CASE("three replicas behind HAProxy train two jobs together, through an own
   }
   MESSAGE("replicas that admitted updates: " << admitting.size());
   CHECK(admitting.size() >= 2);  // HAProxy spread the uploads: non-owners admitted some
+
+  // The dashboard of every live replica, and through HAProxy, shows both jobs finished.
+  Browser browser(dir);
+  std::vector<uint16_t> dashboards = {proxy.port()};
+  for (const auto& [name, port] : ports) {
+    if (replicas.count(name)) dashboards.push_back(port);
+  }
+  for (uint16_t port : dashboards) {
+    CAPTURE(port);
+    browser.navigate("http://127.0.0.1:" + std::to_string(port) + "/dashboard/");
+    REQUIRE(browser.wait_for("document.getElementById('signin') && "
+                             "!document.getElementById('signin').hidden",
+                             30));
+    browser.evaluate("document.getElementById('token').value = " + json(kAdminToken).dump() +
+                     "; document.getElementById('signin-form').requestSubmit(); true");
+    REQUIRE(browser.wait_for("document.querySelectorAll('#jobs-rows tr').length === 2", 15));
+    const std::string rows = browser.evaluate("document.getElementById('jobs-rows').textContent");
+    CHECK(rows.find("first") != std::string::npos);
+    CHECK(rows.find("second") != std::string::npos);
+    CHECK(rows.find("running") == std::string::npos);
+  }
 }
