@@ -208,11 +208,22 @@ admin -X POST "$base/v1/admin/jobs/$job/cancel" > /dev/null || true
 committed_models > "$dir/now" || true
 check "no round committed since the first kill ($committed_at_first_kill then, $(wc -l < "$dir/now") now)" \
   [ "$(wc -l < "$dir/now")" -gt "$committed_at_first_kill" ]
+# Evaluations lag behind when rounds commit faster than the owner evaluates a model (each
+# owner taking over queues those its predecessor left), so they get as long as they keep
+# going: the check fails once 30 s pass without one, or after 5 minutes.
 unevaluated=""
-for _ in $(seq 100); do
+waited_since_progress=0
+for _ in $(seq 1000); do
+  previous=$unevaluated
   unevaluated=$(query "SELECT idx FROM rounds WHERE job_id = $job AND state = 'committed'
                        AND metrics::jsonb->>'test_accuracy' IS NULL" | tr '\n' ' ')
   [ -z "$unevaluated" ] && break
+  if [ "$unevaluated" = "$previous" ]; then
+    waited_since_progress=$((waited_since_progress + 1))
+    [ "$waited_since_progress" -ge 100 ] && break
+  else
+    waited_since_progress=0
+  fi
   sleep 0.3
 done
 check "committed models never evaluated: $unevaluated" [ -z "$unevaluated" ]
