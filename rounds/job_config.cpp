@@ -312,7 +312,6 @@ Result<JobParts> build_job(const json& j) {
 }
 
 std::string owner_only_reason(const JobConfig& config) {
-  if (config.secure_aggregation) return "the job uses secure aggregation";
   if (config.asynchronous()) return "the job is asynchronous (buffered)";
   return std::string();
 }

@@ -130,10 +130,9 @@ Result<JobParts> build_job(const nlohmann::json& json);
 
 // Coordinator replicas serve a job's rounds together (any replica hands out its invitees'
 // tasks and admits their updates into its own partial aggregate, docs/scaling.md) only for a
-// synchronous job without secure aggregation, whatever its aggregation rule. Otherwise this
-// says why not (the masked inputs and the unmasking are one replica's; a buffer's tasks come
-// and go between commits), and only the job's owner serves its rounds.
-// "" when replicas may share them.
+// synchronous job, whatever its aggregation rule and with secure aggregation too. Otherwise
+// this says why not (a buffer's tasks come and go between commits), and only the job's owner
+// serves its rounds. "" when replicas may share them.
 std::string owner_only_reason(const JobConfig& config);
 
 }  // namespace fedcase::rounds

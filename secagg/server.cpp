@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "secagg/params.h"
+#include "secagg/partial.h"
 #include "secagg/quantize.h"
 
 namespace fedcase::secagg {
@@ -37,21 +38,6 @@ std::set<ClientId> ids_of(const std::vector<T>& items) {
 }
 
 std::vector<ClientId> sorted(const std::set<ClientId>& s) { return {s.begin(), s.end()}; }
-
-// sum[i] += word i of `body` (little-endian words of sizeof(Word) bytes), mod 2^(8 sizeof(Word)).
-template <class Word>
-Status fold_words(std::vector<Word>& sum, std::string_view body, aggregation::WorkerPool& pool) {
-  Word* out = sum.data();
-  const char* data = body.data();
-  return for_ranges(pool, sum.size(), [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) {
-      Word w;
-      std::memcpy(&w, data + i * sizeof(Word), sizeof(Word));
-      out[i] += w;
-    }
-    return ok_status();
-  });
-}
 
 template <class Word>
 Status remove_masks(std::vector<Word>& sum, const std::vector<MaskStream>& streams,
@@ -309,19 +295,30 @@ Result<protocol::SecAggForwardedShares> SecAggServer::forwarded_shares(ClientId 
 Status SecAggServer::check_input(ClientId sender, const protocol::SecAggMaskedInput& h,
                                  size_t body_bytes) const {
   FEDCASE_RETURN_IF_ERROR(check_message(Stage::kMaskedInput, sender, h.client, h.job, h.round));
-  if (shares_.count(sender) == 0) {
-    return permission_denied(client_name(sender) + " did not complete the share stage");
-  }
-  if (survivors_.count(sender) != 0) {
-    return conflict(client_name(sender) + " already sent its masked input");
-  }
+  FEDCASE_RETURN_IF_ERROR(check_sender(sender, survivors_));
   if (h.words != params_.vector_length + 1 || h.word_bytes != word_bytes(params_.bits)) {
     return unprocessable("the masked vector must hold " +
                          std::to_string(params_.vector_length + 1) + " words of " +
                          std::to_string(word_bytes(params_.bits)) + " bytes");
   }
   FEDCASE_RETURN_IF_ERROR(protocol::check_masked_vector(h, body_bytes));
-  for (ClientId refused : h.refused_shares) {
+  return check_refusals(sender, h.refused_shares, survivors_, refusers_);
+}
+
+Status SecAggServer::check_sender(ClientId sender, const std::set<ClientId>& survivors) const {
+  if (shares_.count(sender) == 0) {
+    return permission_denied(client_name(sender) + " did not complete the share stage");
+  }
+  if (survivors.count(sender) != 0) {
+    return conflict(client_name(sender) + " already sent its masked input");
+  }
+  return ok_status();
+}
+
+Status SecAggServer::check_refusals(ClientId sender, const std::vector<ClientId>& refused_shares,
+                                    const std::set<ClientId>& survivors,
+                                    const std::map<ClientId, std::set<ClientId>>& refusers) const {
+  for (ClientId refused : refused_shares) {
     if (!graph_->adjacent(sender, refused) || shares_.count(refused) == 0) {
       return invalid_argument(client_name(sender) + " refuses the share of " +
                               client_name(refused) + ", which it was not forwarded");
@@ -330,14 +327,14 @@ Status SecAggServer::check_input(ClientId sender, const protocol::SecAggMaskedIn
   // Two neighbours in the sum must both have masked with each other, and a client masks only
   // with the neighbours whose shares it could decrypt: of a pair where one refused the other's
   // share, the second to send its input is refused (it then counts as dropped).
-  auto refused_me = refusers_.find(sender);
-  if (refused_me != refusers_.end() && !refused_me->second.empty()) {
+  auto refused_me = refusers.find(sender);
+  if (refused_me != refusers.end() && !refused_me->second.empty()) {
     return permission_denied(client_name(sender) + "'s shares were refused by " +
                              client_name(*refused_me->second.begin()) +
                              ", whose input is in the sum");
   }
-  for (ClientId refused : h.refused_shares) {
-    if (survivors_.count(refused) != 0) {
+  for (ClientId refused : refused_shares) {
+    if (survivors.count(refused) != 0) {
       return permission_denied(client_name(sender) + " refuses the share of " +
                                client_name(refused) + ", whose input is in the sum");
     }
@@ -359,6 +356,30 @@ Status SecAggServer::receive_masked_input(ClientId sender, const protocol::SecAg
   survivors_.insert(sender);
   for (ClientId refused : h.refused_shares) refusers_[refused].insert(sender);
   return ok_status();
+}
+
+Result<std::vector<ClientId>> SecAggServer::merge_masked_partial(std::string_view bytes) {
+  MutexLock lock(mu_);
+  if (stage_ != Stage::kMaskedInput) return conflict("the masked input stage is not open");
+  auto partial = decode_masked_partial(bytes, params_.vector_length + 1, word_bytes_);
+  if (!partial.ok()) return partial.status();
+  // Its inputs pass, in turn, the checks that need the whole round, as if they came here one
+  // by one: all of them, or the partial is refused and changes nothing.
+  std::set<ClientId> survivors = survivors_;
+  std::map<ClientId, std::set<ClientId>> refusers = refusers_;
+  for (const auto& [sender, refused_shares] : partial->inputs) {
+    FEDCASE_RETURN_IF_ERROR(check_sender(sender, survivors));
+    FEDCASE_RETURN_IF_ERROR(check_refusals(sender, refused_shares, survivors, refusers));
+    survivors.insert(sender);
+    for (ClientId refused : refused_shares) refusers[refused].insert(sender);
+  }
+  FEDCASE_RETURN_IF_ERROR(
+      with_sum([&](auto& sum) { return fold_words(sum, partial->sum, *pool_); }));
+  survivors_ = std::move(survivors);
+  refusers_ = std::move(refusers);
+  std::vector<ClientId> senders;
+  for (const auto& input : partial->inputs) senders.push_back(input.first);
+  return senders;
 }
 
 std::vector<ClientId> SecAggServer::holders(ClientId owner,

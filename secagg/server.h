@@ -107,6 +107,13 @@ class SecAggServer {
   // `body` is read during the call, never kept.
   Status receive_masked_input(ClientId sender, const protocol::SecAggMaskedInput& header,
                               std::string_view body);
+  // Takes another replica's partial sum of masked inputs (secagg/partial.h) as if its inputs
+  // had come here: each passes the checks that need the whole round (its sender completed the
+  // share stage and sent no input yet, its refusals agree with the inputs in the sum), or the
+  // partial changes nothing. kConflict out of stage or for a sender whose input is in;
+  // kPermissionDenied and kInvalidArgument as receive_masked_input; kInvalidArgument for a
+  // malformed partial. Its senders, in the partial's order.
+  Result<std::vector<ClientId>> merge_masked_partial(std::string_view bytes);
   Status close_masked_inputs();
   Result<protocol::SecAggUnmaskRequest> unmask_request(ClientId client) const;
 
@@ -139,6 +146,16 @@ class SecAggServer {
                        RoundIndex round) const FEDCASE_REQUIRES(mu_);
   Status check_input(ClientId sender, const protocol::SecAggMaskedInput& header,
                      size_t body_bytes) const FEDCASE_REQUIRES(mu_);
+  // Whether `sender` may add its input to a sum of `survivors`' inputs: it completed the share
+  // stage and is not among them.
+  Status check_sender(ClientId sender, const std::set<ClientId>& survivors) const
+      FEDCASE_REQUIRES(mu_);
+  // Whether its refused shares agree with a sum of `survivors`' inputs whose refusals are
+  // `refusers` (refused client -> those that refused its share).
+  Status check_refusals(ClientId sender, const std::vector<ClientId>& refused_shares,
+                        const std::set<ClientId>& survivors,
+                        const std::map<ClientId, std::set<ClientId>>& refusers) const
+      FEDCASE_REQUIRES(mu_);
   Status fail(std::string reason) FEDCASE_REQUIRES(mu_);
   // Calls f(sum32_) or f(sum64_), whichever the round's bits use.
   template <class F>

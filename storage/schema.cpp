@@ -99,6 +99,17 @@ const std::vector<Migration>& migrations() {
       {5, R"sql(
       ALTER TABLE rounds ADD COLUMN plan TEXT NOT NULL DEFAULT '{}';
       )sql"},
+      // Secure rounds served by every replica: stage messages between clients and the owner.
+      {6, R"sql(
+      CREATE TABLE stage_messages (
+        job_id {int} NOT NULL,
+        round_idx {int} NOT NULL,
+        kind TEXT NOT NULL,
+        client_id {int} NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (job_id, round_idx, kind, client_id),
+        FOREIGN KEY (job_id, round_idx) REFERENCES rounds(job_id, idx));
+      )sql"},
   };
   return kMigrations;
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "common/mutex.h"
@@ -749,6 +750,47 @@ class SqlStore : public Store {
     });
   }
 
+  Status put_stage_messages(const std::vector<StageMessage>& messages) override {
+    for (const StageMessage& m : messages) {
+      if (m.kind.empty()) return invalid_argument("a stage message needs a kind");
+    }
+    if (messages.empty()) return ok_status();
+    return write(Durability::kRelaxed, [&](Txn& t) -> Status {
+      std::set<std::pair<JobId, RoundIndex>> woken;
+      for (const StageMessage& m : messages) {
+        auto r = round_row(t.query(sql_.share_round, Params().add(m.job).add(m.round)), m.job,
+                           m.round);
+        if (!r.ok()) return r.status();
+        if (!r->open) return conflict(round_name(m.job, m.round) + " is not open");
+        Rows inserted = t.query(
+            "INSERT INTO stage_messages(job_id, round_idx, kind, client_id, body) VALUES($1, $2, "
+            "$3, $4, $5) ON CONFLICT DO NOTHING",
+            Params().add(m.job).add(m.round).text(m.kind).add(m.client).text(m.body));
+        FEDCASE_RETURN_IF_ERROR(inserted.status());
+        if (inserted.changes() == 0) {
+          return conflict("client " + std::to_string(m.client) + " already has a '" + m.kind +
+                          "' message in " + round_name(m.job, m.round));
+        }
+        woken.insert({m.job, m.round});
+      }
+      for (const auto& [job, round] : woken) t.wake(Channel::kRound, job);
+      return ok_status();
+    });
+  }
+
+  Result<std::vector<StageMessage>> list_stage_messages(JobId job, RoundIndex round,
+                                                        const std::string& kind) override {
+    return read([&](Connection& c) {
+      return all<StageMessage>(
+          c.query("SELECT client_id, body FROM stage_messages WHERE job_id=$1 AND round_idx=$2 "
+                  "AND kind=$3 ORDER BY client_id",
+                  Params().add(job).add(round).text(kind)),
+          [&](Rows& r) -> StageMessage {
+            return {job, round, kind, static_cast<ClientId>(r.uint64(0)), r.bytes(1)};
+          });
+    });
+  }
+
   Status commit_round(const RoundRecord& r, const ModelRecord& model,
                       const json& policy_state) override {
     return write(Durability::kSynced, [&](Txn& t) -> Status {
@@ -1097,7 +1139,7 @@ class SqlStore : public Store {
   }
 
   // Concludes the round as `state` (committed or failed), at the writer's epoch, and drops
-  // what its admission left: partials and unrecorded reservations.
+  // what its admission left: partials, stage messages and unrecorded reservations.
   Status conclude(Txn& t, const RoundRecord& r, RoundState state) {
     FEDCASE_RETURN_IF_ERROR(fence(t, r.job, r.epoch, Code::kConflict));
     Rows closed = t.query(
@@ -1115,6 +1157,10 @@ class SqlStore : public Store {
     FEDCASE_RETURN_IF_ERROR(t.query("DELETE FROM partials WHERE job_id=$1 AND round_idx=$2",
                                     Params().add(r.job).add(r.index))
                                 .status());
+    FEDCASE_RETURN_IF_ERROR(
+        t.query("DELETE FROM stage_messages WHERE job_id=$1 AND round_idx=$2",
+                Params().add(r.job).add(r.index))
+            .status());
     FEDCASE_RETURN_IF_ERROR(
         t.query("DELETE FROM updates WHERE job_id=$1 AND round_idx=$2 AND state='reserved'",
                 Params().add(r.job).add(r.index))

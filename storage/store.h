@@ -182,6 +182,19 @@ struct PartialRecord {
   double written_at = 0;
 };
 
+// A message of a secure round's stage passed between replicas (docs/scaling.md, "Secure rounds
+// on every replica"): a client's message ("keys", "shares", "unmask"), written by the replica
+// that received it for the owner to read, or the owner's message to a client once a stage
+// closed ("keys_reply", "forwarded", "unmask_request"), for the replica that client polls. The
+// body is the message's JSON text, opaque here.
+struct StageMessage {
+  JobId job = 0;
+  RoundIndex round = 0;
+  std::string kind;
+  ClientId client = 0;
+  std::string body;
+};
+
 // A tenant's share of the fleet so far (scheduling::FairShare): its weighted service counter
 // and the client-seconds its jobs consumed. Tenant 0 is the operator.
 struct TenantService {
@@ -315,6 +328,14 @@ class Store {
   virtual Status put_partial(const PartialRecord& partial) = 0;
   // The round's partials, by replica; empty once the round concluded.
   virtual Result<std::vector<PartialRecord>> list_partials(JobId job, RoundIndex round) = 0;
+  // Stores `messages` (each of one round, kind and client at most once), all or none.
+  // kConflict, nothing stored, if a message of the same round, kind and client is stored
+  // already or its round is not open; kInvalidArgument for an empty kind. Dropped with the
+  // round's conclusion. Durable as record_update is. Wakes kRound.
+  virtual Status put_stage_messages(const std::vector<StageMessage>& messages) = 0;
+  // The round's messages of `kind`, by client; empty once the round concluded.
+  virtual Result<std::vector<StageMessage>> list_stage_messages(JobId job, RoundIndex round,
+                                                                const std::string& kind) = 0;
   // Atomically: the round becomes committed with its closed_at and metrics (the round's other
   // fields are those open_round stored), the model is stored under (model.job, model.version),
   // the job's policy state is saved, and the round's partials and unrecorded reservations are

@@ -385,9 +385,10 @@ constexpr char kSharesStage[] = "share_keys";
 constexpr char kInputStage[] = "masked_input";
 constexpr char kUnmaskStage[] = "unmask";
 
-// A client's message of a stage (a JSON body): read, then taken by its round's SecureRound.
+// A client's message of a stage (a JSON body): read, then taken by its round's SecureStages
+// (the owner's SecureRound, or another replica's copy that passes it on).
 template <const char* kStage, class Message, Result<Message> (*kRead)(const json&),
-          Status (SecureRound::*kReceive)(ClientId, const Message&)>
+          Status (SecureStages::*kReceive)(ClientId, const Message&)>
 Reply secure_message(Coordinator& coordinator, const Call& call) {
   auto round = coordinator.secure_round(call.ids[0], call.ids[1]);
   Status taken = round.status();
@@ -403,7 +404,7 @@ Reply secure_message(Coordinator& coordinator, const Call& call) {
 }
 
 // A long poll for the client's message of a stage, answered once the stage before has closed.
-template <Result<std::optional<std::string>> (SecureRound::*kRead)(ClientId) const>
+template <Result<std::optional<std::string>> (SecureStages::*kRead)(ClientId) const>
 Reply secure_poll(Coordinator& coordinator, const Call& call) {
   auto round = coordinator.secure_round(call.ids[0], call.ids[1]);
   if (!round.ok()) return error_reply(round.status(), call.request);
@@ -567,21 +568,21 @@ const Route kRoutes[] = {
     {http::verb::post, "/v1/jobs/{job}/rounds/{round}/update", kClients, Body::kUpload, upload},
     {http::verb::post, "/v1/jobs/{job}/rounds/{round}/secagg/keys", kClients, Body::kJson,
      secure_message<kKeysStage, protocol::SecAggAdvertiseKeys, protocol::read_secagg_advertise_keys,
-                    &SecureRound::receive_keys>},
+                    &SecureStages::receive_keys>},
     {http::verb::get, "/v1/jobs/{job}/rounds/{round}/secagg/keys", kClients, Body::kNone,
-     secure_poll<&SecureRound::keys_reply>},
+     secure_poll<&SecureStages::keys_reply>},
     {http::verb::post, "/v1/jobs/{job}/rounds/{round}/secagg/shares", kClients, Body::kJson,
      secure_message<kSharesStage, protocol::SecAggShares, protocol::read_secagg_shares,
-                    &SecureRound::receive_shares>},
+                    &SecureStages::receive_shares>},
     {http::verb::get, "/v1/jobs/{job}/rounds/{round}/secagg/shares", kClients, Body::kNone,
-     secure_poll<&SecureRound::forwarded_shares>},
+     secure_poll<&SecureStages::forwarded_shares>},
     {http::verb::post, "/v1/jobs/{job}/rounds/{round}/secagg/masked_input", kClients, Body::kUpload,
      masked_input},
     {http::verb::get, "/v1/jobs/{job}/rounds/{round}/secagg/unmask", kClients, Body::kNone,
-     secure_poll<&SecureRound::unmask_request>},
+     secure_poll<&SecureStages::unmask_request>},
     {http::verb::post, "/v1/jobs/{job}/rounds/{round}/secagg/unmask", kClients, Body::kJson,
      secure_message<kUnmaskStage, protocol::SecAggUnmaskResponse,
-                    protocol::read_secagg_unmask_response, &SecureRound::receive_unmask_response>},
+                    protocol::read_secagg_unmask_response, &SecureStages::receive_unmask_response>},
 };
 
 // Whether a pattern's segment is a {name} or [name] placeholder.

@@ -281,7 +281,8 @@ Result<std::unique_ptr<Coordinator>> Coordinator::open(const CoordinatorConfig& 
   if (config.lease_s > 0) {
     s.ownership = std::make_unique<Ownership>(targets, s.replica_id);
     s.shared_rounds =
-        std::make_unique<SharedRounds>(*s.store, s.jobs, s.tasks_ready, s.metrics, s.replica_id);
+        std::make_unique<SharedRounds>(*s.store, s.jobs, s.tasks_ready, s.secure, s.metrics,
+                                       s.replica_id);
     s.driver.set_replica(s.replica_id, config.lease_s);
     s.driver.set_pass([&ownership = *s.ownership, &shared = *s.shared_rounds](double now) {
       const double next = ownership.pass(now);
@@ -615,10 +616,10 @@ Result<UpdateAccepted> Coordinator::admit_upload(ClientId client, JobId job_id,
   return accepted;
 }
 
-Result<std::shared_ptr<SecureRound>> Coordinator::secure_round(JobId job_id, RoundIndex round) {
+Result<std::shared_ptr<SecureStages>> Coordinator::secure_round(JobId job_id, RoundIndex round) {
   State& s = *state_;
   if (!s.find_job(job_id)) return job_not_found(job_id);
-  std::shared_ptr<SecureRound> secure = s.secure.find(job_id);
+  std::shared_ptr<SecureStages> secure = s.secure.stages(job_id);
   if (!secure || secure->index() != round) {
     return conflict("round " + std::to_string(round) + " of job " + std::to_string(job_id) +
                     " is not a secure round in progress");

@@ -215,10 +215,11 @@ class Coordinator {
                                        double upload_seconds = 0);
 
   // ---- secure aggregation (docs/protocol.md, "Secure aggregation"; secure_round.h) ----
-  // The secure round `round` of `job`, for a client's stage message or long poll: kNotFound
-  // for an unknown job, kConflict when the job has no secure round of that index in progress
-  // (a plain job, another round, or the round is over).
-  Result<std::shared_ptr<SecureRound>> secure_round(JobId job, RoundIndex round);
+  // The secure round `round` of `job`, for a client's stage message or long poll (on a replica
+  // that does not own the job, its copy of the owner's round): kNotFound for an unknown job,
+  // kConflict when the job has no secure round of that index in progress (a plain job, another
+  // round, or the round is over).
+  Result<std::shared_ptr<SecureStages>> secure_round(JobId job, RoundIndex round);
   // Long polls of stage messages wait here; `wake` as for watch_tasks.
   uint64_t watch_secure_stages(ClientId client, std::function<void()> wake);
   void unwatch_secure_stages(ClientId client, uint64_t handle);

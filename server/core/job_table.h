@@ -68,6 +68,9 @@ struct JobEntry {
     bool filled = false;
     std::optional<double> closed_at;
     bool partials_in = false;  // every replica holding updates wrote its partial
+    // A secure round's: the replicas whose masked partials were merged at the close of its
+    // masked inputs (the other replicas' updates are lost).
+    std::set<std::string> masked_merged;
   };
   SharedClose shared_close;
 

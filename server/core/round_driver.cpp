@@ -154,7 +154,12 @@ std::optional<double> RoundDriver::tick() {
   std::vector<rounds::ProfileChange> expired;
   // Secure rounds: the key stages close when due; masked inputs close below, under no lock.
   const bool stages_closed = secure_.advance(now);
-  std::vector<std::shared_ptr<SecureRound>> inputs_closing;
+  struct InputsClosing {
+    JobEntry* job;
+    std::shared_ptr<SecureRound> secure;
+    bool shared;  // the other replicas' masked partials are merged first
+  };
+  std::vector<InputsClosing> inputs_closing;
   jobs_.update_each([&](JobEntry& job, JobStatus& status) {
     if (status.concluding || !status.round) return;
     if (!status.owned) {
@@ -166,12 +171,19 @@ std::optional<double> RoundDriver::tick() {
     }
     std::string reason = stop_reason(status.state);
     if (!reason.empty()) status.round->close();
+    std::shared_ptr<SecureRound> secure =
+        job.config.secure_aggregation ? secure_.find(job.id) : nullptr;
+    if (secure && secure->index() != status.round->index()) secure = nullptr;
+    if (secure && reason.empty() && secure->stage() == SecureRound::Stage::kFailed) {
+      reason = "secure aggregation failed: " + secure->failure();
+      status.round->close();
+    }
     if (status.shared_round) {
       // Admission closes in the store first; the round concludes once the replicas holding
       // its updates wrote their partials, or lease_s after the close.
       JobEntry::SharedClose& shared = job.shared_close;
       if (!shared.closed_at) {
-        if (status.round->due(now) || shared.filled) {
+        if (status.round->due(now) || shared.filled || !reason.empty()) {
           status.round->close();
           closing_admission.emplace_back(&job, status.round->index());
         }
@@ -186,20 +198,15 @@ std::optional<double> RoundDriver::tick() {
     if (status.round->buffered()) {
       for (auto& change : job.runtime->expire(*status.round, now)) expired.push_back(change);
     }
-    std::shared_ptr<SecureRound> secure =
-        job.config.secure_aggregation ? secure_.find(job.id) : nullptr;
-    if (secure && secure->index() != status.round->index()) secure = nullptr;
     if (secure && reason.empty()) {
       const SecureRound::Stage stage = secure->stage();
-      if (stage == SecureRound::Stage::kFailed) {
-        reason = "secure aggregation failed: " + secure->failure();
-        status.round->close();
-      } else if (stage == SecureRound::Stage::kMaskedInput) {
-        // The Round stays, closed, through the unmask stage: no task or upload reaches it.
+      if (stage == SecureRound::Stage::kMaskedInput) {
+        // The Round stays, closed, through the unmask stage: no task or upload reaches it. A
+        // shared round gets here once its admission closed and the partials are in.
         const bool all_in = secure->inputs_complete() && !status.round->uploads_in_flight();
-        if (status.round->due(now) || all_in) {
+        if (status.round->due(now) || all_in || status.shared_round) {
           status.round->close();
-          inputs_closing.push_back(secure);
+          inputs_closing.push_back({&job, secure, status.shared_round});
         }
         return;
       } else if (stage != SecureRound::Stage::kUnmask || !secure->unmask_due(now)) {
@@ -228,8 +235,9 @@ std::optional<double> RoundDriver::tick() {
     }
   }
   clients_.apply(expired);
-  for (const auto& secure : inputs_closing) {
-    Status closed = secure->close_inputs(now);
+  for (const InputsClosing& c : inputs_closing) {
+    if (c.shared) c.job->shared_close.masked_merged = merge_masked_partials(*c.job, *c.secure);
+    Status closed = c.secure->close_inputs(now);
     if (!closed.ok()) log_warn(closed.message());
   }
   for (Closing& c : closing) conclude(c, now);
@@ -459,8 +467,17 @@ bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now
   const std::vector<ClientId> invited = round.invited();
   if (const auto& secure = job.config.secure_aggregation) {
     // Before the round is published: its invitees' first messages find their secure round.
+    decltype(SecureRound::Setup::share_messages) share;
+    if (shared) {
+      share = [&store = store_, id = job.id, index = round.index()](
+                  const char* kind, const std::map<ClientId, std::string>& messages) {
+        std::vector<storage::StageMessage> out;
+        for (const auto& [client, body] : messages) out.push_back({id, index, kind, client, body});
+        return store.put_stage_messages(out);
+      };
+    }
     secure_.open(job.id, round.index(), *secure, invited, runtime.model()->layout.element_count(),
-                 now, job.config.aggregation.threads);
+                 now, job.config.aggregation.threads, std::move(share));
   }
   job.shared_close = {};
   jobs_.update(job, [&](JobStatus& status) {
@@ -559,7 +576,15 @@ void RoundDriver::conclude(Closing& c, double now) {
                            c.round.client_seconds(now), job.round_class_cost);
   if (c.secure && !c.stop_reason.empty()) c.secure->abort(c.stop_reason, now);
   json partials;
-  if (c.shared && c.stop_reason.empty()) partials = merge_partials(job, c.round);
+  if (c.shared && c.stop_reason.empty()) {
+    // A secure round's masked partials were merged when its masked inputs closed.
+    const std::set<std::string>& masked = job.shared_close.masked_merged;
+    partials = merge_partials(job, c.round, [&](const storage::PartialRecord& p) -> Status {
+      if (!c.secure) return c.round.aggregate()->merge_partial(p.sum, p.updates);
+      return masked.count(p.replica) ? ok_status()
+                                     : conflict("it was not merged when the masked inputs closed");
+    });
+  }
   rounds::Conclusion k = !c.stop_reason.empty() ? runtime.fail(c.round, now, c.stop_reason)
                          : c.secure             ? conclude_secure(c, now)
                                                 : runtime.conclude(c.round, now);
@@ -652,6 +677,10 @@ bool RoundDriver::check_shared_rounds(double now) {
   for (const auto& [job, index] : due) {
     JobEntry::SharedClose& shared = job->shared_close;
     shared.next_check = now + kSharedPollS;
+    std::shared_ptr<SecureRound> secure =
+        job->config.secure_aggregation ? secure_.find(job->id) : nullptr;
+    if (secure && secure->index() != index) secure = nullptr;
+    if (secure) take_relayed(*job, *secure);
     auto admission = store_.round_admission(job->id, index);
     if (!admission.ok()) {
       log_warn(job_prefix(*job) + "cannot read the admission of round " + std::to_string(index) +
@@ -660,6 +689,10 @@ bool RoundDriver::check_shared_rounds(double now) {
     }
     if (!shared.closed_at) {
       shared.filled = admission->target > 0 && admission->accepted() >= admission->target;
+      // A secure round is filled too once every client that shared its keys sent its input.
+      if (secure && secure->stage() == SecureRound::Stage::kMaskedInput) {
+        shared.filled = shared.filled || admission->accepted() >= secure->sharer_count();
+      }
       continue;
     }
     auto partials = store_.list_partials(job->id, index);
@@ -676,7 +709,8 @@ bool RoundDriver::check_shared_rounds(double now) {
   return open;
 }
 
-json RoundDriver::merge_partials(JobEntry& job, rounds::Round& round) {
+json RoundDriver::merge_partials(JobEntry& job, rounds::Round& round,
+                                 const std::function<Status(const storage::PartialRecord&)>& merge) {
   const RoundIndex index = round.index();
   json summary = {{"merged", json::object()}, {"lost", json::object()}, {"bytes", 0}};
   auto partials = store_.list_partials(job.id, index);
@@ -692,7 +726,7 @@ json RoundDriver::merge_partials(JobEntry& job, rounds::Round& round) {
   const std::vector<storage::PartialRecord> none;
   for (const storage::PartialRecord& p : partials.ok() ? *partials : none) {
     if (p.replica == replica_) continue;
-    const Status added = round.aggregate()->merge_partial(p.sum, p.updates);
+    const Status added = merge(p);
     if (!added.ok()) {
       log_warn(job_prefix(job) + "cannot merge the partial of replica " + p.replica + " in round " +
                std::to_string(index) + ": " + added.to_string());
@@ -728,6 +762,58 @@ json RoundDriver::merge_partials(JobEntry& job, rounds::Round& round) {
   }
   clients_.apply(completed);
   return summary;
+}
+
+std::set<std::string> RoundDriver::merge_masked_partials(JobEntry& job, SecureRound& secure) {
+  std::set<std::string> merged;
+  auto partials = store_.list_partials(job.id, secure.index());
+  if (!partials.ok()) {
+    log_warn(job_prefix(job) + "cannot read the masked partials of round " +
+             std::to_string(secure.index()) + ": " + partials.status().to_string());
+    return merged;
+  }
+  for (const storage::PartialRecord& p : *partials) {
+    if (p.replica == replica_) continue;
+    const Status added = secure.merge_partial(p.sum);
+    if (added.ok()) {
+      merged.insert(p.replica);
+    } else {
+      log_warn(job_prefix(job) + "cannot merge the masked partial of replica " + p.replica +
+               " in round " + std::to_string(secure.index()) + ": " + added.to_string());
+    }
+  }
+  return merged;
+}
+
+void RoundDriver::take_relayed(JobEntry& job, SecureRound& secure) {
+  const char* kind = nullptr;
+  switch (secure.stage()) {
+    case SecureRound::Stage::kAdvertiseKeys:
+      kind = stage_kind::kKeys;
+      break;
+    case SecureRound::Stage::kShareKeys:
+      kind = stage_kind::kShares;
+      break;
+    case SecureRound::Stage::kUnmask:
+      kind = stage_kind::kUnmask;
+      break;
+    default:
+      return;
+  }
+  auto messages = store_.list_stage_messages(job.id, secure.index(), kind);
+  if (!messages.ok()) {
+    log_warn(job_prefix(job) + "cannot read the relayed stage messages of round " +
+             std::to_string(secure.index()) + ": " + messages.status().to_string());
+    return;
+  }
+  for (const storage::StageMessage& m : *messages) {
+    const Status taken = secure.receive_relayed(kind, m.client, m.body);
+    if (!taken.ok() && taken.code() != Code::kConflict) {
+      metrics_.add(metric::kSecAggMessagesRefused,
+                   {{"stage", SecureRound::stage_name(secure.stage())},
+                    {"reason", code_name(taken.code())}});
+    }
+  }
 }
 
 rounds::Conclusion RoundDriver::conclude_secure(Closing& c, double now) {

@@ -141,12 +141,20 @@ class RoundDriver {
   void conclude(Closing& closing, double now);
   // The owner's view of its open shared rounds, read from the store every kSharedPollS: K
   // recorded (JobEntry::shared_close.filled), or after the close whether every replica holding
-  // updates wrote its partial. Whether some shared round is open.
+  // updates wrote its partial; a secure round's relayed stage messages taken. Whether some
+  // shared round is open.
   bool check_shared_rounds(double now);
-  // Merges the other replicas' partials of a shared round into its aggregate, and counts
-  // their updates in the round (Round::accept); the updates of a replica without a usable
-  // partial are lost. Returns the round's "partials" metrics.
-  nlohmann::json merge_partials(JobEntry& job, rounds::Round& round);
+  // Merges the other replicas' partials of a shared round (`merge`: into its aggregate), and
+  // counts their updates in the round (Round::accept); the updates of a replica without a
+  // partial `merge` takes are lost. Returns the round's "partials" metrics.
+  nlohmann::json merge_partials(JobEntry& job, rounds::Round& round,
+                                const std::function<Status(const storage::PartialRecord&)>& merge);
+  // A shared secure round's close of its masked inputs: the other replicas' masked partials
+  // merged into `secure`; the replicas merged.
+  std::set<std::string> merge_masked_partials(JobEntry& job, SecureRound& secure);
+  // The clients' messages of the secure round's open stage that other replicas passed on
+  // through the store, taken by `secure`.
+  void take_relayed(JobEntry& job, SecureRound& secure);
   // A secure round's conclusion: the masks removed, the sum folded into the round's aggregate
   // and concluded as a plain round; or failed with the reason.
   rounds::Conclusion conclude_secure(Closing& closing, double now);

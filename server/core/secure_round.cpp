@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "secagg/crypto.h"
+#include "server/core/secure_round_copy.h"
 
 namespace fedcase::server {
 namespace {
@@ -68,7 +69,8 @@ SecureRound::SecureRound(const Setup& setup, TaskNotifier& notifier,
       config_(setup.config),
       notifier_(notifier),
       wake_driver_(std::move(wake_driver)),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      share_messages_(setup.share_messages) {}
 
 std::shared_ptr<SecureRound> SecureRound::open(Setup setup, TaskNotifier& notifier,
                                                std::function<void()> wake_driver,
@@ -205,6 +207,54 @@ Status SecureRound::receive_unmask_response(ClientId client,
       });
 }
 
+Status SecureRound::receive_relayed(const std::string& kind, ClientId client,
+                                    const std::string& body) {
+  {
+    MutexLock lock(mu_);
+    if (relayed_.count({kind, client})) return ok_status();
+  }
+  const json message = json::parse(body, nullptr, false);
+  if (message.is_discarded()) return invalid_argument("a relayed message is not JSON");
+  Status taken;
+  if (kind == stage_kind::kKeys) {
+    auto keys = protocol::read_secagg_advertise_keys(message);
+    taken = keys.ok() ? receive_keys(client, *keys) : keys.status();
+  } else if (kind == stage_kind::kShares) {
+    auto shares = protocol::read_secagg_shares(message);
+    taken = shares.ok() ? receive_shares(client, *shares) : shares.status();
+  } else if (kind == stage_kind::kUnmask) {
+    auto answer = protocol::read_secagg_unmask_response(message);
+    taken = answer.ok() ? receive_unmask_response(client, *answer) : answer.status();
+  } else {
+    return invalid_argument("no stage takes relayed '" + kind + "' messages");
+  }
+  // Taken or refused, it is not read again; out of stage (kConflict: it may have come before
+  // the stage opened here, as the other replicas hear of a stage first) it is read again.
+  if (taken.code() != Code::kConflict) {
+    MutexLock lock(mu_);
+    relayed_.insert({kind, client});
+  }
+  return taken;
+}
+
+Status SecureRound::merge_partial(std::string_view bytes) {
+  return call_in_stage(
+      Stage::kMaskedInput,
+      [&]() -> Status {
+        auto senders = server_->merge_masked_partial(bytes);
+        if (!senders.ok()) return senders.status();
+        MutexLock lock(mu_);
+        inputs_.insert(senders->begin(), senders->end());
+        return ok_status();
+      },
+      [] { return false; });
+}
+
+size_t SecureRound::sharer_count() const {
+  MutexLock lock(mu_);
+  return sharers_.size();
+}
+
 Result<std::optional<std::string>> SecureRound::written_message(
     Stage ready, const std::map<ClientId, std::string>& written, ClientId client,
     const char* missing_stage) const {
@@ -242,8 +292,19 @@ std::optional<double> SecureRound::next_deadline(double now) const {
   return deadline_;
 }
 
-void SecureRound::publish(Stage next, std::map<ClientId, std::string> written, const Status& closed,
+void SecureRound::publish(Stage next, std::map<ClientId, std::string> written, Status closed,
                           double now) {
+  if (closed.ok() && share_messages_) {
+    const char* kind = next == Stage::kShareKeys     ? stage_kind::kKeysReply
+                       : next == Stage::kMaskedInput ? stage_kind::kForwarded
+                                                     : stage_kind::kUnmaskRequest;
+    Status shared = share_messages_(kind, written);
+    if (!shared.ok()) {
+      closed = unavailable("the " + std::string(stage_name(next)) +
+                           " stage's messages cannot reach the other replicas: " +
+                           shared.message());
+    }
+  }
   std::vector<ClientId> wake;
   {
     MutexLock lock(mu_);
@@ -447,7 +508,9 @@ std::shared_ptr<SecureRound> SecureRounds::open(JobId job, RoundIndex round,
                                                 const secagg::SecureAggregationConfig& config,
                                                 std::vector<ClientId> invitees,
                                                 uint64_t vector_length, double now,
-                                                size_t threads) {
+                                                size_t threads,
+                                                decltype(SecureRound::Setup::share_messages)
+                                                    share_messages) {
   SecureRound::Setup setup;
   setup.job = job;
   setup.round = round;
@@ -457,6 +520,7 @@ std::shared_ptr<SecureRound> SecureRounds::open(JobId job, RoundIndex round,
   setup.opened_at = now;
   setup.config = config;
   setup.threads = threads;
+  setup.share_messages = std::move(share_messages);
   {
     MutexLock lock(mu_);
     for (const auto& keys : used_keys_[job])
@@ -517,6 +581,50 @@ uint64_t SecureRounds::watch(ClientId client, std::function<void()> wake) {
 
 void SecureRounds::unwatch(ClientId client, uint64_t handle) {
   stage_ready_.cancel(client, handle);
+}
+
+void SecureRounds::serve_copy(JobId job, std::shared_ptr<SecureRoundCopy> copy) {
+  std::shared_ptr<SecureRoundCopy> earlier;
+  {
+    MutexLock lock(mu_);
+    earlier = std::exchange(copies_[job], std::move(copy));
+  }
+  if (earlier) earlier->end("round " + std::to_string(earlier->index()) + " is over");
+}
+
+std::shared_ptr<SecureRoundCopy> SecureRounds::find_copy(JobId job) const {
+  MutexLock lock(mu_);
+  auto it = copies_.find(job);
+  return it == copies_.end() ? nullptr : it->second;
+}
+
+void SecureRounds::drop_copy(JobId job, const std::string& why) {
+  std::shared_ptr<SecureRoundCopy> dropped;
+  {
+    MutexLock lock(mu_);
+    auto it = copies_.find(job);
+    if (it == copies_.end()) return;
+    dropped = std::move(it->second);
+    copies_.erase(it);
+  }
+  dropped->end(why);
+}
+
+std::vector<JobId> SecureRounds::copied_jobs() const {
+  std::vector<JobId> out;
+  MutexLock lock(mu_);
+  for (const auto& [job, copy] : copies_) out.push_back(job);
+  return out;
+}
+
+std::shared_ptr<SecureStages> SecureRounds::stages(JobId job) const {
+  MutexLock lock(mu_);
+  std::shared_ptr<SecureStages> own, copy;
+  if (auto it = rounds_.find(job); it != rounds_.end()) own = it->second;
+  if (auto it = copies_.find(job); it != copies_.end()) copy = it->second;
+  // A replica that stepped down may still hold its last round: the later round is served.
+  if (own && copy) return copy->index() > own->index() ? copy : own;
+  return own ? own : copy;
 }
 
 }  // namespace fedcase::server

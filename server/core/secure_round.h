@@ -52,7 +52,37 @@
 
 namespace fedcase::server {
 
-class SecureRound {
+// A secure round's stages as clients' requests reach them on one replica: the owner's
+// SecureRound, or another replica's SecureRoundCopy (secure_round_copy.h), which relays the
+// messages through the store. Errors as SecureRound's below.
+class SecureStages {
+ public:
+  virtual ~SecureStages() = default;
+  virtual RoundIndex index() const = 0;
+  virtual Status receive_keys(ClientId client, const protocol::SecAggAdvertiseKeys& message) = 0;
+  virtual Status receive_shares(ClientId client, const protocol::SecAggShares& message) = 0;
+  virtual Status receive_masked_input(ClientId client, const protocol::SecAggMaskedInput& header,
+                                      std::string_view body,
+                                      const std::function<Status()>& record) = 0;
+  virtual Status receive_unmask_response(ClientId client,
+                                         const protocol::SecAggUnmaskResponse& message) = 0;
+  virtual Result<std::optional<std::string>> keys_reply(ClientId client) const = 0;
+  virtual Result<std::optional<std::string>> forwarded_shares(ClientId client) const = 0;
+  virtual Result<std::optional<std::string>> unmask_request(ClientId client) const = 0;
+};
+
+// The kinds of stage messages replicas pass through the store (storage::StageMessage): the
+// clients' messages, and the owner's message to each client once the stage before closed.
+namespace stage_kind {
+inline constexpr const char* kKeys = "keys";
+inline constexpr const char* kShares = "shares";
+inline constexpr const char* kUnmask = "unmask";
+inline constexpr const char* kKeysReply = "keys_reply";
+inline constexpr const char* kForwarded = "forwarded";
+inline constexpr const char* kUnmaskRequest = "unmask_request";
+}  // namespace stage_kind
+
+class SecureRound : public SecureStages {
  public:
   enum class Stage {
     kAdvertiseKeys,
@@ -73,6 +103,12 @@ class SecureRound {
     secagg::SecureAggregationConfig config;
     std::set<std::string> used_public_keys;  // of the job's earlier rounds
     size_t threads = 2;                      // for folds and unmasking
+    // A round every replica serves (docs/scaling.md, "Secure rounds on every replica"): called
+    // with each client's message of the stage about to open (its kind, stage_kind::kKeysReply,
+    // kForwarded or kUnmaskRequest) before the clients polling here get theirs; an error
+    // fails the round. Null for a round served here alone.
+    std::function<Status(const char* kind, const std::map<ClientId, std::string>& messages)>
+        share_messages;
   };
   // The round's parameters follow from the config and the invitees (secagg::round_params). A
   // round whose parameters or server cannot be made is created failed, saying why.
@@ -82,7 +118,7 @@ class SecureRound {
   static std::shared_ptr<SecureRound> open(Setup setup, TaskNotifier& notifier,
                                            std::function<void()> wake_driver, Metrics& metrics);
 
-  RoundIndex index() const { return round_; }
+  RoundIndex index() const override { return round_; }
   Stage stage() const;
   // Why the round failed ("" unless stage() is kFailed).
   std::string failure() const;
@@ -92,23 +128,35 @@ class SecureRound {
   // (SecAggServer::receive_*): kPermissionDenied for a sender that is not the message's client,
   // not invited or no longer a participant, or a message of another job or round, or a
   // replayed key; kInvalidArgument for a malformed message.
-  Status receive_keys(ClientId client, const protocol::SecAggAdvertiseKeys& message);
-  Status receive_shares(ClientId client, const protocol::SecAggShares& message);
+  Status receive_keys(ClientId client, const protocol::SecAggAdvertiseKeys& message) override;
+  Status receive_shares(ClientId client, const protocol::SecAggShares& message) override;
   // Checks the input (SecAggServer::check_masked_input), then runs `record` (the metadata's
   // store write) and, if it succeeds, folds the vector in; inputs of one round are taken one
   // at a time, so a refused input (or a failed `record`) leaves nothing behind. kUnprocessable
   // for a vector of the wrong length or word size.
   Status receive_masked_input(ClientId client, const protocol::SecAggMaskedInput& header,
-                              std::string_view body, const std::function<Status()>& record);
-  Status receive_unmask_response(ClientId client, const protocol::SecAggUnmaskResponse& message);
+                              std::string_view body,
+                              const std::function<Status()>& record) override;
+  Status receive_unmask_response(ClientId client, const protocol::SecAggUnmaskResponse& message) override;
+
+  // A client's message that another replica received and passed on through the store
+  // (`kind`: stage_kind::kKeys, kShares or kUnmask; `body`: its JSON text), taken as if it came
+  // here; one already taken is skipped (OK). Errors as the receive_* above, and
+  // kInvalidArgument for a body that does not read or an unknown kind.
+  Status receive_relayed(const std::string& kind, ClientId client, const std::string& body);
+  // Another replica's partial sum of masked inputs (SecAggServer::merge_masked_partial),
+  // during the masked input stage: its senders count as having sent their input here.
+  Status merge_partial(std::string_view bytes);
+  // The clients that completed the share stage (0 before it closed).
+  size_t sharer_count() const;
 
   // ---- what long polls read (cheap: the messages are written when a stage closes) ----
   // The client's message of the stage: nullopt while that stage is still open for the round;
   // kPermissionDenied for a client that has none (it did not answer the stage before, in
   // time); kConflict with the reason once the round failed.
-  Result<std::optional<std::string>> keys_reply(ClientId client) const;
-  Result<std::optional<std::string>> forwarded_shares(ClientId client) const;
-  Result<std::optional<std::string>> unmask_request(ClientId client) const;
+  Result<std::optional<std::string>> keys_reply(ClientId client) const override;
+  Result<std::optional<std::string>> forwarded_shares(ClientId client) const override;
+  Result<std::optional<std::string>> unmask_request(ClientId client) const override;
 
   // ---- the round driver ----
   // The next stage deadline after `now` (keys, shares, unmask), if one is pending.
@@ -159,9 +207,9 @@ class SecureRound {
   // shares); kConflict with the round's failure when too few answered.
   Status close_keys(double now);
   Status close_shares(double now);
-  // Publishes `written` as the messages of `next`, or the failure, and wakes the polls.
-  void publish(Stage next, std::map<ClientId, std::string> written, const Status& closed,
-               double now);
+  // Publishes `written` as the messages of `next` (to the other replicas first, when the round
+  // is shared), or the failure, and wakes the polls.
+  void publish(Stage next, std::map<ClientId, std::string> written, Status closed, double now);
   // Waits until no client's call is in flight (a stage closes only then).
   void wait_for_calls();
   // Runs `call` on the server unless the round has left `stage`, counted in flight until its
@@ -177,6 +225,7 @@ class SecureRound {
   TaskNotifier& notifier_;
   const std::function<void()> wake_driver_;
   Metrics& metrics_;
+  const decltype(Setup::share_messages) share_messages_;
   std::unique_ptr<secagg::SecAggServer> server_;  // null when the setup failed
   std::optional<protocol::SecAggParams> params_;
 
@@ -195,6 +244,8 @@ class SecureRound {
   std::set<ClientId> shared_ FEDCASE_GUARDED_BY(mu_);
   std::set<ClientId> inputs_ FEDCASE_GUARDED_BY(mu_);
   std::set<ClientId> answered_ FEDCASE_GUARDED_BY(mu_);
+  // The relayed messages taken (kind, client), so that a re-read skips them.
+  std::set<std::pair<std::string, ClientId>> relayed_ FEDCASE_GUARDED_BY(mu_);
   // Participants of each closed stage (the graph's; the sharers; the survivors).
   std::set<ClientId> participants_ FEDCASE_GUARDED_BY(mu_);
   std::set<ClientId> sharers_ FEDCASE_GUARDED_BY(mu_);
@@ -207,7 +258,10 @@ class SecureRound {
   std::map<ClientId, std::string> unmask_requests_ FEDCASE_GUARDED_BY(mu_);
 };
 
-// The secure rounds of every job, by job: at most one open per job.
+class SecureRoundCopy;  // secure_round_copy.h
+
+// The secure rounds of every job, by job: at most one open per job, and on a replica the copies
+// of the rounds other replicas own (SharedRounds keeps them).
 class SecureRounds {
  public:
   // `wake_driver` is called when a round may close a stage early.
@@ -215,10 +269,13 @@ class SecureRounds {
 
   // Opens the secure round of `round` of `job` (config: the job's section) over `invitees`;
   // it replaces any earlier one of the job. A round that cannot be set up is opened failed.
+  // `share_messages`: Setup::share_messages (null: a round served here alone).
   std::shared_ptr<SecureRound> open(JobId job, RoundIndex round,
                                     const secagg::SecureAggregationConfig& config,
                                     std::vector<ClientId> invitees, uint64_t vector_length,
-                                    double now, size_t threads);
+                                    double now, size_t threads,
+                                    decltype(SecureRound::Setup::share_messages) share_messages =
+                                        nullptr);
   // The job's secure round, or null.
   std::shared_ptr<SecureRound> find(JobId job) const;
   // The job's round `round` is over: its public keys join the job's used ones (those of its
@@ -234,6 +291,20 @@ class SecureRounds {
   // Long polls of stage messages wait here (as task polls on the task notifier).
   uint64_t watch(ClientId client, std::function<void()> wake);
   void unwatch(ClientId client, uint64_t handle);
+  // What wakes them: copies publish through it.
+  TaskNotifier& stage_notifier() { return stage_ready_; }
+
+  // ---- copies of rounds another replica owns (SharedRounds) ----
+  // Serves `copy` as the job's secure round here; an earlier copy of the job ends.
+  void serve_copy(JobId job, std::shared_ptr<SecureRoundCopy> copy);
+  // The job's copy, or null.
+  std::shared_ptr<SecureRoundCopy> find_copy(JobId job) const;
+  // The job's copy ends (`why`) and is forgotten.
+  void drop_copy(JobId job, const std::string& why);
+  // Every job that has a copy.
+  std::vector<JobId> copied_jobs() const;
+  // The job's round as a client's request sees it here: its own round, else a copy; null.
+  std::shared_ptr<SecureStages> stages(JobId job) const;
 
  private:
   std::vector<std::shared_ptr<SecureRound>> all() const;
@@ -243,6 +314,7 @@ class SecureRounds {
   TaskNotifier stage_ready_;
   mutable Mutex mu_;
   std::map<JobId, std::shared_ptr<SecureRound>> rounds_ FEDCASE_GUARDED_BY(mu_);
+  std::map<JobId, std::shared_ptr<SecureRoundCopy>> copies_ FEDCASE_GUARDED_BY(mu_);
   // Per job: the public keys of its last rounds, oldest first.
   std::map<JobId, std::vector<std::set<std::string>>> used_keys_ FEDCASE_GUARDED_BY(mu_);
 };

@@ -1,10 +1,14 @@
 #include "server/core/shared_rounds.h"
 
 #include <chrono>
+#include <map>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "common/log.h"
+#include "secagg/config.h"
+#include "server/core/secure_round_copy.h"
 
 namespace fedcase::server {
 namespace {
@@ -20,10 +24,11 @@ bool running(JobState state) { return state == JobState::kRunning || state == Jo
 }  // namespace
 
 SharedRounds::SharedRounds(storage::Store& store, JobTable& jobs, TaskNotifier& tasks_ready,
-                           Metrics& metrics, std::string replica)
+                           SecureRounds& secure, Metrics& metrics, std::string replica)
     : store_(store),
       jobs_(jobs),
       tasks_ready_(tasks_ready),
+      secure_(secure),
       metrics_(metrics),
       replica_(std::move(replica)) {}
 
@@ -36,6 +41,7 @@ double SharedRounds::follow(double now) {
     uint64_t version = 0;            // the model version it holds
   };
   std::vector<Followed> followed;
+  std::set<JobId> copies_kept;
   jobs_.update_each([&](JobEntry& job, const JobStatus& status) {
     if (status.owned) return;
     const bool copy = status.round && status.mirrored;
@@ -45,11 +51,13 @@ double SharedRounds::follow(double now) {
                         status.model->version});
   });
   for (const Followed& f : followed) {
+    copies_kept.insert(f.job->id);
     auto rounds = store_.list_rounds(f.job->id);
     if (!rounds.ok()) {
       log_warn(job_prefix(f.job->id) + "cannot read its rounds: " + rounds.status().to_string());
       continue;
     }
+    follow_secure(*f.job, *rounds);
     if (f.copy) {
       const storage::RoundRecord* record = nullptr;
       for (const auto& r : *rounds) {
@@ -65,7 +73,60 @@ double SharedRounds::follow(double now) {
                              latest.target > 0 && !latest.plan.empty();
     if (served_here && latest.base_version == f.version) serve(*f.job, latest);
   }
+  // A job owned here now, or no longer running, keeps no copy.
+  for (JobId job : secure_.copied_jobs()) {
+    if (!copies_kept.count(job)) secure_.drop_copy(job, "this replica no longer follows the job");
+  }
   return next_;
+}
+
+void SharedRounds::follow_secure(JobEntry& job, const std::vector<storage::RoundRecord>& rounds) {
+  std::shared_ptr<SecureRoundCopy> copy = secure_.find_copy(job.id);
+  if (!copy) return;
+  const storage::RoundRecord* record = nullptr;
+  for (const auto& r : rounds) {
+    if (r.index == copy->index()) record = &r;
+  }
+  if (record == nullptr || record->state != RoundState::kOpen) {
+    secure_.drop_copy(job.id, "round " + std::to_string(copy->index()) + " of job " +
+                                  std::to_string(job.id) + " is over");
+    return;
+  }
+  for (const char* kind :
+       {stage_kind::kKeysReply, stage_kind::kForwarded, stage_kind::kUnmaskRequest}) {
+    if (copy->published(kind)) continue;
+    auto messages = store_.list_stage_messages(job.id, copy->index(), kind);
+    if (!messages.ok()) {
+      log_warn(job_prefix(job.id) + "cannot read the stage messages of round " +
+               std::to_string(copy->index()) + ": " + messages.status().to_string());
+      return;
+    }
+    if (messages->empty()) return;  // the stages open in turn: the later ones are not out yet
+    std::map<ClientId, std::string> by_client;
+    for (storage::StageMessage& m : *messages) by_client[m.client] = std::move(m.body);
+    copy->publish(kind, std::move(by_client));
+  }
+}
+
+void SharedRounds::serve_secure(JobEntry& job, const storage::RoundRecord& record,
+                                const std::vector<ClientId>& invited) {
+  const uint64_t vector_length = job.runtime->model()->layout.element_count();
+  auto params =
+      secagg::round_params(*job.config.secure_aggregation, invited.size(), vector_length);
+  if (!params.ok()) {
+    log_warn(job_prefix(job.id) + "cannot serve secure round " + std::to_string(record.index) +
+             ": " + params.status().to_string());
+    return;
+  }
+  SecureRoundCopy::Setup setup;
+  setup.job = job.id;
+  setup.round = record.index;
+  setup.invitees = invited;
+  setup.vector_length = vector_length;
+  setup.bits = params->bits;
+  setup.threads = job.config.aggregation.threads;
+  secure_.serve_copy(job.id, std::make_shared<SecureRoundCopy>(setup, store_,
+                                                               secure_.stage_notifier()));
 }
 
 void SharedRounds::serve(JobEntry& job, const storage::RoundRecord& record) {
@@ -82,6 +143,8 @@ void SharedRounds::serve(JobEntry& job, const storage::RoundRecord& record) {
     return;
   }
   const std::vector<ClientId> invited = round->invited();
+  // Before the round is published: its invitees' first messages find their secure round.
+  if (job.config.secure_aggregation) serve_secure(job, record, invited);
   const bool published = jobs_.update(job, [&](JobStatus& status) {
     const bool changed = status.owned || status.round || status.model->version != spec.base_version;
     if (changed) return false;
@@ -117,7 +180,12 @@ void SharedRounds::close(JobEntry& job, RoundIndex index, bool concluded, double
   if (!taken.ready) return;
   // Write: the partial, when there is one to write.
   if (!concluded && taken.accepted > 0 && !taken.spoilt) {
-    auto partial = taken.aggregate->partial();
+    // A secure round's partial is the masked inputs folded by its copy.
+    std::shared_ptr<SecureRoundCopy> secure = secure_.find_copy(job.id);
+    auto partial = secure && secure->index() == index
+                       ? Result<aggregation::EncodedPartial>(
+                             aggregation::EncodedPartial{secure->partial(), 0, secure->inputs()})
+                       : taken.aggregate->partial();
     Status written = partial.status();
     std::string bytes;
     if (partial.ok()) {

@@ -10,6 +10,11 @@
 // the owner merges the partials and commits. A copy whose round concluded meanwhile is dropped
 // unwritten.
 //
+// A secure job's round (docs/scaling.md, "Secure rounds on every replica") is served here by a
+// SecureRoundCopy beside the Round copy: the owner's stage messages are read from the store on
+// every pass until the round concludes, and the partial written at the close is the copy's
+// masked partial; the SecureRoundCopy outlives the Round copy, through the unmask stage.
+//
 // The store is read every kFollowEvery seconds (the rounds of each job this replica does not
 // own), and at once after wake() (a kRound wake-up: a round opened, closed, got a partial or
 // concluded); a job whose model version is behind the round's base version waits for the
@@ -25,6 +30,7 @@
 
 #include "server/core/job_table.h"
 #include "server/core/metrics.h"
+#include "server/core/secure_round.h"
 #include "server/core/task_notifier.h"
 #include "storage/store.h"
 
@@ -33,8 +39,8 @@ namespace fedcase::server {
 class SharedRounds {
  public:
   // Every argument must outlive the object; `replica` names this replica in the store.
-  SharedRounds(storage::Store& store, JobTable& jobs, TaskNotifier& tasks_ready, Metrics& metrics,
-               std::string replica);
+  SharedRounds(storage::Store& store, JobTable& jobs, TaskNotifier& tasks_ready,
+               SecureRounds& secure, Metrics& metrics, std::string replica);
 
   // One pass at `now` (the coordinator's clock), unless the last one was less than
   // kFollowEvery ago; returns when the next one is due.
@@ -49,10 +55,17 @@ class SharedRounds {
   // Closes the copy of round `index` of `job`; once no upload is being folded into it, writes
   // its aggregate as this replica's partial (unless the round `concluded`) and drops it.
   void close(JobEntry& job, RoundIndex index, bool concluded, double now);
+  // Publishes the owner's stage messages of the job's secure round copy that the store holds
+  // now, or drops the copy once its round is no longer open (`rounds`: the job's).
+  void follow_secure(JobEntry& job, const std::vector<storage::RoundRecord>& rounds);
+  // Serves a copy of the secure round `record` of `job` (invited: its invitees).
+  void serve_secure(JobEntry& job, const storage::RoundRecord& record,
+                    const std::vector<ClientId>& invited);
 
   storage::Store& store_;
   JobTable& jobs_;
   TaskNotifier& tasks_ready_;
+  SecureRounds& secure_;
   Metrics& metrics_;
   const std::string replica_;
   double next_ = 0;

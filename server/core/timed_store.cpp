@@ -103,6 +103,14 @@ class TimedStore : public Store {
   Result<std::vector<PartialRecord>> list_partials(JobId job, RoundIndex round) override {
     return store_->list_partials(job, round);
   }
+  Status put_stage_messages(const std::vector<StageMessage>& messages) override {
+    return timed_write(metrics_, "put_stage_messages",
+                       [&] { return store_->put_stage_messages(messages); });
+  }
+  Result<std::vector<StageMessage>> list_stage_messages(JobId job, RoundIndex round,
+                                                        const std::string& kind) override {
+    return store_->list_stage_messages(job, round, kind);
+  }
   Result<LeaseRecord> acquire_lease(JobId job, const std::string& holder,
                                     double duration_s) override {
     return timed_write(metrics_, "acquire_lease",

@@ -7,7 +7,9 @@
 //  - three replicas train one job together, each client talking to a different replica: the
 //    non-owners serve the owner's round, admit their clients' updates through the store and
 //    write partials, which the owner merges (server/core/shared_rounds.h); for a FedAvg job a
-//    partial is one model, for a median job it gathers every update at the owner;
+//    partial is one model, for a median job it gathers every update at the owner, for a job
+//    with secure aggregation it is the sum of the replica's masked inputs, and the stage
+//    messages pass between the clients and the owner through the store;
 //  - a replica holding admitted updates dies before writing its partial: the owner commits
 //    without them lease_s after the close.
 
@@ -275,10 +277,11 @@ TEST_CASE("the owner killed, the other replica drives the job and the fleet fail
 namespace {
 
 // Three replicas, two clients on each, every client knowing only its own replica, train a job
-// of `rule` with K = 6 until three rounds merged partials from both non-owners. A merged
-// partial is one model for fedavg (its sum) and one model per update for the rules that need
-// every update (its updates, gathered at the owner).
-void train_on_three_replicas(const std::string& rule) {
+// of `rule` (with secure aggregation when `secure`) with K = 6 until three rounds merged
+// partials from both non-owners. A merged partial is one model for fedavg (its sum), one
+// masked vector of the model's length for a secure job (its masked inputs' sum), and one model
+// per update for the rules that need every update (its updates, gathered at the owner).
+void train_on_three_replicas(const std::string& rule, bool secure = false) {
   PostgresServer& server = PostgresServer::shared();
   const std::string url = server.url(server.create_database());
   TempDir dir;
@@ -289,6 +292,7 @@ void train_on_three_replicas(const std::string& rule) {
   Caller admin_a(a_port, kAdminToken);
   json job = shared_job("shared", kK, 60);
   job["aggregation"] = {{"rule", rule}};
+  if (secure) job["secure_aggregation"] = {{"dropout", 0.0}, {"corrupt", 0.0}, {"clip", 20}};
   REQUIRE(admin_a.post("/v1/admin/jobs", job).status == 201);
   auto reader = storage::open_store(url);
   REQUIRE(reader.ok());
@@ -304,6 +308,7 @@ void train_on_three_replicas(const std::string& rule) {
   for (size_t i = 0; i < 3; ++i) {
     client::FleetConfig config = test_fleet(ports[i], kPerReplica, slice);
     config.seed = 1 + i;
+    config.require_secure_aggregation = secure;
     auto fleet = client::Fleet::start(config);
     REQUIRE(fleet.ok());
     fleets.push_back(std::move(fleet).value());
@@ -356,10 +361,17 @@ void train_on_three_replicas(const std::string& rule) {
     }
     CHECK(r.metrics["updates"].get<uint64_t>() == by_replica["a"] + merged);
     CHECK(partials.value("lost", json::object()).empty());
-    // What the owner read: a model per partial (fedavg) or per update (median), within 1%.
+    // What the owner read: a model per partial (fedavg; for a secure job a masked vector of
+    // 4-byte words, as long as the model's 4-byte floats) or per update (median), within 1%.
     const double models = rule == "fedavg" ? double(merged_by.size()) : double(merged);
     CHECK(std::abs(partials.value("bytes", 0.0) - models * model_bytes) <=
           0.01 * models * model_bytes);
+    if (secure) {
+      const json summary = r.metrics.value("secure_aggregation", json::object());
+      CHECK(summary.value("stage", "") == "done");
+      CHECK(summary["clients"]["masked_input"] == updates->size());
+      CHECK(summary.value("bits", 64) <= 32);
+    }
     merged_rounds += merged_from_both(r);
   }
   MESSAGE(committed.size() << " rounds committed, " << merged_rounds
@@ -406,6 +418,10 @@ void train_on_three_replicas(const std::string& rule) {
 
 TEST_CASE("three replicas train one job together, each client on a different replica") {
   train_on_three_replicas("fedavg");
+}
+
+TEST_CASE("three replicas fold the masked inputs of a secure job, each into its own partial") {
+  train_on_three_replicas("fedavg", /*secure=*/true);
 }
 
 TEST_CASE("three replicas gather every update of a median job at its owner") {

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "secagg/partial.h"
 #include "secagg/quantize.h"
 #include "tests/secagg/round_util.h"
 
@@ -152,6 +153,71 @@ TEST_CASE("64-bit words: a modulus above 32 bits gives the same sum") {
   REQUIRE_MESSAGE(sum.ok(), sum.status().to_string());
   CHECK(round.masked_of(round.invitees()[0]).header.word_bytes == 8);
   check_sum(round, in, *sum, round.invitees());
+}
+
+TEST_CASE("masked inputs folded into other replicas' partials give the same sum, or none") {
+  for (uint32_t bits : {32u, 48u}) {
+    CAPTURE(bits);
+    RoundOptions o = options(12, 6, 4);
+    o.bits = bits;
+    TestRound round(o);
+    const Inputs in = make_inputs(round);
+    round.advertise();
+    round.share();
+    // A third of the inputs reach the owner, the others two replicas' partials, in turn.
+    const uint32_t word_bytes = bits <= 32 ? 4 : 8;
+    MaskedPartial b(o.length + 1, word_bytes, 2), c(o.length + 1, word_bytes, 2);
+    size_t n = 0;
+    const std::set<ClientId> sent = round.mask(
+        in.updates, in.weights, {}, [&](ClientId client, const SecAggMaskedVector& m) {
+          const size_t turn = n++ % 3;
+          if (turn == 0) return round.server().receive_masked_input(client, m.header, m.body).ok();
+          return (turn == 1 ? b : c).fold(m.header, m.body).ok();
+        });
+    REQUIRE(sent.size() == round.invitees().size());
+    CHECK(b.inputs() == 4);
+    const std::string encoded_b = b.encode(), encoded_c = c.encode();
+    CHECK(round.server().merge_masked_partial(encoded_b.substr(0, encoded_b.size() - 1)).status()
+              .code() == Code::kInvalidArgument);
+    auto merged = round.server().merge_masked_partial(encoded_b);
+    REQUIRE_MESSAGE(merged.ok(), merged.status().to_string());
+    CHECK(merged->size() == 4);
+    // The same inputs again: refused as a whole, nothing changes.
+    const std::vector<uint64_t> before = round.server().masked_sum();
+    CHECK(round.server().merge_masked_partial(encoded_b).status().code() == Code::kConflict);
+    CHECK(round.server().masked_sum() == before);
+    REQUIRE(round.server().merge_masked_partial(encoded_c).ok());
+    REQUIRE(round.close_inputs());
+    round.unmask();
+    Result<SecAggSum> sum = round.server().finish();
+    REQUIRE_MESSAGE(sum.ok(), sum.status().to_string());
+    check_sum(round, in, *sum, round.invitees());
+    CHECK(sum->dropped.empty());
+  }
+}
+
+TEST_CASE("a partial whose inputs break the round's rules is refused whole") {
+  RoundOptions o = options(6, 5, 3);
+  TestRound round(o);
+  const Inputs in = make_inputs(round);
+  round.advertise();
+  round.share();
+  MaskedPartial p(o.length + 1, 4, 1);
+  const ClientId first = round.invitees()[0];
+  round.mask(in.updates, in.weights, {}, [&](ClientId client, const SecAggMaskedVector& m) {
+    if (client == first) return round.server().receive_masked_input(client, m.header, m.body).ok();
+    protocol::SecAggMaskedInput header = m.header;
+    // The last one claims it could not decrypt the share of a client whose input is in.
+    if (client == round.invitees().back()) header.refused_shares = {first};
+    return p.fold(header, m.body).ok();
+  });
+  const std::vector<uint64_t> before = round.server().masked_sum();
+  CHECK(round.server().merge_masked_partial(p.encode()).status().code() ==
+        Code::kPermissionDenied);
+  CHECK(round.server().masked_sum() == before);
+  MaskedPartial empty(o.length + 1, 4, 1);
+  CHECK(round.server().merge_masked_partial(empty.encode()).status().code() ==
+        Code::kInvalidArgument);
 }
 
 // The complete graph over 10 clients with t = 6: a secret of one client is held by its 9

@@ -131,10 +131,12 @@ class TestRound {
     return accepted;
   }
 
-  // Masks each present client's update (updates[c], weights[c]); returns who was accepted.
+  // Masks each present client's update (updates[c], weights[c]) and hands it to `deliver`
+  // (by default the server's receive_masked_input; true: accepted); returns who was accepted.
+  using Deliver = std::function<bool(ClientId, const SecAggMaskedVector&)>;
   std::set<ClientId> mask(const std::map<ClientId, std::vector<float>>& updates,
                           const std::map<ClientId, uint64_t>& weights,
-                          const std::set<ClientId>& absent = {}) {
+                          const std::set<ClientId>& absent = {}, const Deliver& deliver = {}) {
     Status closed = server_->close_shares();
     REQUIRE_MESSAGE(closed.ok(), closed.to_string());
     std::set<ClientId> accepted;
@@ -149,7 +151,9 @@ class TestRound {
                                u.data(), u.size(), weights.at(c));
       REQUIRE_MESSAGE(m.ok(), m.status().to_string());
       masked_[c] = *m;
-      if (server_->receive_masked_input(c, m->header, m->body).ok()) accepted.insert(c);
+      const bool taken = deliver ? deliver(c, *m)
+                                 : server_->receive_masked_input(c, m->header, m->body).ok();
+      if (taken) accepted.insert(c);
     }
     return accepted;
   }

@@ -451,6 +451,43 @@ void partials(const BackendFactory& factory) {
   CHECK(store->put_partial({job, 1, "r3", "", 0, 0, 71}).code() == Code::kConflict);
 }
 
+void stage_messages(const BackendFactory& factory) {
+  auto backend = factory();
+  auto store = open(*backend);
+  const auto [a, b, c, d] = four_clients(*store);
+  static_cast<void>(d);
+  const JobId job = create(*store, job_record("j"));
+  REQUIRE(store->open_round(with_target(open_round_record(job, 1), 3)).ok());
+  const std::string body = "{\"keys\": \"\\u0000 and bytes\"}";
+  REQUIRE(store->put_stage_messages({{job, 1, "keys", b, body}}).ok());
+  REQUIRE(store->put_stage_messages({{job, 1, "keys", a, "{}"}}).ok());
+  // Once per round, kind and client; a batch with one taken stores nothing.
+  CHECK(store->put_stage_messages({{job, 1, "keys", b, "{}"}}).code() == Code::kConflict);
+  CHECK(store->put_stage_messages({{job, 1, "keys", c, "{}"}, {job, 1, "keys", a, "{}"}}).code() ==
+        Code::kConflict);
+  CHECK(store->put_stage_messages({{job, 1, "", c, "{}"}}).code() == Code::kInvalidArgument);
+  CHECK(store->put_stage_messages({{job, 2, "keys", c, "{}"}}).code() == Code::kConflict);  // no round
+  REQUIRE(store->put_stage_messages({{job, 1, "keys_reply", a, "ra"}, {job, 1, "keys_reply", b,
+                                     "rb"}})
+              .ok());
+  auto keys = store->list_stage_messages(job, 1, "keys");
+  REQUIRE(keys.ok());
+  REQUIRE(keys->size() == 2);
+  CHECK(keys->at(0).client == a);
+  CHECK(keys->at(0).body == "{}");
+  CHECK(keys->at(1).client == b);
+  CHECK(keys->at(1).body == body);
+  CHECK(keys->at(1).job == job);
+  CHECK(keys->at(1).round == 1);
+  CHECK(keys->at(1).kind == "keys");
+  CHECK(store->list_stage_messages(job, 1, "keys_reply")->size() == 2);
+  CHECK(store->list_stage_messages(job, 1, "shares")->empty());
+  // The round's conclusion drops its messages; none is taken afterwards.
+  REQUIRE(store->fail_round(closed(open_round_record(job, 1), 70, {})).ok());
+  CHECK(store->list_stage_messages(job, 1, "keys")->empty());
+  CHECK(store->put_stage_messages({{job, 1, "shares", c, "{}"}}).code() == Code::kConflict);
+}
+
 void round_plans(const BackendFactory& factory) {
   auto backend = factory();
   auto store = open(*backend);
@@ -635,6 +672,7 @@ const Case kCases[] = {
     {"admission: an expired reservation frees its place", reservation_expiry},
     {"admission: replicas racing for places admit exactly K", admission_race},
     {"partials: after admission closes, matching the recorded updates", partials},
+    {"stage messages: once per round, kind and client, dropped with the round", stage_messages},
     {"a round's plan and whether it admits are read back by every replica", round_plans},
     {"tenants' service counters add up across replicas", tenant_service},
     {"wake-ups reach every listener after the commit", wakeups},

@@ -24,7 +24,7 @@ namespace {
 
 // The schema version of this build's PostgreSQL store (kMigrations in
 // storage/postgres_store.cpp), the same as SQLite's.
-constexpr int kSchemaVersion = 5;
+constexpr int kSchemaVersion = 6;
 
 // A database of its own on the shared server.
 class PostgresBackend : public contract::Backend {

@@ -107,6 +107,15 @@ class FailingStore : public Store {
   Result<std::vector<PartialRecord>> list_partials(JobId job, RoundIndex round) override {
     return call(StoreMethod::kListPartials, [&] { return store_->list_partials(job, round); });
   }
+  Status put_stage_messages(const std::vector<StageMessage>& messages) override {
+    return call(StoreMethod::kPutStageMessages,
+                [&] { return store_->put_stage_messages(messages); });
+  }
+  Result<std::vector<StageMessage>> list_stage_messages(JobId job, RoundIndex round,
+                                                        const std::string& kind) override {
+    return call(StoreMethod::kListStageMessages,
+                [&] { return store_->list_stage_messages(job, round, kind); });
+  }
   Result<LeaseRecord> acquire_lease(JobId job, const std::string& holder,
                                     double duration_s) override {
     return call(StoreMethod::kAcquireLease,
@@ -213,6 +222,10 @@ const char* method_name(StoreMethod method) {
       return "put_partial";
     case StoreMethod::kListPartials:
       return "list_partials";
+    case StoreMethod::kPutStageMessages:
+      return "put_stage_messages";
+    case StoreMethod::kListStageMessages:
+      return "list_stage_messages";
     case StoreMethod::kAcquireLease:
       return "acquire_lease";
     case StoreMethod::kRenewLease:

@@ -48,6 +48,8 @@ enum class StoreMethod {
   kHoldsPlace,
   kPutPartial,
   kListPartials,
+  kPutStageMessages,
+  kListStageMessages,
   kAcquireLease,
   kRenewLease,
   kReleaseLease,
