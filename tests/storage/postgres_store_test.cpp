@@ -44,6 +44,7 @@ class PostgresBackend : public contract::Backend {
   void rewind_schema(int version) override {
     REQUIRE(version >= 1);
     REQUIRE(version < kSchemaVersion);
+    if (version < 6) server_.query(database_, "DROP TABLE stage_messages");
     if (version < 5) server_.query(database_, "ALTER TABLE rounds DROP COLUMN plan");
     if (version < 4) {
       server_.query(database_,

@@ -82,6 +82,7 @@ class SqliteBackend : public contract::Backend {
   void rewind_schema(int version) override {
     REQUIRE(version >= 1);
     REQUIRE(version < kSchemaVersion);
+    if (version < 6) exec(path_, "DROP TABLE stage_messages");
     if (version < 5) exec(path_, "ALTER TABLE rounds DROP COLUMN plan");
     if (version < 4) {
       exec(path_,
