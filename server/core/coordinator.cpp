@@ -620,6 +620,21 @@ Result<std::shared_ptr<SecureStages>> Coordinator::secure_round(JobId job_id, Ro
   State& s = *state_;
   if (!s.find_job(job_id)) return job_not_found(job_id);
   std::shared_ptr<SecureStages> secure = s.secure.stages(job_id);
+  auto behind = [&] { return !secure || secure->index() < round; };
+  if (behind() && s.shared_rounds) {
+    // A replica that has not followed the owner's new round yet (a client's next request may
+    // reach another replica than its task's) follows it at once, if the store has it open.
+    auto admission = s.store->round_admission(job_id, round);
+    if (admission.ok() && admission->open) {
+      s.shared_rounds->wake();
+      s.driver.wake();
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+      while (behind() && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        secure = s.secure.stages(job_id);
+      }
+    }
+  }
   if (!secure || secure->index() != round) {
     return conflict("round " + std::to_string(round) + " of job " + std::to_string(job_id) +
                     " is not a secure round in progress");

@@ -218,7 +218,8 @@ class Coordinator {
   // The secure round `round` of `job`, for a client's stage message or long poll (on a replica
   // that does not own the job, its copy of the owner's round): kNotFound for an unknown job,
   // kConflict when the job has no secure round of that index in progress (a plain job, another
-  // round, or the round is over).
+  // round, or the round is over). A replica asked about an open round it has not followed
+  // yet follows it first, waiting up to 3 s.
   Result<std::shared_ptr<SecureStages>> secure_round(JobId job, RoundIndex round);
   // Long polls of stage messages wait here; `wake` as for watch_tasks.
   uint64_t watch_secure_stages(ClientId client, std::function<void()> wake);

@@ -294,17 +294,10 @@ std::optional<double> SecureRound::next_deadline(double now) const {
 
 void SecureRound::publish(Stage next, std::map<ClientId, std::string> written, Status closed,
                           double now) {
-  if (closed.ok() && share_messages_) {
-    const char* kind = next == Stage::kShareKeys     ? stage_kind::kKeysReply
-                       : next == Stage::kMaskedInput ? stage_kind::kForwarded
-                                                     : stage_kind::kUnmaskRequest;
-    Status shared = share_messages_(kind, written);
-    if (!shared.ok()) {
-      closed = unavailable("the " + std::string(stage_name(next)) +
-                           " stage's messages cannot reach the other replicas: " +
-                           shared.message());
-    }
-  }
+  // The stage opens here first, so that a client whose message of it another replica served
+  // (as soon as the store has it) finds it open here too.
+  const bool share = closed.ok() && share_messages_;
+  const std::map<ClientId, std::string> shared = share ? written : std::map<ClientId, std::string>();
   std::vector<ClientId> wake;
   {
     MutexLock lock(mu_);
@@ -317,6 +310,18 @@ void SecureRound::publish(Stage next, std::map<ClientId, std::string> written, S
       if (next == Stage::kShareKeys) keys_replies_ = std::move(written);
       if (next == Stage::kMaskedInput) forwarded_ = std::move(written);
       if (next == Stage::kUnmask) unmask_requests_ = std::move(written);
+    }
+  }
+  if (share) {
+    const char* kind = next == Stage::kShareKeys     ? stage_kind::kKeysReply
+                       : next == Stage::kMaskedInput ? stage_kind::kForwarded
+                                                     : stage_kind::kUnmaskRequest;
+    Status sent = share_messages_(kind, shared);
+    if (!sent.ok()) {
+      MutexLock lock(mu_);
+      fail("the " + std::string(stage_name(next)) +
+               " stage's messages cannot reach the other replicas: " + sent.message(),
+           now);
     }
   }
   notifier_.notify(wake);

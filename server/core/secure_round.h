@@ -104,9 +104,9 @@ class SecureRound : public SecureStages {
     std::set<std::string> used_public_keys;  // of the job's earlier rounds
     size_t threads = 2;                      // for folds and unmasking
     // A round every replica serves (docs/scaling.md, "Secure rounds on every replica"): called
-    // with each client's message of the stage about to open (its kind, stage_kind::kKeysReply,
-    // kForwarded or kUnmaskRequest) before the clients polling here get theirs; an error
-    // fails the round. Null for a round served here alone.
+    // with each client's message of the stage just opened here (its kind,
+    // stage_kind::kKeysReply, kForwarded or kUnmaskRequest) before the clients polling here are
+    // woken; an error fails the round. Null for a round served here alone.
     std::function<Status(const char* kind, const std::map<ClientId, std::string>& messages)>
         share_messages;
   };
@@ -207,8 +207,8 @@ class SecureRound : public SecureStages {
   // shares); kConflict with the round's failure when too few answered.
   Status close_keys(double now);
   Status close_shares(double now);
-  // Publishes `written` as the messages of `next` (to the other replicas first, when the round
-  // is shared), or the failure, and wakes the polls.
+  // Publishes `written` as the messages of `next` (then to the other replicas, when the round
+  // is shared: the round fails if they cannot have them), or the failure, and wakes the polls.
   void publish(Stage next, std::map<ClientId, std::string> written, Status closed, double now);
   // Waits until no client's call is in flight (a stage closes only then).
   void wait_for_calls();

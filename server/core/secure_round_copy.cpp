@@ -43,6 +43,15 @@ Status SecureRoundCopy::check_stage(const char* after, const char* before, Clien
   return ok_status();
 }
 
+void SecureRoundCopy::catch_up(const char* kind) {
+  if (published(kind)) return;
+  auto messages = store_.list_stage_messages(job_, round_, kind);
+  if (!messages.ok() || messages->empty()) return;
+  std::map<ClientId, std::string> by_client;
+  for (storage::StageMessage& m : *messages) by_client[m.client] = std::move(m.body);
+  publish(kind, std::move(by_client));
+}
+
 Status SecureRoundCopy::relay(const char* kind, ClientId client, const std::string& body) {
   Status put = store_.put_stage_messages({{job_, round_, kind, client, body}});
   if (put.code() == Code::kConflict) {
@@ -62,6 +71,7 @@ Status SecureRoundCopy::receive_keys(ClientId client, const protocol::SecAggAdve
 }
 
 Status SecureRoundCopy::receive_shares(ClientId client, const protocol::SecAggShares& m) {
+  catch_up(stage_kind::kKeysReply);
   {
     MutexLock lock(mu_);
     FEDCASE_RETURN_IF_ERROR(check_stage(stage_kind::kKeysReply, stage_kind::kForwarded, client,
@@ -72,6 +82,7 @@ Status SecureRoundCopy::receive_shares(ClientId client, const protocol::SecAggSh
 
 Status SecureRoundCopy::receive_unmask_response(ClientId client,
                                                 const protocol::SecAggUnmaskResponse& m) {
+  catch_up(stage_kind::kUnmaskRequest);
   {
     MutexLock lock(mu_);
     FEDCASE_RETURN_IF_ERROR(
@@ -84,6 +95,7 @@ Status SecureRoundCopy::receive_masked_input(ClientId client,
                                              const protocol::SecAggMaskedInput& h,
                                              std::string_view body,
                                              const std::function<Status()>& record) {
+  catch_up(stage_kind::kForwarded);
   MutexLock one_at_a_time(inputs_mu_);
   {
     MutexLock lock(mu_);

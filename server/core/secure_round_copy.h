@@ -12,7 +12,8 @@
 //
 // The stage is what the owner's messages tell: keys until the key replies are published here,
 // shares until the forwarded shares are, masked input until the unmask requests are, then
-// unmask.
+// unmask. A client's message of a stage this copy has not heard of yet (the client had the
+// stage's message from another replica) makes it read the store first.
 //
 // Thread safety: every method may be called from any thread. Masked inputs are folded one at a
 // time (inputs_mu_, taken before mu_); the store is written under no lock of this object.
@@ -84,6 +85,9 @@ class SecureRoundCopy : public SecureStages {
   // `after` (when given) or is invited.
   Status check_stage(const char* after, const char* before, ClientId client,
                      ClientId named, JobId job, RoundIndex round) const FEDCASE_REQUIRES(mu_);
+  // Publishes the owner's messages of `kind` from the store now if they are not yet: a client
+  // may have had them from another replica that heard of them first.
+  void catch_up(const char* kind);
   // Passes a checked message on to the owner.
   Status relay(const char* kind, ClientId client, const std::string& body);
   Result<std::optional<std::string>> published_message(const char* kind, ClientId client,
