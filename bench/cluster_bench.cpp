@@ -75,6 +75,7 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using fedcase::bench::percentile;
+using fedcase::bench::seconds_since;
 constexpr const char* kBench = "cluster_bench";
 constexpr const char* kAdmin = fedcase::bench::kAdminToken;
 constexpr const char* kEnroll = fedcase::bench::kEnrollmentToken;
@@ -84,10 +85,6 @@ constexpr double kLongPollMaxS = 60;
 constexpr fedcase::JobId kJob = 1;
 
 [[noreturn]] void die(const std::string& what) { fedcase::bench::die(kBench, what); }
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

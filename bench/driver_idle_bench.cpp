@@ -31,6 +31,7 @@ namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using fedcase::bench::seconds_since;
 
 [[noreturn]] void die(const std::string& what) { fedcase::bench::die("driver_idle_bench", what); }
 
@@ -45,10 +46,6 @@ double cpu_seconds() {
   getrusage(RUSAGE_SELF, &usage);
   auto seconds = [](const timeval& t) { return double(t.tv_sec) + t.tv_usec / 1e6; };
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-}
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
 // The CPU seconds the process spends in `seconds` of wall time left alone.

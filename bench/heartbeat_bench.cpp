@@ -38,10 +38,7 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kAdmin = fedcase::bench::kAdminToken;
 constexpr const char* kEnroll = fedcase::bench::kEnrollmentToken;
 using fedcase::bench::percentile;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using fedcase::bench::seconds_since;
 
 [[noreturn]] void die(const std::string& what) { fedcase::bench::die("heartbeat_bench", what); }
 

@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -21,6 +22,11 @@ namespace fedcase::bench {
 
 inline constexpr const char* kAdminToken = "bench-admin-token-0123456789";
 inline constexpr const char* kEnrollmentToken = "bench-enroll-token-0123456789";
+
+// Seconds of the steady clock since `start`.
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 // The q-quantile (q in [0, 1]) of `values`, by the nearest rank; 0 for none.
 inline double percentile(std::vector<double> values, double q) {

@@ -55,15 +55,12 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using fedcase::bench::percentile;
+using fedcase::bench::seconds_since;
 constexpr const char* kBench = "serve_bench";
 constexpr const char* kAdmin = fedcase::bench::kAdminToken;
 constexpr const char* kEnroll = fedcase::bench::kEnrollmentToken;
 
 [[noreturn]] void die(const std::string& what) { fedcase::bench::die(kBench, what); }
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // A /proc/self/status field in MiB ("VmRSS", "VmHWM").
 double status_mib(const std::string& field) {

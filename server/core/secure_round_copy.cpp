@@ -101,18 +101,15 @@ Status SecureRoundCopy::receive_masked_input(ClientId client,
     MutexLock lock(mu_);
     FEDCASE_RETURN_IF_ERROR(check_stage(stage_kind::kForwarded, stage_kind::kUnmaskRequest,
                                         client, h.client, h.job, h.round));
-    if (inputs_.count(client)) return conflict(client_name(client) + " already sent its input");
   }
   if (h.words != words_ || h.word_bytes != word_bytes_) {
     return unprocessable("the masked vector must hold " + std::to_string(words_) + " words of " +
                          std::to_string(word_bytes_) + " bytes");
   }
   FEDCASE_RETURN_IF_ERROR(protocol::check_masked_vector(h, body.size()));
+  // A second input of the client is refused by `record` (its round place is taken).
   FEDCASE_RETURN_IF_ERROR(record());
-  FEDCASE_RETURN_IF_ERROR(partial_.fold(h, body));
-  MutexLock lock(mu_);
-  inputs_.insert(client);
-  return ok_status();
+  return partial_.fold(h, body);
 }
 
 Result<std::optional<std::string>> SecureRoundCopy::published_message(const char* kind,
@@ -157,8 +154,8 @@ void SecureRoundCopy::publish(const std::string& kind, std::map<ClientId, std::s
 }
 
 size_t SecureRoundCopy::inputs() const {
-  MutexLock lock(mu_);
-  return inputs_.size();
+  MutexLock one_at_a_time(inputs_mu_);
+  return partial_.inputs();
 }
 
 std::string SecureRoundCopy::partial() const {

@@ -57,7 +57,8 @@ class SecureRoundCopy : public SecureStages {
   Status receive_unmask_response(ClientId client,
                                  const protocol::SecAggUnmaskResponse& message) override;
   // Checks the header (and kUnprocessable for a vector of the wrong length or word size), runs
-  // `record` and folds the vector into the partial if it succeeds.
+  // `record` (the round's admission, which refuses a client's second input) and folds the
+  // vector into the partial if it succeeds.
   Status receive_masked_input(ClientId client, const protocol::SecAggMaskedInput& header,
                               std::string_view body,
                               const std::function<Status()>& record) override;
@@ -105,7 +106,6 @@ class SecureRoundCopy : public SecureStages {
   secagg::MaskedPartial partial_ FEDCASE_GUARDED_BY(inputs_mu_);
   mutable Mutex mu_ FEDCASE_ACQUIRED_AFTER(inputs_mu_);
   std::string ended_ FEDCASE_GUARDED_BY(mu_);
-  std::set<ClientId> inputs_ FEDCASE_GUARDED_BY(mu_);
   // The owner's messages, by kind and client.
   std::map<std::string, std::map<ClientId, std::string>> published_ FEDCASE_GUARDED_BY(mu_);
 };
