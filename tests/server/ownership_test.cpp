@@ -8,11 +8,15 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
+#include "secagg/client.h"
 #include "server/core/coordinator.h"
 #include "tests/server/coordinator_fixture.h"
+#include "tests/support/failing_store.h"
 #include "tests/support/postgres_server.h"
 
 namespace fedcase::server {
@@ -23,8 +27,10 @@ using namespace fixture;
 
 constexpr double kLeaseS = 3;
 
-// A replica named `name` on the database `url`, on the clock `clock`.
-std::unique_ptr<Coordinator> replica(const std::string& url, const std::string& name, Clock clock) {
+// A replica named `name` on the database `url`, on the clock `clock`; `wrap` may wrap its store
+// (e.g. in a testing::failing_store).
+std::unique_ptr<Coordinator> replica(const std::string& url, const std::string& name, Clock clock,
+                                     const StoreWrapper& wrap = {}) {
   CoordinatorConfig config =
       parse_coordinator_config({{"database", url},
                                 {"admin_token", "admin-token-0123456789"},
@@ -33,7 +39,9 @@ std::unique_ptr<Coordinator> replica(const std::string& url, const std::string& 
                                 {"lease_s", kLeaseS}});
   auto store = storage::open_store(url);
   REQUIRE(store.ok());
-  auto opened = Coordinator::open(config, std::move(store).value(),
+  std::unique_ptr<storage::Store> opened_store = std::move(store).value();
+  if (wrap) opened_store = wrap(std::move(opened_store));
+  auto opened = Coordinator::open(config, std::move(opened_store),
                                   std::make_unique<TestSetEvaluator>(small_test_set(), 200, 1),
                                   std::move(clock));
   REQUIRE_MESSAGE(opened.ok(), opened.status().to_string());
@@ -197,6 +205,152 @@ TEST_CASE("a replaced owner commits nothing and steps down; the new owner goes o
   CHECK_FALSE(lease_of(db, second->id).held());
   b->conclude_rounds();
   CHECK_FALSE(lease_of(db, job).held());
+}
+
+
+// Ticks every replica of `replicas` (each once a pass is due) until `done` holds, at most
+// `seconds`; whether it did.
+bool tick_until(const std::vector<Coordinator*>& replicas, const std::function<bool()>& done,
+                double seconds = 12) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    for (Coordinator* r : replicas) r->tick();
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// The job's round `index` as the store holds it.
+storage::RoundRecord stored_round(storage::Store& store, JobId job, RoundIndex index) {
+  auto rounds = store.list_rounds(job);
+  REQUIRE(rounds.ok());
+  for (const auto& r : *rounds) {
+    if (r.index == index) return r;
+  }
+  FAIL("job " << job << " has no round " << index);
+  return {};
+}
+
+TEST_CASE("pausing and resuming a job through any replica loses no update another admitted") {
+  testing::PostgresServer& server = testing::PostgresServer::shared();
+  const std::string url = server.url(server.create_database());
+  auto reader = storage::open_store(url);
+  REQUIRE(reader.ok());
+  storage::Store& db = **reader;
+  auto a = replica(url, "a", wall_clock);
+  std::vector<ClientId> clients;
+  for (int i = 0; i < 4; ++i) {
+    auto r = a->register_client({{"dataset_size", 100}});
+    REQUIRE(r.ok());
+    clients.push_back(r->id);
+  }
+  auto created = a->create_job(job_config({{"clients_per_round", 4},
+                                           {"selection", {{"overcommit", 1.0}}},
+                                           {"training", {{"deadline", {{"seconds", 600}}}}}}));
+  REQUIRE(created.ok());
+  const JobId job = created->id;
+  a->tick();  // a acquires the job and opens round 1, shared
+  REQUIRE(lease_of(db, job).holder == "a");
+  auto b = replica(url, "b", wall_clock);
+  REQUIRE(tick_until({b.get()}, [&] { return invitees(*b, clients).size() == 4; }));
+  const ModelBlob base = base_model(*a, job, 0);
+
+  // Two updates admitted by b, the other replica.
+  for (size_t i = 0; i < 2; ++i) {
+    auto accepted = b->submit_update(clients[i], job, 1, meta(10), delta_blob(base, 0.5f));
+    REQUIRE_MESSAGE(accepted.ok(), accepted.status().to_string());
+  }
+  // The operator pauses the job through b and resumes it through a, with passes between.
+  REQUIRE(b->control_job(job, "pause").ok());
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  a->tick();
+  b->tick();
+  REQUIRE(a->control_job(job, "resume").ok());
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  a->tick();
+  b->tick();
+  // The other two through a: the round is filled and commits with all four.
+  for (size_t i = 2; i < 4; ++i) {
+    auto accepted = a->submit_update(clients[i], job, 1, meta(10), delta_blob(base, 0.5f));
+    REQUIRE_MESSAGE(accepted.ok(), accepted.status().to_string());
+  }
+  REQUIRE(tick_until({a.get(), b.get()},
+                     [&] { return stored_round(db, job, 1).state != RoundState::kOpen; }));
+  const storage::RoundRecord round = stored_round(db, job, 1);
+  CHECK(round.state == RoundState::kCommitted);
+  CHECK(round.metrics["updates"] == 4);
+  CHECK(db.list_updates(job, 1)->size() == 4);
+  for (Coordinator* r : {a.get(), b.get()}) {
+    CHECK_FALSE(contains(r->metrics().render(), "fedcase_partial_updates_lost_total "));
+  }
+}
+
+TEST_CASE("a secure stage request about a plain job's round is answered at once by every replica") {
+  testing::PostgresServer& server = testing::PostgresServer::shared();
+  const std::string url = server.url(server.create_database());
+  auto a = replica(url, "a", wall_clock);
+  std::vector<ClientId> clients;
+  for (int i = 0; i < 2; ++i) clients.push_back(a->register_client({{"dataset_size", 100}})->id);
+  auto created = a->create_job(job_config({{"selection", {{"overcommit", 1.0}}}}));
+  REQUIRE(created.ok());
+  a->tick();
+  auto b = replica(url, "b", wall_clock);
+  REQUIRE(tick_until({b.get()}, [&] { return invitees(*b, clients).size() == 2; }));
+  for (Coordinator* r : {a.get(), b.get()}) {
+    for (RoundIndex round : {RoundIndex(1), RoundIndex(2)}) {
+      const auto start = std::chrono::steady_clock::now();
+      auto stages = r->secure_round(created->id, round);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      CHECK(stages.status().code() == Code::kConflict);
+      CHECK_MESSAGE(seconds < 0.5, "a request thread waited ", seconds, " s");
+    }
+  }
+}
+
+TEST_CASE("the owner serves a secure stage's messages only once the store holds them") {
+  testing::PostgresServer& server = testing::PostgresServer::shared();
+  const std::string url = server.url(server.create_database());
+  auto reader = storage::open_store(url);
+  REQUIRE(reader.ok());
+  auto faults = std::make_shared<testing::StoreFaults>();
+  auto a = replica(url, "a", wall_clock, [&](std::unique_ptr<storage::Store> store) {
+    return testing::failing_store(std::move(store), faults);
+  });
+  std::vector<ClientId> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(a->register_client({{"dataset_size", 100}})->id);
+  auto created = a->create_job(job_config({{"clients_per_round", 3},
+                                           {"min_updates", 2},
+                                           {"selection", {{"overcommit", 1.0}}},
+                                           {"secure_aggregation", {{"threshold", 2}, {"clip", 5}}}}));
+  REQUIRE_MESSAGE(created.ok(), created.status().to_string());
+  const JobId job = created->id;
+  a->tick();
+  REQUIRE(invitees(*a, clients).size() == 3);
+  auto stages = a->secure_round(job, 1);
+  REQUIRE_MESSAGE(stages.ok(), stages.status().to_string());
+  std::vector<std::unique_ptr<secagg::SecAggClient>> secure;
+  for (ClientId c : clients) {
+    secure.push_back(std::make_unique<secagg::SecAggClient>(job, 1, c));
+    auto keys = secure.back()->advertise_keys();
+    REQUIRE(keys.ok());
+    REQUIRE((*stages)->receive_keys(c, *keys).ok());
+  }
+  // The key stage closes (every invitee answered); its messages reach the store 2 s later.
+  faults->delay(testing::StoreMethod::kPutStageMessages, 2.0);
+  std::thread closing([&] { a->tick(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  // Meanwhile no client may have its key reply from the owner: its next request may reach a
+  // replica that can only read the store.
+  CHECK((*reader)->list_stage_messages(job, 1, "keys_reply")->empty());
+  auto early = (*stages)->keys_reply(clients[0]);
+  CHECK((!early.ok() || !early->has_value()));
+  closing.join();
+  CHECK((*reader)->list_stage_messages(job, 1, "keys_reply")->size() == 3);
+  auto reply = (*a->secure_round(job, 1))->keys_reply(clients[0]);
+  REQUIRE(reply.ok());
+  CHECK(reply->has_value());
 }
 
 }  // namespace

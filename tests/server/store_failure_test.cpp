@@ -184,6 +184,49 @@ TEST_CASE("a commit the store refuses fails the round; the next round trains the
   check_model(*model, base, 0.2f);  // 0.2 + 0.9 x 0.4 had the refused step's momentum stayed
 }
 
+TEST_CASE("a commit whose outcome was lost is read back from the store: the lineage never forks") {
+  fedcase::testing::TempDir dir;
+  FaultyJob f(dir);
+  Harness& h = f.h;
+  storage::Store* reader = f.reader.get();
+  h.coordinator->tick();
+  h.now = 1010;
+  upload(h, f.job, 1, f.clients, 2, f.base, 0.3f, 10);
+  // The store commits round 1, and its answer is lost on the way back (the connection dropped
+  // during COMMIT).
+  f.faults->fail(StoreMethod::kCommitRound,
+                 unavailable("the connection was lost while the commit was under way"), 1,
+                 fedcase::testing::Fault::kAfter);
+  h.coordinator->tick();
+  CHECK(f.faults->failures(StoreMethod::kCommitRound) == 1);
+  auto rounds = reader->list_rounds(f.job);
+  REQUIRE(rounds.ok());
+  REQUIRE(rounds->size() >= 1);
+  CHECK(rounds->at(0).state == RoundState::kCommitted);
+  REQUIRE(reader->latest_model(f.job)->version == 1);
+
+  // The coordinator agrees with its store: model 1 is the job's, round 2 trains from it, and
+  // its commit is model 2 built on model 1.
+  h.coordinator->tick();
+  auto detail = h.coordinator->job_detail(f.job);
+  REQUIRE(detail.ok());
+  CHECK(detail->summary.model_version == 1);
+  CHECK(detail->summary.model_checksum == reader->latest_model(f.job)->checksum);
+  const JobDetail::OpenRound next = open_round(h, f.job);
+  CHECK(next.index == 2);
+  for (const auto& [id, task] : invitees(*h.coordinator, f.clients)) {
+    CHECK(task.model_version == 1);
+  }
+  h.now = 1020;
+  upload(h, f.job, 2, f.clients, 2, base_model(*h.coordinator, f.job, 1), 0.1f, 10);
+  h.coordinator->tick();
+  auto stored = reader->get_model(f.job, 2);
+  REQUIRE(stored.ok());
+  auto model = decode_blob(stored->blob, stored->blob.size());
+  REQUIRE(model.ok());
+  check_model(*model, f.base, 0.4f);  // 0.3 then 0.1: no step was lost or repeated
+}
+
 TEST_CASE(
     "a failed round the store cannot record is logged; nothing is committed, the job goes on") {
   fedcase::testing::TempDir dir;

@@ -9,7 +9,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <libpq-fe.h>
+
 #include <chrono>
+#include <thread>
 
 #include "storage/store.h"
 #include "tests/storage/store_contract.h"
@@ -231,6 +234,59 @@ TEST_CASE("an unreachable server is a clear kUnavailable within the connect time
       open_store("postgresql://127.0.0.1:" + std::to_string(closed_port) + "/db?connect_timeout=2");
   CHECK(refused.status().code() == Code::kUnavailable);
   CHECK(refused.status().message().find("cannot connect") != std::string::npos);
+}
+
+
+// A session of its own on the database: a test holds row locks with it.
+class Session {
+ public:
+  explicit Session(const std::string& url) : conn_(PQconnectdb(url.c_str())) {
+    REQUIRE(PQstatus(conn_) == CONNECTION_OK);
+  }
+  ~Session() { PQfinish(conn_); }
+  void run(const std::string& sql) {
+    PGresult* r = PQexec(conn_, sql.c_str());
+    const ExecStatusType s = PQresultStatus(r);
+    PQclear(r);
+    REQUIRE_MESSAGE((s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK), PQerrorMessage(conn_));
+  }
+
+ private:
+  PGconn* conn_;
+};
+
+TEST_CASE("an accept stalled past its reservation's expiry never overruns the round's K") {
+  PostgresBackend backend;
+  auto a = open(backend), b = open(backend);
+  const JobId job = *a->create_job(job_record("j"), model(0, 0, "m0"), "");
+  const ClientId c1 = *a->add_client(client("hash-1")), c2 = *a->add_client(client("hash-2"));
+  RoundRecord round{job, 1, RoundState::kOpen, 0, {c1, c2}, 1, 1000, 0, json::object()};
+  round.target = 1;
+  REQUIRE(a->open_round(round).ok());
+  REQUIRE(a->reserve_update(job, 1, c1, "a", 1.0).ok());
+  // Another session locks the reservation's row: replica a's accept waits behind it, in a
+  // transaction that began before the reservation expired.
+  Session locker(backend.url());
+  locker.run("BEGIN");
+  locker.run("SELECT 1 FROM updates WHERE job_id=" + std::to_string(job) +
+             " AND client_id=" + std::to_string(c1) + " FOR UPDATE");
+  Status accepted = internal_error("not run");
+  std::thread accept([&] {
+    accepted = a->record_update({job, 1, c1, json::object(), 5, "a"});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the reservation expires
+  // Replica b asks for the place the expiry freed; it waits behind the lock too.
+  Status reserved = internal_error("not run");
+  std::thread reserve([&] { reserved = b->reserve_update(job, 1, c2, "b", 30); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  locker.run("COMMIT");
+  accept.join();
+  reserve.join();
+  // At most one of them holds the round's single place.
+  CHECK_FALSE((accepted.ok() && reserved.ok()));
+  auto admission = a->round_admission(job, 1);
+  REQUIRE(admission.ok());
+  CHECK(admission->accepted() + admission->reserved() <= 1);
 }
 
 TEST_CASE("replicas over TCP and over the socket share one database and its leases") {

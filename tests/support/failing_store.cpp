@@ -1,5 +1,7 @@
 #include "tests/support/failing_store.h"
 
+#include <chrono>
+#include <thread>
 #include <utility>
 
 namespace fedcase::testing {
@@ -153,9 +155,14 @@ class FailingStore : public Store {
   // The armed failure of `method`, or what `forward` returns.
   template <class Forward>
   auto call(StoreMethod method, Forward forward) -> decltype(forward()) {
-    Status armed = faults_->on_call(method);
-    if (!armed.ok()) return armed;
-    return forward();
+    const StoreFaults::Outcome armed = faults_->on_call(method);
+    if (armed.delay_s > 0) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(armed.delay_s));
+    }
+    if (!armed.status.ok() && armed.when == Fault::kBefore) return armed.status;
+    auto result = forward();
+    if (!armed.status.ok()) return armed.status;
+    return result;
   }
 
   const std::unique_ptr<Store> store_;
@@ -248,23 +255,34 @@ const char* method_name(StoreMethod method) {
   return "unknown";
 }
 
-void StoreFaults::fail(StoreMethod method, Status status, size_t times) {
+void StoreFaults::fail(StoreMethod method, Status status, size_t times, Fault when) {
   if (status.ok()) status = internal_error("StoreFaults::fail armed with an OK status");
   std::lock_guard<std::mutex> lock(mu_);
   Armed& a = methods_[static_cast<size_t>(method)];
   a.status = std::move(status);
+  a.when = when;
   a.remaining = times;
   a.armed = true;
 }
 
+void StoreFaults::delay(StoreMethod method, double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  methods_[static_cast<size_t>(method)].delay_s = seconds;
+}
+
 void StoreFaults::clear(StoreMethod method) {
   std::lock_guard<std::mutex> lock(mu_);
-  methods_[static_cast<size_t>(method)].armed = false;
+  Armed& a = methods_[static_cast<size_t>(method)];
+  a.armed = false;
+  a.delay_s = 0;
 }
 
 void StoreFaults::clear_all() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (Armed& a : methods_) a.armed = false;
+  for (Armed& a : methods_) {
+    a.armed = false;
+    a.delay_s = 0;
+  }
 }
 
 size_t StoreFaults::calls(StoreMethod method) const {
@@ -277,14 +295,16 @@ size_t StoreFaults::failures(StoreMethod method) const {
   return methods_[static_cast<size_t>(method)].failures;
 }
 
-Status StoreFaults::on_call(StoreMethod method) {
+StoreFaults::Outcome StoreFaults::on_call(StoreMethod method) {
   std::lock_guard<std::mutex> lock(mu_);
   Armed& a = methods_[static_cast<size_t>(method)];
   ++a.calls;
-  if (!a.armed) return ok_status();
+  Outcome out{a.delay_s, ok_status(), a.when};
+  if (!a.armed) return out;
   ++a.failures;
   if (a.remaining != kEveryCall && --a.remaining == 0) a.armed = false;
-  return a.status;
+  out.status = a.status;
+  return out;
 }
 
 std::unique_ptr<storage::Store> failing_store(std::unique_ptr<storage::Store> store,

@@ -9,11 +9,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 namespace fedcase::testing {
 namespace {
@@ -153,6 +155,33 @@ void PostgresServer::stop(bool immediate) {
 }
 
 void PostgresServer::start() { pg_ctl("start"); }
+
+void PostgresServer::freeze() { signal_all(SIGSTOP); }
+
+void PostgresServer::thaw() { signal_all(SIGCONT); }
+
+void PostgresServer::signal_all(int signal) const {
+  std::ifstream pid_file(dir_ + "/data/postmaster.pid");
+  pid_t postmaster = 0;
+  if (!(pid_file >> postmaster) || postmaster <= 0) {
+    throw std::runtime_error("postgres_server: no postmaster.pid in " + dir_);
+  }
+  std::vector<pid_t> pids{postmaster};
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream status(entry.path() / "status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("PPid:", 0) != 0) continue;
+      if (std::stoi(line.substr(5)) == postmaster) {
+        pids.push_back(std::stoi(entry.path().filename().string()));
+      }
+      break;
+    }
+  }
+  // The children first when freezing, so that the postmaster cannot start one meanwhile.
+  if (signal == SIGSTOP) std::reverse(pids.begin(), pids.end());
+  for (pid_t pid : pids) kill(pid, signal);
+}
 
 void PostgresServer::pg_ctl(const std::string& action) const {
   // Only 127.0.0.1 and the socket in dir_; enough connections for several stores per test.

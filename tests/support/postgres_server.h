@@ -55,11 +55,17 @@ class PostgresServer {
   // pg_ctl stop (-m immediate or -m fast), and start again.
   void stop(bool immediate);
   void start();
+  // Freezes the server (SIGSTOP to the postmaster and every process it started): connections
+  // stay open and every statement waits, as on a database that hangs. thaw() lets it go on.
+  void freeze();
+  void thaw();
 
  private:
   // Runs `command` (argv words, joined for the shell) as the postgres user; throws on failure.
   void as_postgres(const std::string& command) const;
   void pg_ctl(const std::string& action) const;
+  // Sends `signal` to the postmaster and its children.
+  void signal_all(int signal) const;
 
   std::string dir_;  // owned by postgres: data/, the socket, the log
   int port_ = 0;
