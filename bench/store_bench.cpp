@@ -13,10 +13,10 @@
 // benchmark (tests/support/postgres_server.h), reached over its Unix socket, fsync on. Both are on
 // the same disk, whose fdatasync latency the run measures first (the floor of a synced commit).
 //
-// Ingest is measured two ways: "ingest" is the replicas' path (reserve_update, then
-// record_update of the reservation, in a round of target K: two transactions), "ingest_direct"
-// the single coordinator's (record_update alone, in a round of target 0). Both commit without
-// waiting for a flush (Store::record_update). The last line of output is one JSON object.
+// Ingest is admit_update, measured two ways: "ingest" in a round of target K, the replicas'
+// path (on PostgreSQL one statement outside a transaction: one round trip), "ingest_direct" in
+// a round of target 0, a single coordinator's. Both commit without waiting for a flush
+// (Store::admit_update). The last line of output is one JSON object.
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -198,8 +198,7 @@ Json run(Store& store, const Options& o, const std::string& model_blob) {
                                {"compute_s", 4.5},   {"io_s", 0.8},       {"cache_hits", 420},
                                {"cache_misses", 180}};
   auto ingest = [&](RoundIndex r, size_t i, const std::string& replica) {
-    FEDCASE_RETURN_IF_ERROR(store.reserve_update(job, r, clients[i], replica, 60));
-    return store.record_update({job, r, clients[i], meta, 2.0 + i, replica});
+    return store.admit_update({job, r, clients[i], meta, 2.0 + i, replica}).status();
   };
   must(store.open_round(round(job, 1, o.updates)));
   out["ingest"] = measure(o.updates, [&](size_t i) { return ingest(1, i, "r1"); }).json();
@@ -209,9 +208,7 @@ Json run(Store& store, const Options& o, const std::string& model_blob) {
       measure_threads(o.updates, o.threads, [&](size_t i) { return ingest(2, i, "r1"); }).json();
   must(store.fail_round({job, 2, RoundState::kFailed, 1, {}, 1, 1e9, 3, {}}));
   must(store.open_round(round(job, 3, 0)));
-  out["ingest_direct"] = measure(o.updates, [&](size_t i) {
-                           return store.record_update({job, 3, clients[i], meta, 2.0 + i});
-                         }).json();
+  out["ingest_direct"] = measure(o.updates, [&](size_t i) { return ingest(3, i, ""); }).json();
   must(store.fail_round({job, 3, RoundState::kFailed, 2, {}, 1, 1e9, 3, {}}));
 
   Timing committing;

@@ -2,19 +2,11 @@
 
 #include <chrono>
 
+#include "storage/errors.h"
+#include "storage/registry.h"
+
 namespace fedcase::storage {
 namespace {
-
-// Every bus of the process, by key, while a store or a listener holds it.
-struct Registry {
-  Mutex mu;
-  std::map<std::string, std::weak_ptr<LocalBus>> buses FEDCASE_GUARDED_BY(mu);
-};
-
-Registry& registry() {
-  static Registry* r = new Registry;  // never destroyed: stores may outlive static destructors
-  return *r;
-}
 
 class LocalListener : public Listener {
  public:
@@ -32,18 +24,10 @@ class LocalListener : public Listener {
 }  // namespace
 
 std::shared_ptr<LocalBus> LocalBus::of(const std::string& key) {
-  Registry& r = registry();
-  MutexLock lock(r.mu);
-  for (auto it = r.buses.begin(); it != r.buses.end();) {
-    it = it->second.expired() ? r.buses.erase(it) : std::next(it);
-  }
-  std::weak_ptr<LocalBus>& slot = r.buses[key];
-  std::shared_ptr<LocalBus> bus = slot.lock();
-  if (!bus) {
-    bus = std::make_shared<LocalBus>();
-    slot = bus;
-  }
-  return bus;
+  // Every bus of the process, by key, while a store or a listener holds it; never destroyed:
+  // stores may outlive static destructors.
+  static Registry<LocalBus>* buses = new Registry<LocalBus>;
+  return buses->of(key);
 }
 
 void LocalBus::publish(const std::vector<Notification>& wakeups) {
@@ -80,8 +64,9 @@ Result<std::optional<Notification>> LocalBus::next(uint64_t id, double timeout_s
     if (unread.missed) {
       unread.missed = false;
       unread.wakeups.clear();
-      return unavailable("more than " + std::to_string(kUnreadLimit) +
-                         " wake-ups were left unread and some were dropped: read everything again");
+      return db_unavailable("more than " + std::to_string(kUnreadLimit) +
+                            " wake-ups were left unread and some were dropped: read everything "
+                            "again");
     }
     if (!unread.wakeups.empty()) {
       const Notification n = unread.wakeups.front();

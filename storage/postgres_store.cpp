@@ -1,14 +1,16 @@
 // The PostgreSQL backend (sql.h over libpq's C API): a pool of connections, statements
 // prepared once per connection with binary parameters and results (a model is sent and read as
-// its bytes, never as hex text), relaxed transactions with SET LOCAL synchronous_commit TO off,
-// wake-ups as NOTIFY in the committing round trip, and the schema's version in a table of its
-// own, migrated under an advisory lock.
+// its bytes, never as hex text), sessions relaxed by default (synchronous_commit off, so that a
+// statement outside a transaction costs one round trip and no flush) and synced transactions
+// with SET LOCAL synchronous_commit TO on, wake-ups as NOTIFY in the committing round trip, and
+// the schema's version in a table of its own, migrated under an advisory lock.
 
 #include <endian.h>
 #include <libpq-fe.h>
 #include <poll.h>
 
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -16,6 +18,7 @@
 #include <map>
 #include <thread>
 
+#include "storage/errors.h"
 #include "storage/sql.h"
 
 namespace fedcase::storage {
@@ -40,18 +43,6 @@ std::string trimmed(const char* text) {
   return s;
 }
 
-// `url` without its password: "postgresql://user:secret@host" -> "postgresql://user:***@host".
-std::string redacted(const std::string& url) {
-  const size_t start = url.find("://");
-  if (start == std::string::npos) return url;
-  const size_t at = url.find('@', start + 3);
-  const size_t slash = url.find('/', start + 3);
-  if (at == std::string::npos || (slash != std::string::npos && slash < at)) return url;
-  const size_t colon = url.find(':', start + 3);
-  if (colon == std::string::npos || colon > at) return url;
-  return url.substr(0, colon + 1) + "***" + url.substr(at);
-}
-
 // What a failed command means.
 struct Failure {
   Status status;
@@ -62,22 +53,30 @@ struct Failure {
 // SQLSTATE: the connection broke, e.g. the server closed it) or the server ended the session
 // (08..., 57P01 to 57P03: shutting down, crashed); kUnavailable too when the server cannot serve
 // now (out of connections or resources, a serialisation failure or a deadlock worth retrying);
-// kInvalidArgument for a value the server refuses; kInternal otherwise.
+// kInvalidArgument for a value the server refuses; kInternal otherwise. The server's message
+// and SQLSTATE go in the detail.
 Failure pg_failure(PGconn* conn, const PGresult* res) {
   std::string message = trimmed(res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : nullptr);
   if (message.empty()) message = trimmed(PQerrorMessage(conn));
   const char* sqlstate = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : nullptr;
   const std::string code = sqlstate ? sqlstate : "";
+  const std::string detail =
+      "postgresql" + (code.empty() ? "" : " (" + code + ")") + ": " + message;
   auto in_class = [&](const char* prefix) { return code.rfind(prefix, 0) == 0; };
   if (PQstatus(conn) == CONNECTION_BAD || code.empty() || in_class("08") || in_class("57P")) {
-    return {unavailable("the connection to the database was lost: " + message), true};
+    return {db_unavailable("the connection to the database was lost: " + detail), true};
   }
-  if (in_class("23")) return {conflict("constraint violated: " + message)};
+  if (in_class("23")) {
+    return {Status(Code::kConflict, "the write conflicts with what the store holds", detail)};
+  }
   if (in_class("53") || code == "40001" || code == "40P01") {
-    return {unavailable("the database cannot serve now (" + code + "): " + message)};
+    return {db_unavailable("the database cannot serve now: " + detail)};
   }
-  if (in_class("22")) return {invalid_argument("the database refused a value: " + message)};
-  return {internal_error("postgresql (" + code + "): " + message)};
+  if (in_class("22")) {
+    return {Status(Code::kInvalidArgument,
+                   "the database refused a value (text must be UTF-8 without NUL)", detail)};
+  }
+  return {db_failed(detail)};
 }
 
 uint64_t big_endian(const char* p, int n) {
@@ -147,7 +146,7 @@ class PgCursor : public sql::Cursor {
   }
   int64_t corrupt(int col, const char* what) {
     if (status_.ok()) {
-      status_ = internal_error("corrupt row: column " + std::to_string(col) + " is not " + what);
+      status_ = db_failed("corrupt row: column " + std::to_string(col) + " is not " + what);
     }
     return 0;
   }
@@ -158,8 +157,10 @@ class PgCursor : public sql::Cursor {
   Status status_;
 };
 
-// The server settings of every session (libpq's "options"): transactions idle for 5 s end.
-constexpr const char* kSessionOptions = "-c idle_in_transaction_session_timeout=5000";
+// The server settings of every session (libpq's "options"): transactions idle for 5 s end, and
+// commits are relaxed unless a transaction says otherwise (PgConnection::begin).
+constexpr const char* kSessionOptions =
+    "-c idle_in_transaction_session_timeout=5000 -c synchronous_commit=off";
 
 // How to reach the database: the URL and the options, applied to every new connection.
 class Connector {
@@ -167,9 +168,13 @@ class Connector {
   Connector(std::string url, const PostgresOptions& options)
       : url_(std::move(url)),
         name_(redacted(url_)),
-        timeout_(std::to_string(std::max(1, options.connect_timeout_s))) {}
+        timeout_(std::to_string(std::max(1, options.connect_timeout_s))) {
+    for (const auto& [at, length] : password_spans(url_)) {
+      if (length > 0) passwords_.push_back(url_.substr(at, length));
+    }
+  }
 
-  // A new connection. kUnavailable with libpq's message when it cannot be made.
+  // A new connection. kUnavailable with libpq's message (in the detail) when it cannot be made.
   Result<PGconn*> connect() const {
     // Entries before "dbname" (the URL, expanded in its place) are defaults the URL may
     // override. TCP keepalives notice a vanished server within about 25 s of silence, even
@@ -185,11 +190,11 @@ class Connector {
     const char* const values[] = {timeout_.c_str(), "fedcase",    "UTF8", "1", "10", "5", "3",
                                   kSessionOptions,  url_.c_str(), nullptr};
     PGconn* conn = PQconnectdbParams(keys, values, 1);
-    if (!conn) return unavailable("cannot connect to " + name_ + ": out of memory");
+    if (!conn) return db_unavailable("cannot connect to " + name_ + ": out of memory");
     if (PQstatus(conn) != CONNECTION_OK) {
-      std::string message = trimmed(PQerrorMessage(conn));
+      std::string message = hidden(trimmed(PQerrorMessage(conn)));
       PQfinish(conn);
-      return unavailable("cannot connect to " + name_ + ": " + message);
+      return db_unavailable("cannot connect to " + name_ + ": " + message);
     }
     PQsetNoticeProcessor(
         conn, [](void*, const char*) {}, nullptr);  // e.g. "already exists"
@@ -197,13 +202,28 @@ class Connector {
   }
 
  private:
+  // `text` with the URL's passwords as "***": libpq quotes a malformed value whole.
+  std::string hidden(std::string text) const {
+    for (const std::string& password : passwords_) {
+      for (size_t at = text.find(password); at != std::string::npos;
+           at = text.find(password, at + 3)) {
+        text.replace(at, password.size(), "***");
+      }
+    }
+    return text;
+  }
+
   const std::string url_;
   const std::string name_;  // for messages: the URL without its password
   const std::string timeout_;
+  std::vector<std::string> passwords_;  // as the URL spells them
 };
 
 class PgConnection : public sql::Connection {
  public:
+  // Reads of what arrived on an idle connection that check() makes at most.
+  static constexpr int kMaxIdleReads = 8;
+
   explicit PgConnection(PGconn* conn) : conn_(conn) {}
   ~PgConnection() override { PQfinish(conn_); }
   PgConnection(const PgConnection&) = delete;
@@ -251,11 +271,27 @@ class PgConnection : public sql::Connection {
     return Rows(error);
   }
 
+  // An idle connection the server closed has what it said last (e.g. a FATAL error) and its end
+  // of file waiting: reading whatever arrived, as long as the socket has more and without
+  // blocking, finds the end.
+  Status check() override {
+    for (int reads = 0; !lost() && reads < kMaxIdleReads; ++reads) {
+      pollfd fd{PQsocket(conn_), POLLIN, 0};
+      if (poll(&fd, 1, 0) <= 0) break;  // nothing arrived (or poll failed: the statement tells)
+      if (!PQconsumeInput(conn_)) lost_ = true;
+    }
+    if (!lost()) return ok_status();
+    lost_ = true;
+    return db_unavailable("the connection to the database was lost: " +
+                          trimmed(PQerrorMessage(conn_)));
+  }
+
   Status script(const std::string& text) override { return command(text, nullptr); }
 
+  // The session's commits are relaxed (kSessionOptions); a synced transaction says so.
   Status begin(Durability durability) override {
     return command(
-        durability == Durability::kRelaxed ? "BEGIN; SET LOCAL synchronous_commit TO off" : "BEGIN",
+        durability == Durability::kSynced ? "BEGIN; SET LOCAL synchronous_commit TO on" : "BEGIN",
         nullptr);
   }
 
@@ -269,10 +305,7 @@ class PgConnection : public sql::Connection {
     }
     text += "COMMIT";
     Status s = command(text, "COMMIT");
-    if (!s.ok() && lost()) {
-      return unavailable("the connection was lost during a commit, whose outcome is unknown: " +
-                         s.message());
-    }
+    if (!s.ok() && lost()) return commit_outcome_unknown(s);
     return s;
   }
 
@@ -292,7 +325,7 @@ class PgConnection : public sql::Connection {
     if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
       s = fail(res);
     } else if (tag && std::strcmp(PQcmdStatus(res), tag) != 0) {
-      s = internal_error(std::string("postgresql: ") + tag + " ended as " + PQcmdStatus(res));
+      s = db_failed(std::string("postgresql: ") + tag + " ended as " + PQcmdStatus(res));
     }
     PQclear(res);
     return s;
@@ -384,8 +417,8 @@ class PgListener : public Listener {
 
   Status lose(const std::string& why) {
     close();
-    return unavailable("the listener's connection to the database was lost (" + why +
-                       "): wake-ups may have been missed");
+    return db_unavailable("the listener's connection to the database was lost (" + why +
+                          "): wake-ups may have been missed");
   }
 
   void close() {
@@ -402,14 +435,16 @@ class PgDriver : public sql::Driver {
   PgDriver(std::string url, const PostgresOptions& options) : connector_(std::move(url), options) {}
 
   const sql::Dialect& dialect() const override {
-    static const sql::Dialect kDialect{"EXTRACT(EPOCH FROM now())::float8",
+    // The clock: each statement's own time (clock_timestamp()), never its transaction's start.
+    static const sql::Dialect kDialect{"EXTRACT(EPOCH FROM clock_timestamp())::float8",
                                        "FOR SHARE",
                                        "FOR UPDATE",
                                        "GREATEST",
                                        "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
                                        "BIGINT",
                                        "DOUBLE PRECISION",
-                                       "BYTEA"};
+                                       "BYTEA",
+                                       /*writable_cte=*/true};
     return kDialect;
   }
 

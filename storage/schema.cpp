@@ -110,6 +110,17 @@ const std::vector<Migration>& migrations() {
         PRIMARY KEY (job_id, round_idx, kind, client_id),
         FOREIGN KEY (job_id, round_idx) REFERENCES rounds(job_id, idx));
       )sql"},
+      // Admission in one statement: a counter of the admitted updates on the round's row, and
+      // no reservations (those of rounds open at the upgrade are dropped: the next start
+      // fails such rounds anyway).
+      {7, R"sql(
+      ALTER TABLE rounds ADD COLUMN admitted {int} NOT NULL DEFAULT 0;
+      DELETE FROM updates WHERE state <> 'accepted';
+      UPDATE rounds SET admitted = (SELECT COUNT(*) FROM updates
+        WHERE updates.job_id = rounds.job_id AND updates.round_idx = rounds.idx);
+      ALTER TABLE updates DROP COLUMN state;
+      ALTER TABLE updates DROP COLUMN expires_at;
+      )sql"},
   };
   return kMigrations;
 }

@@ -114,10 +114,14 @@ enum class Durability {
 class Connection {
  public:
   virtual ~Connection() = default;
-  // Runs one statement with `params` (prepared once per connection and kept). Errors in the
-  // Rows: kConflict for a constraint the statement violates, kUnavailable when the connection
-  // is lost or the server cannot serve now, kInternal otherwise.
+  // Runs one statement with `params` (prepared once per connection and kept); outside a
+  // transaction it commits on its own, relaxed (Durability). Errors in the Rows: kConflict for
+  // a constraint the statement violates, kUnavailable when the connection is lost or the
+  // server cannot serve now, kInternal otherwise; the database's own text in their detail.
   virtual Rows query(const std::string& sql, const Params& params) = 0;
+  // Whether the connection is still open as far as can be told without a round trip (the
+  // server may have closed it while it was idle): OK, or kUnavailable, and it is lost().
+  virtual Status check() = 0;
   // Runs statements without parameters or results (the schema's migrations).
   virtual Status script(const std::string& sql) = 0;
   virtual Status begin(Durability durability) = 0;
@@ -139,6 +143,10 @@ struct Dialect {
   // Column types: an id the database assigns (from 1, never reused; with its PRIMARY KEY), a
   // 64-bit integer, a double, bytes kept as they are.
   std::string id, integer, real, bytes;
+  // Whether a WITH may hold an UPDATE whose returned rows an INSERT reads, all one statement
+  // (PostgreSQL); otherwise a write of two statements is a transaction of its own (SQLite,
+  // whose statements cost no round trip).
+  bool writable_cte = false;
 };
 
 // `sql` with the dialect's fragments in place of {now}, {lock_shared}, {lock_update},

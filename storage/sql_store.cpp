@@ -5,25 +5,21 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
 #include "common/mutex.h"
+#include "storage/errors.h"
 #include "storage/sql.h"
 
 namespace fedcase::storage {
 
 using nlohmann::json;
 
-uint64_t AdmissionRecord::accepted() const {
+uint64_t AdmissionRecord::admitted() const {
   uint64_t n = 0;
-  for (const auto& [replica, places] : replicas) n += places.accepted;
-  return n;
-}
-
-uint64_t AdmissionRecord::reserved() const {
-  uint64_t n = 0;
-  for (const auto& [replica, places] : replicas) n += places.reserved;
+  for (const auto& [replica, updates] : replicas) n += updates;
   return n;
 }
 
@@ -97,7 +93,7 @@ Status Rows::status() const {
 }
 
 void Rows::corrupt(const std::string& what) {
-  if (status_.ok()) status_ = internal_error("corrupt row: " + what);
+  if (status_.ok()) status_ = db_failed("corrupt row: " + what);
 }
 
 std::string render(std::string sql, const Dialect& d) {
@@ -217,52 +213,35 @@ constexpr const char* kClientColumns = "id, token_hash, info, profile, registere
 constexpr const char* kJobColumns = "id, name, config, state, policy_state, created_at, tenant_id";
 constexpr const char* kRoundColumns =
     "job_id, idx, state, base_version, selected, opened_at, deadline, closed_at, metrics, target, "
-    "epoch, admitting, plan";
+    "epoch, admitting, plan, admitted";
 constexpr const char* kModelColumns = "version, blob, checksum, optimizer_state, created_at";
 constexpr const char* kLeaseColumns = "job_id, holder, epoch, expires_at, expires_at - {now}";
 
-// The statements whose text depends on the dialect, rendered once.
+// Admission counts on the round's row: one more admitted update, if the round takes it (any
+// round of target 0; else an open, admitting round with fewer than K). On PostgreSQL a
+// concurrent admission waits for the row's lock and re-evaluates this WHERE on the row's
+// latest version, so that no two admissions take the K-th place.
+constexpr const char* kCountAdmission =
+    "UPDATE rounds SET admitted=admitted+1 WHERE job_id=$1 AND idx=$2 AND (target=0 OR "
+    "(state='open' AND admitting=1 AND admitted<target)) RETURNING admitted, target";
+// The admitted update; parameters (job, round, client, meta, received_at, replica) as above.
+constexpr const char* kInsertUpdate =
+    "INSERT INTO updates(job_id, round_idx, client_id, meta, received_at, replica) ";
+
+// The statements whose text depends on the dialect, rendered once, and admission's.
 struct Statements {
   explicit Statements(const Dialect& d)
       : fence(render("SELECT epoch, holder FROM job_leases WHERE job_id=$1 {lock_shared}", d)),
-        lock_round(render(
-            "SELECT state, target, admitting FROM rounds WHERE job_id=$1 AND idx=$2 {lock_update}",
-            d)),
         share_round(render(
             "SELECT state, target, admitting FROM rounds WHERE job_id=$1 AND idx=$2 {lock_shared}",
             d)),
-        drop_expired(
-            render("DELETE FROM updates WHERE job_id=$1 AND round_idx=$2 AND state='reserved' AND "
-                   "expires_at <= {now}",
-                   d)),
-        drop_expired_of(
-            render("DELETE FROM updates WHERE job_id=$1 AND round_idx=$2 AND replica=$3 AND "
-                   "state='reserved' AND expires_at <= {now}",
-                   d)),
-        reserve(render(
-            "INSERT INTO updates(job_id, round_idx, client_id, meta, received_at, state, replica, "
-            "expires_at) VALUES($1, $2, $3, '{}', 0, 'reserved', $4, {now} + $5)",
-            d)),
-        accept(render(
-            "UPDATE updates SET state='accepted', meta=$1, received_at=$2 WHERE job_id=$3 AND "
-            "round_idx=$4 AND client_id=$5 AND state='reserved' AND replica=$6 AND expires_at > "
-            "{now}",
-            d)),
-        update_of(
-            render("SELECT state, replica, expires_at > {now} FROM updates WHERE job_id=$1 AND "
-                   "round_idx=$2 AND client_id=$3",
-                   d)),
-        places(
-            render("SELECT replica, COUNT(CASE WHEN state='accepted' THEN 1 END), COUNT(CASE WHEN "
-                   "state='reserved' THEN 1 END) FROM updates WHERE job_id=$1 AND round_idx=$2 AND "
-                   "(state='accepted' OR expires_at > {now}) GROUP BY replica ORDER BY replica",
-                   d)),
-        client_places(render(
-            "SELECT COUNT(CASE WHEN live THEN 1 END), COUNT(CASE WHEN live AND client_id=$3 "
-            "THEN 1 END), COUNT(CASE WHEN NOT live THEN 1 END) FROM (SELECT client_id, "
-            "state='accepted' OR expires_at > {now} AS live FROM updates WHERE job_id=$1 AND "
-            "round_idx=$2) AS places",
-            d)),
+        count_admission(kCountAdmission),
+        insert_update(std::string(kInsertUpdate) + "VALUES($1, $2, $3, $4, $5, $6)"),
+        // One statement: the count's row, then the update, which a duplicate's unique key
+        // aborts, the count with it.
+        admit(std::string("WITH r AS (") + kCountAdmission + ") " + kInsertUpdate +
+              "SELECT $1, $2, $3, $4, $5, $6 FROM r RETURNING (SELECT admitted FROM r), (SELECT "
+              "target FROM r)"),
         round_metrics(render("SELECT metrics FROM rounds WHERE job_id=$1 AND idx=$2 AND "
                              "state!='open' {lock_update}",
                              d)),
@@ -291,17 +270,12 @@ struct Statements {
             "tenant_id, counter, client_seconds",
             d)) {}
 
-  const std::string fence, lock_round, share_round, drop_expired, drop_expired_of, reserve, accept,
-      update_of, places, client_places, round_metrics, acquire, renew, release, lease, leases,
-      charge;
+  const std::string fence, share_round, count_admission, insert_update, admit, round_metrics,
+      acquire, renew, release, lease, leases, charge;
 };
 
 // Clients whose profiles update_clients saves with one statement, at most.
 constexpr size_t kProfileChunk = 128;
-
-std::string round_name(JobId job, RoundIndex round) {
-  return "round " + std::to_string(round) + " of job " + std::to_string(job);
-}
 
 ClientRecord read_client(Rows& r) {
   return {r.uint64(0), r.bytes(1), r.json(2), r.json(3), r.real(4), r.real(5)};
@@ -328,6 +302,7 @@ RoundRecord read_round(Rows& r) {
   round.epoch = r.uint64(10);
   round.admitting = round.state == RoundState::kOpen && r.uint64(11) != 0;
   round.plan = r.json(12);
+  round.admitted = r.uint64(13);
   return round;
 }
 
@@ -344,22 +319,25 @@ Result<std::vector<Record>> all(Rows rows, Read read) {
   return out;
 }
 
-// The first row of `rows`, read by `read`; `missing` when there is none.
+// The first row of `rows`, read by `read`; nullopt when there is none.
 template <class Record, class Read>
-Result<Record> first(Rows rows, Read read, Status missing) {
+Result<std::optional<Record>> first_if_any(Rows rows, Read read) {
   if (!rows.next()) {
     FEDCASE_RETURN_IF_ERROR(rows.status());
-    return missing;
+    return std::optional<Record>();
   }
   Record record = read(rows);
   FEDCASE_RETURN_IF_ERROR(rows.status());
-  return record;
+  return std::optional<Record>(std::move(record));
 }
 
-Status check_holder(const std::string& holder, double duration_s) {
-  if (holder.empty()) return invalid_argument("a lease holder must be named");
-  if (!(duration_s > 0)) return invalid_argument("a lease lasts more than 0 seconds");
-  return ok_status();
+// The first row of `rows`, read by `read`; `missing` when there is none.
+template <class Record, class Read>
+Result<Record> first(Rows rows, Read read, Status missing) {
+  auto found = first_if_any<Record>(std::move(rows), read);
+  if (!found.ok()) return found.status();
+  if (!*found) return missing;
+  return std::move(**found);
 }
 
 class SqlStore : public Store {
@@ -373,7 +351,7 @@ class SqlStore : public Store {
     const std::vector<Migration>& all = migrations();
     const int current = static_cast<int>(all.size());
     for (int i = 0; i < current; ++i) {
-      if (all[i].version != i + 1) return internal_error("migrations out of order");
+      if (all[i].version != i + 1) return db_failed("migrations out of order");
     }
     return write(Durability::kSynced, [&](Txn& t) -> Status {
       auto found = driver_->lock_schema(t.connection());
@@ -387,8 +365,9 @@ class SqlStore : public Store {
       for (int v = *found; v < current; ++v) {
         Status migrated = t.connection().script(render(all[v].statements, driver_->dialect()));
         if (!migrated.ok()) {
-          return Status(migrated.code(), "schema migration to version " + std::to_string(v + 1) +
-                                             ": " + migrated.message());
+          return Status(
+              migrated.code(), migrated.message(),
+              "schema migration to version " + std::to_string(v + 1) + ": " + migrated.detail());
         }
       }
       return driver_->record_schema(t.connection(), current);
@@ -397,15 +376,17 @@ class SqlStore : public Store {
 
   Result<ClientId> add_client(const ClientRecord& c) override {
     return write(Durability::kSynced, [&](Txn& t) -> Result<ClientId> {
-      return inserted_id(
-          t.query("INSERT INTO clients(token_hash, info, profile, registered_at, last_seen) "
-                  "VALUES($1, $2, $3, $4, $5) RETURNING id",
-                  Params()
-                      .text(c.token_hash)
-                      .json(c.info)
-                      .json(c.profile)
-                      .add(c.registered_at)
-                      .add(c.last_seen)));
+      auto id =
+          inserted_id(t.query("INSERT INTO clients(token_hash, info, profile, registered_at, "
+                              "last_seen) VALUES($1, $2, $3, $4, $5) RETURNING id",
+                              Params()
+                                  .text(c.token_hash)
+                                  .json(c.info)
+                                  .json(c.profile)
+                                  .add(c.registered_at)
+                                  .add(c.last_seen)));
+      if (!id.ok()) return conflict_as(id.status(), "another client holds that token hash");
+      return id;
     });
   }
 
@@ -518,7 +499,8 @@ class SqlStore : public Store {
                                   .add(tenant.weight)
                                   .json(tenant.limits)
                                   .add(tenant.created_at)));
-      if (id.ok()) t.wake(Channel::kTenant, *id);
+      if (!id.ok()) return conflict_as(id.status(), "a tenant of that name or token hash exists");
+      t.wake(Channel::kTenant, *id);
       return id;
     });
   }
@@ -533,7 +515,7 @@ class SqlStore : public Store {
   Status open_round(const RoundRecord& r) override {
     return write(Durability::kSynced, [&](Txn& t) -> Status {
       FEDCASE_RETURN_IF_ERROR(fence(t, r.job, r.epoch, Code::kConflict));
-      FEDCASE_RETURN_IF_ERROR(
+      FEDCASE_RETURN_IF_ERROR(conflict_as(
           t.query("INSERT INTO rounds(job_id, idx, state, base_version, selected, opened_at, "
                   "deadline, closed_at, metrics, target, admitting, epoch, plan) "
                   "VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 1, $11, $12)",
@@ -550,102 +532,70 @@ class SqlStore : public Store {
                       .add(r.target)
                       .add(r.epoch)
                       .json(r.plan))
-              .status());
+              .status(),
+          "job " + std::to_string(r.job) + " already has a round " + std::to_string(r.index)));
       t.wake(Channel::kRound, r.job);
       return ok_status();
     });
   }
 
-  Status reserve_update(JobId job, RoundIndex round, ClientId client, const std::string& replica,
-                        double hold_s) override {
-    if (replica.empty()) return invalid_argument("a reservation's replica must be named");
-    if (!(hold_s > 0)) return invalid_argument("a reservation is held more than 0 seconds");
-    return write(Durability::kRelaxed, [&](Txn& t) -> Status {
-      // The round's row, locked until the commit: reservations of one round take turns, and
-      // each counts the places after the previous one committed.
-      auto target =
-          admitting_target(t.query(sql_.lock_round, Params().add(job).add(round)), job, round);
-      if (!target.ok()) return target.status();
-      struct Taken {
-        uint64_t live = 0, mine = 0, expired = 0;
-      };
-      auto taken = first<Taken>(
-          t.query(sql_.client_places, Params().add(job).add(round).add(client)),
-          [](Rows& r) -> Taken {
-            return {r.uint64(0), r.uint64(1), r.uint64(2)};
-          },
-          internal_error("a count returned nothing"));
-      if (!taken.ok()) return taken.status();
-      if (taken->expired > 0) {  // their places are free, and their clients may come back
-        FEDCASE_RETURN_IF_ERROR(t.query(sql_.drop_expired, Params().add(job).add(round)).status());
-      }
-      const uint64_t places = taken->live, mine = taken->mine;
-      if (mine > 0) {
-        return conflict("client " + std::to_string(client) + " already has an update in " +
-                        round_name(job, round));
-      }
-      if (*target > 0 && places >= *target) {
-        return conflict(round_name(job, round) + " is full (" + std::to_string(*target) +
-                        " places)");
-      }
-      return t
-          .query(sql_.reserve, Params().add(job).add(round).add(client).text(replica).add(hold_s))
-          .status();
-    });
+  // One round trip on PostgreSQL (Dialect::writable_cte), a statement outside a transaction,
+  // relaxed (see Store::admit_update): commit_round and fail_round sync, and with them every
+  // write before them. Only a refusal reads again, to say why.
+  Result<bool> admit_update(const UpdateRecord& u) override {
+    Params params;
+    params.add(u.job).add(u.round).add(u.client).json(u.meta).add(u.received_at).text(u.replica);
+    const Result<std::optional<Count>> counted =
+        driver_->dialect().writable_cte
+            ? autocommit([&](Connection& c) {
+                return first_if_any<Count>(c.query(sql_.admit, params), read_count);
+              })
+            : write(Durability::kRelaxed, [&](Txn& t) -> Result<std::optional<Count>> {
+                auto count = first_if_any<Count>(t.query(sql_.count_admission, params), read_count);
+                if (count.ok() && *count) {
+                  FEDCASE_RETURN_IF_ERROR(t.query(sql_.insert_update, params).status());
+                }
+                return count;
+              });
+    if (counted.ok() && *counted) {
+      const bool filled = (*counted)->target > 0 && (*counted)->admitted == (*counted)->target;
+      // The owner hears that the round filled. A wake-up may be lost (Listener): the admission
+      // stands whatever becomes of it.
+      if (filled) (void)notify(Channel::kRound, u.job);
+      return filled;
+    }
+    if (!counted.ok() && counted.status().code() != Code::kConflict) return counted.status();
+    return why_not_admitted(u, counted.ok() ? Status() : counted.status());
   }
 
-  Result<bool> holds_place(JobId job, RoundIndex round, ClientId client) override {
-    return read([&](Connection& c) {
-      return first<bool>(c.query(sql_.client_places, Params().add(job).add(round).add(client)),
-                         [](Rows& r) { return r.uint64(1) > 0; },
-                         internal_error("a count returned nothing"));
-    });
-  }
-
-  Status release_update(JobId job, RoundIndex round, ClientId client,
-                        const std::string& replica) override {
+  Status withdraw_update(JobId job, RoundIndex round, ClientId client,
+                         const std::string& replica) override {
     return write(Durability::kRelaxed, [&](Txn& t) -> Status {
-      Rows released = t.query(
-          "DELETE FROM updates WHERE job_id=$1 AND round_idx=$2 AND client_id=$3 AND "
-          "state='reserved' AND replica=$4",
+      Rows counted = t.query(
+          "UPDATE rounds SET admitted=admitted-1 WHERE job_id=$1 AND idx=$2 AND state='open' AND "
+          "admitting=1",
+          Params().add(job).add(round));
+      FEDCASE_RETURN_IF_ERROR(counted.status());
+      if (counted.changes() == 0) {
+        auto r = round_row(t.query(sql_.share_round, Params().add(job).add(round)), job, round);
+        if (!r.ok()) return r.status();
+        return check_admitting(job, round, true, r->open, r->admitting);
+      }
+      Rows withdrawn = t.query(
+          "DELETE FROM updates WHERE job_id=$1 AND round_idx=$2 AND client_id=$3 AND replica=$4",
           Params().add(job).add(round).add(client).text(replica));
-      FEDCASE_RETURN_IF_ERROR(released.status());
-      if (released.changes() > 0) return ok_status();
-      return conflict("replica '" + replica + "' holds no reservation of client " +
-                      std::to_string(client) + " in " + round_name(job, round));
+      FEDCASE_RETURN_IF_ERROR(withdrawn.status());
+      if (withdrawn.changes() == 0) return nothing_to_withdraw(job, round, client, replica);
+      return ok_status();
     });
   }
 
-  // Without a sync of its own (see Store::record_update): commit_round and fail_round sync,
-  // and with them every write before them.
-  Status record_update(const UpdateRecord& u) override {
-    return write(Durability::kRelaxed, [&](Txn& t) -> Status {
-      if (!u.replica.empty()) {  // reservations have a replica: a single coordinator's none
-        Rows accepted = t.query(sql_.accept, Params()
-                                                 .json(u.meta)
-                                                 .add(u.received_at)
-                                                 .add(u.job)
-                                                 .add(u.round)
-                                                 .add(u.client)
-                                                 .text(u.replica));
-        FEDCASE_RETURN_IF_ERROR(accepted.status());
-        if (accepted.changes() > 0) return ok_status();
-      }
-      // No reservation of this replica's: only a round without a target takes it as it is.
-      Rows direct = t.query(
-          "INSERT INTO updates(job_id, round_idx, client_id, meta, received_at, state, replica, "
-          "expires_at) SELECT $1, $2, $3, $4, $5, 'accepted', $6, 0 FROM rounds WHERE "
-          "job_id=$1 AND idx=$2 AND target=0",
-          Params()
-              .add(u.job)
-              .add(u.round)
-              .add(u.client)
-              .json(u.meta)
-              .add(u.received_at)
-              .text(u.replica));
-      FEDCASE_RETURN_IF_ERROR(direct.status());
-      if (direct.changes() > 0) return ok_status();
-      return why_not_recorded(t, u);
+  Result<bool> has_update(JobId job, RoundIndex round, ClientId client) override {
+    return read([&](Connection& c) {
+      return first<bool>(
+          c.query("SELECT COUNT(*) FROM updates WHERE job_id=$1 AND round_idx=$2 AND client_id=$3",
+                  Params().add(job).add(round).add(client)),
+          [](Rows& r) { return r.uint64(0) > 0; }, db_failed("a count returned nothing"));
     });
   }
 
@@ -657,71 +607,46 @@ class SqlStore : public Store {
           Params().add(epoch).add(job).add(round));
       FEDCASE_RETURN_IF_ERROR(closed.status());
       if (closed.changes() == 0) return conflict(round_name(job, round) + " is not open");
-      FEDCASE_RETURN_IF_ERROR(t.query(sql_.drop_expired, Params().add(job).add(round)).status());
       t.wake(Channel::kRound, job);
       return ok_status();
     });
   }
 
+  // One statement, so that the round and its updates are read as of one moment.
   Result<AdmissionRecord> round_admission(JobId job, RoundIndex round) override {
     return read([&](Connection& c) -> Result<AdmissionRecord> {
-      auto admission = first<AdmissionRecord>(
-          c.query("SELECT target, state='open' AND admitting=1 FROM rounds WHERE job_id=$1 AND "
-                  "idx=$2",
-                  Params().add(job).add(round)),
-          [](Rows& r) {
-            AdmissionRecord a;
-            a.target = r.uint64(0);
-            a.open = r.int64(1) != 0;
-            return a;
-          },
-          not_found(round_name(job, round) + " not found"));
-      if (!admission.ok()) return admission;
-      Rows places = c.query(sql_.places, Params().add(job).add(round));
-      while (places.next()) {
-        AdmissionRecord::Places& p = admission->replicas[places.bytes(0)];
-        p.accepted = places.uint64(1);
-        p.reserved = places.uint64(2);
+      Rows rows = c.query(
+          "SELECT r.target, r.state='open' AND r.admitting=1, COALESCE(u.replica, ''), "
+          "COUNT(u.client_id) FROM rounds r LEFT JOIN updates u ON u.job_id=r.job_id AND "
+          "u.round_idx=r.idx WHERE r.job_id=$1 AND r.idx=$2 GROUP BY r.target, r.state, "
+          "r.admitting, u.replica",
+          Params().add(job).add(round));
+      std::optional<AdmissionRecord> admission;
+      while (rows.next()) {
+        if (!admission) admission = AdmissionRecord{rows.uint64(0), rows.int64(1) != 0, {}};
+        if (const uint64_t n = rows.uint64(3); n > 0) admission->replicas[rows.bytes(2)] = n;
       }
-      FEDCASE_RETURN_IF_ERROR(places.status());
-      return admission;
+      FEDCASE_RETURN_IF_ERROR(rows.status());
+      if (!admission) return not_found(round_name(job, round) + " not found");
+      return *admission;
     });
   }
 
   Status put_partial(const PartialRecord& p) override {
     return write(Durability::kRelaxed, [&](Txn& t) -> Status {
+      // The round's row, shared-locked: neither an admission nor a withdrawal changes it until
+      // the commit (neither would land anyway once admission closed).
       auto r =
           round_row(t.query(sql_.share_round, Params().add(p.job).add(p.round)), p.job, p.round);
-      if (!r.ok()) return r.status();
-      if (!r->open) return conflict(round_name(p.job, p.round) + " is not open");
-      if (r->admitting) {
-        return conflict(round_name(p.job, p.round) +
-                        " still admits updates: its partials come after close_admission");
-      }
-      // Expired reservations are dropped, under their rows' locks, before the count: one that
-      // is being recorded right now is either recorded first, and counted, or dropped, and
-      // then cannot be recorded.
+      if (!r.ok() && r.status().code() != Code::kConflict) return r.status();
+      auto admitted = first<uint64_t>(
+          t.query("SELECT COUNT(*) FROM updates WHERE job_id=$1 AND round_idx=$2 AND replica=$3",
+                  Params().add(p.job).add(p.round).text(p.replica)),
+          [](Rows& rows) { return rows.uint64(0); }, db_failed("a count returned nothing"));
+      if (!admitted.ok()) return admitted.status();
       FEDCASE_RETURN_IF_ERROR(
-          t.query(sql_.drop_expired_of, Params().add(p.job).add(p.round).text(p.replica)).status());
-      Rows places = t.query(sql_.places, Params().add(p.job).add(p.round));
-      AdmissionRecord::Places mine;
-      while (places.next()) {
-        if (places.bytes(0) != p.replica) continue;
-        mine.accepted = places.uint64(1);
-        mine.reserved = places.uint64(2);
-      }
-      FEDCASE_RETURN_IF_ERROR(places.status());
-      if (mine.reserved > 0) {
-        return conflict("replica '" + p.replica + "' still holds " + std::to_string(mine.reserved) +
-                        " reservations in " + round_name(p.job, p.round));
-      }
-      if (mine.accepted != p.updates) {
-        return conflict("the partial of replica '" + p.replica + "' holds " +
-                        std::to_string(p.updates) + " updates, and " +
-                        std::to_string(mine.accepted) + " were recorded for it in " +
-                        round_name(p.job, p.round));
-      }
-      FEDCASE_RETURN_IF_ERROR(
+          check_partial(p, r.ok(), r.ok() && r->open, r.ok() && r->admitting, *admitted));
+      FEDCASE_RETURN_IF_ERROR(conflict_as(
           t.query("INSERT INTO partials(job_id, round_idx, replica, sum, weight, updates, "
                   "written_at) VALUES($1, $2, $3, $4, $5, $6, $7)",
                   Params()
@@ -732,7 +657,8 @@ class SqlStore : public Store {
                       .add(p.weight)
                       .add(p.updates)
                       .add(p.written_at))
-              .status());
+              .status(),
+          "the replica already has a partial in " + round_name(p.job, p.round)));
       t.wake(Channel::kRound, p.job);
       return ok_status();
     });
@@ -751,9 +677,7 @@ class SqlStore : public Store {
   }
 
   Status put_stage_messages(const std::vector<StageMessage>& messages) override {
-    for (const StageMessage& m : messages) {
-      if (m.kind.empty()) return invalid_argument("a stage message needs a kind");
-    }
+    FEDCASE_RETURN_IF_ERROR(check_stage_kinds(messages));
     if (messages.empty()) return ok_status();
     return write(Durability::kRelaxed, [&](Txn& t) -> Status {
       std::set<std::pair<JobId, RoundIndex>> woken;
@@ -795,7 +719,9 @@ class SqlStore : public Store {
                       const json& policy_state) override {
     return write(Durability::kSynced, [&](Txn& t) -> Status {
       FEDCASE_RETURN_IF_ERROR(conclude(t, r, RoundState::kCommitted));
-      FEDCASE_RETURN_IF_ERROR(insert_model(t, model));
+      FEDCASE_RETURN_IF_ERROR(conflict_as(insert_model(t, model),
+                                          "model " + std::to_string(model.version) + " of job " +
+                                              std::to_string(model.job) + " is already stored"));
       return t
           .query("UPDATE jobs SET policy_state=$1 WHERE id=$2",
                  Params().json(policy_state).add(r.job))
@@ -836,11 +762,25 @@ class SqlStore : public Store {
     return read([&](Connection& c) {
       return all<UpdateRecord>(
           c.query("SELECT client_id, meta, received_at, replica FROM updates WHERE job_id=$1 AND "
-                  "round_idx=$2 AND state='accepted' ORDER BY received_at",
+                  "round_idx=$2 ORDER BY received_at",
                   Params().add(job).add(round)),
           [&](Rows& r) -> UpdateRecord {
             return {job, round, r.uint64(0), r.json(1), r.real(2), r.bytes(3)};
           });
+    });
+  }
+
+  // Relaxed: a plan lost in a crash goes with its round, which the next start fails.
+  Status update_round_plan(JobId job, RoundIndex round, const json& plan, Epoch epoch) override {
+    return write(Durability::kRelaxed, [&](Txn& t) -> Status {
+      FEDCASE_RETURN_IF_ERROR(fence(t, job, epoch, Code::kConflict));
+      Rows planned =
+          t.query("UPDATE rounds SET plan=$1, epoch=$2 WHERE job_id=$3 AND idx=$4 AND state='open'",
+                  Params().json(plan).add(epoch).add(job).add(round));
+      FEDCASE_RETURN_IF_ERROR(planned.status());
+      if (planned.changes() == 0) return conflict(round_name(job, round) + " is not open");
+      t.wake(Channel::kRound, job);
+      return ok_status();
     });
   }
 
@@ -869,7 +809,7 @@ class SqlStore : public Store {
 
   Result<LeaseRecord> acquire_lease(JobId job, const std::string& holder,
                                     double duration_s) override {
-    FEDCASE_RETURN_IF_ERROR(check_holder(holder, duration_s));
+    FEDCASE_RETURN_IF_ERROR(check_lease_request(holder, duration_s));
     // Synced: an acquisition lost in a crash could hand its epoch out a second time.
     return write(Durability::kSynced, [&](Txn& t) -> Result<LeaseRecord> {
       auto lease = changed_lease(
@@ -881,7 +821,7 @@ class SqlStore : public Store {
 
   Result<LeaseRecord> renew_lease(JobId job, const std::string& holder, Epoch epoch,
                                   double duration_s) override {
-    FEDCASE_RETURN_IF_ERROR(check_holder(holder, duration_s));
+    FEDCASE_RETURN_IF_ERROR(check_lease_request(holder, duration_s));
     // Relaxed: a renewal lost in a crash only ends the lease sooner; its epoch stays.
     return write(Durability::kRelaxed, [&](Txn& t) -> Result<LeaseRecord> {
       return changed_lease(
@@ -893,7 +833,7 @@ class SqlStore : public Store {
     return write(Durability::kRelaxed, [&](Txn& t) -> Status {
       Rows released = t.query(sql_.release, Params().add(job).text(holder).add(epoch));
       FEDCASE_RETURN_IF_ERROR(released.status());
-      if (released.changes() == 0) return lease_refused(t, job);
+      if (released.changes() == 0) return lease_refusal(t, job);
       t.wake(Channel::kLease, job);
       return ok_status();
     });
@@ -913,7 +853,7 @@ class SqlStore : public Store {
                                                            .add(charge.counter)
                                                            .add(charge.client_seconds)
                                                            .add(charge.counter_at_least)),
-                                  read_service, internal_error("a charge returned nothing"));
+                                  read_service, db_failed("a charge returned nothing"));
     });
   }
 
@@ -957,6 +897,28 @@ class SqlStore : public Store {
       Borrowed c(pool_, std::move(taken).value());
       R result = body(*c);
       if (!status_of(result).ok() && c->lost() && attempt == 0) continue;
+      return result;
+    }
+  }
+
+  // Runs `body`, one write statement, on a connection outside a transaction, where it commits
+  // on its own. A connection found closed before the statement (Connection::check) is
+  // replaced and the call retried once: nothing reached the database. One lost during the
+  // statement leaves its outcome unknown (commit_outcome_unknown).
+  template <class Body>
+  auto autocommit(Body body) -> decltype(body(std::declval<Connection&>())) {
+    using R = decltype(body(std::declval<Connection&>()));
+    for (int attempt = 0;; ++attempt) {
+      auto taken = pool_.take();
+      if (!taken.ok()) return R(taken.status());
+      Borrowed c(pool_, std::move(taken).value());
+      Status open = c->check();
+      if (!open.ok()) {
+        if (attempt == 0) continue;
+        return R(open);
+      }
+      R result = body(*c);
+      if (!status_of(result).ok() && c->lost()) return R(commit_outcome_unknown(status_of(result)));
       return result;
     }
   }
@@ -1032,13 +994,13 @@ class SqlStore : public Store {
         return not_found("client " + std::to_string(rows[i]->id) + " not found");
       }
     }
-    return internal_error("a batch of profiles was not saved whole");
+    return db_failed("a batch of profiles was not saved whole");
   }
 
   static Result<uint64_t> inserted_id(Rows rows) {
     return first<uint64_t>(
         std::move(rows), [](Rows& r) { return r.uint64(0); },
-        internal_error("an insert returned no id"));
+        db_failed("an insert returned no id"));
   }
 
   static ModelRecord read_model(Rows& r, JobId job) {
@@ -1073,16 +1035,10 @@ class SqlStore : public Store {
     const Epoch current = lease.uint64(0);
     const std::string holder = lease.bytes(1);
     FEDCASE_RETURN_IF_ERROR(lease.status());
-    if (current == epoch) return ok_status();
-    const std::string refused = "a write at lease epoch " + std::to_string(epoch) + " is refused";
-    if (current == kUnleased) {
-      return conflict("job " + std::to_string(job) + " has never been leased: " + refused);
-    }
-    return conflict("job " + std::to_string(job) + " is at lease epoch " + std::to_string(current) +
-                    " (acquired by '" + holder + "'): " + refused);
+    return check_epoch(job, epoch, current, holder);
   }
 
-  // The round's (state, target, admitting), as lock_round and share_round read them.
+  // The round's (state, target, admitting), as share_round reads them.
   struct RoundAdmission {
     bool open = false;
     uint64_t target = 0;
@@ -1097,49 +1053,39 @@ class SqlStore : public Store {
         conflict(round_name(job, round) + " not found"));
   }
 
-  // The round's target, from its row; kConflict unless the round is open and admitting.
-  static Result<uint64_t> admitting_target(Rows rows, JobId job, RoundIndex round) {
-    auto r = round_row(std::move(rows), job, round);
-    if (!r.ok()) return r.status();
-    if (!r->open || !r->admitting) {
-      return conflict(round_name(job, round) + " is not open for updates");
-    }
-    return r->target;
-  }
+  // What an admission's count returned: the round's admitted updates, this one included, and
+  // its target.
+  struct Count {
+    uint64_t admitted = 0, target = 0;
+  };
+  static Count read_count(Rows& r) { return {r.uint64(0), r.uint64(1)}; }
 
-  // Why record_update found neither a reservation of the update's replica nor a round that
-  // takes it without one.
-  Status why_not_recorded(Txn& t, const UpdateRecord& u) {
-    const std::string client = "client " + std::to_string(u.client);
-    const std::string round = round_name(u.job, u.round);
-    struct Existing {
-      std::string state, replica;
-      bool live = false;
-    };
-    auto existing = first<Existing>(
-        t.query(sql_.update_of, Params().add(u.job).add(u.round).add(u.client)),
-        [](Rows& r) -> Existing {
-          return {r.bytes(0), r.bytes(1), r.int64(2) != 0};
-        },
-        not_found(""));
-    if (existing.ok()) {
-      if (existing->state != "reserved")
-        return conflict(client + " already has an update in " + round);
-      if (existing->replica != u.replica) {
-        return conflict(client + "'s place in " + round + " is reserved by replica '" +
-                        existing->replica + "'");
-      }
-      if (!existing->live) return conflict(client + "'s reservation in " + round + " expired");
-    } else if (existing.status().code() != Code::kNotFound) {
-      return existing.status();
-    }
-    auto r = round_row(t.query(sql_.share_round, Params().add(u.job).add(u.round)), u.job, u.round);
-    if (!r.ok()) return r.status();
-    return conflict(round + " admits updates through reservations, and " + client + " holds none");
+  // Why admit_update stored nothing (check_admission), read after its statement: `error` is
+  // the statement's own (a constraint), or OK when the round's count took nothing. A refusal
+  // that no longer holds when it is read (the round changed since) is said as such.
+  Status why_not_admitted(const UpdateRecord& u, const Status& error) {
+    auto facts = read([&](Connection& c) {
+      return first_if_any<AdmissionFacts>(
+          c.query("SELECT state, target, admitting, admitted, (SELECT COUNT(*) FROM updates "
+                  "WHERE job_id=$1 AND round_idx=$2 AND client_id=$3), (SELECT COUNT(*) FROM "
+                  "clients WHERE id=$3) FROM rounds WHERE job_id=$1 AND idx=$2",
+                  Params().add(u.job).add(u.round).add(u.client)),
+          [](Rows& r) -> AdmissionFacts {
+            return {true,        r.round_state(0), r.uint64(1),    r.int64(2) != 0,
+                    r.uint64(3), r.uint64(4) > 0,  r.uint64(5) > 0};
+          });
+    });
+    if (!facts.ok()) return facts.status();
+    FEDCASE_RETURN_IF_ERROR(
+        check_admission(u.job, u.round, u.client, facts->value_or(AdmissionFacts{})));
+    return Status(Code::kConflict,
+                  "the update of client " + std::to_string(u.client) + " was not admitted to " +
+                      round_name(u.job, u.round) + " as the round stood then: try again",
+                  error.detail());
   }
 
   // Concludes the round as `state` (committed or failed), at the writer's epoch, and drops
-  // what its admission left: partials, stage messages and unrecorded reservations.
+  // what its admission left: partials and stage messages.
   Status conclude(Txn& t, const RoundRecord& r, RoundState state) {
     FEDCASE_RETURN_IF_ERROR(fence(t, r.job, r.epoch, Code::kConflict));
     Rows closed = t.query(
@@ -1161,10 +1107,6 @@ class SqlStore : public Store {
         t.query("DELETE FROM stage_messages WHERE job_id=$1 AND round_idx=$2",
                 Params().add(r.job).add(r.index))
             .status());
-    FEDCASE_RETURN_IF_ERROR(
-        t.query("DELETE FROM updates WHERE job_id=$1 AND round_idx=$2 AND state='reserved'",
-                Params().add(r.job).add(r.index))
-            .status());
     t.wake(Channel::kRound, r.job);
     return ok_status();
   }
@@ -1177,17 +1119,15 @@ class SqlStore : public Store {
       return lease;
     }
     FEDCASE_RETURN_IF_ERROR(changed.status());
-    return lease_refused(t, job);
+    return lease_refusal(t, job);
   }
 
   // Why a lease change was refused: the lease as it stands.
-  Status lease_refused(Txn& t, JobId job) {
+  Status lease_refusal(Txn& t, JobId job) {
     auto lease = first<LeaseRecord>(t.query(sql_.lease, Params().add(job)), read_lease,
                                     not_found("job " + std::to_string(job) + " not found"));
     if (!lease.ok()) return lease.status();
-    return conflict("job " + std::to_string(job) + " is leased at epoch " +
-                    std::to_string(lease->epoch) + " by '" + lease->holder + "' for " +
-                    std::to_string(lease->remaining_s) + " s more");
+    return lease_refused(*lease);
   }
 
   std::unique_ptr<Driver> driver_;

@@ -4,10 +4,13 @@
 
 #include <sqlite3.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <thread>
 
+#include "storage/errors.h"
 #include "storage/local_bus.h"
 #include "storage/sql.h"
 
@@ -18,11 +21,22 @@ using sql::Durability;
 using sql::Params;
 using sql::Rows;
 
+// How long a statement waits for another connection's lock on the file.
+constexpr int kBusyTimeoutMs = 5000;
+
+// kConflict for a constraint; kUnavailable when another connection holds the file's lock past
+// the busy timeout; kInternal otherwise. SQLite's message goes in the detail.
 Status sqlite_error(sqlite3* db, int rc) {
-  if ((rc & 0xff) == SQLITE_CONSTRAINT) {
-    return conflict(std::string("constraint violated: ") + sqlite3_errmsg(db));
+  const std::string detail = std::string("sqlite: ") + sqlite3_errmsg(db);
+  switch (rc & 0xff) {
+    case SQLITE_CONSTRAINT:
+      return {Code::kConflict, "the write conflicts with what the store holds", detail};
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return db_unavailable(detail);
+    default:
+      return db_failed(detail);
   }
-  return internal_error(std::string("sqlite: ") + sqlite3_errmsg(db));
 }
 
 // A statement being stepped: its first step ran when it was made (so a write has happened by
@@ -76,11 +90,20 @@ class SqliteConnection : public sql::Connection {
   }
 
   Status init() {
-    sqlite3_busy_timeout(db_, 5000);  // first: several openers may set up one file at once
-    {
+    sqlite3_busy_timeout(db_, kBusyTimeoutMs);  // first: several openers may set up one file
+    // A file that another opener is switching to WAL at the same moment refuses the switch at
+    // once (SQLITE_BUSY without asking the busy handler): tried again until the busy timeout.
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(kBusyTimeoutMs);
+    for (;;) {
       Rows mode = query("PRAGMA journal_mode=WAL", Params());
       if (mode.next()) wal_ = mode.bytes(0) == "wal";
-      FEDCASE_RETURN_IF_ERROR(mode.status());
+      const Status s = mode.status();
+      if (s.code() != Code::kUnavailable || std::chrono::steady_clock::now() > deadline) {
+        FEDCASE_RETURN_IF_ERROR(s);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     FEDCASE_RETURN_IF_ERROR(script("PRAGMA synchronous=FULL"));
     return script("PRAGMA foreign_keys=ON");
@@ -91,7 +114,7 @@ class SqliteConnection : public sql::Connection {
     if (it == statements_.end()) {
       sqlite3_stmt* stmt = nullptr;
       if (sqlite3_prepare_v2(db_, text.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
-        return Rows(internal_error(std::string("sqlite prepare: ") + sqlite3_errmsg(db_)));
+        return Rows(db_failed(std::string("sqlite prepare: ") + sqlite3_errmsg(db_)));
       }
       it = statements_.emplace(text, stmt).first;
     }
@@ -104,7 +127,7 @@ class SqliteConnection : public sql::Connection {
       const size_t n = name ? std::strtoul(name + 1, nullptr, 10) : 0;
       if (n < 1 || n > values.size()) {
         sqlite3_clear_bindings(stmt);
-        return Rows(internal_error("statement parameter " + std::to_string(i) + " has no value"));
+        return Rows(db_failed("statement parameter " + std::to_string(i) + " has no value"));
       }
       const Params::Value& v = values[n - 1];
       int rc = SQLITE_OK;
@@ -132,12 +155,14 @@ class SqliteConnection : public sql::Connection {
     return Rows(std::make_unique<SqliteCursor>(db_, stmt, sqlite3_step(stmt)));
   }
 
+  Status check() override { return ok_status(); }
+
   Status script(const std::string& text) override {
     char* err = nullptr;
     if (sqlite3_exec(db_, text.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
       std::string msg = err ? err : "unknown error";
       sqlite3_free(err);
-      return internal_error("sqlite: " + msg);
+      return db_failed("sqlite: " + msg);
     }
     return ok_status();
   }
@@ -182,9 +207,15 @@ class SqliteDriver : public sql::Driver {
       : path_(std::move(path)), bus_(LocalBus::of(bus_key(path_))) {}
 
   const sql::Dialect& dialect() const override {
-    static const sql::Dialect kDialect{
-        "((julianday('now') - 2440587.5) * 86400.0)", "",        "",     "MAX",
-        "INTEGER PRIMARY KEY AUTOINCREMENT",          "INTEGER", "REAL", "BLOB"};
+    static const sql::Dialect kDialect{"((julianday('now') - 2440587.5) * 86400.0)",
+                                       "",
+                                       "",
+                                       "MAX",
+                                       "INTEGER PRIMARY KEY AUTOINCREMENT",
+                                       "INTEGER",
+                                       "REAL",
+                                       "BLOB",
+                                       /*writable_cte=*/false};
     return kDialect;
   }
 
@@ -196,11 +227,12 @@ class SqliteDriver : public sql::Driver {
     if (rc != SQLITE_OK) {
       std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
       sqlite3_close(db);
-      return internal_error("cannot open database " + path_ + ": " + msg);
+      return db_failed("cannot open database " + path_ + ": " + msg);
     }
     auto connection = std::make_unique<SqliteConnection>(db, bus_);
     Status s = connection->init();
-    if (!s.ok()) return internal_error("cannot open database " + path_ + ": " + s.message());
+    if (!s.ok())
+      return Status(s.code(), s.message(), "cannot open database " + path_ + ": " + s.detail());
     return std::unique_ptr<sql::Connection>(std::move(connection));
   }
 

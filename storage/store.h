@@ -4,6 +4,9 @@
 // committed global model; and, for coordinator replicas sharing one database, who owns which
 // job (leases with epochs), which updates a round admits, the replicas' partial aggregates,
 // the tenants' service counters, and wake-ups between replicas (docs/scaling.md, "Storage").
+// Backends, which open_store picks by URL: SQLite (the embedded default), PostgreSQL (shared by
+// coordinator replicas), and one in this process's memory (storage/memory_store.h): the seam
+// for fast unit tests of the code above a store, which keeps the contract but durability.
 //
 // Every backend meets the same contract (tests/storage/store_contract.h runs it):
 //  - Thread safety: implementations are thread-safe, and several stores may be open on one
@@ -26,9 +29,13 @@
 //  - Bytes: models, optimizer states, modules and partials are kept byte for byte; every other
 //    string (names, token hashes, checksums, holders, replicas) is UTF-8 text without NUL,
 //    which PostgreSQL holds to (kInvalidArgument otherwise). JSON is kept as its text.
-//  - Time: lease and reservation expiries run on the database's clock (PostgreSQL's now(); for
-//    SQLite, the one machine's clock), so that the replicas' clocks do not matter. Every other
-//    time (opened_at, received_at, ...) is the caller's and is stored as given.
+//  - Time: lease expiries run on the database's clock, read when each statement runs
+//    (PostgreSQL's clock_timestamp(), never the transaction's start; for SQLite, the one
+//    machine's clock), so that the replicas' clocks do not matter. Every other time
+//    (opened_at, received_at, ...) is the caller's and is stored as given.
+//  - Messages: an error's message names the job, round, client or state concerned and may
+//    reach the API's callers; what the database itself said (hosts, sockets, database names)
+//    and replicas' names go in the Status's detail, for the log only.
 //
 // Leases and fencing. Each job has a lease row from its creation, at epoch kUnleased (0) with
 // no holder. acquire_lease gives the job to one replica and increments the epoch; every write
@@ -42,14 +49,15 @@
 // whether a write lands: an owner whose lease expired may still write until another replica
 // acquires the job (no one else writes for it meanwhile), and must then stop.
 //
-// Admission. A round opened with a target K > 0 admits updates through the store:
-// reserve_update holds one of its K places for a client's update (at most one per client and
-// round, whichever replica asks), record_update turns the reservation into the accepted update,
-// release_update frees it (the fold failed). A reservation not accepted within its hold time
-// expires and its place is freed for others; a reservation's replica can no longer record
-// it then (its fold, if it happened, makes that replica's partial disagree with what the store
-// accepted, which put_partial refuses). A round with target 0 (a single coordinator's) leaves
-// admission to the caller: record_update stores the update without a reservation.
+// Admission. A round opened with a target K > 0 (one that several replicas serve) admits
+// updates through the store: admit_update records a client's update as admitted, at most one
+// per client and round and at most K in all, whichever replica asks, in one round trip on
+// PostgreSQL (a single statement over a counter kept on the round's row, whose check the
+// database re-evaluates on the row's latest version: no reservation, no expiry, no clock).
+// A replica admits an update once it validated it and before it folds it; a fold that fails
+// takes the update back (withdraw_update). A round with target 0 (a single coordinator's,
+// which decides admission in its memory) stores each update's metadata without a check of its
+// own.
 
 #include <map>
 #include <memory>
@@ -110,7 +118,7 @@ struct RoundRecord {
   double deadline = 0;
   double closed_at = 0;
   nlohmann::json metrics = nlohmann::json::object();  // accuracy, loss, who finished/dropped...
-  // K, the updates the store admits (reserve_update); 0: admission is the caller's. Stored by
+  // K, the updates the store admits (admit_update); 0: admission is the caller's. Stored by
   // open_round, kept by the round's conclusion.
   uint64_t target = 0;
   // The lease epoch of the write: open_round, commit_round and fail_round are refused unless
@@ -124,6 +132,8 @@ struct RoundRecord {
   // Read back only (open_round ignores it): the round is open and admits updates, i.e.
   // close_admission was not called.
   bool admitting = false;
+  // Read back only: the updates admitted so far.
+  uint64_t admitted = 0;
 };
 
 struct UpdateRecord {
@@ -161,13 +171,8 @@ struct LeaseRecord {
 struct AdmissionRecord {
   uint64_t target = 0;  // K; 0: admission is the caller's
   bool open = false;    // the round is open and admits (close_admission was not called)
-  struct Places {
-    uint64_t accepted = 0;  // recorded updates
-    uint64_t reserved = 0;  // reservations not yet recorded, released or expired
-  };
-  std::map<std::string, Places> replicas;  // by replica (a single coordinator's: "")
-  uint64_t accepted() const;
-  uint64_t reserved() const;
+  std::map<std::string, uint64_t> replicas;  // admitted updates by replica (a coordinator's: "")
+  uint64_t admitted() const;                 // in all
 };
 
 // A replica's partial aggregate of a round: the updates it admitted, folded. The owner merges
@@ -285,68 +290,57 @@ class Store {
   // its `state`), with its target; kConflict if the job already has a round of that index
   // (open or concluded), the job is unknown, or round.epoch is not the job's. Wakes kRound.
   virtual Status open_round(const RoundRecord& round) = 0;
-  // Holds one of the round's K places for `client`'s update, for `replica`, until it records
-  // the update, releases the place, or `hold_s` seconds (> 0) pass on the database's clock.
-  // Expired reservations of the round are dropped first. kConflict, nothing held, when the
-  // round is unknown, concluded or closed to admission, the client is unknown or already has
-  // an update or a live reservation in the round, or updates and live reservations fill the
-  // K places (target 0: no limit); kInvalidArgument for an empty replica or hold_s <= 0.
-  // Durable as record_update is.
-  virtual Status reserve_update(JobId job, RoundIndex round, ClientId client,
-                                const std::string& replica, double hold_s) = 0;
-  // Frees `replica`'s reservation of the client's place (the update could not be folded).
-  // kConflict if it holds none (never reserved, recorded, or expired and dropped).
-  virtual Status release_update(JobId job, RoundIndex round, ClientId client,
-                                const std::string& replica) = 0;
-  // An accepted update's metadata. If the client holds a reservation in the round, it becomes
-  // this update: only for the reservation's replica (update.replica) and before it expires,
-  // kConflict otherwise. Without a reservation the update is stored as admitted by the caller,
-  // which only a round of target 0 allows (kConflict for a round of target K > 0), and without
-  // checking that the round is still open. kConflict too if the client already has an update
-  // in that round, or the round or the client is unknown. The update is durable once its round
-  // concludes (commit_round or fail_round), not necessarily before: a crash before that leaves
-  // the round open, and the next start fails it, so no sync is spent on each of a round's many
-  // updates.
-  virtual Status record_update(const UpdateRecord& update) = 0;
-  // Closes the round to admission (the owner is concluding it): reserve_update is refused
-  // from now on; reservations made before may still be recorded or released until they
-  // expire. Idempotent. kConflict if the round is not open or `epoch` is not the job's. Wakes
-  // kRound.
+  // Admits a client's update to the round, with its metadata, for `update.replica`. A round of
+  // target K > 0: kConflict, nothing stored, when the round is unknown, concluded or closed to
+  // admission, the client already has an update in it, or K updates are admitted (the
+  // message says which). A round of target 0 stores it without checking the round's state,
+  // as its caller decided (kConflict only for a duplicate, or an unknown round or client).
+  // Returns whether this update filled the round (its K-th; false for target 0). Durable once
+  // its round concludes (commit_round or fail_round), not necessarily before: a crash before
+  // that leaves the round open, and the next start fails it, so no sync is spent on each of a
+  // round's many updates.
+  virtual Result<bool> admit_update(const UpdateRecord& update) = 0;
+  // Takes back `replica`'s admitted update of the client (its fold failed): its place is free
+  // again. kConflict if the round does not admit any more or the replica has no update of the
+  // client there. Durable as admit_update is.
+  virtual Status withdraw_update(JobId job, RoundIndex round, ClientId client,
+                                 const std::string& replica) = 0;
+  // Whether `client` has an update in the round, whichever replica admitted it (false for an
+  // unknown round): a replica asks before handing out a task of a round the others serve too.
+  virtual Result<bool> has_update(JobId job, RoundIndex round, ClientId client) = 0;
+  // Closes the round to admission (the owner is concluding it): admit_update and
+  // withdraw_update are refused from now on. Idempotent. kConflict if the round is not open or
+  // `epoch` is not the job's. Wakes kRound.
   virtual Status close_admission(JobId job, RoundIndex round, Epoch epoch) = 0;
-  // Where the round's admission stands, on the database's clock; kNotFound for an unknown
-  // round.
+  // Where the round's admission stands; kNotFound for an unknown round.
   virtual Result<AdmissionRecord> round_admission(JobId job, RoundIndex round) = 0;
-  // Whether `client` has an update or a live reservation in the round, whichever replica
-  // made it (false for an unknown round): a replica asks before handing out a task of a round
-  // that the others serve too.
-  virtual Result<bool> holds_place(JobId job, RoundIndex round, ClientId client) = 0;
   // Stores a replica's partial aggregate of the round, once. kConflict, nothing stored, unless
-  // the round is open and closed to admission, the replica holds no live reservation in it,
-  // partial.updates is exactly the number of updates the store recorded for the replica in
-  // the round, and the replica has no partial there yet. Partials are dropped with the round's
-  // conclusion. Durable as record_update is. Wakes kRound.
+  // the round is open and closed to admission, partial.updates is exactly the number of
+  // updates the store admitted for the replica in the round, and the replica has no partial
+  // there yet. Partials are dropped with the round's conclusion. Durable as admit_update is.
+  // Wakes kRound.
   virtual Status put_partial(const PartialRecord& partial) = 0;
   // The round's partials, by replica; empty once the round concluded.
   virtual Result<std::vector<PartialRecord>> list_partials(JobId job, RoundIndex round) = 0;
   // Stores `messages` (each of one round, kind and client at most once), all or none.
   // kConflict, nothing stored, if a message of the same round, kind and client is stored
   // already or its round is not open; kInvalidArgument for an empty kind. Dropped with the
-  // round's conclusion. Durable as record_update is. Wakes kRound.
+  // round's conclusion. Durable as admit_update is. Wakes kRound.
   virtual Status put_stage_messages(const std::vector<StageMessage>& messages) = 0;
   // The round's messages of `kind`, by client; empty once the round concluded.
   virtual Result<std::vector<StageMessage>> list_stage_messages(JobId job, RoundIndex round,
                                                                 const std::string& kind) = 0;
   // Atomically: the round becomes committed with its closed_at and metrics (the round's other
   // fields are those open_round stored), the model is stored under (model.job, model.version),
-  // the job's policy state is saved, and the round's partials and unrecorded reservations are
-  // dropped. Either all of it is durable or none. kConflict, and nothing changes, if the round
-  // is not open (unknown, committed or failed), the model's version is already stored, or
+  // the job's policy state is saved, and the round's partials and stage messages are dropped.
+  // Either all of it is durable or none. kConflict, and nothing changes, if the round is not
+  // open (unknown, committed or failed), the model's version is already stored, or
   // round.epoch is not the job's. Wakes kRound.
   virtual Status commit_round(const RoundRecord& round, const ModelRecord& model,
                               const nlohmann::json& policy_state) = 0;
-  // The round becomes failed with its closed_at and metrics; no model; its partials and
-  // unrecorded reservations are dropped. kConflict if the round is not open or round.epoch is
-  // not the job's. Wakes kRound.
+  // The round becomes failed with its closed_at and metrics; no model; its partials and stage
+  // messages are dropped. kConflict if the round is not open or round.epoch is not the job's.
+  // Wakes kRound.
   virtual Status fail_round(const RoundRecord& round) = 0;
   // Merges `metrics` into a concluded round's metrics (e.g. its evaluation, which comes later):
   // each top-level key of `metrics` replaces or adds that key. Not fenced: a concluded round's
@@ -354,8 +348,13 @@ class Store {
   // open.
   virtual Status add_round_metrics(JobId job, RoundIndex round, const nlohmann::json& metrics) = 0;
   virtual Result<std::vector<RoundRecord>> list_rounds(JobId job) = 0;
-  // The round's recorded updates (not its reservations).
+  // The round's admitted updates.
   virtual Result<std::vector<UpdateRecord>> list_updates(JobId job, RoundIndex round) = 0;
+  // Replaces an open round's plan (an asynchronous job's buffer hands out tasks while it is
+  // open, and every replica serves them). kConflict if the round is not open or `epoch` is
+  // not the job's. Wakes kRound.
+  virtual Status update_round_plan(JobId job, RoundIndex round, const nlohmann::json& plan,
+                                   Epoch epoch) = 0;
 
   // Models. kNotFound for a version (or a job) without a model; latest_model is the highest
   // version stored.
@@ -399,22 +398,25 @@ class Store {
 
 // Where a store lives, as a URL: "<scheme>:<location>".
 struct StoreUrl {
-  std::string scheme;  // lower case: "sqlite" or "postgresql"
+  std::string scheme;  // lower case: "sqlite", "postgresql" or "memory"
   // sqlite: the database file's path, relative to the working directory; postgresql: the
-  // whole URL, "postgresql://...", as libpq reads it.
+  // whole URL, "postgresql://...", as libpq reads it; memory: the database's name, empty for
+  // a database of the store's own (storage/memory_store.h).
   std::string location;
 };
 
-// The schemes open_store knows, for messages: "sqlite, postgresql".
+// The schemes open_store knows, for messages: "sqlite, postgresql, memory".
 const char* known_store_schemes();
 
 // Parses a store URL: "sqlite:PATH", or a plain PATH, which is SQLite's (configs written before
 // URLs); or a libpq connection URI, "postgresql://[user@][host][:port]/database[?param=value&...]"
-// ("postgres://" too; a Unix socket directory as ?host=/dir). A URL's scheme is the letters,
-// digits, '+', '-' and '.' before its first ':', starting with a letter and matched without
-// regard to case; anything else, a '/' before the first ':' included, is a plain path. Pure.
-// kInvalidArgument for an empty URL or location, a PostgreSQL URL without "//", or a scheme
-// that is not known (the message names the known ones).
+// ("postgres://" too; a Unix socket directory as ?host=/dir); or "memory:" or "memory:NAME", a
+// database in this process's memory (storage/memory_store.h: for tests; nothing is durable).
+// A URL's scheme is the letters, digits, '+', '-' and '.' before its first ':', starting with
+// a letter and matched without regard to case; anything else, a '/' before the first ':'
+// included, is a plain path. Pure. kInvalidArgument for an empty URL, an empty location
+// (but memory's), a PostgreSQL URL without "//", or a scheme that is not known (the message
+// names the known ones). Messages show the URL without its password.
 Result<StoreUrl> parse_store_url(const std::string& url);
 
 // Opens the store `url` names (parse_store_url) with that backend's opener below: its errors,
@@ -422,8 +424,8 @@ Result<StoreUrl> parse_store_url(const std::string& url);
 Result<std::unique_ptr<Store>> open_store(const std::string& url);
 
 // Opens (creating if needed) the SQLite database at `path` in WAL mode and migrates its schema
-// to the current version. kInternal with SQLite's message if the file cannot be used, and
-// kInvalidArgument if it was written by a newer schema version. Several stores may be open on
+// to the current version. kInternal (SQLite's message in the detail) if the file cannot be used,
+// and kInvalidArgument if it was written by a newer schema version. Several stores may be open on
 // one file at once (in one process or several); each sees what the others committed, and
 // listeners hear the wake-ups of the stores of their own process. One connection, used by one
 // call at a time: SQLite lets one writer in at a time anyway, and its calls take microseconds.
@@ -442,9 +444,9 @@ struct PostgresOptions {
 // does, rather than libpqxx's exceptions) at the connection URI `url` ("postgresql://...", see
 // parse_store_url), and migrates the database's schema to the current version, under an
 // advisory lock so that replicas starting at once on an empty database migrate it once.
-// kUnavailable with libpq's message (the URL's password hidden) if the server cannot be
-// reached within the connect timeout, kInvalidArgument if the database was written by a newer
-// schema version, kInternal for another failure. A connection found lost is dropped, together
+// kUnavailable (libpq's message and the URL, its passwords hidden, in the detail) if the server
+// cannot be reached within the connect timeout, kInvalidArgument if the database was written by a
+// newer schema version, kInternal for another failure. A connection found lost is dropped, together
 // with the idle ones (they went to the same server), and the next call connects anew; a call
 // that failed before anything of it reached the server (its first statement found the
 // connection lost) is retried once on a new connection.

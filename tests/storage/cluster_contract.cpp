@@ -1,6 +1,6 @@
 // The Store contract's cases of what coordinator replicas share through the database: leases
 // and their epochs, fenced writes (also against an acquisition racing a commit), admission
-// (K places, once per client, expiring reservations, replicas racing for places), partial
+// (K updates, once per client, withdrawals, replicas racing for places), partial
 // aggregates, tenants' service counters, wake-ups, and several openers migrating one empty
 // database at once. Every case runs on every backend; "replicas" are stores opened on the
 // same database.
@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -81,7 +82,8 @@ void leases(const BackendFactory& factory) {
   // Another holder is refused while the lease runs; the holder re-acquires at a new epoch.
   auto refused = store->acquire_lease(job, "replica-b", 30);
   CHECK(refused.status().code() == Code::kConflict);
-  CHECK(refused.status().message().find("replica-a") != std::string::npos);
+  CHECK(refused.status().message().find("replica-a") == std::string::npos);  // the holder: in
+  CHECK(refused.status().detail().find("replica-a") != std::string::npos);   // the detail only
   auto again = store->acquire_lease(job, "replica-a", 30);
   REQUIRE(again.ok());
   CHECK(again->epoch == 2);
@@ -172,7 +174,10 @@ void fencing(const BackendFactory& factory) {
   auto stale =
       store->commit_round(closed(r2, 50, {{"updates", 1}}), model(job, 2, "m2"), {{"rho", 0.9}});
   CHECK(stale.code() == Code::kConflict);
-  CHECK(stale.message().find("epoch") != std::string::npos);
+  CHECK(stale.message() == "job " + std::to_string(job) +
+                               "'s lease epoch 1 is not current (the job is at epoch 2): a write "
+                               "at lease epoch 1 is refused");
+  CHECK(stale.detail().find("replica-b") != std::string::npos);
   CHECK(store->fail_round(closed(r2, 50, {})).code() == Code::kConflict);
   CHECK(store->close_admission(job, 2, 1).code() == Code::kConflict);
   CHECK(store->set_job_state(job, JobState::kRunning, 1).code() == Code::kConflict);
@@ -247,146 +252,156 @@ void fencing_race(const BackendFactory& factory) {
 void admission(const BackendFactory& factory) {
   auto backend = factory();
   auto store = open(*backend);
+  auto other = open(*backend);  // another replica's
   const auto [a, b, c, d] = four_clients(*store);
   const JobId job = create(*store, job_record("j"));
+  const std::string round1 = "round 1 of job " + std::to_string(job);
   REQUIRE(store->open_round(with_target(open_round_record(job, 1, {a, b, c, d}), 2)).ok());
   CHECK(store->list_rounds(job)->at(0).target == 2);
+  CHECK(store->list_rounds(job)->at(0).admitted == 0);
 
-  REQUIRE(store->reserve_update(job, 1, a, "r1", 30).ok());
-  CHECK(store->reserve_update(job, 1, a, "r2", 30).code() == Code::kConflict);  // once a client
-  REQUIRE(store->reserve_update(job, 1, b, "r2", 30).ok());
-  auto full = store->reserve_update(job, 1, c, "r1", 30);
-  CHECK(full.code() == Code::kConflict);
-  CHECK(full.message().find("full") != std::string::npos);
-  auto places = store->round_admission(job, 1);
-  REQUIRE(places.ok());
-  CHECK(places->target == 2);
-  CHECK(places->open);
-  CHECK(places->accepted() == 0);
-  CHECK(places->reserved() == 2);
-  CHECK(places->replicas["r1"].reserved == 1);
-  CHECK(places->replicas["r2"].reserved == 1);
+  auto first = store->admit_update({job, 1, a, {{"samples", 3}}, 40, "r1"});
+  REQUIRE_MESSAGE(first.ok(), first.status().to_string());
+  CHECK_FALSE(*first);
+  // Once per client, whichever replica asks.
+  auto again = other->admit_update({job, 1, a, {{"samples", 4}}, 41, "r2"});
+  CHECK(again.status().code() == Code::kConflict);
+  CHECK(again.status().message() ==
+        "client " + std::to_string(a) + " already has an update in " + round1);
+  auto second = other->admit_update({job, 1, b, {{"samples", 5}}, 42, "r2"});
+  REQUIRE_MESSAGE(second.ok(), second.status().to_string());
+  CHECK(*second);  // the K-th: it filled the round
+  auto full = store->admit_update({job, 1, c, {}, 43, "r1"});
+  CHECK(full.status().code() == Code::kConflict);
+  CHECK(full.status().message() == round1 + " is full (2 updates)");
 
-  // A released place goes to the next client; only its replica releases it.
-  CHECK(store->release_update(job, 1, b, "r1").code() == Code::kConflict);
-  REQUIRE(store->release_update(job, 1, b, "r2").ok());
-  CHECK(store->release_update(job, 1, b, "r2").code() == Code::kConflict);
-  REQUIRE(store->reserve_update(job, 1, c, "r1", 30).ok());
-
-  // A reservation becomes the update of its replica only.
-  CHECK(store->record_update({job, 1, a, {{"samples", 3}}, 40, "r2"}).code() == Code::kConflict);
-  REQUIRE(store->record_update({job, 1, a, {{"samples", 3}}, 40, "r1"}).ok());
-  CHECK(store->record_update({job, 1, a, {{"samples", 4}}, 41, "r1"}).code() == Code::kConflict);
-  CHECK(store->release_update(job, 1, a, "r1").code() == Code::kConflict);  // recorded
-  // Without a reservation, a round with a target takes nothing.
-  CHECK(store->record_update({job, 1, d, {{"samples", 5}}, 42, "r1"}).code() == Code::kConflict);
-  CHECK(store->record_update({job, 1, d, {{"samples", 5}}, 42, ""}).code() == Code::kConflict);
-  CHECK(store->reserve_update(job, 1, d, "r2", 30).code() == Code::kConflict);  // a + c: full
+  auto admission = other->round_admission(job, 1);
+  REQUIRE_MESSAGE(admission.ok(), admission.status().to_string());
+  CHECK(admission->target == 2);
+  CHECK(admission->open);
+  CHECK(admission->admitted() == 2);
+  CHECK(admission->replicas == std::map<std::string, uint64_t>{{"r1", 1}, {"r2", 1}});
+  CHECK(store->list_rounds(job)->at(0).admitted == 2);
+  CHECK(*store->has_update(job, 1, a));
+  CHECK(*store->has_update(job, 1, b));  // admitted through the other replica
+  CHECK_FALSE(*other->has_update(job, 1, c));
+  CHECK_FALSE(*store->has_update(job, 2, a));  // no round 2
   auto updates = store->list_updates(job, 1);
   REQUIRE(updates.ok());
-  REQUIRE(updates->size() == 1);  // reservations are not updates
+  REQUIRE(updates->size() == 2);
   CHECK(updates->at(0).client == a);
   CHECK(updates->at(0).replica == "r1");
   CHECK(updates->at(0).meta == json{{"samples", 3}});
-  places = store->round_admission(job, 1);
-  REQUIRE(places.ok());
-  CHECK(places->accepted() == 1);
-  CHECK(places->reserved() == 1);
-  CHECK(places->replicas["r1"].accepted == 1);
-  CHECK(places->replicas["r1"].reserved == 1);
-  // Who holds a place, whichever replica admitted it: a's update, c's reservation.
-  CHECK(*store->holds_place(job, 1, a));
-  CHECK(*store->holds_place(job, 1, c));
-  CHECK_FALSE(*store->holds_place(job, 1, b));  // released
-  CHECK_FALSE(*store->holds_place(job, 1, d));
-  CHECK_FALSE(*store->holds_place(job, 2, a));  // no round 2
+  CHECK(updates->at(0).received_at == 40);
+  CHECK(updates->at(1).client == b);
+  CHECK(updates->at(1).replica == "r2");
 
-  // Refusals and what they name.
-  CHECK(store->reserve_update(job, 2, d, "r1", 30).code() == Code::kConflict);  // no round 2
-  CHECK(store->reserve_update(job + 100, 1, d, "r1", 30).code() == Code::kConflict);
-  CHECK(store->reserve_update(job, 1, d, "", 30).code() == Code::kInvalidArgument);
-  CHECK(store->reserve_update(job, 1, d, "r1", 0).code() == Code::kInvalidArgument);
+  // A withdrawal takes back the replica's own update only, once, and frees its place.
+  auto foreign = store->withdraw_update(job, 1, b, "r1");
+  CHECK(foreign.code() == Code::kConflict);
+  CHECK(foreign.message().find("r1") == std::string::npos);  // the replica: in the detail
+  CHECK(foreign.detail().find("r1") != std::string::npos);
+  CHECK(store->withdraw_update(job, 1, c, "r1").code() == Code::kConflict);  // none
+  REQUIRE(other->withdraw_update(job, 1, b, "r2").ok());
+  CHECK(other->withdraw_update(job, 1, b, "r2").code() == Code::kConflict);
+  CHECK_FALSE(*store->has_update(job, 1, b));
+  CHECK(store->round_admission(job, 1)->admitted() == 1);
+  CHECK(store->list_rounds(job)->at(0).admitted == 1);
+  auto freed = store->admit_update({job, 1, c, {}, 44, "r1"});
+  REQUIRE_MESSAGE(freed.ok(), freed.status().to_string());
+  CHECK(*freed);
+  CHECK(other->admit_update({job, 1, b, {}, 45, "r2"}).status().message() ==
+        round1 + " is full (2 updates)");
+  CHECK(store->round_admission(job, 1)->replicas == std::map<std::string, uint64_t>{{"r1", 2}});
+
+  // Unknown rounds, jobs and clients.
+  auto no_round = store->admit_update({job, 2, d, {}, 46, "r1"});
+  CHECK(no_round.status().code() == Code::kConflict);
+  CHECK(no_round.status().message() == "round 2 of job " + std::to_string(job) + " not found");
+  CHECK(store->admit_update({job + 100, 1, d, {}, 46, "r1"}).status().code() == Code::kConflict);
+  CHECK(store->withdraw_update(job, 2, a, "r1").code() == Code::kConflict);
   CHECK(store->round_admission(job, 2).status().code() == Code::kNotFound);
+  REQUIRE(store->open_round(with_target(open_round_record(job, 2), 3)).ok());
+  auto stranger = store->admit_update({job, 2, d + 100, {}, 46, "r1"});
+  CHECK(stranger.status().code() == Code::kConflict);
+  CHECK(stranger.status().message() == "client " + std::to_string(d + 100) + " not found");
+  CHECK(store->round_admission(job, 2)->admitted() == 0);
 
-  // Closed to admission: no new reservation, but those made before may still be recorded.
-  REQUIRE(store->close_admission(job, 1, kUnleased).ok());
-  REQUIRE(store->close_admission(job, 1, kUnleased).ok());  // idempotent
-  CHECK_FALSE(store->round_admission(job, 1)->open);
-  REQUIRE(store->release_update(job, 1, c, "r1").ok());
-  CHECK_FALSE(*store->holds_place(job, 1, c));
-  CHECK(store->reserve_update(job, 1, c, "r1", 30).code() == Code::kConflict);
+  // Closed to admission: no admission and no withdrawal; what was admitted stays.
+  REQUIRE(store->admit_update({job, 2, a, {}, 47, "r1"}).ok());
+  REQUIRE(store->close_admission(job, 2, kUnleased).ok());
+  REQUIRE(store->close_admission(job, 2, kUnleased).ok());  // idempotent
+  CHECK_FALSE(store->round_admission(job, 2)->open);
+  CHECK_FALSE(other->list_rounds(job)->at(1).admitting);
+  auto closed_round = other->admit_update({job, 2, b, {}, 48, "r2"});
+  CHECK(closed_round.status().code() == Code::kConflict);
+  CHECK(closed_round.status().message() ==
+        "round 2 of job " + std::to_string(job) + " is closed to admission");
+  CHECK(store->withdraw_update(job, 2, a, "r1").code() == Code::kConflict);
+  CHECK(*store->has_update(job, 2, a));
+  CHECK(store->round_admission(job, 2)->admitted() == 1);
+
+  // A concluded round admits nothing and keeps its updates.
   REQUIRE(
       store->commit_round(closed(open_round_record(job, 1), 50, {}), model(job, 1, "m1"), {}).ok());
-  CHECK(store->reserve_update(job, 1, d, "r1", 30).code() == Code::kConflict);
+  auto concluded = store->admit_update({job, 1, d, {}, 51, "r1"});
+  CHECK(concluded.status().code() == Code::kConflict);
+  CHECK(concluded.status().message() == round1 + " is concluded");
+  CHECK(store->withdraw_update(job, 1, a, "r1").code() == Code::kConflict);
   CHECK(store->close_admission(job, 1, kUnleased).code() == Code::kConflict);
-  CHECK(store->list_updates(job, 1)->size() == 1);
+  CHECK(store->list_updates(job, 1)->size() == 2);
+  CHECK(store->list_rounds(job)->at(0).admitted == 2);
 
-  // A round without a target: reservations once per client without a limit, and updates
-  // recorded as the caller admitted them.
-  REQUIRE(store->open_round(open_round_record(job, 2)).ok());
-  REQUIRE(store->reserve_update(job, 2, a, "r1", 30).ok());
-  REQUIRE(store->reserve_update(job, 2, b, "r2", 30).ok());
-  CHECK(store->reserve_update(job, 2, b, "r1", 30).code() == Code::kConflict);
-  REQUIRE(store->record_update({job, 2, a, {}, 60, "r1"}).ok());
-  REQUIRE(store->record_update({job, 2, c, {}, 61, ""}).ok());
-  CHECK(store->record_update({job, 2, b, {}, 62, "r1"}).code() == Code::kConflict);  // r2's
-  REQUIRE(store->fail_round(closed(open_round_record(job, 2), 70, {})).ok());
-  CHECK(store->round_admission(job, 2)->reserved() == 0);  // dropped with the round
-  CHECK(store->list_updates(job, 2)->size() == 2);
+  // A round without a target: each client once, no limit, and no check of the round's state
+  // (its caller decided admission); withdrawals while it is open.
+  REQUIRE(store->open_round(open_round_record(job, 3)).ok());
+  for (ClientId client : {a, b, c}) {
+    auto admitted = store->admit_update({job, 3, client, {}, 60.0 + client, ""});
+    REQUIRE_MESSAGE(admitted.ok(), admitted.status().to_string());
+    CHECK_FALSE(*admitted);
+  }
+  CHECK(store->admit_update({job, 3, b, {}, 64, ""}).status().code() == Code::kConflict);
+  REQUIRE(store->withdraw_update(job, 3, c, "").ok());
+  REQUIRE(store->fail_round(closed(open_round_record(job, 3), 70, {})).ok());
+  REQUIRE(store->admit_update({job, 3, d, {}, 71, ""}).ok());
+  CHECK(store->list_updates(job, 3)->size() == 3);
+  CHECK(store->list_rounds(job)->at(2).admitted == 3);
+  CHECK(store->round_admission(job, 3)->admitted() == 3);
 }
 
-// A reservation not recorded in time frees its place, and can then not be recorded.
-void reservation_expiry(const BackendFactory& factory) {
-  auto backend = factory();
-  auto store = open(*backend);
-  const ClientId a = add(*store, "hash-a"), b = add(*store, "hash-b");
-  const JobId job = create(*store, job_record("j"));
-  REQUIRE(store->open_round(with_target(open_round_record(job, 1), 1)).ok());
-  REQUIRE(store->reserve_update(job, 1, a, "dying", 0.3).ok());
-  CHECK(store->reserve_update(job, 1, b, "r2", 30).code() == Code::kConflict);
-  REQUIRE(eventually([&] { return !*store->holds_place(job, 1, a); }, 10));  // expired
-  REQUIRE(eventually([&] { return store->reserve_update(job, 1, b, "r2", 30).ok(); }, 10));
-  auto late = store->record_update({job, 1, a, {}, 40, "dying"});
-  CHECK(late.code() == Code::kConflict);
-  auto places = store->round_admission(job, 1);
-  REQUIRE(places.ok());
-  CHECK(places->replicas.count("dying") == 0);
-  CHECK(places->replicas["r2"].reserved == 1);
-  // The client itself may come back through another replica.
-  REQUIRE(store->release_update(job, 1, b, "r2").ok());
-  REQUIRE(store->reserve_update(job, 1, a, "r2", 30).ok());
-  REQUIRE(store->record_update({job, 1, a, {}, 41, "r2"}).ok());
-  CHECK(store->list_updates(job, 1)->at(0).replica == "r2");
-}
-
-// Two replicas race their clients' uploads for K places, each client through both at once:
-// exactly K are admitted, each client at most once.
+// Several replicas admit their clients' uploads to one round of K from many threads at once,
+// each client through two replicas at the same time: exactly K are admitted, each client at
+// most once, and exactly one admission fills the round.
 void admission_race(const BackendFactory& factory) {
-  constexpr size_t kClients = 30, kPlaces = 10, kThreadsPerStore = 3;
+  constexpr size_t kClients = 40, kPlaces = 10, kStores = 3, kThreadsPerStore = 3;
   auto backend = factory();
-  auto first_store = open(*backend);
-  auto second_store = open(*backend);
+  std::vector<std::unique_ptr<Store>> stores;
+  for (size_t i = 0; i < kStores; ++i) stores.push_back(open(*backend));
   std::vector<ClientId> clients;
   for (size_t i = 0; i < kClients; ++i) {
-    clients.push_back(add(*first_store, "hash-" + std::to_string(i)));
+    clients.push_back(add(*stores[0], "hash-" + std::to_string(i)));
   }
-  const JobId job = create(*first_store, job_record("j"));
-  REQUIRE(first_store->open_round(with_target(open_round_record(job, 1, clients), kPlaces)).ok());
+  const JobId job = create(*stores[0], job_record("j"));
+  REQUIRE(stores[0]->open_round(with_target(open_round_record(job, 1, clients), kPlaces)).ok());
   std::mutex mu;
   std::multiset<ClientId> admitted;
+  size_t filled = 0;
   std::vector<std::string> errors;
   std::vector<std::thread> threads;
-  for (size_t t = 0; t < 2 * kThreadsPerStore; ++t) {
+  for (size_t t = 0; t < kStores * kThreadsPerStore; ++t) {
     threads.emplace_back([&, t] {
-      Store& store = t % 2 == 0 ? *first_store : *second_store;
-      const std::string replica = t % 2 == 0 ? "r1" : "r2";
-      for (size_t i = t / 2; i < kClients; i += kThreadsPerStore) {
-        Status s = store.reserve_update(job, 1, clients[i], replica, 30);
+      const size_t s = t % kStores;
+      const std::string replica = "r" + std::to_string(s);
+      // Thread t tries every client i with i % kThreadsPerStore == t / kStores, and so does a
+      // thread of each other store: every client is raced for through every replica.
+      for (size_t i = t / kStores; i < kClients; i += kThreadsPerStore) {
+        auto r = stores[s]->admit_update({job, 1, clients[i], {{"by", replica}}, 1.0 * i, replica});
         std::lock_guard<std::mutex> lock(mu);
-        if (s.ok()) {
+        if (r.ok()) {
           admitted.insert(clients[i]);
-        } else if (s.code() != Code::kConflict) {
-          errors.push_back(s.to_string());
+          filled += *r;
+        } else if (r.status().code() != Code::kConflict) {
+          errors.push_back(r.status().to_string());
         }
       }
     });
@@ -395,9 +410,18 @@ void admission_race(const BackendFactory& factory) {
   for (const std::string& e : errors) FAIL_CHECK(e);
   CHECK(admitted.size() == kPlaces);
   CHECK(std::set<ClientId>(admitted.begin(), admitted.end()).size() == admitted.size());
-  auto places = second_store->round_admission(job, 1);
-  REQUIRE(places.ok());
-  CHECK(places->reserved() == kPlaces);
+  CHECK(filled == 1);
+  auto admission = stores[1]->round_admission(job, 1);
+  REQUIRE(admission.ok());
+  CHECK(admission->admitted() == kPlaces);
+  CHECK(stores[2]->list_rounds(job)->at(0).admitted == kPlaces);
+  auto updates = stores[2]->list_updates(job, 1);
+  REQUIRE(updates.ok());
+  REQUIRE(updates->size() == kPlaces);
+  for (const UpdateRecord& u : *updates) {
+    CHECK(admitted.count(u.client) == 1);
+    CHECK(u.meta == json{{"by", u.replica}});
+  }
 }
 
 void partials(const BackendFactory& factory) {
@@ -406,32 +430,31 @@ void partials(const BackendFactory& factory) {
   const auto [a, b, c, d] = four_clients(*store);
   const JobId job = create(*store, job_record("j"));
   REQUIRE(store->open_round(with_target(open_round_record(job, 1), 4)).ok());
-  for (ClientId client : {a, b}) {
-    REQUIRE(store->reserve_update(job, 1, client, "r1", 30).ok());
-    REQUIRE(store->record_update({job, 1, client, {}, 40, "r1"}).ok());
-  }
-  REQUIRE(store->reserve_update(job, 1, c, "r2", 30).ok());
-  REQUIRE(store->record_update({job, 1, c, {}, 41, "r2"}).ok());
-  REQUIRE(store->reserve_update(job, 1, d, "r3", 30).ok());  // never recorded nor released
-  std::string sum(1 << 20, '\0');                            // every byte value, NULs included
+  for (ClientId client : {a, b}) REQUIRE(store->admit_update({job, 1, client, {}, 40, "r1"}).ok());
+  REQUIRE(store->admit_update({job, 1, c, {}, 41, "r2"}).ok());
+  REQUIRE(store->admit_update({job, 1, d, {}, 42, "r3"}).ok());
+  REQUIRE(store->withdraw_update(job, 1, d, "r3").ok());  // its fold failed
+  std::string sum(1 << 20, '\0');                         // every byte value, NULs included
   for (size_t i = 0; i < sum.size(); ++i) sum[i] = static_cast<char>(i * 7 + i / 256);
   const PartialRecord r1{job, 1, "r1", sum, 42.5, 2, 60};
   CHECK(store->put_partial(r1).code() == Code::kConflict);  // still admitting
   REQUIRE(store->close_admission(job, 1, kUnleased).ok());
   PartialRecord miscounted = r1;
-  miscounted.updates = 3;  // it folded one the store did not record
+  miscounted.updates = 3;  // it folded one the store did not admit
   auto refused = store->put_partial(miscounted);
   CHECK(refused.code() == Code::kConflict);
-  CHECK(refused.message().find("recorded") != std::string::npos);
+  CHECK(refused.message().find("admitted 2") != std::string::npos);
+  CHECK(refused.message().find("r1") == std::string::npos);  // the replica: in the detail
   REQUIRE(store->put_partial(r1).ok());
   CHECK(store->put_partial(r1).code() == Code::kConflict);  // once per replica
-  CHECK(store->put_partial({job, 1, "r3", "", 0, 0, 61}).code() == Code::kConflict);  // holds d
+  CHECK(store->put_partial({job, 1, "r3", "", 0, 1, 61}).code() == Code::kConflict);  // withdrawn
+  REQUIRE(store->put_partial({job, 1, "r3", "", 0, 0, 61}).ok());
   REQUIRE(store->put_partial({job, 1, "r2", "two", 7, 1, 62}).ok());
   CHECK(store->put_partial({job, 2, "r1", "x", 1, 0, 63}).code() == Code::kConflict);  // no round
 
   auto listed = store->list_partials(job, 1);
   REQUIRE(listed.ok());
-  REQUIRE(listed->size() == 2);
+  REQUIRE(listed->size() == 3);
   CHECK(listed->at(0).replica == "r1");
   CHECK(listed->at(0).job == job);
   CHECK(listed->at(0).round == 1);
@@ -441,6 +464,8 @@ void partials(const BackendFactory& factory) {
   CHECK(listed->at(0).written_at == 60);
   CHECK(listed->at(1).replica == "r2");
   CHECK(listed->at(1).sum == "two");
+  CHECK(listed->at(2).replica == "r3");
+  CHECK(listed->at(2).updates == 0);
   CHECK(store->list_partials(job, 2)->empty());
 
   // The round's conclusion drops its partials, keeps its updates.
@@ -448,7 +473,7 @@ void partials(const BackendFactory& factory) {
       store->commit_round(closed(open_round_record(job, 1), 70, {}), model(job, 1, "m1"), {}).ok());
   CHECK(store->list_partials(job, 1)->empty());
   CHECK(store->list_updates(job, 1)->size() == 3);
-  CHECK(store->put_partial({job, 1, "r3", "", 0, 0, 71}).code() == Code::kConflict);
+  CHECK(store->put_partial({job, 1, "r4", "", 0, 0, 71}).code() == Code::kConflict);
 }
 
 void stage_messages(const BackendFactory& factory) {
@@ -498,7 +523,8 @@ void round_plans(const BackendFactory& factory) {
   round.plan = {{"tasks", json::array({{{"client", a}, {"batch_size", 32}, {"lr", 0.125}},
                                        {{"client", b}, {"note", "caf\xc3\xa9"}}})},
                 {"base_checksum", "abc"}};
-  round.admitting = false;  // read back only: open_round ignores it
+  round.admitting = false;  // read back only: open_round ignores them
+  round.admitted = 7;
   REQUIRE(store->open_round(round).ok());
   REQUIRE(store->open_round(with_target(open_round_record(job, 2, {c}), 1)).ok());
   auto rounds = other->list_rounds(job);
@@ -506,24 +532,45 @@ void round_plans(const BackendFactory& factory) {
   REQUIRE(rounds->size() == 2);
   CHECK(rounds->at(0).plan == round.plan);
   CHECK(rounds->at(0).admitting);
+  CHECK(rounds->at(0).admitted == 0);
   CHECK(rounds->at(0).target == 2);
   CHECK(rounds->at(1).plan == json::object());  // a round served by its owner alone
   CHECK(rounds->at(1).admitting);
+  // An open round's plan is replaced by its owner only (fenced like open_round), while the
+  // round is open, closed to admission or not.
+  const json buffer = {{"tasks", json::array({{{"client", c}, {"slot", 1}}})}};
+  REQUIRE(store->update_round_plan(job, 2, buffer, kUnleased).ok());
+  CHECK(other->list_rounds(job)->at(1).plan == buffer);
   REQUIRE(store->close_admission(job, 1, kUnleased).ok());
   rounds = other->list_rounds(job);
   REQUIRE(rounds.ok());
   CHECK_FALSE(rounds->at(0).admitting);
   CHECK(rounds->at(0).plan == round.plan);
   CHECK(rounds->at(1).admitting);
+  REQUIRE(store->acquire_lease(job, "replica-a", 30).ok());  // epoch 1
+  CHECK(store->update_round_plan(job, 2, json::object(), kUnleased).code() == Code::kConflict);
+  CHECK(other->list_rounds(job)->at(1).plan == buffer);
+  CHECK(store->update_round_plan(job, 3, buffer, 1).code() == Code::kConflict);  // no round 3
+  CHECK(store->update_round_plan(job + 100, 2, buffer, 1).code() == Code::kConflict);
+  REQUIRE(store->update_round_plan(job, 1, buffer, 1).ok());  // closed to admission: still open
+  rounds = other->list_rounds(job);
+  REQUIRE(rounds.ok());
+  CHECK(rounds->at(0).plan == buffer);
+  CHECK(rounds->at(0).epoch == 1);
+  REQUIRE(store->update_round_plan(job, 1, round.plan, 1).ok());
   // A concluded round admits nothing, and keeps its plan.
-  REQUIRE(store->fail_round(closed(open_round_record(job, 2, {c}), 60, {})).ok());
-  REQUIRE(
-      store->commit_round(closed(open_round_record(job, 1), 70, {}), model(job, 1, "m1"), {}).ok());
+  REQUIRE(store->fail_round(at_epoch(closed(open_round_record(job, 2, {c}), 60, {}), 1)).ok());
+  REQUIRE(store
+              ->commit_round(at_epoch(closed(open_round_record(job, 1), 70, {}), 1),
+                             model(job, 1, "m1"), {})
+              .ok());
   rounds = other->list_rounds(job);
   REQUIRE(rounds.ok());
   CHECK_FALSE(rounds->at(0).admitting);
   CHECK_FALSE(rounds->at(1).admitting);
   CHECK(rounds->at(0).plan == round.plan);
+  CHECK(rounds->at(1).plan == buffer);
+  CHECK(store->update_round_plan(job, 1, buffer, 1).code() == Code::kConflict);
   (void)unused;
 }
 
@@ -639,6 +686,31 @@ void wakeups(const BackendFactory& factory) {
   }
 }
 
+// The owner hears of a round's admission once, when it fills: an admission before that, or a
+// withdrawal, wakes no one.
+void admission_wakeups(const BackendFactory& factory) {
+  auto backend = factory();
+  auto replica = open(*backend);
+  auto owner = open(*backend);
+  const ClientId a = add(*replica, "hash-a"), b = add(*replica, "hash-b");
+  const JobId job = create(*owner, job_record("j"));
+  REQUIRE(owner->open_round(with_target(open_round_record(job, 1, {a, b}), 2)).ok());
+  auto listening = owner->listen();
+  REQUIRE_MESSAGE(listening.ok(), listening.status().to_string());
+  Listener& listener = **listening;
+  REQUIRE(replica->admit_update({job, 1, a, {}, 40, "r"}).ok());
+  REQUIRE(replica->withdraw_update(job, 1, a, "r").ok());
+  REQUIRE(replica->admit_update({job, 1, a, {}, 41, "r"}).ok());
+  CHECK_FALSE(heard(listener, 0.3).has_value());
+  auto filled = replica->admit_update({job, 1, b, {}, 42, "r"});
+  REQUIRE_MESSAGE(filled.ok(), filled.status().to_string());
+  CHECK(*filled);
+  auto n = heard(listener, 10);
+  REQUIRE(n.has_value());
+  CHECK(n->channel == Channel::kRound);
+  CHECK(n->id == job);
+}
+
 // Replicas starting at once on an empty database migrate it once, and all open.
 void concurrent_migration(const BackendFactory& factory) {
   constexpr int kOpeners = 4;
@@ -668,14 +740,16 @@ const Case kCases[] = {
     {"leases expire on the database's clock", lease_expiry},
     {"fenced writes: a stale epoch is refused and changes nothing", fencing},
     {"fencing holds against an acquisition racing the old owner's commits", fencing_race},
-    {"admission: K places, once per client, released places reused", admission},
-    {"admission: an expired reservation frees its place", reservation_expiry},
-    {"admission: replicas racing for places admit exactly K", admission_race},
-    {"partials: after admission closes, matching the recorded updates", partials},
+    {"admission: K updates, once per client, withdrawn places reused, closed rounds refuse",
+     admission},
+    {"admission: replicas racing from many threads admit exactly K", admission_race},
+    {"partials: after admission closes, matching the admitted updates", partials},
     {"stage messages: once per round, kind and client, dropped with the round", stage_messages},
-    {"a round's plan and whether it admits are read back by every replica", round_plans},
+    {"a round's plan, replaced by its owner only, and whether it admits, read by every replica",
+     round_plans},
     {"tenants' service counters add up across replicas", tenant_service},
     {"wake-ups reach every listener after the commit", wakeups},
+    {"a round's admission wakes its owner when it fills", admission_wakeups},
     {"several openers migrate an empty database once", concurrent_migration},
 };
 

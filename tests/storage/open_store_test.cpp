@@ -72,5 +72,21 @@ TEST_CASE("a URL and the plain path open the same SQLite file") {
   CHECK((*plain)->list_clients()->size() == 1);
   auto missing = open_store("sqlite:/nonexistent-dir/x/fedcase.db");
   CHECK(missing.status().code() == Code::kInternal);
-  CHECK(missing.status().message().find("/nonexistent-dir/x/fedcase.db") != std::string::npos);
+  CHECK(missing.status().detail().find("/nonexistent-dir/x/fedcase.db") != std::string::npos);
+}
+
+TEST_CASE("memory: names a database in this process's memory, its own or shared by name") {
+  auto url = parse_store_url("memory:");
+  REQUIRE(url.ok());
+  CHECK(url->scheme == "memory");
+  CHECK(url->location.empty());
+  url = parse_store_url("Memory:cluster-1");
+  REQUIRE(url.ok());
+  CHECK(url->scheme == "memory");
+  CHECK(url->location == "cluster-1");
+  CHECK(std::string(known_store_schemes()).find("memory") != std::string::npos);
+  auto store = open_store("memory:");
+  REQUIRE(store.ok());
+  REQUIRE((*store)->add_client({0, "hash", json::object(), json::object(), 1, 1}).ok());
+  CHECK((*open_store("memory:"))->list_clients()->empty());  // a database of its own
 }

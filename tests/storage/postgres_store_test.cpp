@@ -27,7 +27,7 @@ namespace {
 
 // The schema version of this build's PostgreSQL store (kMigrations in
 // storage/postgres_store.cpp), the same as SQLite's.
-constexpr int kSchemaVersion = 6;
+constexpr int kSchemaVersion = 7;
 
 // A database of its own on the shared server.
 class PostgresBackend : public contract::Backend {
@@ -47,6 +47,12 @@ class PostgresBackend : public contract::Backend {
   void rewind_schema(int version) override {
     REQUIRE(version >= 1);
     REQUIRE(version < kSchemaVersion);
+    if (version < 7) {
+      server_.query(database_,
+                    "ALTER TABLE rounds DROP COLUMN admitted;"
+                    "ALTER TABLE updates ADD COLUMN state TEXT NOT NULL DEFAULT 'accepted', "
+                    "ADD COLUMN expires_at DOUBLE PRECISION NOT NULL DEFAULT 0");
+    }
     if (version < 6) server_.query(database_, "DROP TABLE stage_messages");
     if (version < 5) server_.query(database_, "ALTER TABLE rounds DROP COLUMN plan");
     if (version < 4) {
@@ -147,7 +153,7 @@ TEST_CASE("a crash of the server loses no commit, and the store reconnects on it
   const JobId job = *store->create_job(job_record("j"), model(0, 0, "m0"), "");
   const std::string blob = big_blob();
   REQUIRE(store->open_round({job, 1, RoundState::kOpen, 0, {a}, 10, 20, 0, json::object()}).ok());
-  REQUIRE(store->record_update({job, 1, a, {{"samples", 3}}, 12}).ok());
+  REQUIRE(store->admit_update({job, 1, a, {{"samples", 3}}, 12}).ok());
   REQUIRE(store
               ->commit_round({job, 1, RoundState::kCommitted, 0, {a}, 10, 20, 15, {{"updates", 1}}},
                              model(job, 1, blob), {{"rho", 0.5}})
@@ -194,7 +200,8 @@ TEST_CASE("while the server is down calls fail with kUnavailable; once it is bac
   const auto start = std::chrono::steady_clock::now();
   auto jobs = store->list_jobs();
   CHECK(jobs.status().code() == Code::kUnavailable);
-  CHECK(jobs.status().message().find("cannot connect") != std::string::npos);
+  CHECK(jobs.status().message() == "the database is unavailable");  // what a caller may read
+  CHECK(jobs.status().detail().find("cannot connect") != std::string::npos);
   CHECK(store->set_job_state(job, JobState::kPaused, kUnleased).code() == Code::kUnavailable);
   CHECK(store->add_client(client("hash-a")).status().code() == Code::kUnavailable);
   CHECK(store->ping().code() == Code::kUnavailable);
@@ -214,6 +221,23 @@ TEST_CASE("while the server is down calls fail with kUnavailable; once it is bac
   CHECK(heard.ok());
 }
 
+TEST_CASE("an admission after a crash finds its idle connection closed and runs on a new one") {
+  PostgresBackend backend;
+  auto store = open(backend);
+  const ClientId a = *store->add_client(client("hash-a"));
+  const JobId job = *store->create_job(job_record("j"), model(0, 0, "m0"), "");
+  RoundRecord round{job, 1, RoundState::kOpen, 0, {a}, 10, 20, 0, json::object()};
+  round.target = 1;
+  REQUIRE(store->open_round(round).ok());
+  PostgresServer::shared().restart(/*immediate=*/true);
+  // One statement that commits on its own: it may not be sent twice, so the closed connection
+  // must be found before it is sent, not by its failure.
+  auto admitted = store->admit_update({job, 1, a, {{"samples", 3}}, 12, "r"});
+  REQUIRE_MESSAGE(admitted.ok(), admitted.status().to_string());
+  CHECK(*admitted);
+  CHECK(store->round_admission(job, 1)->admitted() == 1);
+}
+
 TEST_CASE("an unreachable server is a clear kUnavailable within the connect timeout") {
   SilentListener silent;
   const auto start = std::chrono::steady_clock::now();
@@ -222,9 +246,10 @@ TEST_CASE("an unreachable server is a clear kUnavailable within the connect time
                  "/db?connect_timeout=2");
   const double waited = seconds_since(start);
   CHECK(timed_out.status().code() == Code::kUnavailable);
-  CHECK(timed_out.status().message().find("timeout") != std::string::npos);
-  CHECK(timed_out.status().message().find("127.0.0.1") != std::string::npos);
-  CHECK(timed_out.status().message().find("hunter2") == std::string::npos);  // no password
+  CHECK(timed_out.status().message() == "the database is unavailable");
+  CHECK(timed_out.status().detail().find("timeout") != std::string::npos);
+  CHECK(timed_out.status().detail().find("127.0.0.1") != std::string::npos);
+  CHECK(timed_out.status().to_string().find("hunter2") == std::string::npos);  // no password
   CHECK(waited >= 1.5);
   CHECK(waited < 15);
 
@@ -233,7 +258,33 @@ TEST_CASE("an unreachable server is a clear kUnavailable within the connect time
   auto refused =
       open_store("postgresql://127.0.0.1:" + std::to_string(closed_port) + "/db?connect_timeout=2");
   CHECK(refused.status().code() == Code::kUnavailable);
-  CHECK(refused.status().message().find("cannot connect") != std::string::npos);
+  CHECK(refused.status().detail().find("cannot connect") != std::string::npos);
+}
+
+TEST_CASE("a password in a URL's user info or query, or in a connection string, is hidden") {
+  // Nothing listens on port 1 of 127.0.0.1: refused at once.
+  for (const std::string url :
+       {"postgresql://fedcase@127.0.0.1:1/db?password=hunter2&connect_timeout=2",
+        "postgresql://fedcase@127.0.0.1:1/db?connect_timeout=2&password=hunter2",
+        "postgresql://fedcase:hunter2@127.0.0.1:1/db?connect_timeout=2",
+        "postgresql://127.0.0.1:1/db?password=hunter2%zz",  // malformed: libpq quotes it whole
+        "host=127.0.0.1 port=1 dbname=db password=hunter2 connect_timeout=2",
+        "host=127.0.0.1 port=1 password = 'hunter2 \\' x' dbname=db"}) {
+    CAPTURE(url);
+    auto refused = open_postgres_store(url);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().code() == Code::kUnavailable);
+    CHECK(refused.status().message() == "the database is unavailable");
+    CHECK(refused.status().detail().find("***") != std::string::npos);
+    CHECK(refused.status().to_string().find("hunter2") == std::string::npos);
+  }
+  auto refused =
+      open_store("postgresql://fedcase@127.0.0.1:1/db?password=hunter2&connect_timeout=2");
+  CHECK(refused.status().code() == Code::kUnavailable);
+  CHECK(refused.status().to_string().find("hunter2") == std::string::npos);
+  auto unknown = open_store("postgresq1://fedcase:hunter2@db/x");  // a misspelt scheme
+  CHECK(unknown.status().code() == Code::kInvalidArgument);
+  CHECK(unknown.status().to_string().find("hunter2") == std::string::npos);
 }
 
 
@@ -255,7 +306,10 @@ class Session {
   PGconn* conn_;
 };
 
-TEST_CASE("an accept stalled past its reservation's expiry never overruns the round's K") {
+// Admission is one statement whose check PostgreSQL re-evaluates on the round's row as it is
+// once a lock on it is let go: admissions that waited behind the lock take the K places in
+// turn, and the rest are refused.
+TEST_CASE("an admission stalled behind a lock never overruns the round's K") {
   PostgresBackend backend;
   auto a = open(backend), b = open(backend);
   const JobId job = *a->create_job(job_record("j"), model(0, 0, "m0"), "");
@@ -263,30 +317,32 @@ TEST_CASE("an accept stalled past its reservation's expiry never overruns the ro
   RoundRecord round{job, 1, RoundState::kOpen, 0, {c1, c2}, 1, 1000, 0, json::object()};
   round.target = 1;
   REQUIRE(a->open_round(round).ok());
-  REQUIRE(a->reserve_update(job, 1, c1, "a", 1.0).ok());
-  // Another session locks the reservation's row: replica a's accept waits behind it, in a
-  // transaction that began before the reservation expired.
+  // Another session holds the round's row: both replicas' admissions wait behind it.
   Session locker(backend.url());
   locker.run("BEGIN");
-  locker.run("SELECT 1 FROM updates WHERE job_id=" + std::to_string(job) +
-             " AND client_id=" + std::to_string(c1) + " FOR UPDATE");
-  Status accepted = internal_error("not run");
-  std::thread accept([&] {
-    accepted = a->record_update({job, 1, c1, json::object(), 5, "a"});
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the reservation expires
-  // Replica b asks for the place the expiry freed; it waits behind the lock too.
-  Status reserved = internal_error("not run");
-  std::thread reserve([&] { reserved = b->reserve_update(job, 1, c2, "b", 30); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  locker.run("SELECT 1 FROM rounds WHERE job_id=" + std::to_string(job) + " AND idx=1 FOR UPDATE");
+  Result<bool> first = internal_error("not run"), second = internal_error("not run");
+  std::thread by_a([&] { first = a->admit_update({job, 1, c1, json::object(), 5, "a"}); });
+  std::thread by_b([&] { second = b->admit_update({job, 1, c2, json::object(), 6, "b"}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  CHECK(PostgresServer::shared().query(backend.database(), "SELECT COUNT(*) FROM updates") == "0");
   locker.run("COMMIT");
-  accept.join();
-  reserve.join();
-  // At most one of them holds the round's single place.
-  CHECK_FALSE((accepted.ok() && reserved.ok()));
+  by_a.join();
+  by_b.join();
+  // Exactly one of them took the round's single place, and filled it.
+  CHECK(first.ok() != second.ok());
+  const Result<bool>& admitted = first.ok() ? first : second;
+  const Result<bool>& refused = first.ok() ? second : first;
+  REQUIRE_MESSAGE(admitted.ok(), admitted.status().to_string());
+  CHECK(*admitted);
+  CHECK(refused.status().code() == Code::kConflict);
+  CHECK(refused.status().message() ==
+        "round 1 of job " + std::to_string(job) + " is full (1 updates)");
   auto admission = a->round_admission(job, 1);
   REQUIRE(admission.ok());
-  CHECK(admission->accepted() + admission->reserved() <= 1);
+  CHECK(admission->admitted() == 1);
+  CHECK(b->list_rounds(job)->at(0).admitted == 1);
+  CHECK(a->list_updates(job, 1)->size() == 1);
 }
 
 TEST_CASE("replicas over TCP and over the socket share one database and its leases") {

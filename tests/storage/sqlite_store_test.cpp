@@ -19,7 +19,7 @@ namespace {
 
 // The schema version of this build's SQLite store (kMigrations in storage/sqlite_store.cpp).
 // A new migration raises it and teaches SqliteBackend::rewind_schema to undo it.
-constexpr int kSchemaVersion = 6;
+constexpr int kSchemaVersion = 7;
 
 std::unique_ptr<Store> open(const std::string& path) {
   auto s = open_sqlite_store(path);
@@ -82,6 +82,12 @@ class SqliteBackend : public contract::Backend {
   void rewind_schema(int version) override {
     REQUIRE(version >= 1);
     REQUIRE(version < kSchemaVersion);
+    if (version < 7) {
+      exec(path_,
+           "ALTER TABLE rounds DROP COLUMN admitted;"
+           "ALTER TABLE updates ADD COLUMN state TEXT NOT NULL DEFAULT 'accepted';"
+           "ALTER TABLE updates ADD COLUMN expires_at REAL NOT NULL DEFAULT 0");
+    }
     if (version < 6) exec(path_, "DROP TABLE stage_messages");
     if (version < 5) exec(path_, "ALTER TABLE rounds DROP COLUMN plan");
     if (version < 4) {
@@ -124,7 +130,7 @@ TEST_CASE("writes go to the WAL, and a concluded round is in it") {
   auto client = store->add_client({0, "hash", json::object(), json::object(), 0, 0});
   REQUIRE(client.ok());
   REQUIRE(store->open_round({*job, 1, RoundState::kOpen, 0, {*client}, 0, 10, 0, {}}).ok());
-  REQUIRE(store->record_update({*job, 1, *client, {{"samples", 1}}, 5}).ok());
+  REQUIRE(store->admit_update({*job, 1, *client, {{"samples", 1}}, 5}).ok());
   REQUIRE(store->fail_round({*job, 1, RoundState::kFailed, 0, {}, 0, 10, 11, {}}).ok());
   CHECK(text(path, "PRAGMA journal_mode") == "wal");  // kept in the file
   CHECK(std::filesystem::exists(path + "-wal"));
@@ -198,8 +204,45 @@ TEST_CASE("a corrupt row is kInternal, never a crash") {
   CHECK(store->list_jobs().status().code() == Code::kInternal);
 }
 
-TEST_CASE("an unusable path gives a clear error") {
+TEST_CASE("an unusable path gives a clear error, for the log only") {
   auto s = open_sqlite_store("/nonexistent-dir/x/fedcase.db");
   CHECK(s.status().code() == Code::kInternal);
-  CHECK(s.status().message().find("cannot open database") != std::string::npos);
+  CHECK(s.status().message() == "the database failed");
+  CHECK(s.status().detail().find("cannot open database /nonexistent-dir/x/fedcase.db") !=
+        std::string::npos);
+}
+
+TEST_CASE("migration 7 drops reservations, keeps accepted updates and counts them") {
+  testing::TempDir dir;
+  const std::string path = dir.file("fedcase.db");
+  JobId job = 0;
+  ClientId a = 0, b = 0;
+  {
+    auto store = open(path);
+    job = *store->create_job({0, "j", json::object(), JobState::kRunning, json::object(), 0},
+                             model(0, "m0"), "");
+    a = *store->add_client({0, "hash-a", json::object(), json::object(), 0, 0});
+    b = *store->add_client({0, "hash-b", json::object(), json::object(), 0, 0});
+    RoundRecord round{job, 1, RoundState::kOpen, 0, {a, b}, 0, 10, 0, json::object()};
+    round.target = 2;
+    REQUIRE(store->open_round(round).ok());
+    REQUIRE(store->admit_update({job, 1, a, {{"samples", 1}}, 5, "r1"}).ok());
+  }
+  // As schema 6 left it: b's place reserved, a's update accepted, no counter.
+  exec(path,
+       "ALTER TABLE rounds DROP COLUMN admitted;"
+       "ALTER TABLE updates ADD COLUMN state TEXT NOT NULL DEFAULT 'accepted';"
+       "ALTER TABLE updates ADD COLUMN expires_at REAL NOT NULL DEFAULT 0;"
+       "INSERT INTO updates(job_id, round_idx, client_id, meta, received_at, replica, state, "
+       "expires_at) VALUES(" +
+           std::to_string(job) + ", 1, " + std::to_string(b) +
+           ", '{}', 0, 'r2', 'reserved', 1e12);"
+           "PRAGMA user_version=6;");
+  auto store = open(path);
+  auto updates = store->list_updates(job, 1);
+  REQUIRE(updates.ok());
+  REQUIRE(updates->size() == 1);
+  CHECK(updates->at(0).client == a);
+  CHECK(store->list_rounds(job)->at(0).admitted == 1);
+  CHECK(*store->admit_update({job, 1, b, {}, 6, "r2"}));  // the second of 2 fills the round
 }

@@ -238,12 +238,24 @@ void updates(const BackendFactory& factory) {
   REQUIRE(store->open_round(open_round_record(job, 1, {a, b})).ok());
   CHECK(store->list_updates(job, 1)->empty());
 
-  REQUIRE(store->record_update({job, 1, b, {{"samples", 30}, {"loss_sum", 1.5}}, 41}).ok());
-  REQUIRE(store->record_update({job, 1, a, {{"samples", 12}}, 40}).ok());
-  CHECK(store->record_update({job, 1, a, {{"samples", 1}}, 42}).code() == Code::kConflict);
-  CHECK(store->record_update({job, 2, a, {}, 43}).code() == Code::kConflict);        // no round 2
-  CHECK(store->record_update({job, 1, b + 100, {}, 44}).code() == Code::kConflict);  // no client
-  CHECK(store->record_update({job + 100, 1, a, {}, 45}).code() == Code::kConflict);  // no job
+  // A round without a target takes what its caller admitted: never "filled".
+  auto first = store->admit_update({job, 1, b, {{"samples", 30}, {"loss_sum", 1.5}}, 41});
+  REQUIRE_MESSAGE(first.ok(), first.status().to_string());
+  CHECK_FALSE(*first);
+  REQUIRE(store->admit_update({job, 1, a, {{"samples", 12}}, 40}).ok());
+  auto duplicate = store->admit_update({job, 1, a, {{"samples", 1}}, 42});
+  CHECK(duplicate.status().code() == Code::kConflict);
+  CHECK(duplicate.status().message() == "client " + std::to_string(a) +
+                                            " already has an update in round 1 of job " +
+                                            std::to_string(job));
+  auto no_round = store->admit_update({job, 2, a, {}, 43});
+  CHECK(no_round.status().code() == Code::kConflict);
+  CHECK(no_round.status().message() == "round 2 of job " + std::to_string(job) + " not found");
+  auto no_client = store->admit_update({job, 1, b + 100, {}, 44});
+  CHECK(no_client.status().code() == Code::kConflict);
+  CHECK(no_client.status().message() == "client " + std::to_string(b + 100) + " not found");
+  CHECK(store->admit_update({job + 100, 1, a, {}, 45}).status().code() == Code::kConflict);
+  CHECK(store->list_rounds(job)->at(0).admitted == 2);
 
   auto listed = store->list_updates(job, 1);
   REQUIRE(listed.ok());
@@ -367,14 +379,14 @@ void survives_reopening(const BackendFactory& factory) {
     REQUIRE(store->update_clients({ClientRecord{a, "", {}, {{"speed", 9}}, 0, 44}}).ok());
     REQUIRE(store->set_job_state(job, JobState::kPaused, kUnleased).ok());
     REQUIRE(store->open_round(open_round_record(job, 1, {a})).ok());
-    REQUIRE(store->record_update({job, 1, a, {{"samples", 12}}, 40}).ok());
+    REQUIRE(store->admit_update({job, 1, a, {{"samples", 12}}, 40}).ok());
     REQUIRE(store
                 ->commit_round(closed(open_round_record(job, 1, {a}), 50, {{"updates", 1}}),
                                model(job, 1, "m1"), {{"rho", 0.2}})
                 .ok());
     REQUIRE(store->add_round_metrics(job, 1, {{"test_accuracy", 0.5}}).ok());
     REQUIRE(store->open_round(open_round_record(job, 2, {a})).ok());
-    REQUIRE(store->record_update({job, 2, a, {{"samples", 7}}, 60}).ok());
+    REQUIRE(store->admit_update({job, 2, a, {{"samples", 7}}, 60}).ok());
     REQUIRE(store->fail_round(closed(open_round_record(job, 2, {a}), 70, {{"failure", "x"}})).ok());
   }
   auto store = open(*backend);
@@ -417,7 +429,7 @@ void second_store_sees_commits(const BackendFactory& factory) {
   CHECK(reader->get_client(a)->token_hash == "hash-a");
   CHECK(reader->get_job(job)->name == "j");
   REQUIRE(writer->open_round(open_round_record(job, 1, {a})).ok());
-  REQUIRE(writer->record_update({job, 1, a, {{"samples", 3}}, 40}).ok());
+  REQUIRE(writer->admit_update({job, 1, a, {{"samples", 3}}, 40}).ok());
   REQUIRE(writer
               ->commit_round(closed(open_round_record(job, 1, {a}), 50, {}), model(job, 1, "m1"),
                              {{"rho", 0.7}})
@@ -434,7 +446,10 @@ void second_store_sees_commits(const BackendFactory& factory) {
 
 void older_schema_migrates(const BackendFactory& factory) {
   const int current = factory()->current_schema_version();
-  REQUIRE(current >= 1);
+  if (current == 0) {
+    MESSAGE("skipped: the backend keeps no schema");
+    return;
+  }
   for (int version = 1; version < current; ++version) {
     CAPTURE(version);
     auto backend = factory();
@@ -450,7 +465,7 @@ void older_schema_migrates(const BackendFactory& factory) {
       owned = create(*store, job_record("owned", tenant), "o0", kBinary);
       plain = create(*store, job_record("plain"), "p0");
       REQUIRE(store->open_round(open_round_record(plain, 1, {a})).ok());
-      REQUIRE(store->record_update({plain, 1, a, {{"samples", 5}}, 40}).ok());
+      REQUIRE(store->admit_update({plain, 1, a, {{"samples", 5}}, 40}).ok());
       REQUIRE(store
                   ->commit_round(closed(open_round_record(plain, 1, {a}), 50, {{"updates", 1}}),
                                  model(plain, 1, "p1"), {{"rho", 0.4}})
@@ -480,8 +495,10 @@ void older_schema_migrates(const BackendFactory& factory) {
     REQUIRE(rounds->size() == 2);
     CHECK(rounds->at(0).state == RoundState::kCommitted);
     CHECK(rounds->at(0).metrics == json{{"updates", 1}});
+    CHECK(rounds->at(0).admitted == 1);  // counted from the updates an older version stored
     CHECK(rounds->at(1).state == RoundState::kOpen);
     CHECK(rounds->at(1).admitting);
+    CHECK(rounds->at(1).admitted == 0);
     CHECK(rounds->at(1).plan == json::object());  // a round opened before plans were stored
     CHECK(store->list_updates(plain, 1)->size() == 1);
     check_same_model(*store->latest_model(plain), model(plain, 1, "p1"));
@@ -510,7 +527,7 @@ void older_schema_migrates(const BackendFactory& factory) {
     CHECK(store->get_job(scripted)->tenant == *t);
     REQUIRE(store->fail_round(closed(open_round_record(plain, 2, {a}), 60, {})).ok());
     REQUIRE(store->open_round(open_round_record(plain, 3, {a})).ok());
-    REQUIRE(store->record_update({plain, 3, a, {}, 70}).ok());
+    REQUIRE(store->admit_update({plain, 3, a, {}, 70}).ok());
     REQUIRE(store
                 ->commit_round(closed(open_round_record(plain, 3, {a}), 80, {}),
                                model(plain, 3, "p3"), {{"rho", 0.1}})
@@ -526,6 +543,10 @@ void older_schema_migrates(const BackendFactory& factory) {
 void newer_schema_refused(const BackendFactory& factory) {
   auto backend = factory();
   const int current = backend->current_schema_version();
+  if (current == 0) {
+    MESSAGE("skipped: the backend keeps no schema");
+    return;
+  }
   JobId job = 0;
   {
     auto store = open(*backend);
@@ -568,7 +589,8 @@ void readers_while_a_writer_writes(const BackendFactory& factory) {
     for (RoundIndex r = 1; r <= kRounds && written.ok(); ++r) {
       written = store->open_round(open_round_record(job, r, clients));
       for (size_t i = 0; i < kClients && written.ok(); ++i) {
-        written = store->record_update({job, r, clients[i], {{"samples", i}}, 100.0 * r + i});
+        written =
+            store->admit_update({job, r, clients[i], {{"samples", i}}, 100.0 * r + i}).status();
       }
       if (!written.ok()) break;
       const RoundRecord done_round =

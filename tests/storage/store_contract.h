@@ -37,9 +37,11 @@ class Backend {
   // open: the new one is another connection, as a second process or replica would have.
   virtual Result<std::unique_ptr<Store>> open() = 0;
 
-  // The schema version this build's store migrates a database to (at least 1).
+  // The schema version this build's store migrates a database to (at least 1); 0 for a
+  // backend that keeps no schema (in memory), whose cases of migrations are then skipped and
+  // which need not implement set_schema_version and rewind_schema.
   virtual int current_schema_version() const = 0;
-  // The schema version the database records. No store need be open.
+  // The schema version the database records (0 without a schema). No store need be open.
   virtual int schema_version() = 0;
   // Records `version` as the database's schema version and changes nothing else, as a
   // coordinator of that version would have left it. Called with no store open.

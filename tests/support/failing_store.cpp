@@ -55,8 +55,16 @@ class FailingStore : public Store {
   Status open_round(const RoundRecord& round) override {
     return call(StoreMethod::kOpenRound, [&] { return store_->open_round(round); });
   }
-  Status record_update(const UpdateRecord& update) override {
-    return call(StoreMethod::kRecordUpdate, [&] { return store_->record_update(update); });
+  Result<bool> admit_update(const UpdateRecord& update) override {
+    return call(StoreMethod::kAdmitUpdate, [&] { return store_->admit_update(update); });
+  }
+  Status withdraw_update(JobId job, RoundIndex round, ClientId client,
+                         const std::string& replica) override {
+    return call(StoreMethod::kWithdrawUpdate,
+                [&] { return store_->withdraw_update(job, round, client, replica); });
+  }
+  Result<bool> has_update(JobId job, RoundIndex round, ClientId client) override {
+    return call(StoreMethod::kHasUpdate, [&] { return store_->has_update(job, round, client); });
   }
   Status commit_round(const RoundRecord& round, const ModelRecord& model,
                       const nlohmann::json& policy_state) override {
@@ -76,21 +84,16 @@ class FailingStore : public Store {
   Result<std::vector<UpdateRecord>> list_updates(JobId job, RoundIndex round) override {
     return call(StoreMethod::kListUpdates, [&] { return store_->list_updates(job, round); });
   }
+  Status update_round_plan(JobId job, RoundIndex round, const nlohmann::json& plan,
+                           Epoch epoch) override {
+    return call(StoreMethod::kUpdateRoundPlan,
+                [&] { return store_->update_round_plan(job, round, plan, epoch); });
+  }
   Result<ModelRecord> get_model(JobId job, uint64_t version) override {
     return call(StoreMethod::kGetModel, [&] { return store_->get_model(job, version); });
   }
   Result<ModelRecord> latest_model(JobId job) override {
     return call(StoreMethod::kLatestModel, [&] { return store_->latest_model(job); });
-  }
-  Status reserve_update(JobId job, RoundIndex round, ClientId client, const std::string& replica,
-                        double hold_s) override {
-    return call(StoreMethod::kReserveUpdate,
-                [&] { return store_->reserve_update(job, round, client, replica, hold_s); });
-  }
-  Status release_update(JobId job, RoundIndex round, ClientId client,
-                        const std::string& replica) override {
-    return call(StoreMethod::kReleaseUpdate,
-                [&] { return store_->release_update(job, round, client, replica); });
   }
   Status close_admission(JobId job, RoundIndex round, Epoch epoch) override {
     return call(StoreMethod::kCloseAdmission,
@@ -98,10 +101,6 @@ class FailingStore : public Store {
   }
   Result<AdmissionRecord> round_admission(JobId job, RoundIndex round) override {
     return call(StoreMethod::kRoundAdmission, [&] { return store_->round_admission(job, round); });
-  }
-  Result<bool> holds_place(JobId job, RoundIndex round, ClientId client) override {
-    return call(StoreMethod::kHoldsPlace,
-                [&] { return store_->holds_place(job, round, client); });
   }
   Status put_partial(const PartialRecord& partial) override {
     return call(StoreMethod::kPutPartial, [&] { return store_->put_partial(partial); });
@@ -199,8 +198,12 @@ const char* method_name(StoreMethod method) {
       return "list_tenants";
     case StoreMethod::kOpenRound:
       return "open_round";
-    case StoreMethod::kRecordUpdate:
-      return "record_update";
+    case StoreMethod::kAdmitUpdate:
+      return "admit_update";
+    case StoreMethod::kWithdrawUpdate:
+      return "withdraw_update";
+    case StoreMethod::kHasUpdate:
+      return "has_update";
     case StoreMethod::kCommitRound:
       return "commit_round";
     case StoreMethod::kFailRound:
@@ -211,20 +214,16 @@ const char* method_name(StoreMethod method) {
       return "list_rounds";
     case StoreMethod::kListUpdates:
       return "list_updates";
+    case StoreMethod::kUpdateRoundPlan:
+      return "update_round_plan";
     case StoreMethod::kGetModel:
       return "get_model";
     case StoreMethod::kLatestModel:
       return "latest_model";
-    case StoreMethod::kReserveUpdate:
-      return "reserve_update";
-    case StoreMethod::kReleaseUpdate:
-      return "release_update";
     case StoreMethod::kCloseAdmission:
       return "close_admission";
     case StoreMethod::kRoundAdmission:
       return "round_admission";
-    case StoreMethod::kHoldsPlace:
-      return "holds_place";
     case StoreMethod::kPutPartial:
       return "put_partial";
     case StoreMethod::kListPartials:
