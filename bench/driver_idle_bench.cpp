@@ -22,9 +22,9 @@
 
 #include "bench/http_bench_util.h"
 #include "ml/dataset.h"
-#include "server/core/client_registry.h"
+#include "server/core/base/client_registry.h"
+#include "server/core/base/evaluator.h"
 #include "server/core/coordinator.h"
-#include "server/core/evaluator.h"
 #include "tests/support/temp_dir.h"
 
 namespace {

@@ -26,7 +26,7 @@
 #include "bench/http_bench_util.h"
 #include "client_sdk/http_client.h"
 #include "common/blob.h"
-#include "server/core/config.h"
+#include "server/core/base/config.h"
 #include "server/service.h"
 #include "tests/support/temp_dir.h"
 

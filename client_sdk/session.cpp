@@ -27,14 +27,12 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-// Uploads tried per task while the round answers 503 (places held by uploads being checked).
-constexpr int kUploadAttempts = 10;
+// Times a request answered 503 is asked again (after its Retry-After) before it is returned: a
+// replica catching up with the store, an upload whose round's last places are held by uploads
+// being checked, a buffer between two versions.
+constexpr int kBusyRetries = 4;
 // What the session tells the coordinator it is, besides its protocol version.
 constexpr const char* kSdkVersion = "fedcase-sdk/1";
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -113,10 +111,25 @@ struct Session::Impl {
     backoff_s = std::min(config.max_backoff_s, backoff_s * 2);
   }
 
+  // One request, to the current coordinator or, when it cannot be reached, to the next of
+  // the replicas. An answer 503 (a replica catching up with the store, a round between two
+  // versions) is asked again after its Retry-After, a few times, before it is returned.
   Result<HttpResponse> call(const std::string& method, const std::string& target,
                             const std::string& body, std::map<std::string, std::string> headers,
                             double timeout_s) {
     headers["Authorization"] = "Bearer " + (token.empty() ? config.enrollment_token : token);
+    Result<HttpResponse> r = reach(method, target, body, headers, timeout_s);
+    for (int again = 0; again < kBusyRetries && r.ok() && r->status == 503; ++again) {
+      const double wait_s = std::clamp(std::atof(r->header("retry-after").c_str()), 0.1, 2.0);
+      std::this_thread::sleep_for(std::chrono::duration<double>(wait_s));
+      r = reach(method, target, body, headers, timeout_s);
+    }
+    return r;
+  }
+
+  Result<HttpResponse> reach(const std::string& method, const std::string& target,
+                             const std::string& body,
+                             const std::map<std::string, std::string>& headers, double timeout_s) {
     Result<HttpResponse> r = http[current]->request(method, target, body, headers, timeout_s);
     for (size_t tried = 1;
          !r.ok() && r.status().code() == Code::kUnavailable && tried < http.size(); ++tried) {
@@ -264,24 +277,6 @@ struct Session::Impl {
     return std::make_pair(std::move(delta), std::move(meta));
   }
 
-  // POSTs an update (plain or masked) to `url`. 503: the round's last places are held by
-  // uploads being checked, one of which may be refused; retried after the coordinator's
-  // Retry-After while the task's deadline allows. Transport failures propagate.
-  Result<HttpResponse> upload(const protocol::TaskOffer& task, const std::string& url,
-                              const std::string& body,
-                              const std::map<std::string, std::string>& headers) {
-    Result<HttpResponse> r = unavailable("no upload attempted");
-    for (int attempt = 0; attempt < kUploadAttempts; ++attempt) {
-      r = call("POST", url, body, headers, config.request_timeout_s);
-      if (!r.ok()) return r.status();
-      if (r->status != 503) break;
-      const double wait_s = std::clamp(std::atof(r->header("retry-after").c_str()), 0.1, 5.0);
-      if (unix_now() + wait_s >= task.deadline) break;
-      std::this_thread::sleep_for(std::chrono::duration<double>(wait_s));
-    }
-    return r;
-  }
-
   // A job with secure aggregation: its stages around the training (secure_task.h).
   std::unique_ptr<SecureTask> secure_task(const protocol::TaskOffer& task) {
     auto calls = [this](const std::string& method, const std::string& target,
@@ -340,11 +335,12 @@ struct Session::Impl {
       auto masked = secure->mask(delta, meta.samples);
       if (!masked.ok()) return masked.status();
       headers["X-Fedcase-SecAgg"] = masked->header;
-      r = upload(task, task.secure_aggregation->masked_input_url, masked->body, headers);
+      r = call("POST", task.secure_aggregation->masked_input_url, masked->body, headers,
+               config.request_timeout_s);
     } else {
       const std::string body =
           encode_blob(ModelBlob{cached->version, cached->blob.layout, std::move(delta)});
-      r = upload(task, task.upload_url, body, headers);
+      r = call("POST", task.upload_url, body, headers, config.request_timeout_s);
     }
     if (!r.ok()) return r.status();
     if (r->status == 200) {

@@ -38,7 +38,9 @@ const char* code_name(Code code) {
 
 std::string Status::to_string() const {
   if (ok()) return "ok";
-  return std::string(code_name(code_)) + ": " + message_;
+  std::string out = std::string(code_name(code_)) + ": " + message_;
+  if (!detail_.empty()) out += " (" + detail_ + ")";
+  return out;
 }
 
 }  // namespace fedcase

@@ -1,7 +1,10 @@
 #pragma once
 // Status and Result<T>: the error type of every library layer (storage, scheduling,
 // aggregation, ml). A Status carries a code that maps one-to-one onto an HTTP status, so the
-// server can turn any error into a response without guessing.
+// server can turn any error into a response without guessing, and a message that a caller may
+// read. What only an operator may read (a database's own error text, with its hosts, sockets
+// and database names; a replica's name) goes in its detail, which logs show (to_string) and no
+// answer to a request ever carries.
 
 #include <optional>
 #include <string>
@@ -31,16 +34,21 @@ const char* code_name(Code code);
 class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
-  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(Code code, std::string message, std::string detail = {})
+      : code_(code), message_(std::move(message)), detail_(std::move(detail)) {}
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
+  // For the operator's log only ("" for none).
+  const std::string& detail() const { return detail_; }
+  // "code: message", and " (detail)" when there is one: for logs.
   std::string to_string() const;
 
  private:
   Code code_ = Code::kOk;
   std::string message_;
+  std::string detail_;
 };
 
 inline Status ok_status() { return {}; }
@@ -59,7 +67,7 @@ inline Status internal_error(std::string m) { return {Code::kInternal, std::move
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT
     if (status_.ok()) status_ = internal_error("Result built from an OK status without a value");
   }
@@ -82,8 +90,8 @@ class [[nodiscard]] Result {
 }  // namespace fedcase
 
 // Returns early from the enclosing function when `expr` (a Status) is not OK.
-#define FEDCASE_RETURN_IF_ERROR(expr)            \
-  do {                                           \
-    ::fedcase::Status fedcase_status_ = (expr);  \
+#define FEDCASE_RETURN_IF_ERROR(expr)                  \
+  do {                                                 \
+    ::fedcase::Status fedcase_status_ = (expr);        \
     if (!fedcase_status_.ok()) return fedcase_status_; \
   } while (0)

@@ -311,9 +311,4 @@ Result<JobParts> build_job(const json& j) {
   return make_job_parts(std::move(config).value());
 }
 
-std::string owner_only_reason(const JobConfig& config) {
-  if (config.asynchronous()) return "the job is asynchronous (buffered)";
-  return std::string();
-}
-
 }  // namespace fedcase::rounds

@@ -128,11 +128,4 @@ Result<JobParts> make_job_parts(JobConfig config);
 // parse_job_config, then make_job_parts: a job config checked in full and ready to run.
 Result<JobParts> build_job(const nlohmann::json& json);
 
-// Coordinator replicas serve a job's rounds together (any replica hands out its invitees'
-// tasks and admits their updates into its own partial aggregate, docs/scaling.md) only for a
-// synchronous job, whatever its aggregation rule and with secure aggregation too. Otherwise
-// this says why not (a buffer's tasks come and go between commits), and only the job's owner
-// serves its rounds. "" when replicas may share them.
-std::string owner_only_reason(const JobConfig& config);
-
 }  // namespace fedcase::rounds

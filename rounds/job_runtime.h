@@ -114,8 +114,8 @@ class JobRuntime {
   // refills it. nullopt when no task is carried and fewer than min_clients are available.
   Result<std::optional<Round>> open_round(const std::vector<PoolClient>& pool, double now);
 
-  // A copy of a round another coordinator replica opened for this job (a synchronous round of
-  // `spec`, its tasks in `plan`: round_from_plan), so that this replica serves its invitees
+  // A copy of a round another coordinator replica opened for this job (a round, or a buffer,
+  // of `spec`, its tasks in `plan`: round_from_plan), so that this replica serves its invitees
   // and folds the updates it admits into an aggregate of its own (the job's aggregation
   // config; never asked for a mean, so without DP noise). kInvalidArgument for a plan that is
   // not one; kConflict when the round trains from a model version other than this runtime's.
@@ -164,9 +164,9 @@ class JobRuntime {
   // Selects up to `count` of the clients `pool` marks available and `excluded` does not name
   // for round `index`, and plans their tasks.
   Result<scheduling::RoundPlan> select_and_plan(const std::vector<PoolClient>& pool,
-                                                 RoundIndex index, size_t count,
-                                                 const std::function<bool(ClientId)>& excluded,
-                                                 bool slots);
+                                                RoundIndex index, size_t count,
+                                                const std::function<bool(ClientId)>& excluded,
+                                                bool slots);
   Result<std::shared_ptr<RoundAggregate>> make_round_aggregate(RoundIndex index) const;
   Result<nlohmann::json> privacy_after(const Round& round,
                                        aggregation::RdpAccountant& privacy) const;

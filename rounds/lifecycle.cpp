@@ -102,12 +102,14 @@ std::vector<Transition> make_transitions() {
          "the round's failure is recorded"),
       go(phases({P::kConcluding, P::kResolving}), E::kFenced, P::kIdle, A::kNone,
          "the store refused this coordinator's epoch: it steps down"),
-      go(phases({P::kConcluding}), E::kOutcomeLost, P::kResolving, A::kReadBack,
+      go(phases({P::kConcluding}), E::kOutcomeLost, P::kResolving, A::kNone,
          "the store's answer was lost: the round is read back, never guessed"),
-      go(phases({P::kResolving}), E::kResolvedOpen, P::kConcluding, A::kWriteConclusion,
+      go(phases({P::kResolving}), E::kResolvedOpen, P::kConcluding, A::kNone,
          "the store holds the round open: the same conclusion is written again"),
       stay(phases({P::kResolving}), E::kPending, A::kReadBack,
-           "the store could not be read: read again"),
+           "the round is read back from the store"),
+      stay(phases({P::kConcluding}), E::kPending, A::kWriteConclusion,
+           "the conclusion kept since its answer was lost is written again"),
 
       // A copy of another replica's round.
       go(kFollower, E::kShuttingDown, P::kIdle, A::kDrop, "the coordinator stops"),
@@ -115,6 +117,8 @@ std::vector<Transition> make_transitions() {
          "the owner concluded the round: the copy is forgotten"),
       go(phases({P::kFollowing}), E::kOwnerClosed, P::kHandingOver, A::kWritePartial,
          "the owner closed admission: the copy's partial aggregate is written"),
+      stay(phases({P::kFollowing}), E::kOwnerReplanned, A::kFollow,
+           "the owner handed out more of its buffer's tasks: the copy hands them out too"),
       go(phases({P::kHandingOver}), E::kPartialWritten, P::kIdle, A::kNone,
          "the partial is in the store: the owner merges it"),
       go(phases({P::kHandingOver}), E::kMaskedPartialWritten, P::kRelaying, A::kNone,
@@ -134,79 +138,142 @@ Phases phases(std::initializer_list<Phase> list) {
 
 const char* phase_name(Phase phase) {
   switch (phase) {
-    case P::kIdle: return "idle";
-    case P::kOpen: return "open";
-    case P::kAdvertiseKeys: return "advertise_keys";
-    case P::kShareKeys: return "share_keys";
-    case P::kMaskedInput: return "masked_input";
-    case P::kClosingAdmission: return "closing_admission";
-    case P::kGathering: return "gathering";
-    case P::kUnmask: return "unmask";
-    case P::kConcluding: return "concluding";
-    case P::kResolving: return "resolving";
-    case P::kFollowing: return "following";
-    case P::kHandingOver: return "handing_over";
-    case P::kRelaying: return "relaying";
+    case P::kIdle:
+      return "idle";
+    case P::kOpen:
+      return "open";
+    case P::kAdvertiseKeys:
+      return "advertise_keys";
+    case P::kShareKeys:
+      return "share_keys";
+    case P::kMaskedInput:
+      return "masked_input";
+    case P::kClosingAdmission:
+      return "closing_admission";
+    case P::kGathering:
+      return "gathering";
+    case P::kUnmask:
+      return "unmask";
+    case P::kConcluding:
+      return "concluding";
+    case P::kResolving:
+      return "resolving";
+    case P::kFollowing:
+      return "following";
+    case P::kHandingOver:
+      return "handing_over";
+    case P::kRelaying:
+      return "relaying";
   }
   return "";
 }
 
 const char* event_name(Event event) {
   switch (event) {
-    case E::kOpened: return "opened";
-    case E::kOpenedSecure: return "opened_secure";
-    case E::kFollowed: return "followed";
-    case E::kStageClosed: return "stage_closed";
-    case E::kAdmissionClosed: return "admission_closed";
-    case E::kInputsClosed: return "inputs_closed";
-    case E::kCommitted: return "committed";
-    case E::kRoundFailed: return "round_failed";
-    case E::kOutcomeLost: return "outcome_lost";
-    case E::kResolvedOpen: return "resolved_open";
-    case E::kPartialWritten: return "partial_written";
-    case E::kMaskedPartialWritten: return "masked_partial_written";
-    case E::kFenced: return "fenced";
-    case E::kSteppedDown: return "stepped_down";
-    case E::kFailing: return "failing";
-    case E::kEvaluationPending: return "evaluation_pending";
-    case E::kStageDue: return "stage_due";
-    case E::kDue: return "due";
-    case E::kFilledElsewhere: return "filled_elsewhere";
-    case E::kInputsComplete: return "inputs_complete";
-    case E::kTaskDeadline: return "task_deadline";
-    case E::kSlotsFree: return "slots_free";
-    case E::kPartialsIn: return "partials_in";
-    case E::kWaitedOut: return "waited_out";
-    case E::kMaskedPartialsIn: return "masked_partials_in";
-    case E::kUnmaskDue: return "unmask_due";
-    case E::kRoundCapReached: return "round_cap_reached";
-    case E::kWantsRound: return "wants_round";
-    case E::kOwnerRoundOpen: return "owner_round_open";
-    case E::kOwnerClosed: return "owner_closed";
-    case E::kOwnerConcluded: return "owner_concluded";
-    case E::kShuttingDown: return "shutting_down";
-    case E::kPending: return "pending";
+    case E::kOpened:
+      return "opened";
+    case E::kOpenedSecure:
+      return "opened_secure";
+    case E::kFollowed:
+      return "followed";
+    case E::kStageClosed:
+      return "stage_closed";
+    case E::kAdmissionClosed:
+      return "admission_closed";
+    case E::kInputsClosed:
+      return "inputs_closed";
+    case E::kCommitted:
+      return "committed";
+    case E::kRoundFailed:
+      return "round_failed";
+    case E::kOutcomeLost:
+      return "outcome_lost";
+    case E::kResolvedOpen:
+      return "resolved_open";
+    case E::kPartialWritten:
+      return "partial_written";
+    case E::kMaskedPartialWritten:
+      return "masked_partial_written";
+    case E::kFenced:
+      return "fenced";
+    case E::kSteppedDown:
+      return "stepped_down";
+    case E::kFailing:
+      return "failing";
+    case E::kEvaluationPending:
+      return "evaluation_pending";
+    case E::kStageDue:
+      return "stage_due";
+    case E::kDue:
+      return "due";
+    case E::kFilledElsewhere:
+      return "filled_elsewhere";
+    case E::kInputsComplete:
+      return "inputs_complete";
+    case E::kTaskDeadline:
+      return "task_deadline";
+    case E::kSlotsFree:
+      return "slots_free";
+    case E::kPartialsIn:
+      return "partials_in";
+    case E::kWaitedOut:
+      return "waited_out";
+    case E::kMaskedPartialsIn:
+      return "masked_partials_in";
+    case E::kUnmaskDue:
+      return "unmask_due";
+    case E::kRoundCapReached:
+      return "round_cap_reached";
+    case E::kWantsRound:
+      return "wants_round";
+    case E::kOwnerRoundOpen:
+      return "owner_round_open";
+    case E::kOwnerClosed:
+      return "owner_closed";
+    case E::kOwnerReplanned:
+      return "owner_replanned";
+    case E::kOwnerConcluded:
+      return "owner_concluded";
+    case E::kShuttingDown:
+      return "shutting_down";
+    case E::kPending:
+      return "pending";
   }
   return "";
 }
 
 const char* action_name(Action action) {
   switch (action) {
-    case A::kNone: return "none";
-    case A::kOpen: return "open";
-    case A::kFinishJob: return "finish_job";
-    case A::kFollow: return "follow";
-    case A::kCloseStage: return "close_stage";
-    case A::kCloseAdmission: return "close_admission";
-    case A::kExpire: return "expire";
-    case A::kRefill: return "refill";
-    case A::kCloseInputs: return "close_inputs";
-    case A::kConclude: return "conclude";
-    case A::kFail: return "fail";
-    case A::kReadBack: return "read_back";
-    case A::kWriteConclusion: return "write_conclusion";
-    case A::kDrop: return "drop";
-    case A::kWritePartial: return "write_partial";
+    case A::kNone:
+      return "none";
+    case A::kOpen:
+      return "open";
+    case A::kFinishJob:
+      return "finish_job";
+    case A::kFollow:
+      return "follow";
+    case A::kCloseStage:
+      return "close_stage";
+    case A::kCloseAdmission:
+      return "close_admission";
+    case A::kExpire:
+      return "expire";
+    case A::kRefill:
+      return "refill";
+    case A::kCloseInputs:
+      return "close_inputs";
+    case A::kConclude:
+      return "conclude";
+    case A::kFail:
+      return "fail";
+    case A::kReadBack:
+      return "read_back";
+    case A::kWriteConclusion:
+      return "write_conclusion";
+    case A::kDrop:
+      return "drop";
+    case A::kWritePartial:
+      return "write_partial";
   }
   return "";
 }
@@ -233,18 +300,21 @@ Events events_of(Phase phase, const Facts& f) {
   };
   const bool stopped = f.job == JobState::kCancelled || f.job == JobState::kFinished;
   const bool settled = !f.uploads_in_flight;
-  set(E::kPending, true);
+  // A replica that stepped down retries nothing of its round: it only waits to forget it.
+  set(E::kPending, f.owned || !kOwnerRound.test(static_cast<size_t>(phase)));
   set(E::kShuttingDown, f.shutting_down && phase != P::kConcluding && phase != P::kResolving);
   if (phase == P::kIdle) {
     set(E::kOwnerRoundOpen, !f.owned && f.owner_round_open);
     set(E::kRoundCapReached, f.owned && f.job == JobState::kRunning && f.round_cap_reached);
-    set(E::kWantsRound, f.owned && f.job == JobState::kRunning && !f.round_cap_reached &&
-                            !f.shutting_down);
+    const bool runs = f.job == JobState::kRunning || (f.job == JobState::kPaused && f.asynchronous);
+    set(E::kWantsRound, f.owned && runs && !f.round_cap_reached && !f.shutting_down);
     return e;
   }
   if (kFollower.test(static_cast<size_t>(phase))) {
-    set(E::kOwnerConcluded, f.owner_concluded && settled);
+    // A replica that acquired the job failed the round it copied (replica/ownership.h).
+    set(E::kOwnerConcluded, (f.owner_concluded || f.owned) && settled);
     set(E::kOwnerClosed, f.owner_closed);
+    set(E::kOwnerReplanned, f.owner_replanned);
     return e;
   }
   set(E::kSteppedDown, !f.owned && settled);

@@ -54,40 +54,43 @@ const char* phase_name(Phase phase);  // "idle", "open", ...
 // What the driver observed, or an outcome of an action it carried out.
 enum class Event : uint8_t {
   // Outcomes.
-  kOpened,           // a round opened: its tasks are out
-  kOpenedSecure,     // a secure round opened: its invitees advertise their keys
-  kFollowed,         // a copy of the owner's round serves here
-  kStageClosed,      // a secure key stage closed: its messages reach every replica
-  kAdmissionClosed,  // admission closed (in the store, when shared)
-  kInputsClosed,     // secure: the masked inputs closed, the unmask requests are out
-  kCommitted,        // the round and its model are durable
-  kRoundFailed,      // the round's failure is durable (or the store refused it for good)
-  kOutcomeLost,      // the store's answer to the conclusion was lost
-  kResolvedOpen,     // read back: the store holds the round open still
-  kPartialWritten,   // the copy's partial aggregate is in the store (or refused for good)
+  kOpened,                // a round opened: its tasks are out
+  kOpenedSecure,          // a secure round opened: its invitees advertise their keys
+  kFollowed,              // a copy of the owner's round serves here
+  kStageClosed,           // a secure key stage closed: its messages reach every replica
+  kAdmissionClosed,       // admission closed (in the store, when shared)
+  kInputsClosed,          // secure: the masked inputs closed, the unmask requests are out
+  kCommitted,             // the round and its model are durable
+  kRoundFailed,           // the round's failure is durable (or the store refused it for good)
+  kOutcomeLost,           // the store's answer to the conclusion was lost
+  kResolvedOpen,          // read back: the store holds the round open still
+  kPartialWritten,        // the copy's partial aggregate is in the store (or refused for good)
   kMaskedPartialWritten,  // a secure copy's masked partial is in the store
-  kFenced,           // the store refused this coordinator's lease epoch
+  kFenced,                // the store refused this coordinator's lease epoch
   // Observations.
-  kSteppedDown,       // the job's owner is another replica now, and no upload is in flight
-  kFailing,           // the round is to fail: its job stopped, or its secure round failed
-  kEvaluationPending, // the previous model's evaluation decides whether this round may commit
-  kStageDue,          // the open key stage: every client answered, or its deadline passed
-  kDue,               // filled, or past its deadline, with no upload in flight
-  kFilledElsewhere,   // shared: the replicas admitted K updates between them
-  kInputsComplete,    // secure: every client that shared its keys sent its masked input
-  kTaskDeadline,      // a buffer's task passed its deadline
-  kSlotsFree,         // a running buffer has free slots
-  kPartialsIn,        // every replica holding admitted updates wrote its partial
-  kWaitedOut,         // lease_s passed since admission closed: missing partials are lost
-  kMaskedPartialsIn,  // secure: the masked partials are in, or lease_s passed
-  kUnmaskDue,         // secure: every survivor answered, or the unmask deadline passed
-  kRoundCapReached,   // the job used all its rounds
-  kWantsRound,        // the job runs and is driven here, with no round
-  kOwnerRoundOpen,    // follower: the owner's round is open and trains from the model here
-  kOwnerClosed,       // follower: the owner closed the round's admission
-  kOwnerConcluded,    // follower: the round is no longer open, and no upload is in flight
-  kShuttingDown,      // the coordinator stops: every round here ends now
-  kPending,           // nothing else: the phase's action is (re)tried
+  kSteppedDown,        // the job's owner is another replica now, and no upload is in flight
+  kFailing,            // the round is to fail: its job stopped, or its secure round failed
+  kEvaluationPending,  // the previous model's evaluation decides whether this round may commit
+  kStageDue,           // the open key stage: every client answered, or its deadline passed
+  kDue,                // filled, or past its deadline, with no upload in flight
+  kFilledElsewhere,    // shared: the replicas admitted K updates between them
+  kInputsComplete,     // secure: every client that shared its keys sent its masked input
+  kTaskDeadline,       // a buffer's task passed its deadline
+  kSlotsFree,          // a running buffer has free slots
+  kPartialsIn,         // every replica holding admitted updates wrote its partial
+  kWaitedOut,          // lease_s passed since admission closed: missing partials are lost
+  kMaskedPartialsIn,   // secure: the masked partials are in, or lease_s passed
+  kUnmaskDue,          // secure: every survivor answered, or the unmask deadline passed
+  kRoundCapReached,    // the job used all its rounds
+  kWantsRound,         // the job is driven here with no round, and runs (or, asynchronous, is
+                       // paused: its buffer takes the updates of the tasks in flight)
+  kOwnerRoundOpen,     // follower: the owner's round is open and trains from the model here
+  kOwnerClosed,        // follower: the owner closed the round's admission
+  kOwnerReplanned,     // follower: the owner handed out more of its buffer's tasks
+  kOwnerConcluded,     // follower: the round is no longer open (or this replica acquired the
+                       // job, failing it), and no upload is in flight
+  kShuttingDown,       // the coordinator stops: every round here ends now
+  kPending,            // nothing else: the phase's action is (re)tried
 };
 inline constexpr size_t kEventCount = static_cast<size_t>(Event::kPending) + 1;
 const char* event_name(Event event);  // "opened", "stepped_down", ...
@@ -96,20 +99,20 @@ using Events = std::bitset<kEventCount>;
 // What the driver carries out for a transition.
 enum class Action : uint8_t {
   kNone,
-  kOpen,            // select, plan, record and publish a round (jobs in their tenants' turn)
-  kFinishJob,       // the job is finished
-  kFollow,          // a copy of the owner's round, from the store
-  kCloseStage,      // closes the open key stage and publishes the next stage's messages
-  kCloseAdmission,  // closes the round to admission (in the store first, when shared)
-  kExpire,          // drops the buffer's tasks past their deadline
-  kRefill,          // hands out tasks for the buffer's free slots (jobs in their tenants' turn)
-  kCloseInputs,     // merges the masked partials and closes the masked inputs
-  kConclude,        // merges the partials, concludes and commits (or fails) the round
-  kFail,            // concludes the round as failed, for the reason it fails
-  kReadBack,        // reads the round back from the store
-  kWriteConclusion, // writes the conclusion kept since its answer was lost, again
-  kDrop,            // forgets the round here, writing nothing
-  kWritePartial,    // closes the copy and writes its partial aggregate
+  kOpen,             // select, plan, record and publish a round (jobs in their tenants' turn)
+  kFinishJob,        // the job is finished
+  kFollow,           // a copy of the owner's round, from the store
+  kCloseStage,       // closes the open key stage and publishes the next stage's messages
+  kCloseAdmission,   // closes the round to admission (in the store first, when shared)
+  kExpire,           // drops the buffer's tasks past their deadline
+  kRefill,           // hands out tasks for the buffer's free slots (jobs in their tenants' turn)
+  kCloseInputs,      // merges the masked partials and closes the masked inputs
+  kConclude,         // merges the partials, concludes and commits (or fails) the round
+  kFail,             // concludes the round as failed, for the reason it fails
+  kReadBack,         // reads the round back from the store
+  kWriteConclusion,  // writes the conclusion kept since its answer was lost, again
+  kDrop,             // forgets the round here, writing nothing
+  kWritePartial,     // closes the copy and writes its partial aggregate
 };
 const char* action_name(Action action);  // "none", "open", ...
 
@@ -144,6 +147,7 @@ struct Facts {
   // The job.
   bool owned = true;  // this coordinator drives the job
   JobState job = JobState::kRunning;
+  bool asynchronous = false;        // it trains in buffers (FedBuff): paused, they still open
   bool round_cap_reached = false;   // its last round index is used
   bool evaluation_pending = false;  // a target job's previous model is being evaluated
   // The round here (not read in kIdle).
@@ -167,6 +171,7 @@ struct Facts {
   // Follower: the owner's round as the store holds it.
   bool owner_round_open = false;
   bool owner_closed = false;
+  bool owner_replanned = false;
   bool owner_concluded = false;
 };
 

@@ -133,13 +133,13 @@ bool Round::holds_task_of(ClientId client, RoundIndex round) const {
 Status Round::check_task_round(ClientId client, RoundIndex round) const {
   const Terms* terms = terms_for(client);
   // A buffer's dropped task is answered why by admission().
-  const bool reaches =
-      !spec_.buffered ? round == spec_.index
-      : terms != nullptr ? terms->round == round
-                         : round == spec_.index || dropped_why_.count(client) > 0;
+  const bool reaches = !spec_.buffered    ? round == spec_.index
+                       : terms != nullptr ? terms->round == round
+                                          : round == spec_.index || dropped_why_.count(client) > 0;
   if (reaches) return ok_status();
-  return conflict("round " + std::to_string(round) + " is not open for updates (the open round is " +
-                  std::to_string(spec_.index) + ")");
+  return conflict("round " + std::to_string(round) +
+                  " is not open for updates (the open round is " + std::to_string(spec_.index) +
+                  ")");
 }
 
 void Round::assign(scheduling::ClientTask task, Terms terms) {
@@ -183,9 +183,9 @@ std::vector<Round::Assignment> Round::in_flight() const {
     const ClientId client = tasks_[i].client;
     if (accepted_.count(client)) continue;
     auto fetched = handed_out_.find(client);
-    out.push_back({tasks_[i], terms_[i],
-                   fetched == handed_out_.end() ? std::nullopt
-                                                : std::optional<double>(fetched->second)});
+    out.push_back(
+        {tasks_[i], terms_[i],
+         fetched == handed_out_.end() ? std::nullopt : std::optional<double>(fetched->second)});
   }
   return out;
 }
@@ -256,8 +256,8 @@ Status Round::check_admission(ClientId client, double now) const {
       return unavailable(round + "'s remaining places are held by uploads being checked; retry");
     case Admission::kTooStale:
       return conflict("the update of client " + std::to_string(client) +
-                      " trained on a version too far behind the model (" +
-                      admission_reason(a) + "): the job takes updates at most its " +
+                      " trained on a version too far behind the model (" + admission_reason(a) +
+                      "): the job takes updates at most its " +
                       "async.max_staleness versions behind");
     case Admission::kClosed:
     case Admission::kPastDeadline:
@@ -332,7 +332,8 @@ double Round::expected_client_seconds() const {
 
 namespace {
 
-constexpr int kPlanFormat = 1;
+// 1: a synchronous round's tasks; 2: adds buffers (each task with its terms) and revisions.
+constexpr int kPlanFormat = 2;
 
 nlohmann::json task_json(const scheduling::ClientTask& t) {
   return {{"client", t.client},
@@ -383,30 +384,93 @@ Result<scheduling::ClientTask> read_task(const nlohmann::json& j) {
 
 nlohmann::json round_plan_json(const Round& round) {
   nlohmann::json tasks = nlohmann::json::array();
-  for (const scheduling::ClientTask& t : round.tasks()) tasks.push_back(task_json(t));
+  for (const scheduling::ClientTask& t : round.tasks()) {
+    nlohmann::json task = task_json(t);
+    if (round.buffered()) {
+      const Round::Terms& terms = *round.terms_for(t.client);
+      task["terms"] = {{"round", terms.round},
+                       {"base_version", terms.base_version},
+                       {"base_checksum", terms.base_checksum},
+                       {"assigned_at", terms.assigned_at},
+                       {"deadline", terms.deadline}};
+    }
+    tasks.push_back(std::move(task));
+  }
   return {{"format", kPlanFormat},
           {"base_checksum", round.base_checksum()},
           {"available", round.available()},
+          {"buffered", round.buffered()},
+          {"revision", round.buffered() ? round.dispatched().size() : 0},
           {"tasks", std::move(tasks)}};
 }
 
+namespace {
+
+// The tasks of `plan` with their terms (a synchronous round's: `spec`'s), in order. Throws
+// nlohmann's exceptions for a missing or mistyped member.
+Result<std::vector<Round::Assignment>> plan_tasks(const Round::Spec& spec,
+                                                  const nlohmann::json& plan) {
+  const int format = plan.at("format").get<int>();
+  if (format != 1 && format != kPlanFormat) {
+    return invalid_argument("round plan format " + std::to_string(format) + " is not known");
+  }
+  if (plan.value("buffered", false) != spec.buffered) {
+    return invalid_argument(spec.buffered ? "a buffer's plan must be a buffer's"
+                                          : "a round's plan must not be a buffer's");
+  }
+  std::vector<Round::Assignment> out;
+  for (const nlohmann::json& task : plan.at("tasks")) {
+    auto read = read_task(task);
+    if (!read.ok()) return invalid_argument("round plan: " + read.status().message());
+    Round::Terms terms{spec.index, spec.base_version, plan.at("base_checksum").get<std::string>(),
+                       spec.opened_at, spec.deadline};
+    if (spec.buffered) {
+      const nlohmann::json& t = task.at("terms");
+      terms = {t.at("round").get<RoundIndex>(), t.at("base_version").get<uint64_t>(),
+               t.at("base_checksum").get<std::string>(), t.at("assigned_at").get<double>(),
+               t.at("deadline").get<double>()};
+    }
+    out.push_back({*read, std::move(terms), std::nullopt});
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<Round> round_from_plan(Round::Spec spec, const nlohmann::json& plan,
                               std::shared_ptr<RoundAggregate> aggregate) {
-  if (spec.buffered) return invalid_argument("a buffer is not served from a plan");
   try {
-    if (plan.at("format").get<int>() != kPlanFormat) {
-      return invalid_argument("round plan format " + plan.at("format").dump() + " is not known");
-    }
     spec.base_checksum = plan.at("base_checksum").get<std::string>();
     spec.available = plan.at("available").get<size_t>();
-    std::vector<scheduling::ClientTask> tasks;
-    for (const nlohmann::json& task : plan.at("tasks")) {
-      auto read = read_task(task);
-      if (!read.ok()) return invalid_argument("round plan: " + read.status().message());
-      tasks.push_back(*read);
+    auto tasks = plan_tasks(spec, plan);
+    if (!tasks.ok()) return tasks.status();
+    if (spec.buffered) return Round(spec, std::move(tasks).value(), std::move(aggregate));
+    if (tasks->empty()) return invalid_argument("round plan without a task");
+    std::vector<scheduling::ClientTask> plain;
+    for (Round::Assignment& a : *tasks) plain.push_back(std::move(a.task));
+    return Round(spec, std::move(plain), std::move(aggregate));
+  } catch (const nlohmann::json::exception& e) {
+    return invalid_argument(std::string("round plan: ") + e.what());
+  }
+}
+
+Result<std::vector<ClientId>> assign_from_plan(Round& buffer, const nlohmann::json& plan) {
+  if (!buffer.buffered()) return invalid_argument("only a buffer takes tasks from a new plan");
+  try {
+    Round::Spec spec;
+    spec.index = buffer.index();
+    spec.base_version = buffer.base_version();
+    spec.buffered = true;
+    auto tasks = plan_tasks(spec, plan);
+    if (!tasks.ok()) return tasks.status();
+    std::vector<ClientId> assigned;
+    for (Round::Assignment& a : *tasks) {
+      const ClientId client = a.task.client;
+      if (buffer.task_for(client) || buffer.accepted_updates().count(client)) continue;
+      buffer.assign(std::move(a.task), a.terms);
+      assigned.push_back(client);
     }
-    if (tasks.empty()) return invalid_argument("round plan without a task");
-    return Round(spec, std::move(tasks), std::move(aggregate));
+    return assigned;
   } catch (const nlohmann::json::exception& e) {
     return invalid_argument(std::string("round plan: ") + e.what());
   }

@@ -109,9 +109,9 @@ class Round {
     uint64_t base_version = 0;
     std::string base_checksum;  // of that version's blob
     double opened_at = 0;
-    double deadline = 0;   // absolute time (a buffer has none: its tasks have their own)
-    size_t target = 0;     // K: the round is filled at K accepted updates
-    size_t available = 0;  // clients available when it opened
+    double deadline = 0;    // absolute time (a buffer has none: its tasks have their own)
+    size_t target = 0;      // K: the round is filled at K accepted updates
+    size_t available = 0;   // clients available when it opened
     bool buffered = false;  // an asynchronous job's buffer
   };
   // The terms a task was handed out on.
@@ -245,7 +245,7 @@ class Round {
     double download_s = 0, train_s = 0, upload_s = 0;  // reported or measured; 0 = unknown
     double fold_s = 0;
     std::optional<protocol::EvalReport> evaluation;  // the client's scores of the base model
-    uint64_t staleness = 0;  // versions behind base_version (buffers)
+    uint64_t staleness = 0;                          // versions behind base_version (buffers)
   };
   const std::map<ClientId, Accepted>& accepted_updates() const { return accepted_; }
   const std::shared_ptr<RoundAggregate>& aggregate() const { return aggregate_; }
@@ -271,16 +271,22 @@ class Round {
   bool closed_ = false;
 };
 
-// What another coordinator replica needs to serve a synchronous round this one opened: its
-// invitees' tasks, the base model's checksum and the clients available at its open. With the
-// round's stored record (index, base version, open, deadline, K) it rebuilds the round
-// (round_from_plan). JSON, stored with the round (storage::RoundRecord::plan). Pure.
+// What another coordinator replica needs to serve a round this one opened: its invitees'
+// tasks, the base model's checksum and the clients available at its open; for a buffer, each
+// task with its terms, and the plan's revision (the tasks the buffer handed out so far: it
+// grows with every refill). With the round's stored record (index, base version, open,
+// deadline, K) it rebuilds the round (round_from_plan). JSON, stored with the round
+// (storage::RoundRecord::plan). Pure.
 nlohmann::json round_plan_json(const Round& round);
 
-// The round `plan` (round_plan_json) describes, of `spec` (index, base version, open, deadline
-// and target as stored; base_checksum and available are read from the plan), folding into
-// `aggregate`. kInvalidArgument for a plan that is not one, or a buffer's spec.
+// The round `plan` (round_plan_json) describes, of `spec` (index, base version, open, deadline,
+// target and whether it is a buffer, as stored; base_checksum and available are read from the
+// plan), folding into `aggregate`. A buffer's tasks are all taken as carried in.
+// kInvalidArgument for a plan that is not one, or not of the spec's kind.
 Result<Round> round_from_plan(Round::Spec spec, const nlohmann::json& plan,
                               std::shared_ptr<RoundAggregate> aggregate);
+// Hands out the tasks of the buffer's newer `plan` that `buffer` (a copy) does not hold yet;
+// their clients. kInvalidArgument for a plan that is not a buffer's.
+Result<std::vector<ClientId>> assign_from_plan(Round& buffer, const nlohmann::json& plan);
 
 }  // namespace fedcase::rounds

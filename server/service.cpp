@@ -5,7 +5,7 @@
 #include "common/log.h"
 #include "ml/dataset.h"
 #include "server/api/api.h"
-#include "server/core/evaluator.h"
+#include "server/core/base/evaluator.h"
 #include "server/transport/http_server.h"
 
 namespace fedcase::server {

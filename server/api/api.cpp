@@ -753,9 +753,14 @@ std::optional<Response> Api::refuse_unknown(const Request& header, const std::st
                                             Caller& caller) {
   caller = coordinator_.identify(bearer_token(header));
   if (caller.role != Role::kNone) return std::nullopt;
+  // An unknown token is rate-limited by address before anything else is done for it.
   double retry_after = 0;
   if (!unauthenticated_limiter_.allow(peer, RateLimiter::Clock::now(), retry_after)) {
     return too_many_requests(retry_after, header);
+  }
+  if (coordinator_.unknown_token(bearer_token(header)) == Coordinator::UnknownToken::kLookingUp) {
+    return error_response(unavailable("this replica is looking the token up; retry shortly"),
+                          header.version(), header.keep_alive());
   }
   return error_response(unauthenticated("missing or unknown bearer token"), header.version(),
                         header.keep_alive());

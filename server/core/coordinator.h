@@ -1,8 +1,11 @@
 #pragma once
-// The coordinator's core, with no network in it: the client registry (client_registry.h), the
-// jobs (job_table.h) and the round driver (round_driver.h), and the client and admin
-// operations the HTTP layer (api.h) maps requests onto. Results are plain values; the API
-// layer turns them into JSON (views.h).
+// The coordinator's core, with no network in it: a thin facade over the client registry
+// (base/client_registry.h), the jobs (jobs/job_table.h), the round driver and the replication
+// it calls (rounds/), secure rounds (secure/) and, on a replica, ownership (replica/); the
+// client and admin operations the HTTP layer (api.h) maps requests onto are written in
+// client_api.cpp and admin_api.cpp. Results are plain values; the API layer turns them into
+// JSON (views.h). No request thread ever sleeps or polls here: what a replica must first learn
+// from the store is answered kUnavailable (retry shortly) while it learns it.
 //
 // Every change follows the same three steps: decide under a lock, write to the store without
 // any lock, publish under the lock. No store call, fold or optimizer step runs while a lock
@@ -31,14 +34,14 @@
 #include "rounds/job_config.h"
 #include "rounds/round.h"
 #include "scheduling/profile.h"
-#include "server/core/client_registry.h"
-#include "server/core/config.h"
-#include "server/core/evaluator.h"
-#include "server/core/job_table.h"
-#include "server/core/metrics.h"
-#include "server/core/model_exports.h"
-#include "server/core/secure_round.h"
-#include "server/core/tenants.h"
+#include "server/core/base/client_registry.h"
+#include "server/core/base/config.h"
+#include "server/core/base/evaluator.h"
+#include "server/core/base/metrics.h"
+#include "server/core/base/model_exports.h"
+#include "server/core/base/tenants.h"
+#include "server/core/jobs/job_table.h"
+#include "server/core/secure/secure_stages.h"
 #include "storage/store.h"
 
 namespace fedcase::server {
@@ -162,7 +165,7 @@ class Coordinator {
   const CoordinatorConfig& config() const;
 
   // Starts / stops the round driver's thread (tick() at its deadlines and on events:
-  // round_driver.h). Tests without a thread call tick() themselves.
+  // rounds/round_driver.h). Tests without a thread call tick() themselves.
   void start_driver();
   void stop_driver();
   void tick();
@@ -170,9 +173,15 @@ class Coordinator {
   // second half of a graceful stop, once no request is in flight.
   void conclude_rounds();
 
-  // Who presents `bearer_token`: the admin, the enrollment key, a registered client, the
-  // metrics scraper, or nobody.
+  // Who presents `bearer_token`, from memory alone (cheap enough for an I/O thread): the
+  // admin, the enrollment key, a registered client, the metrics scraper, a tenant, or nobody.
   Caller identify(std::string_view bearer_token) const;
+  // A token identify() does not know: nobody's, or, on a replica, being looked up in the
+  // store off the request threads (a client registered through another replica a moment ago:
+  // base/token_lookups.h), when its caller is told to retry shortly. Callers rate-limit
+  // unknown tokens before they ask.
+  enum class UnknownToken { kNobody, kLookingUp };
+  UnknownToken unknown_token(std::string_view bearer_token);
 
   // The coordinator's operational metrics; every component records into this one. Its
   // collector for clients and jobs is registered for the coordinator's lifetime.
@@ -214,12 +223,12 @@ class Coordinator {
                                        const Result<nlohmann::json>& meta, std::string_view blob,
                                        double upload_seconds = 0);
 
-  // ---- secure aggregation (docs/protocol.md, "Secure aggregation"; secure_round.h) ----
+  // ---- secure aggregation (docs/protocol.md, "Secure aggregation"; secure/) ----
   // The secure round `round` of `job`, for a client's stage message or long poll (on a replica
   // that does not own the job, its copy of the owner's round): kNotFound for an unknown job,
-  // kConflict when the job has no secure round of that index in progress (a plain job, another
-  // round, or the round is over). A replica asked about an open round it has not followed
-  // yet follows it first, waiting up to 3 s.
+  // kConflict when the job has no secure round of that index in progress (a plain job, an
+  // earlier round, or the round is over). A replica asked about a later round than it follows
+  // answers kUnavailable (retry shortly) and reads the store at once.
   Result<std::shared_ptr<SecureStages>> secure_round(JobId job, RoundIndex round);
   // Long polls of stage messages wait here; `wake` as for watch_tasks.
   uint64_t watch_secure_stages(ClientId client, std::function<void()> wake);
@@ -296,18 +305,17 @@ class Coordinator {
     uint64_t trained_on = 0;  // the version the client's task trains from
     double discount = 1;      // its staleness weight in a buffer
     std::shared_ptr<const rounds::GlobalModel> model;  // the latest: the layout, the sizes
-    bool shared = false;  // a shared round: admitted through the store (JobStatus)
   };
-  // Checks an upload that holds a place and folds it in: runs `admit` (the store's admission:
-  // the metadata's write, or for a shared round the reservation of one of its K places) once
-  // the update is validated and before it folds; returns the fold's seconds.
-  using FoldUpload =
-      std::function<Result<double>(const HeldPlace& held, const protocol::UpdateMeta& meta,
-                                   const std::function<Status()>& admit)>;
+  // Checks an upload that holds a place and folds it in: runs `admit` (the admission through
+  // the replication: its metadata recorded, or among a shared round's K places in the store)
+  // once the update is validated and before it folds; returns the fold's seconds.
+  using FoldUpload = std::function<Result<double>(const JobEntry& job, const HeldPlace& held,
+                                                  const protocol::UpdateMeta& meta,
+                                                  const std::function<Status()>& admit)>;
   // The steps of every upload (docs/architecture.md, "An upload"): decide (the state checks
   // hold a place; a plain upload to a secure job, or a masked input to a plain one, is
   // kConflict), write (the metadata read, then `fold`), publish (the update counts). Any
-  // failure gives the place back and changes nothing.
+  // failure gives the place back (withdrawing the admission) and changes nothing.
   Result<UpdateAccepted> admit_upload(ClientId client, JobId job, RoundIndex round, bool masked,
                                       const Result<nlohmann::json>& meta, size_t body_bytes,
                                       double upload_seconds, const FoldUpload& fold);

@@ -9,7 +9,7 @@ namespace fedcase::server {
 
 Response error_response(const Status& status, unsigned http_version, bool keep_alive) {
   if (status.code() == Code::kInternal && status.message() != kInternalErrorMessage) {
-    log_error("request failed: " + status.message());
+    log_error("request failed: " + status.to_string());
     return error_response(internal_error(std::string(kInternalErrorMessage)), http_version,
                           keep_alive);
   }

@@ -20,7 +20,7 @@
 #include <type_traits>
 
 #include "common/log.h"
-#include "server/core/metrics.h"
+#include "server/core/base/metrics.h"
 #include "server/transport/connection_limits.h"
 #include "server/transport/tls.h"
 #include "server/transport/tls_stream.h"

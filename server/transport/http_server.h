@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "server/core/config.h"
-#include "server/core/metrics.h"
+#include "server/core/base/config.h"
+#include "server/core/base/metrics.h"
 #include "server/transport/handler.h"
 
 namespace fedcase::server {

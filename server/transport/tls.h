@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "common/status.h"
-#include "server/core/config.h"
+#include "server/core/base/config.h"
 
 namespace fedcase::server {
 

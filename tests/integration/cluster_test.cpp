@@ -101,16 +101,19 @@ TEST_CASE("three replicas behind HAProxy train two jobs together, through an own
   Caller admin(proxy.port(), kAdminToken);
   REQUIRE(admin.post("/v1/admin/jobs", training_job("first")).status == 201);
   REQUIRE(admin.post("/v1/admin/jobs", training_job("second")).status == 201);
-  // Every replica answers at once for what another replica just created: the jobs (loaded on
-  // demand) and a client registered through the first replica (its token read on demand).
+  // Every replica answers for what another replica just created: the jobs and a client
+  // registered through the first replica, at once or, while it reads them from the store
+  // (never on a request thread), after a 503 with Retry-After, as the SDK retries it.
   Caller enroller(ports.at("r1"), kEnrollmentToken);
   Reply registered = enroller.post("/v1/clients/register", json::object());
   REQUIRE(registered.status == 201);
   for (const auto& [name, port] : ports) {
     Caller direct(port, kAdminToken);
-    CHECK_MESSAGE(direct.get("/v1/admin/jobs/2").status == 200, name);
+    CHECK_MESSAGE(retried([&] { return direct.get("/v1/admin/jobs/2"); }).status == 200, name);
     Caller client(port, registered.body["token"].get<std::string>());
-    CHECK_MESSAGE(client.post("/v1/clients/heartbeat", json::object()).status == 200, name);
+    CHECK_MESSAGE(
+        retried([&] { return client.post("/v1/clients/heartbeat", json::object()); }).status == 200,
+        name);
   }
   auto reader = storage::open_store(url);
   REQUIRE(reader.ok());
@@ -195,9 +198,10 @@ TEST_CASE("three replicas behind HAProxy train two jobs together, through an own
   for (uint16_t port : dashboards) {
     CAPTURE(port);
     browser.navigate("http://127.0.0.1:" + std::to_string(port) + "/dashboard/");
-    REQUIRE(browser.wait_for("document.getElementById('signin') && "
-                             "!document.getElementById('signin').hidden",
-                             30));
+    REQUIRE(
+        browser.wait_for("document.getElementById('signin') && "
+                         "!document.getElementById('signin').hidden",
+                         30));
     browser.evaluate("document.getElementById('token').value = " + json(kAdminToken).dump() +
                      "; document.getElementById('signin-form').requestSubmit(); true");
     REQUIRE(browser.wait_for("document.querySelectorAll('#jobs-rows tr').length === 2", 15));
@@ -230,8 +234,7 @@ TEST_CASE("a secure job trains through HAProxy: every replica relays stages and 
   config.require_secure_aggregation = true;
   auto fleet = client::Fleet::start(config);
   REQUIRE(fleet.ok());
-  const bool finished =
-      wait_until([&] { return state_of(db, 1) == JobState::kFinished; }, 240);
+  const bool finished = wait_until([&] { return state_of(db, 1) == JobState::kFinished; }, 240);
   (*fleet)->stop();
   REQUIRE_MESSAGE(finished, "job not finished: " << admin.get("/v1/admin/jobs/1").raw);
 
@@ -263,6 +266,6 @@ TEST_CASE("a secure job trains through HAProxy: every replica relays stages and 
                   << " with masked partials merged; replicas that admitted inputs: "
                   << admitting.size());
   CHECK(commits >= 2);
-  CHECK(merged_rounds >= 1);      // inputs folded by a replica other than the owner
+  CHECK(merged_rounds >= 1);     // inputs folded by a replica other than the owner
   CHECK(admitting.size() >= 2);  // HAProxy spread the masked inputs
 }

@@ -1,4 +1,4 @@
-#include "server/core/config.h"
+#include "server/core/base/config.h"
 
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-#include "server/core/metrics.h"
+#include "server/core/base/metrics.h"
 
 #include <doctest/doctest.h>
 

@@ -12,7 +12,7 @@
 #include "formats/zip_reader.h"
 #include "ml/torchscript_model.h"
 #include "server/api/views.h"
-#include "server/core/model_exports.h"
+#include "server/core/base/model_exports.h"
 #include "tests/server/api_calls.h"
 #include "tests/server/coordinator_fixture.h"
 #include "tests/support/torchscript_module.h"

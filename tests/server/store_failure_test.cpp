@@ -335,7 +335,7 @@ TEST_CASE("an update whose metadata the store refuses is refused and releases it
   const ClientId a = (it++)->first, b = (it++)->first, c = it->first;
   const json before = store_view(*reader, job);
 
-  f.faults->fail(StoreMethod::kRecordUpdate, internal_error("disk full"));
+  f.faults->fail(StoreMethod::kAdmitUpdate, internal_error("disk full"));
   h.now = 1010;
   auto refused = h.coordinator->submit_update(a, job, 1, meta(10), delta_blob(base, 5.0f));
   REQUIRE_FALSE(refused.ok());

@@ -269,6 +269,7 @@ struct Guesses {
   int sent = 0;
   int unauthorized = 0;  // 401
   int limited = 0;       // 429, with Retry-After
+  int looked_up = 0;     // 503, with Retry-After: a replica looks the token up in its store
 };
 
 // `passes` times, every route that takes a token (job 1, round 1) called at `port` with a
@@ -293,7 +294,8 @@ inline Guesses guess_tokens(uint16_t port, int passes) {
       ++out.sent;
       out.unauthorized += r.status == 401;
       out.limited += r.status == 429;
-      if (r.status == 429) CHECK(!r.response.header("retry-after").empty());
+      out.looked_up += r.status == 503;
+      if (r.status == 429 || r.status == 503) CHECK(!r.response.header("retry-after").empty());
     }
   }
   return out;

@@ -30,11 +30,22 @@ uint16_t free_local_port() {
 }
 
 pid_t start_process(const std::vector<std::string>& argv, const std::string& log_path,
-                    rlim_t max_open_files) {
+                    rlim_t max_open_files, const std::vector<std::string>& env) {
   // Everything the child needs is made before fork(): it only duplicates descriptors and execs.
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const std::string_view name = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const std::string& mine : env)
+      replaced |= mine.compare(0, name.size() + 1, std::string(name) + "=") == 0;
+    if (!replaced) envp.push_back(*e);
+  }
+  for (const std::string& mine : env) envp.push_back(const_cast<char*>(mine.c_str()));
+  envp.push_back(nullptr);
   const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log < 0) throw std::runtime_error("cannot open " + log_path);
   const pid_t pid = fork();
@@ -49,7 +60,7 @@ pid_t start_process(const std::vector<std::string>& argv, const std::string& log
       const rlimit limit{max_open_files, max_open_files};
       setrlimit(RLIMIT_NOFILE, &limit);
     }
-    execv(args[0], args.data());
+    execve(args[0], args.data(), envp.data());
     _exit(127);
   }
   close(log);
@@ -81,8 +92,8 @@ std::string haproxy_config(uint16_t port, const std::vector<uint16_t>& replica_p
     config.replace(at, name.size(), value);
   }
   for (size_t i = 0; i < replica_ports.size(); ++i) {
-    config += "  server replica-" + std::to_string(i) + " 127.0.0.1:" +
-              std::to_string(replica_ports[i]) + " check\n";
+    config += "  server replica-" + std::to_string(i) +
+              " 127.0.0.1:" + std::to_string(replica_ports[i]) + " check\n";
   }
   return config;
 }

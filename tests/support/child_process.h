@@ -23,8 +23,9 @@ uint16_t free_local_port();
 // Starts the program at argv[0] with `argv`, its standard output and error appended to
 // `log_path` and no other descriptor of this process, and returns its pid; the caller reaps it.
 // With `max_open_files` > 0 the process may open at most that many files (soft and hard limit).
+// `env` ("NAME=value") is set in its environment over this process's.
 pid_t start_process(const std::vector<std::string>& argv, const std::string& log_path,
-                    rlim_t max_open_files = 0);
+                    rlim_t max_open_files = 0, const std::vector<std::string>& env = {});
 
 // SIGKILL, then waits for it. Nothing for pid <= 0.
 void kill_process(pid_t pid);

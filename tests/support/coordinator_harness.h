@@ -12,7 +12,7 @@
 #include "client_sdk/fleet.h"
 #include "client_sdk/http_client.h"
 #include "ml/dataset.h"
-#include "server/core/config.h"
+#include "server/core/base/config.h"
 #include "server/service.h"
 #include "tests/support/temp_dir.h"
 
@@ -114,6 +114,17 @@ class Caller {
   client::HttpClient http_;
   std::string token_;
 };
+
+// `ask`'s answer, asked again after 250 ms while it is 503 (a replica reading from the store
+// what another replica just wrote: a token, a job, a round), 20 times at most, as the SDK does.
+inline Reply retried(const std::function<Reply()>& ask) {
+  Reply r = ask();
+  for (int again = 0; again < 20 && r.status == 503; ++again) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    r = ask();
+  }
+  return r;
+}
 
 // Polls `done` every 100 ms until it holds or `timeout_s` passes; returns whether it held.
 inline bool wait_until(const std::function<bool()>& done, double timeout_s) {

@@ -17,11 +17,13 @@ namespace fedcase::testing {
 class CoordinatorProcess {
  public:
   // Starts the binary with `config_path`, its output appended to `log_path`. With
-  // `max_open_files` > 0 the process may open at most that many files (soft and hard limit).
+  // `max_open_files` > 0 the process may open at most that many files (soft and hard limit);
+  // `env` ("NAME=value", e.g. FEDCASE_CRASH_AT: common/crash_point.h) is set in its
+  // environment.
   CoordinatorProcess(const std::string& config_path, const std::string& log_path,
-                     rlim_t max_open_files = 0) {
-    pid_ =
-        start_process({FEDCASE_COORDINATOR_BIN, "--config", config_path}, log_path, max_open_files);
+                     rlim_t max_open_files = 0, const std::vector<std::string>& env = {}) {
+    pid_ = start_process({FEDCASE_COORDINATOR_BIN, "--config", config_path}, log_path,
+                         max_open_files, env);
   }
   ~CoordinatorProcess() { kill_now(); }
   void kill_now() {

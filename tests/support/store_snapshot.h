@@ -2,9 +2,9 @@
 // The rows of every table a request could touch, as one string: a test compares it before and
 // after a refused request to show that the request changed nothing. For a SQLite file and for
 // a PostgreSQL database (the store of replicas). What moves by itself is left out: a client's
-// last contact and its profile (contact statistics, saved every few seconds), leases (renewed),
-// a reservation's expiry; admission (the updates' state and replica) and the partial
-// aggregates are in.
+// last contact and its profile (contact statistics, saved every few seconds), leases (renewed);
+// admission (the updates, their replicas, each round's count) and the partial aggregates are
+// in.
 
 #include <doctest/doctest.h>
 #include <sqlite3.h>
@@ -22,9 +22,9 @@ inline const std::vector<std::string>& snapshot_queries() {
   static const std::vector<std::string> queries = {
       "SELECT id, token_hash, info FROM clients ORDER BY id",
       "SELECT id, name, config, state, policy_state FROM jobs ORDER BY id",
-      "SELECT job_id, idx, state, selected, metrics, target, admitting, epoch, plan FROM rounds "
-      "ORDER BY job_id, idx",
-      "SELECT job_id, round_idx, client_id, meta, state, replica FROM updates ORDER BY 1, 2, 3",
+      "SELECT job_id, idx, state, selected, metrics, target, admitting, admitted, epoch, plan "
+      "FROM rounds ORDER BY job_id, idx",
+      "SELECT job_id, round_idx, client_id, meta, replica FROM updates ORDER BY 1, 2, 3",
       "SELECT job_id, version, checksum FROM models ORDER BY 1, 2",
       "SELECT job_id, round_idx, replica, length(sum), weight, updates FROM partials "
       "ORDER BY 1, 2, 3"};

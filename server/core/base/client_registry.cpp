@@ -1,0 +1,252 @@
+#include "server/core/base/client_registry.h"
+
+#include <algorithm>
+
+#include "common/crypto.h"
+#include "common/log.h"
+#include "rounds/job_config.h"
+
+namespace fedcase::server {
+namespace {
+
+using nlohmann::json;
+
+// Registration facts for the profile; `device` may carry probe measurements.
+scheduling::DeviceReport device_report(const protocol::Registration& r) {
+  scheduling::DeviceReport d;
+  d.dataset_size = r.dataset_size;
+  d.cache_capacity_bytes = r.cache_capacity_bytes;
+  d.sample_bytes = r.device.sample_bytes;
+  d.compute_ms_per_sample = r.device.compute_ms_per_sample;
+  d.storage_read_bytes_per_s = r.device.storage_read_bytes_per_s;
+  return d;
+}
+
+}  // namespace
+
+ClientRegistry::ClientRegistry(storage::Store& store, scheduling::ProfileParams params,
+                               std::function<void()> changed)
+    : store_(store), params_(params), changed_(std::move(changed)) {}
+
+namespace {
+
+// The labels a stored client registered with (validated at registration); none when its info
+// does not read as a registration.
+std::map<std::string, std::string> labels_of(const json& info) {
+  auto registration = protocol::read_registration(info);
+  return registration.ok() ? std::move(registration->labels) : std::map<std::string, std::string>{};
+}
+
+}  // namespace
+
+Result<ClientRegistry::Entry> ClientRegistry::entry_of(storage::ClientRecord record) {
+  scheduling::ClientProfile profile;
+  if (record.profile.is_object() && !record.profile.empty()) {
+    auto loaded = scheduling::profile_from_json(record.profile);
+    if (!loaded.ok()) return loaded.status();
+    profile = std::move(loaded).value();
+  }
+  profile.id = record.id;
+  auto labels = labels_of(record.info);
+  return Entry{std::move(record), std::move(profile), std::move(labels)};
+}
+
+Status ClientRegistry::load() {
+  auto records = store_.list_clients();
+  if (!records.ok()) return records.status();
+  MutexLock lock(mu_);
+  for (auto& record : *records) {
+    auto entry = entry_of(std::move(record));
+    if (!entry.ok()) return entry.status();
+    token_hashes_[entry->record.token_hash] = entry->record.id;
+    const ClientId id = entry->record.id;
+    clients_[id] = std::move(entry).value();
+  }
+  return ok_status();
+}
+
+Status ClientRegistry::refresh() {
+  auto records = store_.list_clients();
+  if (!records.ok()) return records.status();
+  bool changed = false;
+  {
+    MutexLock lock(mu_);
+    for (auto& record : *records) {
+      auto known = clients_.find(record.id);
+      if (known == clients_.end()) {
+        auto entry = entry_of(std::move(record));
+        if (!entry.ok()) return entry.status();
+        token_hashes_[entry->record.token_hash] = entry->record.id;
+        const ClientId id = entry->record.id;
+        clients_[id] = std::move(entry).value();
+        changed = true;
+      } else if (record.last_seen > known->second.record.last_seen) {
+        Entry& c = known->second;
+        c.record.last_seen = record.last_seen;
+        scheduling::observe_heartbeat(c.profile, record.last_seen, params_);
+        changed = true;
+      }
+    }
+  }
+  if (changed && changed_) changed_();
+  return ok_status();
+}
+
+std::optional<ClientId> ClientRegistry::identify(const std::string& token_hash) const {
+  MutexLock lock(mu_);
+  auto it = token_hashes_.find(token_hash);
+  if (it == token_hashes_.end()) return std::nullopt;
+  return it->second;
+}
+
+Result<std::optional<ClientId>> ClientRegistry::learn(const std::string& token_hash) {
+  if (auto known = identify(token_hash)) return known;
+  auto record = store_.find_client(token_hash);
+  if (!record.ok()) {
+    if (record.status().code() == Code::kNotFound) return std::optional<ClientId>();
+    return record.status();
+  }
+  auto entry = entry_of(std::move(record).value());
+  if (!entry.ok()) return entry.status();
+  const ClientId id = entry->record.id;
+  {
+    MutexLock lock(mu_);
+    if (clients_.count(id)) return std::optional<ClientId>(id);  // added meanwhile
+    token_hashes_[entry->record.token_hash] = id;
+    clients_[id] = std::move(entry).value();
+  }
+  if (changed_) changed_();
+  return std::optional<ClientId>(id);
+}
+
+Result<ClientRegistry::Registration> ClientRegistry::register_client(
+    const protocol::Registration& registration, double now) {
+  scheduling::ClientProfile profile;
+  FEDCASE_RETURN_IF_ERROR(
+      scheduling::observe_registration(profile, device_report(registration), params_));
+  scheduling::observe_heartbeat(profile, now, params_);
+  auto token = random_token();
+  if (!token.ok()) return token.status();
+  storage::ClientRecord record{0,
+                               sha256_hex(*token),
+                               protocol::write_registration(registration),
+                               scheduling::profile_to_json(profile),
+                               now,
+                               now};
+  auto id = store_.add_client(record);
+  if (!id.ok()) return id.status();
+  record.id = profile.id = *id;
+  {
+    MutexLock lock(mu_);
+    token_hashes_[record.token_hash] = *id;
+    clients_[*id] = {std::move(record), std::move(profile), registration.labels};
+  }
+  if (changed_) changed_();
+  return Registration{*id, *std::move(token)};
+}
+
+Status ClientRegistry::touch(ClientId client, double now) {
+  bool changed = false;
+  {
+    MutexLock lock(mu_);
+    auto it = clients_.find(client);
+    if (it == clients_.end()) return not_found("client not found");
+    Entry& c = it->second;
+    changed = unsaved_.empty() || !scheduling::is_online(c.profile, now, params_);
+    c.record.last_seen = std::max(c.record.last_seen, now);
+    scheduling::observe_heartbeat(c.profile, now, params_);
+    unsaved_.insert(client);
+  }
+  if (changed && changed_) changed_();
+  return ok_status();
+}
+
+void ClientRegistry::flush() {
+  std::vector<ClientId> due;
+  {
+    MutexLock lock(mu_);
+    due.assign(unsaved_.begin(), unsaved_.end());
+  }
+  if (!due.empty()) save(due);
+}
+
+bool ClientRegistry::has_unsaved() const {
+  MutexLock lock(mu_);
+  return !unsaved_.empty();
+}
+
+std::vector<ClientSnapshot> ClientRegistry::snapshot(double now) const {
+  MutexLock lock(mu_);
+  std::vector<ClientSnapshot> out;
+  out.reserve(clients_.size());
+  for (const auto& [id, c] : clients_) {
+    out.push_back({c.record, c.profile, scheduling::is_online(c.profile, now, params_), c.labels});
+  }
+  return out;
+}
+
+std::vector<ClientSnapshot> ClientRegistry::profiles(double now) const {
+  MutexLock lock(mu_);
+  std::vector<ClientSnapshot> out(clients_.size());
+  size_t i = 0;
+  for (const auto& [id, c] : clients_) {
+    out[i].profile = c.profile;
+    out[i].labels = c.labels;
+    out[i++].available = scheduling::is_online(c.profile, now, params_);
+  }
+  return out;
+}
+
+ClientRegistry::Census ClientRegistry::census(double now) const {
+  MutexLock lock(mu_);
+  Census census;
+  census.registered = clients_.size();
+  for (const auto& [id, c] : clients_)
+    census.available += scheduling::is_online(c.profile, now, params_);
+  return census;
+}
+
+ClientRegistry::Eligible ClientRegistry::eligible(double now,
+                                                  const std::map<std::string, std::string>& labels,
+                                                  const std::set<ClientId>& busy) const {
+  MutexLock lock(mu_);
+  Eligible out;
+  for (const auto& [id, c] : clients_) {
+    if (!scheduling::is_online(c.profile, now, params_) ||
+        !rounds::labels_match(c.labels, labels)) {
+      continue;
+    }
+    ++out.available;
+    out.free += !busy.count(id);
+  }
+  return out;
+}
+
+void ClientRegistry::apply(const std::vector<rounds::ProfileChange>& changes) {
+  MutexLock lock(mu_);
+  for (const auto& change : changes) {
+    auto it = clients_.find(change.client);
+    if (it == clients_.end()) continue;
+    Status s = rounds::apply_profile_change(change, it->second.profile, params_);
+    if (!s.ok()) log_warn("client " + std::to_string(change.client) + ": " + s.to_string());
+  }
+}
+
+void ClientRegistry::save(const std::vector<ClientId>& ids) {
+  std::vector<storage::ClientRecord> records;
+  {
+    MutexLock lock(mu_);
+    for (ClientId id : ids) {
+      auto it = clients_.find(id);
+      if (it == clients_.end()) continue;
+      storage::ClientRecord record = it->second.record;
+      record.profile = scheduling::profile_to_json(it->second.profile);
+      records.push_back(std::move(record));
+      unsaved_.erase(id);
+    }
+  }
+  Status s = store_.update_clients(records);
+  if (!s.ok()) log_warn("cannot save client profiles: " + s.to_string());
+}
+
+}  // namespace fedcase::server

@@ -1,0 +1,127 @@
+#pragma once
+// The coordinator's clients: bearer tokens, registration, contacts (heartbeats), and each
+// client's scheduling profile, kept in memory and written through to the store.
+//
+// Thread safety: every method may be called from any thread. One internal mutex guards the
+// clients; no store call runs while it is held (decide under the lock, write outside it,
+// publish under it), so a registration's fsync never delays a heartbeat. A contact never
+// writes to the store: flush(), called by the round driver, saves last contacts in batches.
+// The registry's `changed` callback tells the driver when a client may have become free to
+// take a task, or when contacts wait to be saved.
+
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/mutex.h"
+#include "common/status.h"
+#include "protocol/registration.h"
+#include "rounds/round.h"
+#include "scheduling/profile.h"
+#include "storage/store.h"
+
+namespace fedcase::server {
+
+// A copy of what the registry knows of one client.
+struct ClientSnapshot {
+  storage::ClientRecord record;  // id, info, registered_at, last_seen (snapshot() only)
+  scheduling::ClientProfile profile;
+  bool available = false;                     // heard from within the client timeout
+  std::map<std::string, std::string> labels;  // given at registration
+};
+
+class ClientRegistry {
+ public:
+  // `store` must outlive the registry. `params` say how profiles smooth observations and when
+  // a silent client counts as offline. `changed` (may be empty) is called, on the caller's
+  // thread and outside the registry's lock, after a registration, after a contact from a
+  // client that was offline, and after the first contact left unsaved since the last flush;
+  // it must only hand the work elsewhere.
+  ClientRegistry(storage::Store& store, scheduling::ProfileParams params,
+                 std::function<void()> changed = {});
+
+  // Loads every stored client. kInternal / kInvalidArgument for an unreadable store or profile.
+  [[nodiscard]] Status load();
+  // Reads the stored clients again, for replicas sharing the database: adds those registered
+  // through another replica, and takes a contact saved by another replica (a later stored
+  // last_seen) as a heartbeat. Profiles of known clients stay as this registry has them.
+  // Errors as load()'s; calls `changed` when it learned something.
+  [[nodiscard]] Status refresh();
+
+  // The client whose token hashes to `token_hash`, if any.
+  std::optional<ClientId> identify(const std::string& token_hash) const;
+  // As identify(), and when the registry does not know the token, the store's client holding
+  // it (registered through another replica sharing the database) is looked up and added, as
+  // refresh() would add it: a store call (TokenLookups runs it off the request threads).
+  // nullopt for a token no client holds; the store's error when it cannot answer.
+  Result<std::optional<ClientId>> learn(const std::string& token_hash);
+
+  // Registers a client with its `registration` at `now`; the record's info is the registration
+  // as protocol::write_registration writes it. Returns its id and bearer token (shown only
+  // here). kInvalidArgument for a bad measurement.
+  struct Registration {
+    ClientId id = 0;
+    std::string token;
+  };
+  [[nodiscard]] Result<Registration> register_client(const protocol::Registration& registration,
+                                                     double now);
+
+  // A contact from `client` at `now`, in memory only. kNotFound for an unknown client.
+  [[nodiscard]] Status touch(ClientId client, double now);
+  // Saves, in one transaction, every last contact not yet saved (logged on failure).
+  void flush();
+  // Whether some last contact waits for flush().
+  bool has_unsaved() const;
+
+  // Copies of every client, ordered by id: with their records for the admin views, or only
+  // their profiles, availability and labels for selection (cheaper).
+  std::vector<ClientSnapshot> snapshot(double now) const;
+  std::vector<ClientSnapshot> profiles(double now) const;
+
+  // How many clients are registered, and how many of them are available at `now`.
+  struct Census {
+    size_t registered = 0;
+    size_t available = 0;
+  };
+  Census census(double now) const;
+  // Of the clients available at `now` and registered with every one of `labels` (none: every
+  // client), how many there are and how many of them are not `busy`. Copies nothing.
+  struct Eligible {
+    size_t available = 0, free = 0;
+  };
+  Eligible eligible(double now, const std::map<std::string, std::string>& labels,
+                    const std::set<ClientId>& busy) const;
+
+  // Applies round decisions to the profiles; an unknown client is skipped, a bad report is
+  // logged and leaves that profile unchanged.
+  void apply(const std::vector<rounds::ProfileChange>& changes);
+  // Writes the profiles and last contacts of `ids` in one transaction (logged on failure).
+  void save(const std::vector<ClientId>& ids);
+
+ private:
+  struct Entry {
+    storage::ClientRecord record;
+    scheduling::ClientProfile profile;
+    std::map<std::string, std::string> labels;  // from record.info
+  };
+
+  // A stored client as an entry; errors as load()'s.
+  static Result<Entry> entry_of(storage::ClientRecord record);
+
+  storage::Store& store_;
+  const scheduling::ProfileParams params_;
+  const std::function<void()> changed_;
+  mutable Mutex mu_;
+  std::unordered_map<std::string, ClientId> token_hashes_ FEDCASE_GUARDED_BY(mu_);
+  std::map<ClientId, Entry> clients_ FEDCASE_GUARDED_BY(mu_);
+  std::set<ClientId> unsaved_ FEDCASE_GUARDED_BY(mu_);  // contacts not yet saved
+};
+
+}  // namespace fedcase::server

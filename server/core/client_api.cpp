@@ -1,0 +1,336 @@
+// The coordinator's client operations (coordinator.h): registration and contacts, tasks,
+// downloads of a task's model and module, updates and masked inputs, secure stages.
+
+#include <chrono>
+#include <set>
+
+#include "common/crash_point.h"
+#include "common/log.h"
+#include "protocol/registration.h"
+#include "protocol/update_meta.h"
+#include "protocol/version.h"
+#include "rounds/upload.h"
+#include "server/core/coordinator.h"
+#include "server/core/coordinator_state.h"
+
+namespace fedcase::server {
+namespace {
+
+using nlohmann::json;
+
+// Whether `client` (when a client asks) holds a task of `job`'s open round, for a model of
+// `version` (when one is asked for); kPermissionDenied otherwise.
+Status check_participant(const JobEntry& job, const JobStatus& status,
+                         std::optional<ClientId> client, std::optional<uint64_t> version) {
+  if (!client) return ok_status();
+  const bool holds = status.round && status.round->holds_task(*client) &&
+                     (!version || *version == status.round->terms_for(*client)->base_version);
+  if (holds) return ok_status();
+  return permission_denied("client " + std::to_string(*client) + " holds no task of job " +
+                           std::to_string(job.id) +
+                           (version ? " on model version " + std::to_string(*version) : ""));
+}
+
+// The offer of `client`'s `task` in round `r` of `job`.
+TaskOffer task_offer(const JobEntry& job, const rounds::Round& r, ClientId client,
+                     const scheduling::ClientTask& task) {
+  const rounds::EvaluationConfig& evaluation = job.config.evaluation;
+  const rounds::Round::Terms& terms = *r.terms_for(client);
+  return TaskOffer{
+      job.id,
+      terms.round,
+      job.config.model,
+      job.config.loss,
+      terms.base_version,
+      terms.base_checksum,
+      job.module_checksum,
+      terms.deadline,
+      job.config.training.local_epochs,
+      evaluation.federated ? std::optional<size_t>(evaluation.max_samples) : std::nullopt,
+      task,
+      job.config.secure_aggregation
+          ? std::optional<double>(job.config.secure_aggregation->stage_seconds)
+          : std::nullopt};
+}
+
+// Whether an asynchronous job's buffer is between two versions here: its tasks carry over to
+// the next buffer, whose updates are taken in a moment.
+bool between_buffers(const JobEntry& job, const JobStatus& status) {
+  return job.config.asynchronous() && status.active() && !status.round &&
+         (status.concluding() || status.phase == rounds::Phase::kIdle);
+}
+
+std::string round_name(JobId job, RoundIndex round) {
+  return "round " + std::to_string(round) + " of job " + std::to_string(job);
+}
+
+}  // namespace
+
+Result<ClientRegistry::Registration> Coordinator::register_client(const json& request) {
+  auto registration = protocol::read_registration(request);
+  if (!registration.ok()) return registration.status();
+  FEDCASE_RETURN_IF_ERROR(protocol::check_sdk_version(registration->protocol_version));
+  return state_->clients.register_client(*registration, state_->clock());
+}
+
+Status Coordinator::heartbeat(ClientId client, const json& request) {
+  if (!request.is_object()) return invalid_argument("request body must be a JSON object");
+  return state_->clients.touch(client, state_->clock());
+}
+
+Result<std::optional<TaskOffer>> Coordinator::next_task(ClientId client) {
+  State& s = *state_;
+  const double now = s.clock();
+  FEDCASE_RETURN_IF_ERROR(s.clients.touch(client, now));
+  // The rounds of this call whose replicas said the client delivered nothing there yet.
+  std::set<std::pair<JobId, RoundIndex>> checked;
+  for (;;) {
+    // Decide: the first open round that holds a task the client may fetch. A round every
+    // replica serves is asked about first: the client may have delivered through another.
+    std::optional<TaskOffer> offer;
+    std::optional<std::pair<JobEntry*, RoundIndex>> ask;
+    s.jobs.update_each([&](JobEntry& job, JobStatus& status) {
+      if (offer || ask || !status.round) return;
+      rounds::Round& r = *status.round;
+      const scheduling::ClientTask* task = r.task_for(client);
+      if (!task || r.admission(client, now) != rounds::Admission::kWanted) return;
+      if (s.replication->shared() && !checked.count({job.id, r.index()})) {
+        ask = {&job, r.index()};
+        return;
+      }
+      r.hand_out(client, now);
+      offer = task_offer(job, r, client, *task);
+    });
+    if (!ask) return offer;
+    // Read: a store that cannot answer hands the task out (the upload's admission decides).
+    JobEntry* job = ask->first;
+    const RoundIndex round = ask->second;
+    auto delivered = s.replication->delivered_elsewhere(job->id, round, client);
+    if (!delivered.ok() || !*delivered) {
+      checked.insert({job->id, round});
+      continue;
+    }
+    // Publish: the round's copy learns that this client delivered.
+    s.jobs.update(*job, [&](JobStatus& status) {
+      if (status.round && status.round->index() == round) status.round->admitted_elsewhere(client);
+    });
+  }
+}
+
+uint64_t Coordinator::watch_tasks(ClientId client, std::function<void()> wake) {
+  return state_->tasks_ready.watch(client, std::move(wake));
+}
+
+void Coordinator::unwatch_tasks(ClientId client, uint64_t handle) {
+  state_->tasks_ready.cancel(client, handle);
+}
+
+Result<ModelDownload> Coordinator::model(JobId job_id, uint64_t version, Scope scope,
+                                         std::optional<ClientId> client) {
+  State& s = *state_;
+  auto job = s.find_job(job_id, scope);
+  if (!job.ok()) return job.status();
+  auto latest = s.jobs.read(**job, [&](const JobStatus& status) -> Result<ModelDownload> {
+    FEDCASE_RETURN_IF_ERROR(check_participant(**job, status, client, version));
+    const auto& m = status.model;
+    if (m->version != version) return ModelDownload{};  // an older one: from the store
+    return ModelDownload{version, m->checksum, std::shared_ptr<const std::string>(m, &m->blob)};
+  });
+  if (!latest.ok() || latest->blob) return latest;
+  auto record = s.store->get_model(job_id, version);
+  if (!record.ok()) return record.status();
+  return ModelDownload{version, record->checksum,
+                       std::make_shared<const std::string>(std::move(record->blob))};
+}
+
+Result<ModuleDownload> Coordinator::module(JobId job_id, Scope scope,
+                                           std::optional<ClientId> client) {
+  auto job = state_->find_job(job_id, scope);
+  if (!job.ok()) return job.status();
+  const JobEntry& entry = **job;
+  FEDCASE_RETURN_IF_ERROR(state_->jobs.read(entry, [&](const JobStatus& status) {
+    return check_participant(entry, status, client, std::nullopt);
+  }));
+  if (!entry.module) return not_found("job " + std::to_string(job_id) + " has no module");
+  return ModuleDownload{entry.module_checksum, entry.module};
+}
+
+Result<rounds::Admission> Coordinator::task_status(ClientId client, JobId job_id,
+                                                   RoundIndex round) {
+  State& s = *state_;
+  const double now = s.clock();
+  auto job = s.find_job(job_id);
+  if (!job.ok()) return job.status();
+  return s.jobs.read(**job, [&](const JobStatus& status) {
+    if (!status.round) {
+      // An asynchronous job commits between two buffers: its tasks carry over.
+      return between_buffers(**job, status) ? rounds::Admission::kHeld : rounds::Admission::kClosed;
+    }
+    if (!status.round->check_task_round(client, round).ok()) return rounds::Admission::kClosed;
+    return status.round->admission(client, now);
+  });
+}
+
+Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
+                                                  RoundIndex round_index,
+                                                  const Result<json>& meta_json,
+                                                  std::string_view bytes, double upload_seconds) {
+  State& s = *state_;
+  return admit_upload(
+      client, job_id, round_index, /*masked=*/false, meta_json, bytes.size(), upload_seconds,
+      [&](const JobEntry& job, const HeldPlace& held, const protocol::UpdateMeta& meta,
+          const std::function<Status()>& admit) -> Result<double> {
+        // The update's values are validated and folded where they lie in the request body.
+        BlobView update;
+        FEDCASE_RETURN_IF_ERROR(view_blob(bytes, s.config.max_upload_bytes, update));
+        FEDCASE_RETURN_IF_ERROR(rounds::check_upload(
+            held.model->layout, held.trained_on, held.round, job.config, update, meta.evaluation));
+        FEDCASE_RETURN_IF_ERROR(admit());
+        const auto start = std::chrono::steady_clock::now();
+        FEDCASE_RETURN_IF_ERROR(
+            held.aggregate->add(update.values, update.count, meta.samples, held.discount));
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      });
+}
+
+Result<UpdateAccepted> Coordinator::submit_masked_input(
+    ClientId client, JobId job_id, RoundIndex round_index, const Result<json>& header_json,
+    const Result<json>& meta_json, std::string_view body, double upload_seconds) {
+  return admit_upload(
+      client, job_id, round_index, /*masked=*/true, meta_json, body.size(), upload_seconds,
+      [&](const JobEntry& job, const HeldPlace& held, const protocol::UpdateMeta& meta,
+          const std::function<Status()>& admit) -> Result<double> {
+        auto header = header_json.ok() ? protocol::read_secagg_masked_input(*header_json)
+                                       : Result<protocol::SecAggMaskedInput>(header_json.status());
+        if (!header.ok()) return header.status();
+        FEDCASE_RETURN_IF_ERROR(
+            rounds::check_evaluation(held.trained_on, held.round, job.config, meta.evaluation));
+        auto secure = secure_round(job_id, held.round);
+        if (!secure.ok()) return secure.status();
+        const auto start = std::chrono::steady_clock::now();
+        FEDCASE_RETURN_IF_ERROR((*secure)->receive_masked_input(client, *header, body, admit));
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      });
+}
+
+Result<UpdateAccepted> Coordinator::admit_upload(ClientId client, JobId job_id,
+                                                 RoundIndex round_index, bool masked,
+                                                 const Result<json>& meta_json, size_t body_bytes,
+                                                 double upload_seconds, const FoldUpload& fold) {
+  State& s = *state_;
+  auto found = s.find_job(job_id);
+  if (!found.ok()) return found.status();
+  JobEntry* job = *found;
+  if (bool(job->config.secure_aggregation) != masked) {
+    return conflict(masked ? "job " + std::to_string(job_id) +
+                                 " does not use secure aggregation: upload the update itself"
+                           : "job " + std::to_string(job_id) +
+                                 " uses secure aggregation: send the masked input to the "
+                                 "task's secure_aggregation.masked_input_url");
+  }
+  // Decide: the state checks come first and hold one of the round's places for this upload.
+  auto held = s.jobs.update(*job, [&](JobStatus& status) -> Result<HeldPlace> {
+    if (!status.round) {
+      if (between_buffers(*job, status)) {
+        return unavailable("job " + std::to_string(job_id) +
+                           " is committing a model version; retry shortly");
+      }
+      return conflict(round_name(job_id, round_index) + " is not open for updates");
+    }
+    rounds::Round& r = *status.round;
+    FEDCASE_RETURN_IF_ERROR(r.check_task_round(client, round_index));
+    auto reserved = r.reserve(client, s.clock());
+    if (!reserved.ok()) return reserved.status();
+    return HeldPlace{*reserved, r.index(), r.terms_for(client)->base_version,
+                     rounds::staleness_weight(job->config.async, r.staleness(client)),
+                     status.model};
+  });
+  if (!held.ok()) return held.status();
+  // A refused upload gives its place back (its admission withdrawn, once admitted); the round
+  // may be due once no upload is in flight.
+  const RoundIndex round = held->round;
+  bool admitted = false;
+  auto refuse = [&](Status why) -> Result<UpdateAccepted> {
+    if (admitted) {
+      Status withdrawn = s.replication->withdraw(job_id, round, client);
+      if (!withdrawn.ok())
+        log_warn("cannot withdraw an update's admission: " + withdrawn.to_string());
+    }
+    const bool due = s.jobs.update(*job, [&](JobStatus& status) {
+      if (!status.round || status.round->index() != round) return false;
+      status.round->release(client);
+      return status.round->due(s.clock());
+    });
+    if (due) s.driver.wake();
+    return why;
+  };
+  // Write, without any lock: parse, validate, admit the update, fold it in.
+  auto meta = meta_json.ok() ? protocol::read_update_meta(*meta_json)
+                             : Result<protocol::UpdateMeta>(meta_json.status());
+  if (!meta.ok()) return refuse(meta.status());
+  const double now = s.clock();
+  bool filled = false;
+  auto admit = [&]() -> Status {
+    auto answer = s.replication->admit({job_id, round, client, *meta_json, now});
+    if (!answer.ok()) return answer.status();
+    admitted = true;
+    filled = *answer;
+    crash_point("admitted");
+    return ok_status();
+  };
+  Result<double> fold_s = fold(*job, *held, *meta, admit);
+  if (!fold_s.ok()) return refuse(fold_s.status());
+  crash_point("folded");
+  s.metrics.observe(metric::kFoldSeconds, {}, *fold_s);
+  // Publish.
+  const scheduling::RoundReport report =
+      rounds::completion_report(*meta, held->model->blob.size(), body_bytes, upload_seconds);
+  rounds::ProfileChange completed;
+  UpdateAccepted accepted{round, 0};
+  uint64_t staleness = 0;
+  s.jobs.update(*job, [&](JobStatus& status) {
+    rounds::Round& r = *status.round;  // a round with a reservation in flight stays open
+    staleness = r.staleness(client);
+    completed = r.accept(client, report, now, *fold_s, std::move(meta->evaluation));
+    accepted.updates = r.accepted();
+  });
+  if (job->config.asynchronous()) {
+    s.metrics.observe(metric::kUpdateStaleness, {}, double(staleness));
+  }
+  s.clients.apply({completed});
+  Status touched = s.clients.touch(client, now);
+  (void)touched;  // the client exists: it was identified by its token
+  // The round may be due (filled here, or among the replicas), and the client is free for
+  // another job's round.
+  if (filled) s.replication->wake();
+  s.driver.wake();
+  return accepted;
+}
+
+Result<std::shared_ptr<SecureStages>> Coordinator::secure_round(JobId job_id, RoundIndex round) {
+  State& s = *state_;
+  auto job = s.find_job(job_id);
+  if (!job.ok()) return job.status();
+  if (!(*job)->config.secure_aggregation) {
+    return conflict("job " + std::to_string(job_id) + " does not use secure aggregation");
+  }
+  std::shared_ptr<SecureStages> secure = s.secure.stages(job_id);
+  if (secure && secure->index() == round) return secure;
+  if (s.replication->shared() && (!secure || secure->index() < round)) {
+    // The client's round may have opened a moment ago at its owner: this replica reads it now.
+    s.catch_up();
+    return unavailable(round_name(job_id, round) +
+                       " is not followed on this replica yet; retry shortly");
+  }
+  return conflict(round_name(job_id, round) + " is not a secure round in progress");
+}
+
+uint64_t Coordinator::watch_secure_stages(ClientId client, std::function<void()> wake) {
+  return state_->secure.watch(client, std::move(wake));
+}
+
+void Coordinator::unwatch_secure_stages(ClientId client, uint64_t handle) {
+  state_->secure.unwatch(client, handle);
+}
+
+}  // namespace fedcase::server

@@ -1,0 +1,119 @@
+#pragma once
+// A replica's copy of a secure round whose owner is another replica (docs/scaling.md, "Secure
+// rounds on every replica"). The clients whose requests reach this replica talk to it as to the
+// owner's SecureRound (SecureStages): their keys, shares and unmask answers are relayed to the
+// owner (Setup::relay, through the store) once this replica has checked what it can (the
+// stage, the sender, the message's job and round); their masked inputs are folded here into
+// this replica's MaskedPartial, which the round driver writes as its partial once the owner
+// closes the round to admission; and the owner's messages to them (the graph and key list, the
+// forwarded shares, the unmask request), which the driver's follower pass reads from the store
+// and publishes here, are served to their long polls. The owner makes every check that needs
+// the whole round when it takes a relayed message or merges the partial; a message it refuses
+// there counts as not sent.
+//
+// The stage is what the owner's messages tell: keys until the key replies are published here,
+// shares until the forwarded shares are, masked input until the unmask requests are, then
+// unmask. A client's message of a stage this copy has not heard of yet (the client had the
+// stage's message from another replica first) is answered kUnavailable, to retry shortly, and
+// the copy asks to catch up (Setup::behind): the follower pass reads the store at once. No
+// request waits here.
+//
+// Thread safety: every method may be called from any thread. Masked inputs are folded one at a
+// time (inputs_mu_, taken before mu_); relay() and behind() run under no lock of this object.
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/mutex.h"
+#include "secagg/partial.h"
+#include "server/core/base/task_notifier.h"
+#include "server/core/secure/secure_stages.h"
+
+namespace fedcase::server {
+
+class SecureRoundCopy : public SecureStages {
+ public:
+  struct Setup {
+    JobId job = 0;
+    RoundIndex round = 0;
+    std::vector<ClientId> invitees;
+    uint64_t vector_length = 0;  // the model's parameters
+    uint32_t bits = 32;          // of the round's arithmetic (secagg::round_params)
+    size_t threads = 2;          // for folds
+    // Passes a client's checked message (its kind, stage_kind::kKeys, kShares or kUnmask) on
+    // to the owner; kConflict when the client sent that message already.
+    std::function<Status(const char* kind, ClientId client, const std::string& body)> relay;
+    // Asks for the owner's messages to be read from the store now.
+    std::function<void()> behind;
+  };
+  // `notifier` (which wakes the polls of clients whose message is published) must outlive the
+  // copy.
+  SecureRoundCopy(Setup setup, TaskNotifier& notifier);
+
+  RoundIndex index() const override { return round_; }
+  // kConflict out of stage or once the copy ended, kUnavailable (retry shortly) for a stage
+  // this copy has not heard of yet, kPermissionDenied for a sender that is not the message's
+  // client, not invited or without the previous stage's message, or a message of another job
+  // or round; relay's errors (kConflict: the client sent this stage's message already).
+  Status receive_keys(ClientId client, const protocol::SecAggAdvertiseKeys& message) override;
+  Status receive_shares(ClientId client, const protocol::SecAggShares& message) override;
+  Status receive_unmask_response(ClientId client,
+                                 const protocol::SecAggUnmaskResponse& message) override;
+  // Checks the header (and kUnprocessable for a vector of the wrong length or word size), runs
+  // `record` (the round's admission, which refuses a client's second input) and folds the
+  // vector into the partial if it succeeds.
+  Status receive_masked_input(ClientId client, const protocol::SecAggMaskedInput& header,
+                              std::string_view body,
+                              const std::function<Status()>& record) override;
+  // nullopt until the owner's messages of that stage are published here; kPermissionDenied for
+  // a client that has none; kConflict once the copy ended.
+  Result<std::optional<std::string>> keys_reply(ClientId client) const override;
+  Result<std::optional<std::string>> forwarded_shares(ClientId client) const override;
+  Result<std::optional<std::string>> unmask_request(ClientId client) const override;
+
+  // ---- the round driver ----
+  // Whether the owner's messages of `kind` (stage_kind::kKeysReply, kForwarded,
+  // kUnmaskRequest) are published here.
+  bool published(const std::string& kind) const;
+  // Publishes the owner's messages of `kind` (by client) and wakes the clients' polls.
+  void publish(const std::string& kind, std::map<ClientId, std::string> messages);
+  // The masked inputs folded here, and their partial (secagg/partial.h) once none is in flight.
+  size_t inputs() const;
+  std::string partial() const;
+  // The round is over (`why`): polls and messages get kConflict from now on.
+  void end(const std::string& why);
+
+ private:
+  // kUnavailable while `after` (when given) is not published here yet (behind() is called),
+  // kConflict once `before` (when given) is; kPermissionDenied unless `client` holds a message
+  // of `after` (when given) or is invited.
+  Status check_stage(const char* after, const char* before, ClientId client, ClientId named,
+                     JobId job, RoundIndex round);
+  // Checks a client's message of the stage between `after` and `before` and relays it.
+  Status receive(const char* kind, const char* after, const char* before, ClientId client,
+                 ClientId named, JobId job, RoundIndex round, const std::string& body);
+  Result<std::optional<std::string>> published_message(const char* kind, ClientId client,
+                                                       const char* missing) const;
+
+  const JobId job_;
+  const RoundIndex round_;
+  const std::set<ClientId> invitees_;
+  const uint64_t words_;
+  const uint32_t word_bytes_;
+  const decltype(Setup::relay) relay_;
+  const decltype(Setup::behind) behind_;
+  TaskNotifier& notifier_;
+
+  mutable Mutex inputs_mu_;  // one masked input at a time: check, record, fold
+  secagg::MaskedPartial partial_ FEDCASE_GUARDED_BY(inputs_mu_);
+  mutable Mutex mu_ FEDCASE_ACQUIRED_AFTER(inputs_mu_);
+  std::string ended_ FEDCASE_GUARDED_BY(mu_);
+  // The owner's messages, by kind and client.
+  std::map<std::string, std::map<ClientId, std::string>> published_ FEDCASE_GUARDED_BY(mu_);
+};
+
+}  // namespace fedcase::server
