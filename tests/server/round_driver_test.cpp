@@ -309,14 +309,15 @@ TEST_CASE("a replica that stepped down forgets its round once no upload is in fl
   JobEntry& job = rig.add_job();
   rig.driver.tick();
   REQUIRE(rig.phase(job) == Phase::kOpen);
+  const ClientId uploader = rig.invitees(job)[0];
   std::shared_ptr<rounds::RoundAggregate> in_flight;
   rig.jobs.update(job, [&](JobStatus& s) {
-    in_flight = *s.round->reserve(rig.invitees(job)[0], rig.now);
+    in_flight = *s.round->reserve(uploader, rig.now);
     s.step_down();
   });
   rig.driver.tick();
   CHECK(rig.phase(job) == Phase::kOpen);  // an upload is being folded into it
-  rig.jobs.update(job, [&](JobStatus& s) { s.round->release(rig.invitees(job)[0]); });
+  rig.jobs.update(job, [&](JobStatus& s) { s.round->release(uploader); });
   rig.driver.tick();
   CHECK(rig.phase(job) == Phase::kIdle);
   CHECK(rig.round(job) == 0);
@@ -333,6 +334,7 @@ TEST_CASE("a follower copies the owner's round, writes its partial at the close,
   Rig rig(/*shared=*/true);
   rig.add_clients(2);
   JobEntry& job = rig.add_job(job_config(), /*owned=*/false);
+  REQUIRE(rig.store->open_round(opened).ok());  // the replicas' one store holds the round
   rig.replication.owner_round = opened;
   rig.driver.tick();
   REQUIRE(rig.phase(job) == Phase::kFollowing);
@@ -362,6 +364,7 @@ TEST_CASE("a follower whose store answers later writes its partial again") {
   JobEntry& owned = owner_side.add_job();
   owner_side.driver.tick();
   rig.replication.owner_round = owner_side.stored(owned.id, 1);
+  REQUIRE(rig.store->open_round(*rig.replication.owner_round).ok());
   rig.driver.tick();
   rig.upload(job, rig.invitees(job)[0], 0.5f);
   rig.replication.owner_round->admitting = false;

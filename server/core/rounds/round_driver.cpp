@@ -142,7 +142,10 @@ std::optional<double> RoundDriver::tick() {
     std::vector<Task> tasks = decide(observe(now), now);
     for (size_t i = tasks.size(); i-- > 0;) {
       const Task& t = tasks[i];
-      if (t.action == Action::kConclude || t.action == Action::kFail) concluded.insert(t.job);
+      if (t.action == Action::kConclude || t.action == Action::kFail ||
+          t.action == Action::kReadBack) {
+        concluded.insert(t.job);
+      }
       if (t.action != Action::kOpen || !concluded.count(t.job) || t.job->config.asynchronous()) {
         continue;
       }
