@@ -7,7 +7,10 @@
 #                               cluster_proxy_pid, cluster_database (the replicas' URL),
 #                               cluster_replica_pids[i] and cluster_replica_ports[i] (i = 1..N),
 #                               and appends every process to `pids`
-#   cluster_start_replica I     starts replica I again, on its port (after a kill)
+#   cluster_start_replica I [NAME=VALUE...]
+#                               starts replica I again, on its port (after a kill), with the
+#                               variables given added to its environment (e.g.
+#                               FEDCASE_CRASH_AT=committed, common/crash_point.h)
 #   cluster_psql SQL            runs SQL on the replicas' database, unaligned, no header
 #   cluster_pg_restart_immediate  crashes PostgreSQL (pg_ctl restart -m immediate) and restarts it
 #   cluster_stop                stops PostgreSQL and removes its data (after the replicas)
@@ -84,8 +87,10 @@ cluster_start() {
 
 cluster_start_replica() {
   local i=$1
+  shift
   rm -f "$cluster_dir/replica-$i.port"
-  "$cluster_build/server/fedcase-coordinator" --config "$cluster_dir/replica-$i.json" \
+  # env execs the coordinator: $! is the coordinator's own pid.
+  env "$@" "$cluster_build/server/fedcase-coordinator" --config "$cluster_dir/replica-$i.json" \
     >> "$cluster_dir/replica-$i.log" 2>&1 &
   cluster_replica_pids[i]=$!
   pids+=("${cluster_replica_pids[i]}")
