@@ -68,8 +68,6 @@ std::vector<Transition> make_transitions() {
 
       go(phases({P::kClosingAdmission}), E::kAdmissionClosed, P::kGathering, A::kNone,
          "admission is closed everywhere: the partial aggregates come in"),
-      go(phases({P::kClosingAdmission}), E::kFenced, P::kIdle, A::kDrop,
-         "the store refused this coordinator's epoch: it steps down"),
       stay(phases({P::kClosingAdmission}), E::kPending, A::kCloseAdmission,
            "the store could not close admission yet: tried again"),
 

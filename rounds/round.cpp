@@ -225,16 +225,20 @@ void Round::hand_out(ClientId client, double now) {
 }
 
 Admission Round::admission(ClientId client, double now) const {
-  if (closed_) return Admission::kClosed;
-  if (auto dropped = dropped_why_.find(client); dropped != dropped_why_.end()) {
+  auto dropped = dropped_why_.find(client);
+  const Terms* terms = terms_for(client);
+  const bool uploaded =
+      accepted_.count(client) || reserved_.count(client) || admitted_elsewhere_.count(client);
+  // A buffer that filled or closed carries its tasks in flight over to the next buffer, which
+  // takes their uploads in a moment.
+  const bool carried = spec_.buffered && terms && !uploaded && dropped == dropped_why_.end();
+  if (closed_) return carried ? Admission::kHeld : Admission::kClosed;
+  if (dropped != dropped_why_.end()) {
     return dropped->second == "too stale" ? Admission::kTooStale : Admission::kPastDeadline;
   }
-  const Terms* terms = terms_for(client);
   if (terms == nullptr) return Admission::kNotInvited;
-  if (accepted_.count(client) || reserved_.count(client) || admitted_elsewhere_.count(client)) {
-    return Admission::kAlreadyUploaded;
-  }
-  if (accepted_.size() >= spec_.target) return Admission::kFilled;
+  if (uploaded) return Admission::kAlreadyUploaded;
+  if (accepted_.size() >= spec_.target) return carried ? Admission::kHeld : Admission::kFilled;
   if (accepted_.size() + reserved_.size() >= spec_.target) return Admission::kHeld;
   if (now > terms->deadline) return Admission::kPastDeadline;
   return Admission::kWanted;
@@ -253,7 +257,8 @@ Status Round::check_admission(ClientId client, double now) const {
     case Admission::kFilled:
       return conflict(round + " already has its " + std::to_string(spec_.target) + " updates");
     case Admission::kHeld:
-      return unavailable(round + "'s remaining places are held by uploads being checked; retry");
+      return unavailable(round + " has no place free now (its places are held by uploads being "
+                         "checked, or the buffer commits and carries the task over); retry");
     case Admission::kTooStale:
       return conflict("the update of client " + std::to_string(client) +
                       " trained on a version too far behind the model (" + admission_reason(a) +

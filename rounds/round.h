@@ -85,7 +85,8 @@ Status apply_profile_change(const ProfileChange& change, scheduling::ClientProfi
 
 // Why an invited client's update is not (or no longer) wanted; kWanted when it is. kHeld: the
 // remaining places are held by uploads still being checked, one of which may yet be refused,
-// so the update may be wanted shortly. kTooStale: a buffer's task whose version fell further
+// or the client's task is in a buffer that filled or closed and carries it over to the next
+// one: the update may be wanted shortly. kTooStale: a buffer's task whose version fell further
 // behind than the job allows.
 enum class Admission {
   kWanted,

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <set>
 #include <tuple>
@@ -244,14 +245,8 @@ class MemoryStore : public Store {
   }
 
   Status close_admission(JobId job, RoundIndex index, Epoch epoch) override {
-    MutexLock lock(db_->mu);
-    FEDCASE_RETURN_IF_ERROR(fence(job, epoch, Code::kConflict));
-    Round* round = open_round_named(job, index);
-    if (!round) return conflict(round_name(job, index) + " is not open");
-    round->record.admitting = false;
-    round->record.epoch = epoch;
-    wake(Channel::kRound, job);
-    return ok_status();
+    return change_open_round(job, index, epoch,
+                             [](storage::RoundRecord& r) { r.admitting = false; });
   }
 
   Result<AdmissionRecord> round_admission(JobId job, RoundIndex index) override {
@@ -386,14 +381,7 @@ class MemoryStore : public Store {
   }
 
   Status update_round_plan(JobId job, RoundIndex index, const json& plan, Epoch epoch) override {
-    MutexLock lock(db_->mu);
-    FEDCASE_RETURN_IF_ERROR(fence(job, epoch, Code::kConflict));
-    Round* round = open_round_named(job, index);
-    if (!round) return conflict(round_name(job, index) + " is not open");
-    round->record.plan = plan;
-    round->record.epoch = epoch;
-    wake(Channel::kRound, job);
-    return ok_status();
+    return change_open_round(job, index, epoch, [&](storage::RoundRecord& r) { r.plan = plan; });
   }
 
   Result<ModelRecord> get_model(JobId job, uint64_t version) override {
@@ -513,6 +501,20 @@ class MemoryStore : public Store {
   Round* open_round_named(JobId job, RoundIndex index) FEDCASE_REQUIRES(db_->mu) {
     Round* round = find_round(job, index);
     return round && round->record.state == RoundState::kOpen ? round : nullptr;
+  }
+
+  // Changes the open round `index` of `job` (`change`) at lease `epoch`, and wakes the
+  // replicas; kConflict for a stale epoch or a round that is not open.
+  Status change_open_round(JobId job, RoundIndex index, Epoch epoch,
+                           const std::function<void(storage::RoundRecord&)>& change) {
+    MutexLock lock(db_->mu);
+    FEDCASE_RETURN_IF_ERROR(fence(job, epoch, Code::kConflict));
+    Round* round = open_round_named(job, index);
+    if (!round) return conflict(round_name(job, index) + " is not open");
+    change(round->record);
+    round->record.epoch = epoch;
+    wake(Channel::kRound, job);
+    return ok_status();
   }
 
   Result<Lease*> find_lease(JobId job) FEDCASE_REQUIRES(db_->mu) {

@@ -1,5 +1,7 @@
 #include "server/api/api.h"
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <exception>
 #include <string>
@@ -107,7 +109,29 @@ Response json_response(http::status status, const json& body, const Request& req
   return res;
 }
 
+// The detail of an error (a database's text, a lease holder's name) goes to the log only, never
+// to the caller: at most one line a second, so that an outage under load does not flood it.
+void log_detail(const Status& status, const Request& req) {
+  if (status.detail().empty()) return;
+  static std::atomic<int64_t> last_second{0};
+  static std::atomic<uint64_t> unlogged{0};
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  int64_t last = last_second.load();
+  if (now == last || !last_second.compare_exchange_strong(last, now)) {
+    unlogged += 1;
+    return;
+  }
+  const std::string target(req.target());
+  const uint64_t more = unlogged.exchange(0);
+  log_warn(std::string(req.method_string()) + " " +
+           target.substr(0, target.find('?')) + ": " + status.to_string() +
+           (more > 0 ? " (and " + std::to_string(more) + " more such errors unlogged)" : ""));
+}
+
 Reply error_reply(const Status& status, const Request& req) {
+  log_detail(status, req);
   return answer(error_response(status, req.version(), req.keep_alive()));
 }
 

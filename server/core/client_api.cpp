@@ -130,12 +130,22 @@ Result<ModelDownload> Coordinator::model(JobId job_id, uint64_t version, Scope s
   State& s = *state_;
   auto job = s.find_job(job_id, scope);
   if (!job.ok()) return job.status();
+  bool behind = false;
   auto latest = s.jobs.read(**job, [&](const JobStatus& status) -> Result<ModelDownload> {
-    FEDCASE_RETURN_IF_ERROR(check_participant(**job, status, client, version));
     const auto& m = status.model;
+    const Status participant = check_participant(**job, status, client, version);
+    if (!participant.ok()) {
+      // A task on the newest model (or a newer one) may be of a round not followed here yet.
+      behind = version >= m->version && s.may_be_behind(status, status.read_round + 1);
+      return participant;
+    }
     if (m->version != version) return ModelDownload{};  // an older one: from the store
     return ModelDownload{version, m->checksum, std::shared_ptr<const std::string>(m, &m->blob)};
   });
+  if (behind) {
+    return s.not_followed_yet("the round on model version " + std::to_string(version) +
+                              " of job " + std::to_string(job_id));
+  }
   if (!latest.ok() || latest->blob) return latest;
   auto record = s.store->get_model(job_id, version);
   if (!record.ok()) return record.status();
@@ -161,7 +171,9 @@ Result<rounds::Admission> Coordinator::task_status(ClientId client, JobId job_id
   const double now = s.clock();
   auto job = s.find_job(job_id);
   if (!job.ok()) return job.status();
-  return s.jobs.read(**job, [&](const JobStatus& status) {
+  bool behind = false;
+  const rounds::Admission admission = s.jobs.read(**job, [&](const JobStatus& status) {
+    behind = s.may_be_behind(status, round);
     if (!status.round) {
       // An asynchronous job commits between two buffers: its tasks carry over.
       return between_buffers(**job, status) ? rounds::Admission::kHeld : rounds::Admission::kClosed;
@@ -169,6 +181,8 @@ Result<rounds::Admission> Coordinator::task_status(ClientId client, JobId job_id
     if (!status.round->check_task_round(client, round).ok()) return rounds::Admission::kClosed;
     return status.round->admission(client, now);
   });
+  if (behind) return s.not_followed_yet(round_name(job_id, round));
+  return admission;
 }
 
 Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
@@ -229,7 +243,10 @@ Result<UpdateAccepted> Coordinator::admit_upload(ClientId client, JobId job_id,
                                  "task's secure_aggregation.masked_input_url");
   }
   // Decide: the state checks come first and hold one of the round's places for this upload.
+  bool behind = false;
   auto held = s.jobs.update(*job, [&](JobStatus& status) -> Result<HeldPlace> {
+    behind = s.may_be_behind(status, round_index);
+    if (behind) return HeldPlace{};  // answered below, without the lock
     if (!status.round) {
       if (between_buffers(*job, status)) {
         return unavailable("job " + std::to_string(job_id) +
@@ -245,6 +262,7 @@ Result<UpdateAccepted> Coordinator::admit_upload(ClientId client, JobId job_id,
                      rounds::staleness_weight(job->config.async, r.staleness(client)),
                      status.model};
   });
+  if (behind) return s.not_followed_yet(round_name(job_id, round_index));
   if (!held.ok()) return held.status();
   // A refused upload gives its place back (its admission withdrawn, once admitted); the round
   // may be due once no upload is in flight.
@@ -316,11 +334,8 @@ Result<std::shared_ptr<SecureStages>> Coordinator::secure_round(JobId job_id, Ro
   }
   std::shared_ptr<SecureStages> secure = s.secure.stages(job_id);
   if (secure && secure->index() == round) return secure;
-  if (s.replication->shared() && (!secure || secure->index() < round)) {
-    // The client's round may have opened a moment ago at its owner: this replica reads it now.
-    s.catch_up();
-    return unavailable(round_name(job_id, round) +
-                       " is not followed on this replica yet; retry shortly");
+  if (s.jobs.read(**job, [&](const JobStatus& status) { return s.may_be_behind(status, round); })) {
+    return s.not_followed_yet(round_name(job_id, round));
   }
   return conflict(round_name(job_id, round) + " is not a secure round in progress");
 }

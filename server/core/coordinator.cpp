@@ -106,15 +106,18 @@ Result<JobEntry*> Coordinator::State::find_job(JobId id, const Scope& scope) {
     return stored.status().code() == Code::kNotFound ? job_not_found(id) : stored.status();
   }
   if (scope && stored->tenant != *scope) return job_not_found(id);
-  catch_up();
-  return unavailable("job " + std::to_string(id) +
-                     " is being loaded on this replica; retry shortly");
+  return not_followed_yet("job " + std::to_string(id));
 }
 
 void Coordinator::State::catch_up() {
   if (ownership) ownership->wake();
   replication->wake();
   driver.wake();
+}
+
+Status Coordinator::State::not_followed_yet(const std::string& what) {
+  catch_up();
+  return unavailable(what + " is not followed on this replica yet; retry shortly");
 }
 
 Coordinator::Coordinator(std::unique_ptr<State> state) : state_(std::move(state)) {}

@@ -39,6 +39,17 @@ struct Coordinator::State {
   // A replica that is behind the store (a job, a round or a stage it has not read yet) reads
   // it at once: its ownership pass and replication readings run at the driver's next tick.
   void catch_up();
+  // Whether a request about round `asked` of a job (`status`) may have come before this
+  // replica followed that round (it opened a moment ago at its owner): on a replica that does
+  // not own the job, a round after the newest it read. A single coordinator and an owner hold
+  // every round of their jobs: never.
+  bool may_be_behind(const JobStatus& status, RoundIndex asked) const {
+    return replication->shared() && !status.owned && asked > status.read_round;
+  }
+  // The one answer to such a request (`what` names what it is about): the replica reads the
+  // store at once (catch_up) and the client is told to retry (kUnavailable, 503 with
+  // Retry-After); no request waits for the store.
+  Status not_followed_yet(const std::string& what);
 
   Metrics metrics;  // first: the store and the driver record into it
   const CoordinatorConfig config;

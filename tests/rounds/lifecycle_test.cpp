@@ -141,8 +141,17 @@ TEST_CASE("a store that cannot close admission or be read back is tried again") 
   Facts f;
   CHECK(walk(P::kClosingAdmission, f).action == A::kCloseAdmission);
   CHECK(walk(P::kResolving, f).action == A::kReadBack);
-  CHECK(outcome(P::kClosingAdmission, E::kFenced).to == P::kIdle);
-  CHECK(outcome(P::kClosingAdmission, E::kFenced).action == A::kDrop);
+}
+
+TEST_CASE("an owner whose close of admission was fenced forgets the round once uploads settle") {
+  Facts f;
+  f.owned = false;  // it stepped down
+  f.uploads_in_flight = true;
+  CHECK(walk(P::kClosingAdmission, f).action == A::kNone);  // an upload is being folded into it
+  f.uploads_in_flight = false;
+  const Walk dropped = walk(P::kClosingAdmission, f);
+  CHECK(dropped.action == A::kDrop);
+  CHECK(dropped.phases.back() == P::kIdle);
 }
 
 TEST_CASE("a commit whose answer was lost is read back, written again, or settled") {

@@ -72,6 +72,27 @@ TEST_CASE("a round is due when filled or past its deadline, never with a fold in
   CHECK((*mean)[0] == doctest::Approx((1 * 10 + 3 * 30) / 40.0));  // weighted by samples
 }
 
+TEST_CASE("a buffer that filled or closed tells its tasks in flight to retry: they carry over") {
+  std::vector<scheduling::ClientTask> tasks(3);
+  for (ClientId id = 1; id <= 3; ++id) tasks[id - 1].client = id;
+  auto aggregator = aggregation::make_aggregator(aggregation::AggregatorConfig{}, 2);
+  REQUIRE(aggregator.ok());
+  Round::Spec spec{3, 2, "", 100, 160, 2, 7};
+  spec.buffered = true;
+  Round buffer(spec, tasks, std::make_shared<RoundAggregate>(std::move(aggregator).value()));
+  fold(buffer, 1, 110, 1, 10);
+  fold(buffer, 2, 111, 1, 10);
+  CHECK(buffer.filled());
+  CHECK(buffer.admission(3, 112) == Admission::kHeld);  // the next buffer takes it
+  CHECK(buffer.check_admission(3, 112).code() == Code::kUnavailable);
+  CHECK(buffer.admission(1, 112) == Admission::kAlreadyUploaded);
+  CHECK(buffer.admission(9, 112) == Admission::kNotInvited);
+  buffer.close();
+  CHECK(buffer.admission(3, 113) == Admission::kHeld);
+  CHECK(buffer.admission(1, 113) == Admission::kClosed);
+  CHECK(buffer.admission(9, 113) == Admission::kClosed);
+}
+
 TEST_CASE("durations count from the first task fetch, or from the open") {
   Round round = make_round();
   round.hand_out(1, 105);

@@ -308,6 +308,63 @@ TEST_CASE("a secure stage request about a plain job's round is answered at once 
   }
 }
 
+TEST_CASE("a replica asked about a round it has not followed yet says retry at once, then serves") {
+  testing::PostgresServer& server = testing::PostgresServer::shared();
+  const std::string url = server.url(server.create_database());
+  auto a = replica(url, "a", wall_clock);
+  std::vector<ClientId> clients;
+  for (int i = 0; i < 2; ++i) clients.push_back(a->register_client({{"dataset_size", 100}})->id);
+  auto created = a->create_job(job_config({{"selection", {{"overcommit", 1.0}}},
+                                           {"training", {{"deadline", {{"seconds", 600}}}}}}));
+  REQUIRE(created.ok());
+  const JobId job = created->id;
+  a->tick();  // a owns the job and opens round 1
+  const std::map<ClientId, TaskOffer> tasks = invitees(*a, clients);
+  REQUIRE(tasks.size() == 2);
+  const ModelBlob base = base_model(*a, job, 0);
+
+  // b knows the job, not yet its round: every request about the round is told to retry, at
+  // once (no request thread waits for the store).
+  auto b = replica(url, "b", wall_clock);
+  REQUIRE(b->list_jobs().size() == 1);
+  const ClientId client = clients[0];
+  auto timed = [](auto call) {
+    const auto start = std::chrono::steady_clock::now();
+    const Code code = call();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CHECK_MESSAGE(seconds < 0.5, "a request thread waited ", seconds, " s");
+    return code;
+  };
+  CHECK(timed([&] { return b->task_status(client, job, 1).status().code(); }) ==
+        Code::kUnavailable);
+  CHECK(timed([&] { return b->model(job, 0, std::nullopt, client).status().code(); }) ==
+        Code::kUnavailable);
+  CHECK(timed([&] {
+          return b->submit_update(client, job, 1, meta(10), delta_blob(base, 0.5f))
+              .status()
+              .code();
+        }) == Code::kUnavailable);
+  CHECK(stored_round(*storage::open_store(url).value(), job, 1).admitted == 0);
+
+  // Once b read the store, it serves the round: the same requests succeed.
+  REQUIRE(tick_until({b.get()}, [&] {
+    auto status = b->task_status(client, job, 1);
+    return status.ok() && *status == rounds::Admission::kWanted;
+  }));
+  CHECK(b->model(job, 0, std::nullopt, client).ok());
+  auto accepted = b->submit_update(client, job, 1, meta(10), delta_blob(base, 0.5f));
+  CHECK_MESSAGE(accepted.ok(), accepted.status().to_string());
+  // A round it read that admits nothing any more is answered as closed, not "retry".
+  REQUIRE(a->control_job(job, "cancel").ok());
+  REQUIRE(tick_until({a.get(), b.get()}, [&] {
+    auto status = b->task_status(clients[1], job, 1);
+    return status.ok() && *status == rounds::Admission::kClosed;
+  }));
+  CHECK(b->submit_update(clients[1], job, 1, meta(10), delta_blob(base, 0.5f)).status().code() ==
+        Code::kConflict);
+}
+
 TEST_CASE("the owner serves a secure stage's messages only once the store holds them") {
   testing::PostgresServer& server = testing::PostgresServer::shared();
   const std::string url = server.url(server.create_database());

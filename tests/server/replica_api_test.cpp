@@ -16,6 +16,7 @@
 #include "tests/support/coordinator_harness.h"
 #include "tests/support/postgres_server.h"
 #include "tests/support/raw_connection.h"
+#include "tests/support/stderr_capture.h"
 
 namespace fedcase::server {
 namespace {
@@ -101,13 +102,18 @@ TEST_CASE("a caller learns that the database is unavailable, never what the data
   REQUIRE(admin.get(detail).status == 200);
 
   pg.stop(/*immediate=*/false);
+  testing::StderrCapture log;
   testing::Reply refused = admin.get(detail);
+  const std::string logged = log.text();
   pg.start();
   CHECK(refused.status == 503);
   CHECK(refused.body["error"]["message"] == "the database is unavailable");
   CHECK_FALSE(contains(refused.raw, database));
   CHECK_FALSE(contains(refused.raw, "socket"));
   CHECK_FALSE(contains(refused.raw, "postgresql"));
+  // The operator's log has what the database said, for the request it answered.
+  CHECK_MESSAGE(contains(logged, "GET " + detail + ": unavailable: the database is unavailable ("),
+                logged);
   service->stop();
 }
 

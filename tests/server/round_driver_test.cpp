@@ -324,6 +324,34 @@ TEST_CASE("a replica that stepped down forgets its round once no upload is in fl
   CHECK(rig.stored(job.id, 1).state == RoundState::kOpen);  // the new owner concludes it
 }
 
+TEST_CASE("an owner fenced as it closes admission keeps its round until the upload in flight ends") {
+  auto faults = std::make_shared<testing::StoreFaults>();
+  Rig rig(/*shared=*/true, [&](std::unique_ptr<storage::Store> s) {
+    return testing::failing_store(std::move(s), faults);
+  });
+  rig.add_clients(2);
+  JobEntry& job = rig.add_job();
+  rig.driver.tick();
+  REQUIRE(rig.phase(job) == Phase::kOpen);
+  const ClientId uploader = rig.invitees(job)[0];
+  // A cancelled job closes admission at once, upload or not; the store refuses the epoch.
+  REQUIRE(rig.jobs.transition(job, [](JobState) { return JobState::kCancelled; }).ok());
+  bool reserved = false;
+  rig.jobs.update(job, [&](JobStatus& s) {
+    s.epoch = 1;  // the lease this replica holds
+    reserved = s.round->reserve(uploader, rig.now).ok();
+  });
+  REQUIRE(reserved);
+  faults->fail(testing::StoreMethod::kCloseAdmission, conflict("lease epoch 1 is stale"), 1);
+  rig.driver.tick();
+  CHECK_FALSE(rig.jobs.read(job, [](const JobStatus& s) { return s.owned; }));
+  CHECK(rig.round(job) == 1);  // the upload still folds into it
+  rig.jobs.update(job, [&](JobStatus& s) { s.round->release(uploader); });
+  rig.driver.tick();
+  CHECK(rig.phase(job) == Phase::kIdle);
+  CHECK(rig.round(job) == 0);
+}
+
 TEST_CASE("a follower copies the owner's round, writes its partial at the close, and lets go") {
   Rig owner_side(/*shared=*/true);
   owner_side.add_clients(2);

@@ -3,9 +3,7 @@
 // a real SQLite file, behind a FailingStore (tests/support/failing_store.h).
 
 #include <doctest/doctest.h>
-#include <unistd.h>
 
-#include <cstdio>
 #include <string>
 
 #include "server/api/api.h"
@@ -13,6 +11,7 @@
 #include "tests/server/api_calls.h"
 #include "tests/server/coordinator_fixture.h"
 #include "tests/support/failing_store.h"
+#include "tests/support/stderr_capture.h"
 
 namespace fedcase::server {
 namespace {
@@ -21,45 +20,7 @@ using nlohmann::json;
 using namespace fixture;
 using testing::StoreFaults;
 using testing::StoreMethod;
-
-// What the process writes to stderr (the log) while it lives.
-class StderrCapture {
- public:
-  StderrCapture() : file_(std::tmpfile()) {
-    REQUIRE(file_ != nullptr);
-    std::fflush(stderr);
-    saved_ = dup(STDERR_FILENO);
-    REQUIRE(dup2(fileno(file_), STDERR_FILENO) >= 0);
-  }
-  ~StderrCapture() {
-    restore();
-    std::fclose(file_);
-  }
-  StderrCapture(const StderrCapture&) = delete;
-  StderrCapture& operator=(const StderrCapture&) = delete;
-
-  // Stops capturing and returns what was written.
-  std::string text() {
-    restore();
-    std::string out;
-    std::rewind(file_);
-    char buffer[4096];
-    size_t n = 0;
-    while ((n = std::fread(buffer, 1, sizeof(buffer), file_)) > 0) out.append(buffer, n);
-    return out;
-  }
-
- private:
-  void restore() {
-    if (saved_ < 0) return;
-    std::fflush(stderr);
-    dup2(saved_, STDERR_FILENO);
-    close(saved_);
-    saved_ = -1;
-  }
-  FILE* file_;
-  int saved_ = -1;
-};
+using testing::StderrCapture;
 
 // A harness whose store fails what `faults` arms, with four clients and one job of `config`,
 // its initial model, and a second connection to the database to read what was stored.

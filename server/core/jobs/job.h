@@ -4,6 +4,7 @@
 // publishes behind its lock (job_table.h): the job's state and model, and its round here with
 // the phase of the round's life cycle (rounds/lifecycle.h).
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -87,12 +88,17 @@ struct JobStatus {
   std::string failure;                        // why the round fails ("": it does not)
   std::optional<double> admission_closed_at;  // when its admission closed
   uint64_t plan_revision = 0;  // a copy of another replica's buffer: the plan it serves
+  // On a replica that does not own the job: the newest round of the owner's it has read from
+  // the store and followed (or found admitting nothing). A request about a later round came
+  // before this replica caught up (Coordinator::State::may_be_behind).
+  RoundIndex read_round = 0;
 
   bool active() const { return state == JobState::kRunning || state == JobState::kPaused; }
   // This coordinator no longer drives the job (another replica acquired it): its own round
   // admits nothing more, and the round driver forgets it (rounds::Event::kSteppedDown).
   void step_down() {
     owned = false;
+    read_round = std::max(read_round, last_round);  // every round it opened is known here
     if (round && !following()) round->close();
   }
   // A round is being concluded, or its conclusion's answer is being read back: none opens.

@@ -42,9 +42,9 @@ bool RoundDriver::close_admission(JobEntry& job, double now) {
   }
   log_warn(job_prefix(job) + "cannot close " + round_name(index) +
            " to admission: " + closed.to_string());
-  if (!step_down_if_fenced(job, closed)) return false;  // tried again at the next tick
-  publish_outcome(job, Event::kFenced);
-  return true;
+  // Tried again at the next tick; or the store refused this coordinator's epoch: it stepped
+  // down, and forgets the round once no upload is being folded into it (kSteppedDown).
+  return step_down_if_fenced(job, closed);
 }
 
 void RoundDriver::conclude(JobEntry& job, rounds::Round round, std::string failure, double now) {

@@ -1,5 +1,6 @@
 #include "server/core/rounds/round_driver.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/log.h"
@@ -214,6 +215,11 @@ std::vector<RoundDriver::Task> RoundDriver::decide(const Observations& seen, dou
   jobs_.update_each([&](JobEntry& job, JobStatus& status) {
     auto found = seen.find(job.id);
     const Seen* s = found == seen.end() ? nullptr : &found->second;
+    if (s && s->followed && !(s->followed->state == RoundState::kOpen && s->followed->admitting)) {
+      // The owner's newest round admits nothing: a request about it is answered as closed.
+      // (One that admits is followed here: follow() notes it.)
+      status.read_round = std::max(status.read_round, s->followed->index);
+    }
     for (int i = 0; i < kMaxSteps; ++i) {
       const rounds::Facts facts = facts_of(job, status, s, clients_free, now);
       const std::optional<rounds::Step> step =

@@ -2,6 +2,8 @@
 // out, its updates admitted and folded here), handed over as this replica's partial once the
 // owner closes admission; and the secure stages' messages relayed both ways (round_driver.h).
 
+#include <algorithm>
+
 #include "common/crash_point.h"
 #include "common/log.h"
 #include "secagg/params.h"
@@ -94,6 +96,7 @@ bool RoundDriver::follow(JobEntry& job, const storage::RoundRecord& record) {
         job.id, std::make_shared<SecureRoundCopy>(std::move(setup), secure_.stage_notifier()));
   }
   publish_outcome(job, Event::kFollowed, [&](JobStatus& s) {
+    s.read_round = std::max(s.read_round, record.index);
     s.round = std::move(round).value();
     s.plan_revision = revision;
   });
