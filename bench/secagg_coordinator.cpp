@@ -188,7 +188,8 @@ Json coordinator_round(const std::string& binary, size_t n, size_t params, bool 
               {"rounds", 1},
               {"clients_per_round", n},
               {"selection", {{"overcommit", 1.0}}},
-              {"training", {{"deadline", {{"mode", "fixed"}, {"seconds", 600}}}}}};
+              {"training",
+               {{"sample_budget", 1000}, {"deadline", {{"mode", "fixed"}, {"seconds", 600}}}}}};
   if (secure) job["secure_aggregation"] = {{"clip", 10}, {"stage_seconds", 60}};
   cli::Invocation inv;
   inv.command = cli::Command::kJobsCreate;

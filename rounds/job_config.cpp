@@ -63,6 +63,11 @@ Result<EvaluationConfig> parse_evaluation(const json& j, const std::string& mode
   e.target = server ? "server" : "federated";
   r.text("target", e.target);
   FEDCASE_RETURN_IF_ERROR(r.strict_status());
+  if (e.max_samples < 1) {
+    return invalid_argument(
+        "evaluation.max_samples must be >= 1: a client's evaluation weighs its samples, which "
+        "the coordinator bounds");
+  }
   if (!e.server_dataset.empty()) {
     if (model != "torchscript") {
       return invalid_argument("evaluation.server_dataset is for TorchScript models");

@@ -29,7 +29,10 @@ namespace fedcase::rounds {
 // under the coordinator's datasets_dir (docs/protocol.md, "Server evaluation").
 struct EvaluationConfig {
   bool federated = false;  // default: true for an uploaded model, false for a built-in one
-  size_t max_samples = 0;  // held-out samples a client scores at most; 0: all of them
+  // Held-out samples a client scores at most (>= 1): a report weighs its samples in the
+  // round's means, so the coordinator bounds them (docs/protocol.md, "Weights").
+  size_t max_samples = kDefaultMaxEvalSamples;
+  static constexpr size_t kDefaultMaxEvalSamples = 1000;
   // TorchScript models: the dataset the server scores them on (a folder name: letters,
   // digits, '.', '_', '-'; 1 to 64 characters, not starting with '.'), and the shape of one
   // sample's input, which the records do not carry. Empty: no server evaluation.

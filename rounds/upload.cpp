@@ -1,5 +1,6 @@
 #include "rounds/upload.h"
 
+#include <algorithm>
 #include <string>
 
 #include "aggregation/validation.h"
@@ -21,6 +22,16 @@ Status check_upload(const ModelLayout& layout, uint64_t trained_on, RoundIndex r
   return check_evaluation(trained_on, round, config, evaluation);
 }
 
+uint64_t samples_allowed(const scheduling::ClientTask& task) {
+  return std::max<uint64_t>(task.samples, task.local_steps * task.batch_size);
+}
+
+Status check_samples(const protocol::UpdateMeta& meta, uint64_t allowed) {
+  if (meta.samples <= allowed) return ok_status();
+  return invalid_argument("meta.samples: the update reports " + std::to_string(meta.samples) +
+                          " samples, its task allows at most " + std::to_string(allowed));
+}
+
 Status check_evaluation(uint64_t trained_on, RoundIndex round, const JobConfig& config,
                         const std::optional<protocol::EvalReport>& evaluation) {
   const std::string of_round = ", round " + std::to_string(round);
@@ -32,7 +43,7 @@ Status check_evaluation(uint64_t trained_on, RoundIndex round, const JobConfig& 
                          " evaluates version " + base_version);
   }
   const size_t max_samples = config.evaluation.max_samples;
-  if (max_samples > 0 && evaluation->samples > max_samples) {
+  if (evaluation->samples > max_samples) {
     return unprocessable("the evaluation reports " + std::to_string(evaluation->samples) +
                          " samples, the job asks at most " + std::to_string(max_samples));
   }

@@ -14,6 +14,7 @@
 #include "rounds/evaluation.h"
 #include "rounds/job_config.h"
 #include "rounds/job_runtime.h"
+#include "scheduling/round_plan.h"
 
 namespace fedcase::rounds {
 
@@ -27,6 +28,14 @@ namespace fedcase::rounds {
 Status check_upload(const ModelLayout& layout, uint64_t trained_on, RoundIndex round,
                     const JobConfig& config, const BlobView& update,
                     const std::optional<protocol::EvalReport>& evaluation);
+
+// The most samples an update of `task` may report: its local steps of whole batches (the
+// sample budget, or local_epochs times the client's declared dataset size, rounded up to
+// whole batches), never less than the budget. An update's samples are its weight in FedAvg's
+// mean: a bound keeps one client from outweighing the round.
+uint64_t samples_allowed(const scheduling::ClientTask& task);
+// kInvalidArgument when `meta` reports more samples than `allowed`, naming both.
+Status check_samples(const protocol::UpdateMeta& meta, uint64_t allowed);
 
 // The evaluation's part of check_upload, for an update the coordinator cannot see (a masked
 // input of secure aggregation): its model version and sample count.

@@ -15,7 +15,11 @@
 #   --app python_app  examples/python_app: the fedcase Python package installed with pip
 #                     (--no-build-isolation) into a temporary folder, trains its own PyTorch CNN
 #                     on a Fashion-MNIST slice with TorchTrainer
-#   scripts/example_test.sh --build-dir build [--app sdk_app|c_app|python_app]
+#   --app text_app    examples/text_app: the same package, trains a GRU text classifier on
+#                     int64 token ids through TorchTrainer's collate hook; then the job's latest
+#                     model, exported with `fedcase models get`, is loaded with torch.jit.load
+#                     and must score 0.8 on sentences no device has
+#   scripts/example_test.sh --build-dir build [--app sdk_app|c_app|python_app|text_app]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build
@@ -24,7 +28,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build=$2; shift 2 ;;
     --app) app=$2; shift 2 ;;
-    *) echo "usage: $0 [--build-dir DIR] [--app sdk_app|c_app|python_app]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--build-dir DIR] [--app sdk_app|c_app|python_app|text_app]" >&2; exit 2 ;;
   esac
 done
 build=$(cd "$build" && pwd)
@@ -67,23 +71,23 @@ case "$app" in
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99
     export LSAN_OPTIONS=suppressions=$PWD/examples/c_app/lsan.supp:print_suppressions=0
     binary=$dir/c_app ;;
-  python_app)
+  python_app|text_app)
     say "installing the fedcase Python package with pip"
     cp -r python "$dir/python-src"  # pip builds in the folder it installs from
     run_logged "$dir/pip.log" /usr/bin/python3 -m pip install --no-build-isolation --no-deps \
       --no-index --target "$dir/site" "$dir/python-src"
     export PYTHONPATH=$dir/site FEDCASE_CLIENT_LIBRARY=$dir/prefix/lib/libfedcase_client.so.1
-    job_file=examples/python_app/job.json
-    run_logged "$dir/export.log" /usr/bin/python3 examples/python_app/app.py export \
+    job_file=examples/$app/job.json
+    run_logged "$dir/export.log" /usr/bin/python3 "examples/$app/app.py" export \
       --model "$dir/model.pt"
     start_device() {
-      exec /usr/bin/python3 examples/python_app/app.py train --port "$port" \
+      exec /usr/bin/python3 "examples/$app/app.py" train --port "$port" \
         --token "$enrollment_token" --name "device-$1" --device "$1" --devices 3 \
         --state-dir "$dir/state-$1"
     } ;;
   *) echo "example_test: unknown app $app" >&2; exit 2 ;;
 esac
-if [ "$app" != python_app ]; then
+if [ "$app" != python_app ] && [ "$app" != text_app ]; then
   # The C++ and C apps take the same flags: the device's data files, held-out files and state.
   start_device() {
     exec "$binary" --port "$port" --token "$enrollment_token" --name "device-$1" \
@@ -151,4 +155,11 @@ for i in 0 1 2; do
   fi
 done
 pids=("${pids[0]}")
+if [ "$app" = text_app ]; then
+  # Deployed as it was evaluated: the latest model, exported as TorchScript, loaded with torch.
+  run_logged "$dir/get.log" "$build/cli/fedcase" models get "$job" latest --out "$dir/trained.pt"
+  run_logged "$dir/check.log" /usr/bin/python3 examples/text_app/app.py check \
+    --model "$dir/trained.pt" --min-accuracy 0.8
+  say "$(cat "$dir/check.log")"
+fi
 say "passed (federated accuracy $first -> $last)"

@@ -4,8 +4,9 @@
 # Each run starts from build-fuzz/corpus/<name>/, a scratch corpus seeded from the committed
 # fuzz/corpus/<name>/ (which is never written), and keeps what it finds there for the next
 # run; a crashing input is saved as build-fuzz/artifacts/<name>/crash-<sha1>. Prints per harness
-# the executions, executions per second, new corpus units and whether it crashed; exits 1 when
-# any harness crashed.
+# the executions, executions per second, new corpus units and whether it crashed; then runs the
+# Python package's local tests over an ASan build of libfedcase_client (the tests run in place
+# of executions); exits 1 when any harness crashed or those tests failed.
 #
 # Environment: FUZZ_SECONDS, FUZZ_HARNESSES (names, default all), JOBS (build parallelism),
 # FUZZ_BUILD_DIR (default build-fuzz).
@@ -54,4 +55,23 @@ for name in $harnesses; do
   printf '%-14s %12s %10s %8s  %s\n' "$name" "${executions:--}" \
     "$(stat average_exec_per_sec)" "$(stat new_units_added)" "$result"
 done
+
+# The Python package's local rounds (python/tests/test_local.py) over the ASan build of
+# libfedcase_client: every array the package returns must own or reference its memory. The
+# ASan runtime is preloaded into the interpreter; leaks are not checked (CPython does not free
+# everything at exit).
+nice -n 15 cmake --build "$build" -j "$jobs" --target fedcase_client_c read_plan_dump
+log="$build/python-asan.log"
+status=0
+PYTHONPATH=python FEDCASE_CLIENT_LIBRARY="$build/client_sdk/libfedcase_client.so" \
+  FEDCASE_READ_PLAN_DUMP="$build/tests/client_sdk/read_plan_dump" OMP_NUM_THREADS=1 \
+  ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD="$(clang++ -print-file-name=libclang_rt.asan-x86_64.so)" \
+  nice -n 15 python3 -m unittest python/tests/test_local.py >"$log" 2>&1 || status=$?
+result="ok"
+if [ "$status" -ne 0 ]; then
+  result="FAILED (exit $status): see $log"
+  crashed=1
+fi
+printf '%-14s %12s %10s %8s  %s\n' python-asan "$(sed -n 's/^Ran \([0-9]*\) tests.*/\1/p' "$log")" - - \
+  "$result"
 exit "$crashed"

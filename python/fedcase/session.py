@@ -14,7 +14,7 @@ import numpy as np
 from . import _capi
 from ._capi import lib
 from .sources import FolderSource, SampleSource, SourceHandle
-from .trainer import Trainer, TrainerHandle, parameter_views
+from .trainer import Trainer, TrainerHandle, split_tensors
 from .types import Directives, RoundStats, SessionStats, TensorSpec, TrainSettings
 
 
@@ -196,7 +196,8 @@ class LocalData:
         _capi.check(lib.fedcase_local_data_train_round(
             self._handle, handle.handle, flat.ctypes.data, flat.size, ctypes.byref(s),
             ctypes.byref(d), out.ctypes.data, ctypes.byref(stats)))
-        result = parameter_views(out.ctypes.data, out.size, handle.adapter.tensors, writable=True)
+        # Views of `out`, which they keep alive.
+        result = split_tensors(out, handle.adapter.tensors)
         if len(result) != len(arrays):  # one flat array: a model of one tensor or none
             result = [out.reshape(arrays[0].shape)] if arrays else []
         return result, RoundStats(*(getattr(stats, f) for f, _ in stats._fields_[1:]))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -13,22 +13,36 @@ from .types import Evaluation, ModelInfo, TrainSettings
 
 class TorchTrainer:
     """Trains `module` (any torch.nn.Module whose named_parameters() are the job's tensors,
-    in order: the module the job was exported from, torch.jit.script(m).save) on float32
-    records: the input values (`input_shape`), then the target (the class index for
-    cross-entropy, the target values for mse), as DatasetSource and float_record write them.
+    in order: the module the job was exported from, torch.jit.script(m).save) on the SDK's
+    records.
+
+    A batch of records becomes the module's inputs and the targets in one of two ways:
+     - `input_shape`: each record is float32 values, the input values (`input_shape`), then
+       the target (the class index for cross-entropy, the target values for mse), as
+       DatasetSource and float_record write them;
+     - `collate(records) -> (inputs, targets)`: your function of the batch's records (a list
+       of bytes objects) to the module's inputs (a tensor, or a tuple of tensors the module
+       takes as its arguments, of any dtype: int64 token ids for an nn.Embedding) and the
+       targets (int64 class indices for cross-entropy, float values for mse), one row per
+       record.
 
     Local SGD as the task asks (batch size, learning rate, momentum, weight decay, FedProx's
     proximal term), reporting each batch's per-sample losses after its step; evaluation gives
     the mean loss and, for cross-entropy, "accuracy". Parameters are copied once into the
     module's tensors and once out of them per round."""
 
-    def __init__(self, module: torch.nn.Module, input_shape: Sequence[int],
-                 eval_batch_size: int = 256):
+    def __init__(self, module: torch.nn.Module, input_shape: Sequence[int] | None = None,
+                 eval_batch_size: int = 256,
+                 collate: Callable[[list[bytes]], tuple[Any, torch.Tensor]] | None = None):
+        if (input_shape is None) == (collate is None):
+            raise ValueError("TorchTrainer takes input_shape (float32 records) or collate "
+                             "(records to inputs and targets), one of them")
         self.module = module
-        self.input_shape = tuple(int(d) for d in input_shape)
-        if not self.input_shape or min(self.input_shape) < 1:
+        self.collate = collate
+        self.input_shape = tuple(int(d) for d in input_shape) if input_shape is not None else ()
+        if input_shape is not None and (not self.input_shape or min(self.input_shape) < 1):
             raise ValueError("input_shape needs dimensions >= 1")
-        self.input_values = int(np.prod(self.input_shape))
+        self.input_values = int(np.prod(self.input_shape)) if self.input_shape else 0
         self.eval_batch_size = eval_batch_size
         self.loss = "cross_entropy"
         self._params = [p for _, p in module.named_parameters()]
@@ -53,6 +67,21 @@ class TorchTrainer:
                 p.copy_(torch.from_numpy(value).view_as(p))
 
     def _batch(self, samples: Samples, first: int, count: int):
+        """The inputs (a tuple of the module's arguments) and targets of positions
+        [first, first + count)."""
+        if self.collate is not None:
+            records = [samples.read(first + k) for k in range(count)]
+            inputs, target = self.collate(records)
+            inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+            for i, t in enumerate(inputs):
+                if not isinstance(t, torch.Tensor) or t.dim() < 1 or t.shape[0] != count:
+                    raise ValueError(f"collate's input {i} is not a tensor of {count} rows")
+            if not isinstance(target, torch.Tensor) or target.dim() < 1 or \
+                    target.shape[0] != count:
+                raise ValueError(f"collate's targets are not a tensor of {count} rows")
+            if self.loss == "cross_entropy" and target.dtype != torch.int64:
+                raise ValueError("collate's cross-entropy targets must be int64 class indices")
+            return inputs, target
         rows = samples.read_batch(first, count)
         if rows.shape[1] % 4:
             raise ValueError(f"a record of {rows.shape[1]} bytes is not float32 values")
@@ -63,11 +92,11 @@ class TorchTrainer:
         x = torch.from_numpy(values[:, :self.input_values]).reshape(count, *self.input_shape)
         target = values[:, self.input_values:]
         if self.loss == "mse":
-            return x, torch.from_numpy(np.ascontiguousarray(target))
+            return (x,), torch.from_numpy(np.ascontiguousarray(target))
         classes = target[:, 0]
         if target.shape[1] != 1 or (classes < 0).any() or (np.floor(classes) != classes).any():
             raise ValueError("a cross-entropy record's target is not one class index")
-        return x, torch.from_numpy(classes.astype(np.int64))
+        return (x,), torch.from_numpy(classes.astype(np.int64))
 
     def _per_sample_loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         if self.loss == "mse":
@@ -86,7 +115,7 @@ class TorchTrainer:
         for first in range(0, n, settings.batch_size):
             count = min(settings.batch_size, n - first)
             x, y = self._batch(samples, first, count)
-            per_sample = self._per_sample_loss(self.module(x), y)
+            per_sample = self._per_sample_loss(self.module(*x), y)
             objective = per_sample.mean()
             if anchor is not None:
                 prox = sum(((p - a) ** 2).sum() for p, a in zip(self._params, anchor))
@@ -105,7 +134,7 @@ class TorchTrainer:
             for first in range(0, n, self.eval_batch_size):
                 count = min(self.eval_batch_size, n - first)
                 x, y = self._batch(samples, first, count)
-                outputs = self.module(x)
+                outputs = self.module(*x)
                 loss_sum += float(self._per_sample_loss(outputs, y).sum())
                 if self.loss == "cross_entropy":
                     correct += int((outputs.argmax(1) == y).sum())

@@ -41,22 +41,30 @@ class Trainer(Protocol):
         """Scores `parameters` on every position of `samples` without training."""
 
 
-def parameter_views(address: int | None, count: int, tensors: Sequence[TensorSpec] | None,
-                    writable: bool) -> list[np.ndarray]:
-    """Arrays over `count` floats at `address`, one per tensor (one flat array when the
-    layout is unknown or does not add up to `count`). No copy."""
-    if count == 0 or not address:
-        return [np.zeros(0, dtype=np.float32)]
-    flat = np.ctypeslib.as_array(ctypes.cast(address, _capi.c_float_p), shape=(count,))
-    if not writable:
-        flat.flags.writeable = False
-    if not tensors or sum(t.size for t in tensors) != count:
+def split_tensors(flat: np.ndarray, tensors: Sequence[TensorSpec] | None) -> list[np.ndarray]:
+    """`flat`'s values as one array per tensor, each a view that references `flat` (and so
+    keeps its memory alive); `[flat]` when the layout is unknown or does not add up."""
+    if not tensors or sum(t.size for t in tensors) != flat.size:
         return [flat]
     views, offset = [], 0
     for t in tensors:
         views.append(flat[offset:offset + t.size].reshape(t.shape))
         offset += t.size
     return views
+
+
+def parameter_views(address: int | None, count: int, tensors: Sequence[TensorSpec] | None,
+                    writable: bool) -> list[np.ndarray]:
+    """Arrays over `count` floats at `address`, memory the SDK owns, one per tensor
+    (split_tensors). No copy: they are valid only during the SDK's call into the trainer
+    that they are passed to, so a trainer copies what it keeps (TorchTrainer copies them into
+    its module)."""
+    if count == 0 or not address:
+        return [np.zeros(0, dtype=np.float32)]
+    flat = np.ctypeslib.as_array(ctypes.cast(address, _capi.c_float_p), shape=(count,))
+    if not writable:
+        flat.flags.writeable = False
+    return split_tensors(flat, tensors)
 
 
 def copy_parameters(result: Sequence[np.ndarray], out: list[np.ndarray]) -> None:

@@ -111,6 +111,23 @@ class LocalRounds(unittest.TestCase):
         self.assertFalse(seen[0].flags.writeable)
         self.assertIs(seen[0].base, seen[1].base)  # both views of the SDK's one buffer
 
+    def test_results_own_their_memory_after_other_allocations(self):
+        # A 1M-parameter model: its result is read after the round's buffers were freed and
+        # the allocator handed their memory out again.
+        big = [np.full((1000, 1000), 0.25, dtype=np.float32), np.zeros(7, np.float32)]
+        result, _ = self.local.train_round(self.trainer, big, self.settings, self.directives)
+        del big
+        self.trainer.seen = None
+        churn = [np.full(1_000_007, -9.0, dtype=np.float32) for _ in range(8)]
+        del churn
+        churn = [np.full(1_000_007, 7.0, dtype=np.float32) for _ in range(8)]
+        self.assertEqual([r.shape for r in result], [(1000, 1000), (7,)])
+        self.assertTrue(np.all(result[0] == np.float32(1.25)))
+        self.assertTrue(np.all(result[1] == np.float32(1.0)))
+        for r in result:
+            self.assertIsNotNone(r.base)  # a view of an array the result keeps alive
+        del churn
+
     def test_a_raising_trainer_fails_the_round_and_the_next_one_trains(self):
         self.trainer.failure = ValueError("the model diverged")
         with self.assertLogs("fedcase", "WARNING"):
@@ -210,6 +227,71 @@ class TorchTrainerRounds(unittest.TestCase):
                 losses.append(stats.loss_sum / stats.samples)
                 self.assertEqual(stats.samples, 300)
         self.assertLess(losses[-1], losses[0] / 2)
+
+    def test_collate_feeds_integer_token_ids_and_two_inputs(self):
+        import torch
+        from fedcase.torch_trainer import TorchTrainer
+        torch.manual_seed(0)
+        rng = np.random.default_rng(1)
+
+        # Records of int64 token ids, then a length and the class: the class is which of two
+        # marker tokens the sequence holds.
+        def record(label):
+            tokens = rng.integers(2, 32, size=12)
+            tokens[rng.integers(0, 12)] = label
+            return np.concatenate([tokens, [12, label]]).astype("<i8").tobytes()
+        records = [record(int(rng.integers(0, 2))) for _ in range(256)]
+
+        class Bag(torch.nn.Module):
+            """Embedding bag over token ids, scaled by a second input (the lengths)."""
+            def __init__(self):
+                super().__init__()
+                self.embedding = torch.nn.Embedding(32, 8)
+                self.out = torch.nn.Linear(8, 2)
+
+            def forward(self, tokens, lengths):
+                return self.out(self.embedding(tokens).sum(1) / lengths.unsqueeze(1))
+
+        def collate(batch):
+            rows = torch.from_numpy(np.frombuffer(b"".join(batch), dtype="<i8").reshape(
+                len(batch), 14).copy())
+            return (rows[:, :12], rows[:, 12].float()), rows[:, 13]
+
+        module = Bag()
+        trainer = TorchTrainer(module, collate=collate)
+        tensors = tuple(fedcase.TensorSpec(n, tuple(p.shape))
+                        for n, p in module.named_parameters())
+        trainer.prepare(fedcase.ModelInfo("torchscript", "cross_entropy", tensors))
+        parameters = [p.detach().numpy().copy() for p in module.parameters()]
+        with LocalData(MemorySource(records), seed=3) as local:
+            for _ in range(6):
+                parameters, stats = local.train_round(
+                    trainer, parameters, TrainSettings(batch_size=16, lr=0.5),
+                    Directives(sampling=Sampling.UNIFORM))
+        with torch.no_grad():
+            for p, value in zip(module.parameters(), parameters):
+                p.copy_(torch.from_numpy(np.asarray(value)).view_as(p))
+            (tokens, lengths), labels = collate(records)
+            accuracy = float((module(tokens, lengths).argmax(1) == labels).float().mean())
+        self.assertGreater(accuracy, 0.9)
+
+    def test_collate_and_input_shape_go_alone_and_bad_batches_fail_the_round(self):
+        import torch
+        from fedcase.torch_trainer import TorchTrainer
+        module = torch.nn.Linear(2, 2)
+        with self.assertRaises(ValueError):
+            TorchTrainer(module)
+        with self.assertRaises(ValueError):
+            TorchTrainer(module, input_shape=(2,), collate=lambda records: None)
+        trainer = TorchTrainer(module, collate=lambda records: (torch.zeros(1, 2),
+                                                                torch.zeros(1, dtype=torch.int64)))
+        tensors = tuple(fedcase.TensorSpec(n, tuple(p.shape))
+                        for n, p in module.named_parameters())
+        trainer.prepare(fedcase.ModelInfo("torchscript", "cross_entropy", tensors))
+        parameters = [p.detach().numpy().copy() for p in module.parameters()]
+        with LocalData(MemorySource([b"x" * 8] * 8), seed=3) as local:
+            with self.assertRaisesRegex(fedcase.FedcaseError, "not a tensor of 4 rows"):
+                local.train_round(trainer, parameters, TrainSettings(batch_size=4, lr=0.1))
 
 
 if __name__ == "__main__":

@@ -258,9 +258,12 @@ Result<UpdateAccepted> Coordinator::admit_upload(ClientId client, JobId job_id,
     FEDCASE_RETURN_IF_ERROR(r.check_task_round(client, round_index));
     auto reserved = r.reserve(client, s.clock());
     if (!reserved.ok()) return reserved.status();
-    return HeldPlace{*reserved, r.index(), r.terms_for(client)->base_version,
+    return HeldPlace{*reserved,
+                     r.index(),
+                     r.terms_for(client)->base_version,
                      rounds::staleness_weight(job->config.async, r.staleness(client)),
-                     status.model};
+                     status.model,
+                     rounds::samples_allowed(*r.task_for(client))};
   });
   if (behind) return s.not_followed_yet(round_name(job_id, round_index));
   if (!held.ok()) return held.status();
@@ -286,6 +289,8 @@ Result<UpdateAccepted> Coordinator::admit_upload(ClientId client, JobId job_id,
   auto meta = meta_json.ok() ? protocol::read_update_meta(*meta_json)
                              : Result<protocol::UpdateMeta>(meta_json.status());
   if (!meta.ok()) return refuse(meta.status());
+  Status bounded = rounds::check_samples(*meta, held->samples_allowed);
+  if (!bounded.ok()) return refuse(bounded);
   const double now = s.clock();
   bool filled = false;
   auto admit = [&]() -> Status {

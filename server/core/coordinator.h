@@ -305,6 +305,7 @@ class Coordinator {
     uint64_t trained_on = 0;  // the version the client's task trains from
     double discount = 1;      // its staleness weight in a buffer
     std::shared_ptr<const rounds::GlobalModel> model;  // the latest: the layout, the sizes
+    uint64_t samples_allowed = 0;  // the most samples the update may report (its weight)
   };
   // Checks an upload that holds a place and folds it in: runs `admit` (the admission through
   // the replication: its metadata recorded, or among a shared round's K places in the store)

@@ -41,10 +41,13 @@ struct Coordinator::State {
   void catch_up();
   // Whether a request about round `asked` of a job (`status`) may have come before this
   // replica followed that round (it opened a moment ago at its owner): on a replica that does
-  // not own the job, a round after the newest it read. A single coordinator and an owner hold
-  // every round of their jobs: never.
+  // not own the job, a round after the newest it read, while a wake-up (the store's, or a
+  // catch-up's) came since that reading. Without one the store holds no such round, and the
+  // request is answered from what is here. A single coordinator and an owner hold every round
+  // of their jobs: never.
   bool may_be_behind(const JobStatus& status, RoundIndex asked) const {
-    return replication->shared() && !status.owned && asked > status.read_round;
+    return replication->shared() && !status.owned && asked > status.read_round &&
+           status.read_wakes != replication->wakes();
   }
   // The one answer to such a request (`what` names what it is about): the replica reads the
   // store at once (catch_up) and the client is told to retry (kUnavailable, 503 with

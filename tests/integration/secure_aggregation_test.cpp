@@ -53,7 +53,9 @@ json raw_job(json secure) {
           {"clients_per_round", 5},
           {"min_updates", 1},
           {"selection", {{"overcommit", 1.0}}},
-          {"training", {{"deadline", {{"mode", "fixed"}, {"seconds", 4}}}}},
+          // Tasks of 2,000 samples: the raw clients' weights (their samples) stay within them.
+          {"training",
+           {{"sample_budget", 2000}, {"deadline", {{"mode", "fixed"}, {"seconds", 4}}}}},
           {"secure_aggregation", secure}};
 }
 

@@ -65,7 +65,7 @@ TEST_CASE("the model kind sets the evaluation defaults") {
   CHECK(builtin->builtin_model());
   CHECK(builtin->loss == "cross_entropy");
   CHECK_FALSE(builtin->evaluation.federated);
-  CHECK(builtin->evaluation.max_samples == 0);
+  CHECK(builtin->evaluation.max_samples == EvaluationConfig::kDefaultMaxEvalSamples);
   CHECK(builtin->evaluation.target == "server");
   for (const char* uploaded : {"torchscript", "blob"}) {
     CAPTURE(uploaded);
@@ -112,6 +112,9 @@ TEST_CASE("model, loss and evaluation errors name what is wrong") {
   CHECK(message({{"evaluation", {{"federated", "yes"}}}}).find("evaluation.federated") !=
         std::string::npos);
   CHECK(message({{"evaluation", {{"max_samples", -1}}}}).find("evaluation.max_samples") !=
+        std::string::npos);
+  // A client's evaluation weighs its samples: "all of them" is no bound.
+  CHECK(message({{"evaluation", {{"max_samples", 0}}}}).find("evaluation.max_samples must be >= 1") !=
         std::string::npos);
   CHECK(message({{"evaluation", {{"target", "client"}}}}).find("evaluation.target") !=
         std::string::npos);

@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -196,6 +197,9 @@ TEST_CASE("refused updates leave the store and the round unchanged") {
   for (ClientId id : clients) {
     if (!tasks.count(id)) outsider = id;
   }
+  // An update's samples are its FedAvg weight: at most its task's whole batches.
+  const scheduling::ClientTask& task = tasks.begin()->second.task;
+  const uint64_t allowed = std::max<uint64_t>(task.samples, task.local_steps * task.batch_size);
   auto reader = h.reader();
   const json before = store_view(*reader, job);
 
@@ -221,6 +225,10 @@ TEST_CASE("refused updates leave the store and the round unchanged") {
       {"bad metadata", job, 1, invited, json{{"samples", 0}}, delta_blob(base, 0),
        Code::kInvalidArgument},
       {"not a blob", job, 1, invited, meta(1), "garbage", Code::kInvalidArgument},
+      {"2^63 samples", job, 1, invited, json{{"samples", 9223372036854775808ull}},
+       delta_blob(base, 0), Code::kInvalidArgument},
+      {"more samples than its task allows", job, 1, invited, meta(allowed + 1),
+       delta_blob(base, 0), Code::kInvalidArgument},
       {"NaN", job, 1, invited, meta(1), encode_blob(nan), Code::kUnprocessable},
       {"wrong version", job, 1, invited, meta(1), encode_blob(wrong_version), Code::kUnprocessable},
       {"wrong shape", job, 1, invited, meta(1), encode_blob(wrong_shape), Code::kUnprocessable},
@@ -237,8 +245,9 @@ TEST_CASE("refused updates leave the store and the round unchanged") {
   REQUIRE(detail.ok());
   REQUIRE(detail->current_round);
   CHECK(detail->current_round->updates == 0);
-  // The invitee whose uploads were refused may still upload a good one.
-  REQUIRE(h.coordinator->submit_update(invited, job, 1, meta(10), delta_blob(base, 0.1f)).ok());
+  // The invitee whose uploads were refused may still upload a good one, of all its samples.
+  REQUIRE(
+      h.coordinator->submit_update(invited, job, 1, meta(allowed), delta_blob(base, 0.1f)).ok());
   CHECK(h.coordinator->submit_update(invited, job, 1, meta(10), delta_blob(base, 0.1f))
             .status()
             .code() == Code::kConflict);

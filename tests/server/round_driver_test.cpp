@@ -85,9 +85,8 @@ class ScriptedReplication final : public RoundReplication {
   Result<std::map<ClientId, std::string>> published(JobId, RoundIndex, const char*) override {
     return std::map<ClientId, std::string>();
   }
-  Result<std::optional<storage::RoundRecord>> followed(JobId, double) override {
-    return owner_round;
-  }
+  Result<Followed> followed(JobId, double) override { return Followed{owner_round, 0}; }
+  uint64_t wakes() const override { return 0; }
   std::optional<double> next_reading(double) const override { return std::nullopt; }
 
   // What the test makes the store say.

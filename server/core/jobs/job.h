@@ -89,9 +89,13 @@ struct JobStatus {
   std::optional<double> admission_closed_at;  // when its admission closed
   uint64_t plan_revision = 0;  // a copy of another replica's buffer: the plan it serves
   // On a replica that does not own the job: the newest round of the owner's it has read from
-  // the store and followed (or found admitting nothing). A request about a later round came
-  // before this replica caught up (Coordinator::State::may_be_behind).
+  // the store and followed (or found admitting nothing), and the replication's wakes() at
+  // that reading (kNeverRead before the first). A request about a later round, while a
+  // wake-up came since the reading, may be about a round opened since
+  // (Coordinator::State::may_be_behind); without one, the store has no such round.
+  static constexpr uint64_t kNeverRead = UINT64_MAX;
   RoundIndex read_round = 0;
+  uint64_t read_wakes = kNeverRead;
 
   bool active() const { return state == JobState::kRunning || state == JobState::kPaused; }
   // This coordinator no longer drives the job (another replica acquired it): its own round

@@ -125,8 +125,8 @@ Result<std::map<ClientId, std::string>> SharedReplication::published(JobId job, 
   return messages(job, round, kind);
 }
 
-Result<std::optional<storage::RoundRecord>> SharedReplication::followed(JobId job, double now) {
-  Reading<std::optional<storage::RoundRecord>>& r = followed_[job];
+Result<RoundReplication::Followed> SharedReplication::followed(JobId job, double now) {
+  Reading<Followed>& r = followed_[job];
   r.asked = now;
   if (!due(r, now)) return r.value;
   auto rounds = store_.list_rounds(job);
@@ -137,7 +137,9 @@ Result<std::optional<storage::RoundRecord>> SharedReplication::followed(JobId jo
   }
   r.due = now + kFollowEvery;
   r.wakes = wakes_.load();
-  r.value = rounds->empty() ? std::nullopt : std::optional<storage::RoundRecord>(rounds->back());
+  r.value.round =
+      rounds->empty() ? std::nullopt : std::optional<storage::RoundRecord>(rounds->back());
+  r.value.wakes = r.wakes;
   return r.value;
 }
 

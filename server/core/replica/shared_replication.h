@@ -38,6 +38,7 @@ class SharedReplication final : public RoundReplication {
   bool shared() const override { return true; }
   const std::string& replica() const override { return replica_; }
   void wake() override { wakes_ += 1; }
+  uint64_t wakes() const override { return wakes_.load(); }
 
   Status open(storage::RoundRecord record, const rounds::Round& round) override;
   Status replan(JobId job, RoundIndex round, const nlohmann::json& plan,
@@ -58,7 +59,7 @@ class SharedReplication final : public RoundReplication {
                                                   const char* kind) override;
   Result<std::map<ClientId, std::string>> published(JobId job, RoundIndex round,
                                                     const char* kind) override;
-  Result<std::optional<storage::RoundRecord>> followed(JobId job, double now) override;
+  Result<Followed> followed(JobId job, double now) override;
   std::optional<double> next_reading(double now) const override;
 
  private:
@@ -83,7 +84,7 @@ class SharedReplication final : public RoundReplication {
   const double lease_s_;
   std::atomic<uint64_t> wakes_{0};
   std::map<JobId, Reading<Contributions>> contributions_;  // the driver's thread only
-  std::map<JobId, Reading<std::optional<storage::RoundRecord>>> followed_;
+  std::map<JobId, Reading<Followed>> followed_;
 };
 
 // The store's wake-ups (Store::listen) on a thread of its own: `woken` runs on that thread for

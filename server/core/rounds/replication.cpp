@@ -51,9 +51,8 @@ class LocalReplication final : public RoundReplication {
   Result<std::map<ClientId, std::string>> published(JobId, RoundIndex, const char*) override {
     return std::map<ClientId, std::string>();
   }
-  Result<std::optional<storage::RoundRecord>> followed(JobId, double) override {
-    return std::optional<storage::RoundRecord>();
-  }
+  Result<Followed> followed(JobId, double) override { return Followed(); }
+  uint64_t wakes() const override { return 0; }
   std::optional<double> next_reading(double) const override { return std::nullopt; }
 
  private:

@@ -116,8 +116,16 @@ class RoundReplication {
 
   // ---- follow ----
   // The newest round of a job this replica does not own, as the store holds it (nullopt: no
-  // round yet). Read at a pace, unless woken; the last reading in between.
-  virtual Result<std::optional<storage::RoundRecord>> followed(JobId job, double now) = 0;
+  // round yet), and wakes() when the store was read. Read at a pace, unless woken; the last
+  // reading in between.
+  struct Followed {
+    std::optional<storage::RoundRecord> round;
+    uint64_t wakes = 0;
+  };
+  virtual Result<Followed> followed(JobId job, double now) = 0;
+  // How many wake-ups (wake()) came so far: a reading made at a lower count may miss what the
+  // store holds since. Thread-safe.
+  virtual uint64_t wakes() const = 0;
 
   // When the next paced reading (contributions(), followed()) of what was read so far falls
   // due after `now` (nullopt: none is paced), for the driver to wake then.

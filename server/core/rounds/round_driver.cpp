@@ -201,7 +201,8 @@ RoundDriver::Observations RoundDriver::observe(double now) {
       auto followed = replication_.followed(id, now);
       if (!followed.ok()) continue;  // unknown: no follower's event fires
       seen[id].followed_read = true;
-      seen[id].followed = std::move(followed).value();
+      seen[id].followed = std::move(followed->round);
+      seen[id].followed_wakes = followed->wakes;
       if (follower(w.phase)) relay_stage_messages(*w.job, /*owned=*/false);
     }
   }
@@ -215,10 +216,13 @@ std::vector<RoundDriver::Task> RoundDriver::decide(const Observations& seen, dou
   jobs_.update_each([&](JobEntry& job, JobStatus& status) {
     auto found = seen.find(job.id);
     const Seen* s = found == seen.end() ? nullptr : &found->second;
-    if (s && s->followed && !(s->followed->state == RoundState::kOpen && s->followed->admitting)) {
-      // The owner's newest round admits nothing: a request about it is answered as closed.
-      // (One that admits is followed here: follow() notes it.)
-      status.read_round = std::max(status.read_round, s->followed->index);
+    const std::optional<storage::RoundRecord>* latest = s && s->followed_read ? &s->followed : nullptr;
+    if (latest && !(*latest && (*latest)->state == RoundState::kOpen && (*latest)->admitting)) {
+      // The owner's newest round (if any) admits nothing: a request about it, or about a
+      // later one that came before this reading, is answered from what is here. (A round
+      // that admits is followed here: follow() notes it.)
+      if (*latest) status.read_round = std::max(status.read_round, (*latest)->index);
+      status.read_wakes = s->followed_wakes;
     }
     for (int i = 0; i < kMaxSteps; ++i) {
       const rounds::Facts facts = facts_of(job, status, s, clients_free, now);
@@ -229,7 +233,10 @@ std::vector<RoundDriver::Task> RoundDriver::decide(const Observations& seen, dou
       Task task;
       task.job = &job;
       task.action = step->action;
-      if (step->action == Action::kFollow && s) task.followed = s->followed;
+      if (step->action == Action::kFollow && s) {
+        task.followed = s->followed;
+        task.followed_wakes = s->followed_wakes;
+      }
       if (!apply(job, status, *step, now, task, changes)) {
         tasks.push_back(std::move(task));
         return;
@@ -348,7 +355,7 @@ bool RoundDriver::carry_out(std::vector<Task> tasks, double now) {
         progressed = true;
         break;
       case Action::kFollow:
-        progressed |= t.followed && follow(job, *t.followed);
+        progressed |= t.followed && follow(job, *t.followed, t.followed_wakes);
         break;
       case Action::kCloseStage: {
         std::shared_ptr<SecureRound> secure = secure_.find(job.id);

@@ -105,13 +105,15 @@ class RoundDriver {
     rounds::Action action = rounds::Action::kNone;
     std::optional<rounds::Round> round;  // kConclude, kFail: the round, taken out of the job
     std::string failure;                 // kConclude, kFail: why it fails ("": it may commit)
-    std::optional<storage::RoundRecord> followed;  // kFollow: the owner's round
+    std::optional<storage::RoundRecord> followed;  // kFollow: the owner's round,
+    uint64_t followed_wakes = 0;                   // read at these wakes()
   };
   // What the tick observed of the store for each job (the replication's readings).
   struct Seen {
     RoundReplication::Contributions contributions;
     bool followed_read = false;  // `followed` was read (else nothing is known of it)
     std::optional<storage::RoundRecord> followed;
+    uint64_t followed_wakes = 0;  // the replication's wakes() when it was read
   };
   using Observations = std::map<JobId, Seen>;
 
@@ -204,9 +206,9 @@ class RoundDriver {
   void on_federated_evaluation(JobEntry& job, const storage::RoundRecord& round);
 
   // ---- round_following.cpp ----
-  // Serves a copy of the owner's round `record` of `job` here, or hands out the tasks its
-  // buffer gained since; whether it did.
-  bool follow(JobEntry& job, const storage::RoundRecord& record);
+  // Serves a copy of the owner's round `record` of `job` here (read at the replication's
+  // `read_wakes`), or hands out the tasks its buffer gained since; whether it did.
+  bool follow(JobEntry& job, const storage::RoundRecord& record, uint64_t read_wakes);
   // Closes `job`'s copy and writes its partial once no upload is being folded into it;
   // whether it was written (or needed none, or was refused for good).
   bool write_partial(JobEntry& job, double now);

@@ -32,7 +32,7 @@ const char* relayed_kind(SecureRound::Stage stage) {
 
 }  // namespace
 
-bool RoundDriver::follow(JobEntry& job, const storage::RoundRecord& record) {
+bool RoundDriver::follow(JobEntry& job, const storage::RoundRecord& record, uint64_t read_wakes) {
   const uint64_t revision =
       record.plan.is_object() ? record.plan.value("revision", uint64_t{0}) : 0;
   const bool copied =
@@ -97,6 +97,7 @@ bool RoundDriver::follow(JobEntry& job, const storage::RoundRecord& record) {
   }
   publish_outcome(job, Event::kFollowed, [&](JobStatus& s) {
     s.read_round = std::max(s.read_round, record.index);
+    s.read_wakes = read_wakes;
     s.round = std::move(round).value();
     s.plan_revision = revision;
   });
