@@ -348,6 +348,11 @@ class EventFleet {
   }
 
   void answered(Connection& c, int status, const std::string& body) {
+    // A replica reading the store (a token, a job or a round another wrote a moment ago) says
+    // so with 503: asked again shortly, as the SDK does.
+    if (status == 503 && c.stage != Stage::kHolding && c.stage != Stage::kDone) {
+      return retry_later(c, "503 " + body);
+    }
     switch (c.stage) {
       case Stage::kPolling: {
         if (status == 204) return send_poll(c);
