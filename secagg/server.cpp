@@ -477,22 +477,38 @@ Status SecAggServer::receive_unmask_response(ClientId sender,
   return ok_status();
 }
 
-Result<std::vector<MaskStream>> SecAggServer::plan_unmasking() {
+Result<Bytes32> SecAggServer::recover(ClientId owner, const std::vector<ShamirShare>& shares,
+                                      const char* what,
+                                      const std::function<bool(const Bytes32&)>& matches,
+                                      std::set<ClientId>& wrong) const {
   const uint32_t t = params_.threshold;
+  if (shares.size() < t) {
+    return invalid_argument(client_name(owner) + "'s " + what + ": " +
+                            std::to_string(shares.size()) + " shares arrived, the threshold is " +
+                            std::to_string(t));
+  }
+  Result<Recovered> found = shamir_recover(shares, t, matches);
+  if (!found.ok()) {
+    return invalid_argument(client_name(owner) + "'s " + what +
+                            ": no threshold of the shares that arrived matches its commitment (" +
+                            found.status().message() + ")");
+  }
+  for (size_t i : found->wrong) wrong.insert(graph_->participants().at(shares[i].x - 1));
+  return found->secret;
+}
+
+Result<std::vector<MaskStream>> SecAggServer::plan_unmasking(std::set<ClientId>& wrong) {
   std::vector<MaskStream> streams;
   for (ClientId i : survivors_) {
-    const std::vector<ShamirShare>& shares = seed_shares_[i];
-    if (shares.size() < t) {
-      return fail(client_name(i) + "'s self-mask seed: " + std::to_string(shares.size()) +
-                  " shares arrived, the threshold is " + std::to_string(t));
-    }
-    Result<Bytes32> seed = shamir_combine(shares, t);
-    if (!seed.ok() || std::string(as_view(seed_commitment(setup_.job, setup_.round, i, *seed))) !=
-                          shares_.at(i).seed_commitment) {
-      return fail(client_name(i) +
-                  "'s self-mask seed does not match its commitment: a share "
-                  "was wrong");
-    }
+    const std::string& commitment = shares_.at(i).seed_commitment;
+    Result<Bytes32> seed = recover(
+        i, seed_shares_[i], "self-mask seed",
+        [&](const Bytes32& s) {
+          return std::string(as_view(seed_commitment(setup_.job, setup_.round, i, s))) ==
+                 commitment;
+        },
+        wrong);
+    if (!seed.ok()) return fail(seed.status().message());
     Result<PrgKey> key = prg_key(*seed);
     if (!key.ok()) return key.status();
     streams.push_back({*key, PrgExpander::Op::kSubtract});
@@ -500,18 +516,15 @@ Result<std::vector<MaskStream>> SecAggServer::plan_unmasking() {
   for (ClientId j : dropped_) {
     const std::vector<ClientId> masked_with = holders(j, survivors_);
     if (masked_with.empty()) continue;
-    const std::vector<ShamirShare>& shares = key_shares_[j];
-    if (shares.size() < t) {
-      return fail(client_name(j) + "'s mask key: " + std::to_string(shares.size()) +
-                  " shares arrived, the threshold is " + std::to_string(t));
-    }
-    Result<Bytes32> raw = shamir_combine(shares, t);
-    Result<Bytes32> pub = raw.ok() ? public_key_of(*raw) : Result<Bytes32>(raw.status());
-    if (!pub.ok() || std::string(as_view(*pub)) != keys_.at(j).mask_public_key) {
-      return fail(client_name(j) +
-                  "'s mask key does not match its public key: a share was "
-                  "wrong");
-    }
+    const std::string& public_key = keys_.at(j).mask_public_key;
+    Result<Bytes32> raw = recover(
+        j, key_shares_[j], "mask key",
+        [&](const Bytes32& k) {
+          Result<Bytes32> pub = public_key_of(k);
+          return pub.ok() && std::string(as_view(*pub)) == public_key;
+        },
+        wrong);
+    if (!raw.ok()) return fail(raw.status().message());
     Result<X25519Key> key = X25519Key::load(*raw);
     if (!key.ok()) return key.status();
     for (ClientId i : masked_with) {
@@ -532,7 +545,8 @@ Result<SecAggSum> SecAggServer::finish() {
   MutexLock lock(mu_);
   if (stage_ == Stage::kFailed) return failure_;
   if (stage_ != Stage::kUnmask) return conflict("the unmask stage is not open");
-  Result<std::vector<MaskStream>> streams = plan_unmasking();
+  std::set<ClientId> wrong;
+  Result<std::vector<MaskStream>> streams = plan_unmasking(wrong);
   if (!streams.ok()) return streams.status();
   SecAggSum out;
   const double unit = double(params_.max_weight) / params_.scale;
@@ -543,6 +557,7 @@ Result<SecAggSum> SecAggServer::finish() {
   }));
   out.survivors = sorted(survivors_);
   out.dropped = sorted(dropped_);
+  out.wrong_shares = sorted(wrong);
   free_sum();
   stage_ = Stage::kDone;
   return out;

@@ -70,6 +70,9 @@ struct SecAggSum {
   double total_weight = 0;          // sum_i w_i (each clipped to max_weight)
   std::vector<ClientId> survivors;  // whose masked input is in the sum, increasing
   std::vector<ClientId> dropped;    // shared their keys but sent no input, increasing
+  // Survivors whose unmask answer held a share off its owner's secret (outvoted by the right
+  // shares, which reconstructed it), increasing.
+  std::vector<ClientId> wrong_shares;
 
   // weighted_sum / total_weight; kConflict when the total weight is 0.
   Result<std::vector<float>> mean() const;
@@ -171,7 +174,13 @@ class SecAggServer {
   std::vector<ClientId> holders(ClientId owner, const std::set<ClientId>& candidates) const
       FEDCASE_REQUIRES(mu_);
   // The streams that remove every mask left in the sum (rebuilding the secrets they need).
-  Result<std::vector<MaskStream>> plan_unmasking() FEDCASE_REQUIRES(mu_);
+  // `wrong` receives the survivors whose answers held a share off its owner's secret.
+  Result<std::vector<MaskStream>> plan_unmasking(std::set<ClientId>& wrong) FEDCASE_REQUIRES(mu_);
+  // The secret of `owner` from its `shares`, the one `matches` takes (shamir_recover); the
+  // holders of wrong shares are added to `wrong`. kInvalidArgument naming `what` otherwise.
+  Result<Bytes32> recover(ClientId owner, const std::vector<ShamirShare>& shares,
+                          const char* what, const std::function<bool(const Bytes32&)>& matches,
+                          std::set<ClientId>& wrong) const FEDCASE_REQUIRES(mu_);
 
   const SecAggRoundSetup setup_;
   const std::set<ClientId> invitees_;

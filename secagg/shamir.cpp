@@ -1,5 +1,6 @@
 #include "secagg/shamir.h"
 
+#include <algorithm>
 #include <set>
 
 namespace fedcase::secagg {
@@ -84,43 +85,117 @@ Result<std::vector<ShamirShare>> shamir_split(const Bytes32& secret, uint32_t th
   return shares;
 }
 
+namespace {
+
+// The y values at `x` of the polynomials through `points` (distinct x >= 1, values checked):
+// Lagrange interpolation, l_i(x) = prod_{j != i} (x - x_j) / (x_i - x_j).
+std::array<uint64_t, kShamirChunks> interpolate_at(const std::vector<const ShamirShare*>& points,
+                                                   uint64_t x) {
+  std::array<uint64_t, kShamirChunks> out{};
+  for (size_t i = 0; i < points.size(); ++i) {
+    uint64_t num = 1, den = 1;
+    for (size_t j = 0; j < points.size(); ++j) {
+      if (j == i) continue;
+      num = mul(num, sub(x, points[j]->x));
+      den = mul(den, sub(points[i]->x, points[j]->x));
+    }
+    const uint64_t weight = mul(num, inverse(den));
+    for (size_t c = 0; c < kShamirChunks; ++c) out[c] = add(out[c], mul(weight, points[i]->y[c]));
+  }
+  return out;
+}
+
+// Every share has x >= 1, no x twice, and its values in the field.
+Status check_shares(const std::vector<ShamirShare>& shares) {
+  std::set<uint32_t> seen;
+  for (const ShamirShare& share : shares) {
+    if (share.x == 0 || !seen.insert(share.x).second) {
+      return invalid_argument("shares must have distinct x coordinates >= 1");
+    }
+    for (uint64_t y : share.y) {
+      if (y >= kP) return invalid_argument("a share holds a value outside the field");
+    }
+  }
+  return ok_status();
+}
+
+// The secret whose chunks are `values` (the polynomials at 0); kInvalidArgument when a value
+// is not a chunk (shares of different secrets or of another threshold).
+Result<Bytes32> secret_of(const std::array<uint64_t, kShamirChunks>& values) {
+  Bytes32 secret{};
+  for (size_t c = 0; c < kShamirChunks; ++c) {
+    const size_t first = c * kChunkBytes;
+    const size_t bytes = std::min(kChunkBytes, secret.size() - first);
+    if ((values[c] >> (8 * bytes)) != 0) {
+      return invalid_argument("the shares do not interpolate to a secret");
+    }
+    for (size_t b = 0; b < bytes; ++b) secret[first + b] = static_cast<uint8_t>(values[c] >> (8 * b));
+  }
+  return secret;
+}
+
+}  // namespace
+
 Result<Bytes32> shamir_combine(const std::vector<ShamirShare>& shares, uint32_t threshold) {
   if (threshold == 0 || shares.size() < threshold) {
     return invalid_argument("reconstruction needs " + std::to_string(threshold) + " shares, got " +
                             std::to_string(shares.size()));
   }
-  std::set<uint32_t> seen;
-  for (size_t i = 0; i < threshold; ++i) {
-    if (shares[i].x == 0 || !seen.insert(shares[i].x).second) {
-      return invalid_argument("shares must have distinct x coordinates >= 1");
-    }
-    for (uint64_t y : shares[i].y) {
-      if (y >= kP) return invalid_argument("a share holds a value outside the field");
+  const std::vector<ShamirShare> first(shares.begin(), shares.begin() + threshold);
+  FEDCASE_RETURN_IF_ERROR(check_shares(first));
+  std::vector<const ShamirShare*> points;
+  for (const ShamirShare& share : first) points.push_back(&share);
+  return secret_of(interpolate_at(points, 0));
+}
+
+Result<Recovered> shamir_recover(const std::vector<ShamirShare>& shares, uint32_t threshold,
+                                 const std::function<bool(const Bytes32&)>& accept,
+                                 size_t max_tries) {
+  if (threshold == 0 || shares.size() < threshold) {
+    return invalid_argument("reconstruction needs " + std::to_string(threshold) + " shares, got " +
+                            std::to_string(shares.size()));
+  }
+  FEDCASE_RETURN_IF_ERROR(check_shares(shares));
+  const size_t n = shares.size();
+  size_t tries = 0;
+  // Leave out e shares (e = 0, 1, ... up to n - threshold), each set of them in turn, and
+  // interpolate through the first `threshold` of the others: e wrong shares are outvoted once
+  // the set left out holds them all.
+  for (size_t e = 0; e + threshold <= n; ++e) {
+    std::vector<size_t> out(e);  // the indexes left out, increasing
+    for (size_t i = 0; i < e; ++i) out[i] = i;
+    while (true) {
+      if (tries++ == max_tries) {
+        return invalid_argument("no " + std::to_string(threshold) + " of the " +
+                                std::to_string(n) + " shares give the committed secret within " +
+                                std::to_string(max_tries) + " tries");
+      }
+      std::vector<const ShamirShare*> points;
+      for (size_t i = 0, k = 0; i < n && points.size() < threshold; ++i) {
+        if (k < e && out[k] == i) {
+          ++k;
+          continue;
+        }
+        points.push_back(&shares[i]);
+      }
+      Result<Bytes32> secret = secret_of(interpolate_at(points, 0));
+      if (secret.ok() && accept(*secret)) {
+        Recovered found{*secret, {}};
+        for (size_t i = 0; i < n; ++i) {
+          if (interpolate_at(points, shares[i].x) != shares[i].y) found.wrong.push_back(i);
+        }
+        return found;
+      }
+      // The next set of e indexes, in lexicographic order.
+      size_t k = e;
+      while (k > 0 && out[k - 1] == n - e + k - 1) --k;
+      if (k == 0) break;
+      ++out[k - 1];
+      for (size_t j = k; j < e; ++j) out[j] = out[j - 1] + 1;
     }
   }
-  // Lagrange weights at 0: l_i = prod_{j != i} x_j / (x_j - x_i).
-  std::vector<uint64_t> weights(threshold);
-  for (size_t i = 0; i < threshold; ++i) {
-    uint64_t num = 1, den = 1;
-    for (size_t j = 0; j < threshold; ++j) {
-      if (j == i) continue;
-      num = mul(num, shares[j].x);
-      den = mul(den, sub(shares[j].x, shares[i].x));
-    }
-    weights[i] = mul(num, inverse(den));
-  }
-  Bytes32 secret{};
-  for (size_t c = 0; c < kShamirChunks; ++c) {
-    uint64_t value = 0;
-    for (size_t i = 0; i < threshold; ++i) value = add(value, mul(weights[i], shares[i].y[c]));
-    const size_t first = c * kChunkBytes;
-    const size_t bytes = std::min(kChunkBytes, secret.size() - first);
-    if ((value >> (8 * bytes)) != 0) {
-      return invalid_argument("the shares do not interpolate to a secret");
-    }
-    for (size_t b = 0; b < bytes; ++b) secret[first + b] = static_cast<uint8_t>(value >> (8 * b));
-  }
-  return secret;
+  return invalid_argument("no " + std::to_string(threshold) + " of the " + std::to_string(n) +
+                          " shares give the committed secret");
 }
 
 std::string encode_share(const ShamirShare& share) {

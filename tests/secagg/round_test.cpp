@@ -13,6 +13,7 @@
 
 #include "secagg/partial.h"
 #include "secagg/quantize.h"
+#include "secagg/shamir.h"
 #include "tests/secagg/round_util.h"
 
 namespace fedcase::secagg {
@@ -276,6 +277,40 @@ TEST_CASE("dropouts after masked input: at the threshold the sum is everyone's, 
       CHECK(sum.status().message().find("5 shares arrived, the threshold is 6") !=
             std::string::npos);
     }
+  }
+}
+
+TEST_CASE("a survivor that answers wrong shares is outvoted and named; the sum is everyone's") {
+  for (size_t absent_count : {size_t(0), size_t(2)}) {
+    CAPTURE(absent_count);
+    TestRound round(complete_ten());
+    const Inputs in = make_inputs(round);
+    const ClientId liar = round.invitees()[1];
+    // The last ones drop out after their masked input... or before it, so that their mask
+    // keys are rebuilt from shares too.
+    const std::set<ClientId> absent(round.invitees().end() - absent_count, round.invitees().end());
+    round.advertise();
+    round.share();
+    round.mask(in.updates, in.weights);
+    REQUIRE(round.close_inputs());
+    size_t changed = 0;
+    round.unmask(absent, [&](ClientId c, protocol::SecAggUnmaskResponse& answer) {
+      if (c != liar) return;
+      for (auto* list : {&answer.seed_shares, &answer.key_shares}) {
+        for (protocol::SecAggShare& s : *list) {
+          Result<ShamirShare> share = decode_share(s.share);
+          REQUIRE(share.ok());
+          share->y[2] = (share->y[2] + 1) % kShamirPrime;  // in the field, off the polynomial
+          s.share = encode_share(*share);
+          ++changed;
+        }
+      }
+    });
+    REQUIRE(changed > 0);
+    Result<SecAggSum> sum = round.server().finish();
+    REQUIRE_MESSAGE(sum.ok(), sum.status().to_string());
+    check_sum(round, in, *sum, round.invitees());
+    CHECK(sum->wrong_shares == std::vector<ClientId>{liar});
   }
 }
 

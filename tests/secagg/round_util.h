@@ -161,7 +161,10 @@ class TestRound {
   // Closes the masked input stage; false (with the server failed) below the threshold.
   bool close_inputs() { return server_->close_masked_inputs().ok(); }
 
-  std::set<ClientId> unmask(const std::set<ClientId>& absent = {}) {
+  // `tamper` may change a client's answer before it is sent (a malicious survivor).
+  std::set<ClientId> unmask(
+      const std::set<ClientId>& absent = {},
+      const std::function<void(ClientId, protocol::SecAggUnmaskResponse&)>& tamper = {}) {
     std::set<ClientId> accepted;
     for (ClientId c : invitees_) {
       if (absent.count(c) != 0) continue;
@@ -170,6 +173,7 @@ class TestRound {
       Result<protocol::SecAggUnmaskResponse> r = client(c).unmask(over_the_wire(
           *request, protocol::write_secagg_unmask_request, protocol::read_secagg_unmask_request));
       REQUIRE_MESSAGE(r.ok(), r.status().to_string());
+      if (tamper) tamper(c, *r);
       if (server_
               ->receive_unmask_response(c, over_the_wire(*r, protocol::write_secagg_unmask_response,
                                                          protocol::read_secagg_unmask_response))

@@ -44,6 +44,39 @@ TEST_CASE("any t of n shares rebuild the secret; t - 1 do not") {
   }
 }
 
+TEST_CASE("wrong shares among more than t are outvoted by the commitment and named") {
+  std::mt19937_64 rng(11);
+  Bytes32 secret{};
+  for (auto& b : secret) b = uint8_t(rng());
+  std::vector<uint32_t> xs(9);
+  std::iota(xs.begin(), xs.end(), 1);
+  Result<std::vector<ShamirShare>> split = shamir_split(secret, 6, xs);
+  REQUIRE(split.ok());
+  std::vector<ShamirShare> shares = *split;
+  shares[0].y[1] = (shares[0].y[1] + 5) % kShamirPrime;  // the first: shamir_combine uses it
+  shares[4].y[4] = (shares[4].y[4] + 1) % kShamirPrime;
+  auto is_secret = [&](const Bytes32& s) { return s == secret; };
+  CHECK((!shamir_combine(shares, 6).ok() || *shamir_combine(shares, 6) != secret));
+  Result<Recovered> found = shamir_recover(shares, 6, is_secret);
+  REQUIRE_MESSAGE(found.ok(), found.status().to_string());
+  CHECK(found->secret == secret);
+  CHECK(found->wrong == std::vector<size_t>{0, 4});
+  // Four wrong of nine leave five right ones, below t = 6: nothing matches.
+  shares[6].y[0] = (shares[6].y[0] + 1) % kShamirPrime;
+  shares[8].y[0] = (shares[8].y[0] + 1) % kShamirPrime;
+  CHECK(shamir_recover(shares, 6, is_secret).status().code() == Code::kInvalidArgument);
+  // A bound on the tries is kept.
+  CHECK(shamir_recover(shares, 6, is_secret, 3).status().message().find("within 3 tries") !=
+        std::string::npos);
+  // Too few shares, or a repeated x, are refused as by shamir_combine.
+  CHECK(shamir_recover({shares[1], shares[2]}, 6, is_secret).status().code() ==
+        Code::kInvalidArgument);
+  CHECK(shamir_recover({shares[1], shares[1], shares[2], shares[3], shares[5], shares[7]}, 6,
+                       is_secret)
+            .status()
+            .code() == Code::kInvalidArgument);
+}
+
 TEST_CASE("shares travel as 44 bytes and bad ones are refused") {
   Bytes32 secret{};
   secret.fill(7);

@@ -462,6 +462,7 @@ Result<secagg::SecAggSum> SecureRound::finish(double now) {
     return conflict(failure_);
   }
   stage_ = Stage::kDone;
+  wrong_shares_ = sum->wrong_shares;
   return sum;
 }
 
@@ -493,6 +494,7 @@ json SecureRound::summary() const {
                      {"masked_input", missing(sharers_, inputs_)},
                      {"unmask", missing(survivors_, answered_)}};
   out["unmasked_dropped"] = dropped_;
+  out["wrong_shares"] = wrong_shares_;
   out["stage_seconds"] = stage_seconds_;
   if (!failure_.empty()) {
     out["failed_in"] = failed_in_;

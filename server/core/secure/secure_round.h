@@ -236,6 +236,8 @@ class SecureRound : public SecureStages {
   std::set<ClientId> sharers_ FEDCASE_GUARDED_BY(mu_);
   std::set<ClientId> survivors_ FEDCASE_GUARDED_BY(mu_);
   std::vector<ClientId> dropped_ FEDCASE_GUARDED_BY(mu_);  // shared, sent no input (unmasked)
+  // Survivors whose unmask answers held wrong shares (outvoted at the unmasking).
+  std::vector<ClientId> wrong_shares_ FEDCASE_GUARDED_BY(mu_);
   // Each client's message of the stage reached: the graph and key list, the forwarded
   // shares, the unmask request (JSON text).
   std::map<ClientId, std::string> keys_replies_ FEDCASE_GUARDED_BY(mu_);
