@@ -4,7 +4,7 @@
 # Prints one line per committed round and, last, a JSON summary of the model the job finished
 # with (the first committed model that reached the target accuracy).
 #
-#   scripts/demo.sh [--runs N] [--secure-aggregation] [--cluster N] [build-dir]
+#   scripts/demo.sh [--runs N] [--secure-aggregation] [--cluster N] [--picture FILE] [build-dir]
 #                   (env: DEMO_CLIENTS, DEMO_ALPHA, DEMO_MAX_SECONDS)
 #
 # With --cluster N the job runs on N coordinator replicas on a private PostgreSQL behind
@@ -16,12 +16,17 @@
 # in the clear) and the fleet takes part only in securely aggregated jobs
 # (fedcase-client --secure-aggregation).
 #
+# With --picture FILE, once the job ended, headless Chromium signs in to the dashboard and
+# writes a PNG of the job's page to FILE (build-dir/tests/integration/dashboard_picture; the
+# README's picture is docs/images/dashboard-job.png).
+#
 # With --runs N the job runs N times (each on a fresh database); each run prints its summary
 # with where a round's seconds went, and the last line is one JSON object with the medians over
 # the runs (the demo benchmark). Exit status 0 when every run reached the target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=0
+picture=""
 secure=0
 replicas=0
 build=build
@@ -30,7 +35,8 @@ while [ $# -gt 0 ]; do
     --runs) runs=${2:?--runs needs a number}; shift 2 ;;
     --secure-aggregation) secure=1; shift ;;
     --cluster) replicas=${2:?--cluster needs a number of replicas}; shift 2 ;;
-    -h|--help) sed -n 2,22p "$0"; exit 0 ;;
+    --picture) picture=${2:?--picture needs a file}; shift 2 ;;
+    -h|--help) sed -n 2,26p "$0"; exit 0 ;;
     *) build=$1; shift ;;
   esac
 done
@@ -134,6 +140,9 @@ run_once() {
     sleep 0.5
   done
   detail=$(admin "$base/v1/admin/jobs/$job")
+  if [ -n "$picture" ]; then
+    "$build/tests/integration/dashboard_picture" "$base/dashboard/" "$admin_token" "$job" "$picture"
+  fi
   cleanup
   echo "$detail" > "$dir/detail.json"
   # The result is the first committed model that reached the target; without one, the last

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "common/log.h"
 #include "protocol/error_reply.h"
 #include "protocol/secagg.h"
+#include "server/api/byte_range.h"
 #include "server/api/client_query.h"
 #include "server/api/dashboard.h"
 #include "server/api/views.h"
@@ -196,26 +198,58 @@ Result<JobSubmission> parse_job_submission(const Request& req) {
   return JobSubmission{std::move(parsed).value(), model};
 }
 
-// An immutable body shared by every download (a model, a module), or 304 when the caller's
-// If-None-Match names its ETag "<checksum>".
+// The value of header `field` of `req`, or nullopt.
+std::optional<std::string_view> header_value(const Request& req, http::field field) {
+  auto it = req.find(field);
+  if (it == req.end()) return std::nullopt;
+  return std::string_view(it->value().data(), it->value().size());
+}
+
+// An immutable body shared by every download (a model, a module), with its checksum as a
+// strong ETag "<checksum>": 304 when the caller's If-None-Match names it; one byte range of it
+// (206) when the caller asks with Range, and with If-Range naming the ETag when it gives one
+// (a resumed download of the same bytes); 416 for a range past its end.
 Reply immutable_reply(const Request& req, const std::string& checksum,
                       std::shared_ptr<const std::string> body) {
   const std::string etag = "\"" + checksum + "\"";
-  auto inm = req.find(http::field::if_none_match);
-  if (inm != req.end() && std::string_view(inm->value().data(), inm->value().size()) == etag) {
+  if (header_value(req, http::field::if_none_match) == std::optional<std::string_view>(etag)) {
     Response res{http::status::not_modified, req.version()};
     res.set(http::field::etag, etag);
     res.keep_alive(req.keep_alive());
     res.prepare_payload();
     return answer(std::move(res));
   }
-  Response res{http::status::ok, req.version()};
+  const std::optional<std::string_view> if_range = header_value(req, http::field::if_range);
+  const RangeAsked asked =
+      !if_range || *if_range == etag
+          ? read_range(header_value(req, http::field::range), body->size())
+          : RangeAsked();
+  const std::string size = std::to_string(body->size());
+  if (asked.kind == RangeAsked::Kind::kUnsatisfiable) {
+    Response res = error_response(
+        {Code::kInvalidArgument, "the range starts past the body's " + size + " bytes"},
+        req.version(), req.keep_alive());
+    res.result(http::status::range_not_satisfiable);
+    res.set(http::field::content_range, "bytes */" + size);
+    return answer(std::move(res));
+  }
+  const bool ranged = asked.kind == RangeAsked::Kind::kRange;
+  Response res{ranged ? http::status::partial_content : http::status::ok, req.version()};
   res.set(http::field::content_type, "application/octet-stream");
   res.set(http::field::etag, etag);
+  res.set(http::field::accept_ranges, "bytes");
   res.set(http::field::cache_control, "public, max-age=31536000, immutable");
+  if (ranged) {
+    res.set(http::field::content_range, "bytes " + std::to_string(asked.range.first) + "-" +
+                                            std::to_string(asked.range.last) + "/" + size);
+  }
   res.keep_alive(req.keep_alive());
   Reply reply = answer(std::move(res));
   reply.shared_body = std::move(body);
+  if (ranged) {
+    reply.shared_offset = asked.range.first;
+    reply.shared_length = asked.range.length();
+  }
   return reply;
 }
 

@@ -27,8 +27,11 @@ using Response = http::response<http::string_body>;
 struct Reply {
   Response response;
   // When set, the body sent with `response`'s header instead of its own: an immutable blob
-  // (a model) that every download shares, so a thousand downloads hold one copy.
+  // (a model) that every download shares, so a thousand downloads hold one copy; only its
+  // bytes [shared_offset, shared_offset + shared_length) go out (a range of it).
   std::shared_ptr<const std::string> shared_body;
+  size_t shared_offset = 0;
+  size_t shared_length = SIZE_MAX;
   std::function<std::optional<Response>()> poll;
   double wait_s = 0;
   // watch(wake) arranges one call of `wake` when poll() may have an answer (from another

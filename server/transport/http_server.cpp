@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <boost/asio/execution.hpp>
@@ -400,7 +401,10 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
     request_.reset();  // the body is no longer needed
     parser_.reset();
     release_body_slot();
-    if (reply.shared_body) return send_shared(std::move(reply.response), reply.shared_body);
+    if (reply.shared_body) {
+      return send_shared(std::move(reply.response), reply.shared_body, reply.shared_offset,
+                         reply.shared_length);
+    }
     if (!reply.poll) return send(std::move(reply.response));
     // A long poll: answered when the coordinator wakes it with a task, or empty at the end of
     // its wait (or at once when the server drains). Nothing runs in between.
@@ -461,11 +465,15 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
   }
 
   // `header`'s response with `body` as its body, written from the shared blob without a copy.
-  void send_shared(Response header, std::shared_ptr<const std::string> body) {
+  // Sends bytes [offset, offset + length) of `body` (clamped to it) after `header`.
+  void send_shared(Response header, std::shared_ptr<const std::string> body, size_t offset,
+                   size_t length) {
     using SpanResponse = http::response<http::span_body<const char>>;
     if (draining_) header.keep_alive(false);
-    auto res = std::make_shared<SpanResponse>(std::move(header.base()),
-                                              beast::span<const char>(body->data(), body->size()));
+    offset = std::min(offset, body->size());
+    length = std::min(length, body->size() - offset);
+    auto res = std::make_shared<SpanResponse>(
+        std::move(header.base()), beast::span<const char>(body->data() + offset, length));
     res->prepare_payload();
     write(std::move(res), std::move(body));
   }

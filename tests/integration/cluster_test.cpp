@@ -249,8 +249,21 @@ TEST_CASE("a secure job trains through HAProxy: every replica relays stages and 
     REQUIRE(updates.ok());
     for (const auto& u : *updates) admitting.insert(u.replica);
     if (r.state != RoundState::kCommitted) {
-      // Reported, not asserted: a round can still lose clients here (docs/scaling.md).
+      // Reported, not asserted: a round can still lose clients here (docs/scaling.md). What
+      // each replica logged about it, and its warnings, say why.
       MESSAGE("round " << r.index << " failed: " << r.metrics.dump());
+      for (const auto& [name, process] : cluster.replicas) {
+        std::ifstream log(dir.file(name + ".log"));
+        std::string line, lines;
+        const std::string round = "round " + std::to_string(r.index);
+        while (std::getline(log, line)) {
+          if (line.find(round) != std::string::npos || line.find(" WARN ") != std::string::npos ||
+              line.find(" ERROR ") != std::string::npos) {
+            lines += line + "\n";
+          }
+        }
+        MESSAGE(name << "'s log about it:\n" << lines);
+      }
       continue;
     }
     commits += 1;

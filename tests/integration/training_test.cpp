@@ -73,6 +73,30 @@ TEST_CASE("5 SDK clients complete 3 rounds and the global model's accuracy rises
   Reply again = reader.call("GET", "/v1/jobs/1/models/3", "",
                             {{"If-None-Match", model.response.header("etag")}});
   CHECK(again.status == 304);
+  // A download cut off resumes where it stopped: the rest of the same bytes (206), the whole
+  // model again when If-Range names another version's ETag, 416 past the end.
+  const std::string& bytes = model.raw;
+  CHECK(model.response.header("accept-ranges") == "bytes");
+  const std::string from = std::to_string(bytes.size() / 3);
+  Reply rest = reader.call("GET", "/v1/jobs/1/models/3", "",
+                           {{"Range", "bytes=" + from + "-"},
+                            {"If-Range", model.response.header("etag")}});
+  CHECK(rest.status == 206);
+  CHECK(rest.response.header("content-range") ==
+        "bytes " + from + "-" + std::to_string(bytes.size() - 1) + "/" +
+            std::to_string(bytes.size()));
+  CHECK(rest.raw == bytes.substr(bytes.size() / 3));
+  Reply middle = reader.call("GET", "/v1/jobs/1/models/3", "", {{"Range", "bytes=10-19"}});
+  CHECK(middle.status == 206);
+  CHECK(middle.raw == bytes.substr(10, 10));
+  Reply changed = reader.call("GET", "/v1/jobs/1/models/3", "",
+                              {{"Range", "bytes=" + from + "-"}, {"If-Range", "\"other\""}});
+  CHECK(changed.status == 200);
+  CHECK(changed.raw == bytes);
+  Reply past = reader.call("GET", "/v1/jobs/1/models/3", "",
+                           {{"Range", "bytes=" + std::to_string(bytes.size()) + "-"}});
+  CHECK(past.status == 416);
+  CHECK(past.response.header("content-range") == "bytes */" + std::to_string(bytes.size()));
 
   Reply clients = admin.get("/v1/admin/clients");
   REQUIRE(clients.status == 200);
