@@ -103,4 +103,8 @@ uint64_t Fleet::failovers() const {
   return sum([](const SessionStats& s) { return s.failovers.load(); });
 }
 
+uint64_t Fleet::download_resumes() const {
+  return sum([](const SessionStats& s) { return s.download_resumes.load(); });
+}
+
 }  // namespace fedcase::client

@@ -53,6 +53,7 @@ class Fleet {
   uint64_t updates_accepted() const;
   uint64_t updates_skipped() const;
   uint64_t failovers() const;
+  uint64_t download_resumes() const;
 
  private:
   Fleet() = default;

@@ -182,10 +182,29 @@ HttpClient::HttpClient(ConnectionOptions options) : impl_(std::make_unique<Impl>
 
 HttpClient::~HttpClient() = default;
 
+namespace {
+
+// What `parser` read: the status, the headers (lower-case names) and the body.
+HttpResponse response_of(http::response_parser<http::string_body>& parser) {
+  auto& res = parser.get();
+  HttpResponse out;
+  out.status = static_cast<int>(res.result_int());
+  out.body = std::move(res.body());
+  for (const auto& field : res) {
+    std::string name(field.name_string());
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
+    out.headers[name] = std::string(field.value());
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<HttpResponse> HttpClient::request(const std::string& method, const std::string& target,
                                          const std::string& body,
                                          const std::map<std::string, std::string>& headers,
-                                         double timeout_s) {
+                                         double timeout_s, bool keep_partial) {
   Impl& s = *impl_;
   if (!s.tls.ok()) return s.tls.status();
   Request req{http::string_to_verb(method), target, 11};
@@ -204,21 +223,18 @@ Result<HttpResponse> HttpClient::request(const std::string& method, const std::s
     auto ec = s.exchange(req, parser, timeout_s);
     if (ec) {
       s.disconnect();
+      if (keep_partial && parser.is_header_done()) {
+        HttpResponse partial = response_of(parser);
+        partial.cut = true;
+        return partial;
+      }
       if (reused && ec != net::error::timed_out) continue;
       return unavailable("request " + method + " " + target + " failed: " + ec.message() +
                          (s.options.tls() ? tls_hint(ec) : ""));
     }
-    auto& res = parser.get();
-    HttpResponse out;
-    out.status = static_cast<int>(res.result_int());
-    out.body = std::move(res.body());
-    for (const auto& field : res) {
-      std::string name(field.name_string());
-      std::transform(name.begin(), name.end(), name.begin(),
-                     [](unsigned char c) { return std::tolower(c); });
-      out.headers[name] = std::string(field.value());
-    }
-    if (!res.keep_alive()) s.disconnect();
+    const bool keep_alive = parser.get().keep_alive();
+    HttpResponse out = response_of(parser);
+    if (!keep_alive) s.disconnect();
     return out;
   }
   return unavailable("request " + method + " " + target + " failed");

@@ -36,6 +36,9 @@ struct HttpResponse {
   int status = 0;
   std::string body;
   std::map<std::string, std::string> headers;  // lower-case names
+  // The body stopped before its end (the connection dropped, or the timeout passed, after the
+  // header): `body` holds what arrived. Only with request(..., keep_partial).
+  bool cut = false;
   std::string header(const std::string& name) const;
 };
 
@@ -48,10 +51,13 @@ class HttpClient {
   // Sends one request and reads the whole response. kUnavailable when the coordinator cannot
   // be reached, the connection or the TLS handshake fails (the message says why: refused,
   // certificate not trusted, wrong host name, not a TLS port), or `timeout_s` passes; any HTTP
-  // status is a successful call (the caller interprets it).
+  // status is a successful call (the caller interprets it). With `keep_partial`, a response
+  // whose body is cut off after its header is returned with what arrived (`cut`), so that a
+  // download can resume from there.
   Result<HttpResponse> request(const std::string& method, const std::string& target,
                                const std::string& body,
-                               const std::map<std::string, std::string>& headers, double timeout_s);
+                               const std::map<std::string, std::string>& headers, double timeout_s,
+                               bool keep_partial = false);
 
  private:
   struct Impl;

@@ -31,6 +31,8 @@ using Clock = std::chrono::steady_clock;
 // replica catching up with the store, an upload whose round's last places are held by uploads
 // being checked, a buffer between two versions.
 constexpr int kBusyRetries = 4;
+// How many times a download cut off is resumed before the SDK gives it up (Session::download).
+constexpr int kDownloadResumes = 8;
 // What the session tells the coordinator it is, besides its protocol version.
 constexpr const char* kSdkVersion = "fedcase-sdk/1";
 
@@ -116,28 +118,71 @@ struct Session::Impl {
   // versions) is asked again after its Retry-After, a few times, before it is returned.
   Result<HttpResponse> call(const std::string& method, const std::string& target,
                             const std::string& body, std::map<std::string, std::string> headers,
-                            double timeout_s) {
+                            double timeout_s, bool keep_partial = false) {
     headers["Authorization"] = "Bearer " + (token.empty() ? config.enrollment_token : token);
-    Result<HttpResponse> r = reach(method, target, body, headers, timeout_s);
+    Result<HttpResponse> r = reach(method, target, body, headers, timeout_s, keep_partial);
     for (int again = 0; again < kBusyRetries && r.ok() && r->status == 503; ++again) {
       const double wait_s = std::clamp(std::atof(r->header("retry-after").c_str()), 0.1, 2.0);
       std::this_thread::sleep_for(std::chrono::duration<double>(wait_s));
-      r = reach(method, target, body, headers, timeout_s);
+      r = reach(method, target, body, headers, timeout_s, keep_partial);
     }
     return r;
   }
 
+  // GETs an immutable body (a model, a module) whose ETag is "<checksum>", resuming where a
+  // dropped connection cut it off (Range from the bytes that arrived, If-Range with the ETag)
+  // up to kDownloadResumes times; then the whole body as one 200 answer. Other answers (304,
+  // 403, ...) are returned as they came.
+  Result<HttpResponse> download(const std::string& url, const std::string& checksum,
+                                std::map<std::string, std::string> headers) {
+    const std::string etag = "\"" + checksum + "\"";
+    std::string received;
+    for (int resume = 0;; ++resume) {
+      if (!received.empty()) {
+        headers["Range"] = "bytes=" + std::to_string(received.size()) + "-";
+        headers["If-Range"] = etag;
+      }
+      auto r = call("GET", url, "", headers, config.request_timeout_s, /*keep_partial=*/true);
+      if (!r.ok()) return r.status();
+      const bool rest = r->status == 206 && !received.empty() &&
+                        r->header("content-range").rfind(
+                            "bytes " + std::to_string(received.size()) + "-", 0) == 0;
+      if (rest) {
+        received += r->body;
+      } else if (r->status == 200) {
+        received = std::move(r->body);  // the whole body (again)
+      } else {
+        return r;
+      }
+      if (!r->cut) {
+        HttpResponse whole = std::move(r).value();
+        whole.status = 200;
+        whole.body = std::move(received);
+        return whole;
+      }
+      if (resume == kDownloadResumes) {
+        return unavailable("the download of " + url + " was cut off " +
+                           std::to_string(resume + 1) + " times");
+      }
+      stats.download_resumes++;
+      log(LogLevel::kDebug, "the download of " + url + " was cut off at byte " +
+                                std::to_string(received.size()) + ": resuming");
+    }
+  }
+
   Result<HttpResponse> reach(const std::string& method, const std::string& target,
                              const std::string& body,
-                             const std::map<std::string, std::string>& headers, double timeout_s) {
-    Result<HttpResponse> r = http[current]->request(method, target, body, headers, timeout_s);
+                             const std::map<std::string, std::string>& headers, double timeout_s,
+                             bool keep_partial) {
+    Result<HttpResponse> r =
+        http[current]->request(method, target, body, headers, timeout_s, keep_partial);
     for (size_t tried = 1;
          !r.ok() && r.status().code() == Code::kUnavailable && tried < http.size(); ++tried) {
       current = (current + 1) % http.size();
       stats.failovers++;
       log(LogLevel::kDebug, "coordinator unreachable (" + r.status().message() +
                                 "): trying replica " + std::to_string(current));
-      r = http[current]->request(method, target, body, headers, timeout_s);
+      r = http[current]->request(method, target, body, headers, timeout_s, keep_partial);
     }
     return r;
   }
@@ -184,7 +229,7 @@ struct Session::Impl {
     if (cached && cached->version == version && cached->checksum == checksum) return ok_status();
     std::map<std::string, std::string> headers;
     if (cached && cached->checksum == checksum) headers["If-None-Match"] = "\"" + checksum + "\"";
-    auto r = call("GET", task.model_url, "", headers, config.request_timeout_s);
+    auto r = download(task.model_url, checksum, headers);
     if (!r.ok()) return r.status();
     if (r->status != 200) return unavailable("model download refused: " + error_text(*r));
     auto blob = decode_blob(r->body, r->body.size());
@@ -200,7 +245,7 @@ struct Session::Impl {
     const std::string& checksum = task.module_checksum;
     if (checksum.empty()) return invalid_argument("a torchscript task names no module");
     if (module && module->checksum == checksum) return ok_status();
-    auto r = call("GET", task.module_url, "", {}, config.request_timeout_s);
+    auto r = download(task.module_url, checksum, {});
     if (!r.ok()) return r.status();
     if (r->status != 200) return unavailable("module download refused: " + error_text(*r));
     if (sha256_hex(r->body) != checksum) return unavailable("module checksum mismatch");

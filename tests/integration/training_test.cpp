@@ -4,6 +4,7 @@
 
 #include "client_sdk/fleet.h"
 #include "tests/support/coordinator_harness.h"
+#include "tests/support/cutting_proxy.h"
 
 using namespace fedcase;
 using namespace fedcase::testing;
@@ -230,4 +231,39 @@ TEST_CASE("an SDK fleet trains an asynchronous job to its target") {
   CHECK(detail["result"]["test_accuracy"].get<double>() >= 0.65);
   const std::string metrics = admin.get("/metrics").raw;
   CHECK(metrics.find("fedcase_update_staleness_count") != std::string::npos);
+}
+
+TEST_CASE("downloads cut off by a flaky link resume at their byte, and the rounds go on") {
+  TempDir dir;
+  auto service = start_coordinator(dir);
+  // The first three answers that pass 100 KB (the MLP's model is about 400 KB) are cut there.
+  CuttingProxy flaky(service->port(), 100 * 1024, 3);
+  Caller admin(service->port(), kAdminToken);
+  json job_config = {{"name", "flaky"},
+                     {"model", "mlp"},
+                     {"rounds", 2},
+                     {"clients_per_round", 3},
+                     {"selection", {{"overcommit", 1.0}}},
+                     {"training",
+                      {{"sample_budget", 200},
+                       {"lr", 0.05},
+                       {"deadline", {{"mode", "fixed"}, {"seconds", 120}}}}}};
+  Reply created = admin.post("/v1/admin/jobs", job_config);
+  REQUIRE(created.status == 201);
+  ml::Dataset slice = ml::head(fmnist_train(), 1200);
+  auto fleet = client::Fleet::start(test_fleet(flaky.port(), 3, slice));
+  REQUIRE(fleet.ok());
+  json detail;
+  const bool finished = wait_until(
+      [&] {
+        detail = admin.get("/v1/admin/jobs/1").body;
+        return detail.value("state", "") == "finished";
+      },
+      120);
+  (*fleet)->stop();
+  REQUIRE_MESSAGE(finished, detail.dump());
+  CHECK(committed_rounds(detail).size() == 2);
+  CHECK(flaky.cuts_made() == 3);
+  CHECK((*fleet)->download_resumes() == 3);  // each cut download resumed, none started over
+  CHECK((*fleet)->updates_accepted() == 6);
 }
