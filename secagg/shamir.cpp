@@ -129,24 +129,14 @@ Result<Bytes32> secret_of(const std::array<uint64_t, kShamirChunks>& values) {
     if ((values[c] >> (8 * bytes)) != 0) {
       return invalid_argument("the shares do not interpolate to a secret");
     }
-    for (size_t b = 0; b < bytes; ++b) secret[first + b] = static_cast<uint8_t>(values[c] >> (8 * b));
+    for (size_t b = 0; b < bytes; ++b) {
+      secret[first + b] = static_cast<uint8_t>(values[c] >> (8 * b));
+    }
   }
   return secret;
 }
 
 }  // namespace
-
-Result<Bytes32> shamir_combine(const std::vector<ShamirShare>& shares, uint32_t threshold) {
-  if (threshold == 0 || shares.size() < threshold) {
-    return invalid_argument("reconstruction needs " + std::to_string(threshold) + " shares, got " +
-                            std::to_string(shares.size()));
-  }
-  const std::vector<ShamirShare> first(shares.begin(), shares.begin() + threshold);
-  FEDCASE_RETURN_IF_ERROR(check_shares(first));
-  std::vector<const ShamirShare*> points;
-  for (const ShamirShare& share : first) points.push_back(&share);
-  return secret_of(interpolate_at(points, 0));
-}
 
 Result<Recovered> shamir_recover(const std::vector<ShamirShare>& shares, uint32_t threshold,
                                  const std::function<bool(const Bytes32&)>& accept,

@@ -38,11 +38,6 @@ struct ShamirShare {
 Result<std::vector<ShamirShare>> shamir_split(const Bytes32& secret, uint32_t threshold,
                                               const std::vector<uint32_t>& xs);
 
-// The secret from `threshold` of `shares` (the first ones; shamir_recover tries others). kInvalidArgument with fewer than
-// `threshold` shares, repeated or zero x, a y outside the field, or an interpolation that is
-// not a valid chunk (shares of different secrets or of another threshold).
-Result<Bytes32> shamir_combine(const std::vector<ShamirShare>& shares, uint32_t threshold);
-
 // What shamir_recover found: the secret, and the indexes (into the shares given) of the shares
 // that do not lie on its polynomials, increasing.
 struct Recovered {
@@ -53,8 +48,10 @@ struct Recovered {
 // them: the first ones, else the first `threshold` of the others once each set of 1, 2, ...
 // shares is left out in turn, at most `max_tries` interpolations in all. So wrong shares
 // among more than `threshold` cannot fail the reconstruction while enough right ones
-// arrived, and they are named. kInvalidArgument for the input errors of shamir_combine, or
-// when no set tried gives a secret `accept` takes.
+// arrived, and they are named. kInvalidArgument for fewer than `threshold` shares, a repeated
+// or zero x, a y outside the field, or when no set tried gives a secret `accept` takes (an
+// interpolation that is not a valid chunk never is: shares of different secrets or of another
+// threshold). With an `accept` that takes any secret, the first `threshold` shares decide.
 Result<Recovered> shamir_recover(const std::vector<ShamirShare>& shares, uint32_t threshold,
                                  const std::function<bool(const Bytes32&)>& accept,
                                  size_t max_tries = 4096);

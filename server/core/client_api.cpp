@@ -136,7 +136,7 @@ Result<ModelDownload> Coordinator::model(JobId job_id, uint64_t version, Scope s
     const Status participant = check_participant(**job, status, client, version);
     if (!participant.ok()) {
       // A task on the newest model (or a newer one) may be of a round not followed here yet.
-      behind = version >= m->version && s.may_be_behind(status, status.read_round + 1);
+      behind = version >= m->version && s.reading_pending(status);
       return participant;
     }
     if (m->version != version) return ModelDownload{};  // an older one: from the store

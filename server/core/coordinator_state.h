@@ -46,8 +46,12 @@ struct Coordinator::State {
   // request is answered from what is here. A single coordinator and an owner hold every round
   // of their jobs: never.
   bool may_be_behind(const JobStatus& status, RoundIndex asked) const {
-    return replication->shared() && !status.owned && asked > status.read_round &&
-           status.read_wakes != replication->wakes();
+    return asked > status.read_round && reading_pending(status);
+  }
+  // Whether, on a replica that does not own the job, a wake-up came since it last read the
+  // job's rounds: the store may hold one it has not followed yet.
+  bool reading_pending(const JobStatus& status) const {
+    return replication->shared() && !status.owned && status.read_wakes != replication->wakes();
   }
   // The one answer to such a request (`what` names what it is about): the replica reads the
   // store at once (catch_up) and the client is told to retry (kUnavailable, 503 with

@@ -11,6 +11,13 @@
 namespace fedcase::secagg {
 namespace {
 
+// The secret of the first `threshold` of `shares`: shamir_recover taking any secret.
+Result<Bytes32> first_secret(const std::vector<ShamirShare>& shares, uint32_t threshold) {
+  Result<Recovered> found = shamir_recover(shares, threshold, [](const Bytes32&) { return true; });
+  if (!found.ok()) return found.status();
+  return found->secret;
+}
+
 TEST_CASE("any t of n shares rebuild the secret; t - 1 do not") {
   std::mt19937_64 rng(5);
   for (auto [threshold, shares_count] :
@@ -30,14 +37,14 @@ TEST_CASE("any t of n shares rebuild the secret; t - 1 do not") {
       std::vector<ShamirShare> subset = *shares;
       std::shuffle(subset.begin(), subset.end(), rng);
       subset.resize(t);
-      Result<Bytes32> back = shamir_combine(subset, t);
+      Result<Bytes32> back = first_secret(subset, t);
       REQUIRE(back.ok());
       CHECK(*back == secret);
       if (t > 1) {
         subset.pop_back();
         // Below the threshold: refused, and interpolating as if t - 1 sufficed gives garbage.
-        CHECK(shamir_combine(subset, t).status().code() == Code::kInvalidArgument);
-        Result<Bytes32> wrong = shamir_combine(subset, t - 1);
+        CHECK(first_secret(subset, t).status().code() == Code::kInvalidArgument);
+        Result<Bytes32> wrong = first_secret(subset, t - 1);
         CHECK((!wrong.ok() || *wrong != secret));
       }
     }
@@ -53,10 +60,10 @@ TEST_CASE("wrong shares among more than t are outvoted by the commitment and nam
   Result<std::vector<ShamirShare>> split = shamir_split(secret, 6, xs);
   REQUIRE(split.ok());
   std::vector<ShamirShare> shares = *split;
-  shares[0].y[1] = (shares[0].y[1] + 5) % kShamirPrime;  // the first: shamir_combine uses it
+  shares[0].y[1] = (shares[0].y[1] + 5) % kShamirPrime;  // the first: first_secret uses it
   shares[4].y[4] = (shares[4].y[4] + 1) % kShamirPrime;
   auto is_secret = [&](const Bytes32& s) { return s == secret; };
-  CHECK((!shamir_combine(shares, 6).ok() || *shamir_combine(shares, 6) != secret));
+  CHECK((!first_secret(shares, 6).ok() || *first_secret(shares, 6) != secret));
   Result<Recovered> found = shamir_recover(shares, 6, is_secret);
   REQUIRE_MESSAGE(found.ok(), found.status().to_string());
   CHECK(found->secret == secret);
@@ -68,7 +75,7 @@ TEST_CASE("wrong shares among more than t are outvoted by the commitment and nam
   // A bound on the tries is kept.
   CHECK(shamir_recover(shares, 6, is_secret, 3).status().message().find("within 3 tries") !=
         std::string::npos);
-  // Too few shares, or a repeated x, are refused as by shamir_combine.
+  // Too few shares, or a repeated x, are refused as by first_secret.
   CHECK(shamir_recover({shares[1], shares[2]}, 6, is_secret).status().code() ==
         Code::kInvalidArgument);
   CHECK(shamir_recover({shares[1], shares[1], shares[2], shares[3], shares[5], shares[7]}, 6,
@@ -95,10 +102,10 @@ TEST_CASE("shares travel as 44 bytes and bad ones are refused") {
   CHECK_FALSE(decode_share(std::string(kShareBytes, '\xff')).ok());  // y >= p
   // Repeated x coordinates or a tampered y.
   std::vector<ShamirShare> twice = {(*shares)[0], (*shares)[0]};
-  CHECK_FALSE(shamir_combine(twice, 2).ok());
+  CHECK_FALSE(first_secret(twice, 2).ok());
   std::vector<ShamirShare> tampered = {(*shares)[0], (*shares)[1]};
   tampered[1].y[2] ^= 1;
-  Result<Bytes32> bad = shamir_combine(tampered, 2);
+  Result<Bytes32> bad = first_secret(tampered, 2);
   CHECK((!bad.ok() || *bad != secret));
   CHECK_FALSE(shamir_split(secret, 0, {1, 2}).ok());
   CHECK_FALSE(shamir_split(secret, 3, {1, 2}).ok());

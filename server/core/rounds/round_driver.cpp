@@ -200,9 +200,7 @@ RoundDriver::Observations RoundDriver::observe(double now) {
     } else if (follower(w.phase) || (!w.owned && w.active && w.phase == Phase::kIdle)) {
       auto followed = replication_.followed(id, now);
       if (!followed.ok()) continue;  // unknown: no follower's event fires
-      seen[id].followed_read = true;
-      seen[id].followed = std::move(followed->round);
-      seen[id].followed_wakes = followed->wakes;
+      seen[id].followed = std::move(followed).value();
       if (follower(w.phase)) relay_stage_messages(*w.job, /*owned=*/false);
     }
   }
@@ -216,13 +214,15 @@ std::vector<RoundDriver::Task> RoundDriver::decide(const Observations& seen, dou
   jobs_.update_each([&](JobEntry& job, JobStatus& status) {
     auto found = seen.find(job.id);
     const Seen* s = found == seen.end() ? nullptr : &found->second;
-    const std::optional<storage::RoundRecord>* latest = s && s->followed_read ? &s->followed : nullptr;
-    if (latest && !(*latest && (*latest)->state == RoundState::kOpen && (*latest)->admitting)) {
+    const RoundReplication::Followed* read = s && s->followed ? &*s->followed : nullptr;
+    const bool admitting =
+        read && read->round && read->round->state == RoundState::kOpen && read->round->admitting;
+    if (read && !admitting) {
       // The owner's newest round (if any) admits nothing: a request about it, or about a
       // later one that came before this reading, is answered from what is here. (A round
       // that admits is followed here: follow() notes it.)
-      if (*latest) status.read_round = std::max(status.read_round, (*latest)->index);
-      status.read_wakes = s->followed_wakes;
+      if (read->round) status.read_round = std::max(status.read_round, read->round->index);
+      status.read_wakes = read->wakes;
     }
     for (int i = 0; i < kMaxSteps; ++i) {
       const rounds::Facts facts = facts_of(job, status, s, clients_free, now);
@@ -233,10 +233,7 @@ std::vector<RoundDriver::Task> RoundDriver::decide(const Observations& seen, dou
       Task task;
       task.job = &job;
       task.action = step->action;
-      if (step->action == Action::kFollow && s) {
-        task.followed = s->followed;
-        task.followed_wakes = s->followed_wakes;
-      }
+      if (step->action == Action::kFollow && s) task.followed = s->followed;
       if (!apply(job, status, *step, now, task, changes)) {
         tasks.push_back(std::move(task));
         return;
@@ -285,8 +282,8 @@ rounds::Facts RoundDriver::facts_of(JobEntry& job, const JobStatus& status, cons
     f.partials_in = c.partials_in;
     f.waited_out = c.waited_out;
   }
-  if (seen && seen->followed_read) {
-    const std::optional<storage::RoundRecord>& latest = seen->followed;
+  if (seen && seen->followed) {
+    const std::optional<storage::RoundRecord>& latest = seen->followed->round;
     if (status.phase == Phase::kIdle) {
       f.owner_round_open = latest && latest->state == RoundState::kOpen && latest->admitting &&
                            latest->target > 0 && !latest->plan.empty() &&
@@ -355,7 +352,8 @@ bool RoundDriver::carry_out(std::vector<Task> tasks, double now) {
         progressed = true;
         break;
       case Action::kFollow:
-        progressed |= t.followed && follow(job, *t.followed, t.followed_wakes);
+        progressed |=
+            t.followed && t.followed->round && follow(job, *t.followed->round, t.followed->wakes);
         break;
       case Action::kCloseStage: {
         std::shared_ptr<SecureRound> secure = secure_.find(job.id);

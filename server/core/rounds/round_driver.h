@@ -105,15 +105,13 @@ class RoundDriver {
     rounds::Action action = rounds::Action::kNone;
     std::optional<rounds::Round> round;  // kConclude, kFail: the round, taken out of the job
     std::string failure;                 // kConclude, kFail: why it fails ("": it may commit)
-    std::optional<storage::RoundRecord> followed;  // kFollow: the owner's round,
-    uint64_t followed_wakes = 0;                   // read at these wakes()
+    std::optional<RoundReplication::Followed> followed;  // kFollow: the owner's round, as read
   };
   // What the tick observed of the store for each job (the replication's readings).
   struct Seen {
     RoundReplication::Contributions contributions;
-    bool followed_read = false;  // `followed` was read (else nothing is known of it)
-    std::optional<storage::RoundRecord> followed;
-    uint64_t followed_wakes = 0;  // the replication's wakes() when it was read
+    // The owner's newest round, when it was read (else nothing is known of it).
+    std::optional<RoundReplication::Followed> followed;
   };
   using Observations = std::map<JobId, Seen>;
 
