@@ -99,9 +99,10 @@ uint64_t os_random_seed() {
 // Streaming FedAvg with optional clipping and central DP.
 class FedAvgAggregator : public Aggregator {
  public:
-  FedAvgAggregator(const AggregatorConfig& config, size_t parameter_count)
+  FedAvgAggregator(const AggregatorConfig& config, UpdateShape shape)
       : pool_(std::make_shared<WorkerPool>(config.threads)),
-        fedavg_(parameter_count, pool_),
+        fedavg_(shape.values, pool_),
+        parameters_(shape.parameters),
         clip_norm_(config.clip_norm),
         noise_multiplier_(config.dp_noise_multiplier),
         seed_(config.dp_seed ? *config.dp_seed : os_random_seed()) {}
@@ -115,11 +116,12 @@ class FedAvgAggregator : public Aggregator {
              double discount) override {
     FEDCASE_RETURN_IF_ERROR(check_update_arguments(count, parameter_count(), weight));
     FEDCASE_RETURN_IF_ERROR(check_discount(discount));
-    auto factor = clip_factor(values, count, clip_norm_, *pool_);
+    auto factor = clip_factor(values, parameters_, clip_norm_, *pool_);
     if (!factor.ok()) return factor.status();
     // With DP every client counts once: a reported weight would scale the sensitivity. A
     // discount (<= 1) only shrinks a clipped update, so the sensitivity stays clip_norm.
-    return fedavg_.add_scaled(values, count, dp() ? 1.0 : weight, *factor * discount);
+    return fedavg_.add_scaled(values, count, dp() ? 1.0 : weight, *factor * discount,
+                              parameters_, discount);
   }
 
   Status add_sum(const UnalignedFloat* sum, size_t count, double total_weight,
@@ -148,7 +150,7 @@ class FedAvgAggregator : public Aggregator {
     if (!mean.ok() || !dp()) return mean;
     // Noise of std z * C on the sum of clipped updates is z * C / n on their mean.
     const double stddev = noise_multiplier_ * clip_norm_ / static_cast<double>(updates());
-    add_gaussian_noise(mean->data(), mean->size(), stddev, seed_, *pool_);
+    add_gaussian_noise(mean->data(), parameters_, stddev, seed_, *pool_);
     return mean;
   }
 
@@ -157,6 +159,7 @@ class FedAvgAggregator : public Aggregator {
 
   std::shared_ptr<WorkerPool> pool_;
   StreamingFedAvg fedavg_;
+  size_t parameters_;  // the leading values that are parameters
   double clip_norm_;
   double noise_multiplier_;
   uint64_t seed_;
@@ -165,8 +168,12 @@ class FedAvgAggregator : public Aggregator {
 // Keeps a (clipped) copy of every update, up to a bound, and applies a robust rule at the end.
 class BufferedAggregator : public Aggregator {
  public:
-  BufferedAggregator(const AggregatorConfig& config, Rule rule, size_t parameter_count)
-      : config_(config), rule_(rule), parameter_count_(parameter_count), pool_(config.threads) {}
+  BufferedAggregator(const AggregatorConfig& config, Rule rule, UpdateShape shape)
+      : config_(config),
+        rule_(rule),
+        parameter_count_(shape.values),
+        parameters_(shape.parameters),
+        pool_(config.threads) {}
 
   std::string name() const override { return config_.rule; }
   size_t parameter_count() const override { return parameter_count_; }
@@ -181,13 +188,15 @@ class BufferedAggregator : public Aggregator {
       return invalid_argument(config_.rule + " aggregation takes no discounted updates");
     }
     FEDCASE_RETURN_IF_ERROR(check_room(1));
-    auto factor = clip_factor(values, count, config_.clip_norm, pool_);
+    auto factor = clip_factor(values, parameters_, config_.clip_norm, pool_);
     if (!factor.ok()) return factor.status();
     auto copy = allocate_update();
     if (!copy.ok()) return copy.status();
     const float a = static_cast<float>(*factor);
     pool_.for_ranges(count, kMinParallelRange, [&](size_t, size_t begin, size_t end) {
-      scale_copy(copy->get() + begin, values + begin, a, end - begin);
+      const size_t middle = std::clamp(parameters_, begin, end);
+      scale_copy(copy->get() + begin, values + begin, a, middle - begin);
+      scale_copy(copy->get() + middle, values + middle, 1.0f, end - middle);
     });
     buffers_.push_back(std::move(copy).value());
     return ok_status();
@@ -223,6 +232,7 @@ class BufferedAggregator : public Aggregator {
   Result<std::vector<float>> result() const override {
     UpdateBatch batch;
     batch.parameter_count = parameter_count_;
+    batch.compared_count = parameters_;
     for (const auto& b : buffers_) batch.updates.push_back(b.get());
     switch (rule_) {
       case Rule::kMedian:
@@ -260,7 +270,8 @@ class BufferedAggregator : public Aggregator {
 
   AggregatorConfig config_;
   Rule rule_;
-  size_t parameter_count_;
+  size_t parameter_count_;  // every value of an update
+  size_t parameters_;       // its leading values that are parameters
   mutable WorkerPool pool_;  // result() is logically const; the pool is scratch machinery
   std::vector<std::unique_ptr<float[]>> buffers_;
 };
@@ -297,21 +308,25 @@ Result<AggregatorConfig> parse_aggregator_config(const nlohmann::json& config) {
 }
 
 Result<std::unique_ptr<Aggregator>> make_aggregator(const AggregatorConfig& config,
-                                                    size_t parameter_count) {
+                                                    UpdateShape shape) {
   auto info = validate(config);
   if (!info.ok()) return info.status();
-  if ((*info)->rule == Rule::kFedAvg) {
-    return std::unique_ptr<Aggregator>(new FedAvgAggregator(config, parameter_count));
+  if (shape.parameters > shape.values) {
+    return invalid_argument("an update of " + std::to_string(shape.values) +
+                            " values cannot hold " + std::to_string(shape.parameters) +
+                            " parameters");
   }
-  return std::unique_ptr<Aggregator>(
-      new BufferedAggregator(config, (*info)->rule, parameter_count));
+  if ((*info)->rule == Rule::kFedAvg) {
+    return std::unique_ptr<Aggregator>(new FedAvgAggregator(config, shape));
+  }
+  return std::unique_ptr<Aggregator>(new BufferedAggregator(config, (*info)->rule, shape));
 }
 
 Result<std::unique_ptr<Aggregator>> make_aggregator(const nlohmann::json& config,
-                                                    size_t parameter_count) {
+                                                    UpdateShape shape) {
   auto parsed = parse_aggregator_config(config);
   if (!parsed.ok()) return parsed.status();
-  return make_aggregator(*parsed, parameter_count);
+  return make_aggregator(*parsed, shape);
 }
 
 }  // namespace fedcase::aggregation

@@ -11,6 +11,12 @@
 // Every rule can clip each update to L2 norm clip_norm before it is used. Robust rules
 // ignore client weights (see robust.h); fedavg with DP counts each client once.
 //
+// An update may end with the deltas of the model's buffers (BatchNorm's running statistics;
+// common/blob.h, TensorKind), which are not trained by gradients: clipping measures and
+// scales the parameters only, DP noise is added to the parameters only, Krum compares the
+// parameters only, and every rule averages the buffers as it averages the parameters (fedavg:
+// the weighted mean; median and trimmed mean: per coordinate; Krum: the chosen updates').
+//
 // Thread safety: not thread-safe; callers serialise calls (the server holds the round's lock).
 // Each call is itself split across the aggregator's worker threads.
 
@@ -29,6 +35,15 @@
 #include "common/status.h"
 
 namespace fedcase::aggregation {
+
+// The values of each update: `values` floats, of which the first `parameters` are the
+// model's parameters and the rest its buffers. Converts from a count of parameters alone.
+struct UpdateShape {
+  UpdateShape(size_t values) : values(values), parameters(values) {}  // NOLINT: implicit
+  UpdateShape(size_t values, size_t parameters) : values(values), parameters(parameters) {}
+  size_t values;
+  size_t parameters;
+};
 
 class Aggregator {
  public:
@@ -106,10 +121,11 @@ struct AggregatorConfig {
 // kInvalidArgument, naming the key, for a malformed config.
 Result<AggregatorConfig> parse_aggregator_config(const nlohmann::json& config);
 
-// Builds the aggregator for one round of a model with `parameter_count` floats.
+// Builds the aggregator for one round of a model whose updates have `shape`. kInvalidArgument
+// for a shape with more parameters than values.
 Result<std::unique_ptr<Aggregator>> make_aggregator(const AggregatorConfig& config,
-                                                    size_t parameter_count);
+                                                    UpdateShape shape);
 Result<std::unique_ptr<Aggregator>> make_aggregator(const nlohmann::json& config,
-                                                    size_t parameter_count);
+                                                    UpdateShape shape);
 
 }  // namespace fedcase::aggregation

@@ -1,5 +1,6 @@
 #include "aggregation/fedavg.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <new>
@@ -16,28 +17,32 @@ StreamingFedAvg::StreamingFedAvg(size_t parameter_count, std::shared_ptr<WorkerP
     : parameter_count_(parameter_count), pool_(std::move(pool)) {}
 
 Status StreamingFedAvg::add(const UnalignedFloat* values, size_t count, double weight) {
-  return add_scaled(values, count, weight, 1.0);
+  return add_scaled(values, count, weight, 1.0, count, 1.0);
 }
 
 Status StreamingFedAvg::add_scaled(const UnalignedFloat* values, size_t count, double weight,
-                                   double scale) {
+                                   double scale, size_t scaled, double rest_scale) {
   FEDCASE_RETURN_IF_ERROR(check_update_arguments(count, parameter_count_, weight));
-  return fold(values, count, weight * scale, weight, 1);
+  return fold(values, count, weight * scale, scaled, weight * rest_scale, weight, 1);
 }
 
 Status StreamingFedAvg::add_sum(const UnalignedFloat* sum, size_t count, double total_weight,
                                 size_t updates) {
   FEDCASE_RETURN_IF_ERROR(check_update_arguments(count, parameter_count_, total_weight));
   if (updates == 0) return invalid_argument("a sum of no updates");
-  return fold(sum, count, 1.0, total_weight, updates);
+  return fold(sum, count, 1.0, count, 1.0, total_weight, updates);
 }
 
 Status StreamingFedAvg::fold(const UnalignedFloat* values, size_t count, double coefficient,
-                             double weight, size_t updates) {
-  if (!(coefficient >= 0) || coefficient > std::numeric_limits<float>::max()) {
-    return invalid_argument("update weight times scale must be finite and non-negative");
+                             size_t split, double rest_coefficient, double weight,
+                             size_t updates) {
+  for (double c : {coefficient, rest_coefficient}) {
+    if (!(c >= 0) || c > std::numeric_limits<float>::max()) {
+      return invalid_argument("update weight times scale must be finite and non-negative");
+    }
   }
   const float a = static_cast<float>(coefficient);
+  const float rest = static_cast<float>(rest_coefficient);
   const bool first = sum_ == nullptr;
   // The first update is written rather than added: no pass to zero the sum.
   if (first) {
@@ -45,12 +50,17 @@ Status StreamingFedAvg::fold(const UnalignedFloat* values, size_t count, double 
     if (sum_ == nullptr) return resource_exhausted("no memory for the running sum");
   }
   float* sum = sum_.get();
-  pool_->for_ranges(count, kMinParallelRange, [&](size_t, size_t begin, size_t end) {
+  auto apply = [&](size_t begin, size_t end, float c) {
     if (first) {
-      scale_copy(sum + begin, values + begin, a, end - begin);
+      scale_copy(sum + begin, values + begin, c, end - begin);
     } else {
-      scale_add(sum + begin, values + begin, a, end - begin);
+      scale_add(sum + begin, values + begin, c, end - begin);
     }
+  };
+  pool_->for_ranges(count, kMinParallelRange, [&](size_t, size_t begin, size_t end) {
+    const size_t middle = std::clamp(split, begin, end);
+    apply(begin, middle, a);
+    apply(middle, end, rest);
   });
   total_weight_ += weight;
   updates_ += updates;

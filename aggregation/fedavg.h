@@ -36,9 +36,11 @@ class StreamingFedAvg {
   // changing the running sum; kResourceExhausted when the first add cannot allocate the sum.
   Status add(const UnalignedFloat* values, size_t count, double weight);
 
-  // Folds scale * values in with `weight`: the update counts for `weight` in total_weight()
-  // while its values are scaled by `scale` (finite, >= 0), e.g. the factor of norm clipping.
-  Status add_scaled(const UnalignedFloat* values, size_t count, double weight, double scale);
+  // Folds an update in with `weight`: it counts for `weight` in total_weight() while its
+  // values [0, scaled) are scaled by `scale` (finite, >= 0), e.g. the factor of norm clipping,
+  // and the rest by `rest_scale` (a model's buffers, which clipping leaves alone).
+  Status add_scaled(const UnalignedFloat* values, size_t count, double weight, double scale,
+                    size_t scaled, double rest_scale);
 
   // Folds in a sum of `updates` updates already weighted (and clipped) by their senders, with
   // their total weight: what secure aggregation unmasks (sum_i w_i delta_i, sum_i w_i). Errors
@@ -56,9 +58,10 @@ class StreamingFedAvg {
   Result<PartialSum> partial_sum() const;
 
  private:
-  // sum += coefficient * values; the fold counts `updates` updates of total `weight`.
-  Status fold(const UnalignedFloat* values, size_t count, double coefficient, double weight,
-              size_t updates);
+  // sum += coefficient * values over [0, split) and rest_coefficient * values after it; the
+  // fold counts `updates` updates of total `weight`.
+  Status fold(const UnalignedFloat* values, size_t count, double coefficient, size_t split,
+              double rest_coefficient, double weight, size_t updates);
 
   size_t parameter_count_;
   std::shared_ptr<WorkerPool> pool_;

@@ -126,8 +126,9 @@ Result<std::vector<float>> trimmed_mean(const UpdateBatch& batch, double beta, W
 std::vector<double> pairwise_squared_distances(const UpdateBatch& batch, WorkerPool& pool) {
   const size_t n = batch.updates.size();
   std::vector<std::vector<double>> partial(pool.threads(), std::vector<double>(n * n, 0.0));
+  const size_t compared = batch.compared_count > 0 ? batch.compared_count : batch.parameter_count;
   pool.for_ranges(
-      batch.parameter_count, kMinParallelRange, [&](size_t part, size_t begin, size_t end) {
+      compared, kMinParallelRange, [&](size_t part, size_t begin, size_t end) {
         double* d = partial[part].data();
         for (size_t b = begin; b < end; b += kDistanceBlock) {
           const size_t width = std::min(kDistanceBlock, end - b);

@@ -23,9 +23,12 @@
 namespace fedcase::aggregation {
 
 // A view of n updates of parameter_count floats each; the pointed-to data must outlive calls.
+// Krum compares updates by their first compared_count values (all when 0): a model's
+// parameters, not its buffers.
 struct UpdateBatch {
   std::vector<const float*> updates;
   size_t parameter_count = 0;
+  size_t compared_count = 0;
 };
 
 // kConflict for an empty batch.

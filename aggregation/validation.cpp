@@ -33,7 +33,7 @@ Status validate_update(const ModelLayout& expected, const BlobView& update,
                          " is not finite");
   }
   if (bounds.max_l2_norm > 0) {
-    double norm = l2_norm(update.values, update.count);
+    double norm = l2_norm(update.values, update.layout.parameter_count());
     if (norm > bounds.max_l2_norm) {
       return unprocessable("update L2 norm " + std::to_string(norm) + " exceeds the bound " +
                            std::to_string(bounds.max_l2_norm));

@@ -1,6 +1,6 @@
 #pragma once
 // Checks an update before it may touch any aggregate: same layout as the round's model,
-// every value finite, L2 norm within the job's bound.
+// every value finite, the L2 norm of its parameters (not its buffers) within the job's bound.
 
 #include "common/blob.h"
 #include "common/status.h"

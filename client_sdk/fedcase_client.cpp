@@ -347,6 +347,10 @@ const uint64_t* fedcase_model_tensor_shape(const fedcase_model_info* model, size
   if (dims) *dims = shape.size();
   return shape.data();
 }
+int fedcase_model_tensor_kind(const fedcase_model_info* model, size_t i) {
+  if (!model || i >= model->info.layout.tensors.size()) return -1;
+  return static_cast<int>(model->info.layout.tensors[i].kind);
+}
 size_t fedcase_model_parameter_count(const fedcase_model_info* model) {
   return model ? model->info.layout.element_count() : 0;
 }

@@ -121,13 +121,18 @@ FEDCASE_API const char* fedcase_model_kind(const fedcase_model_info* model);
 FEDCASE_API const char* fedcase_model_loss(const fedcase_model_info* model);
 /* The TorchScript module's bytes (size in *size), or NULL (size 0) for other kinds. */
 FEDCASE_API const void* fedcase_model_module(const fedcase_model_info* model, size_t* size);
-/* The parameter tensors, in the order the parameters cross the trainer: their number, the
- * name and shape of tensor i (NULL / 0 for i out of range; the shape has *dims entries), and
- * the number of floats of all of them. */
+/* The model's tensors, in the order their values cross the trainer (the parameters, then the
+ * buffers): their number, the name, shape and kind of tensor i (NULL / 0 / -1 for i out of
+ * range; the shape has *dims entries), and the number of floats of all of them. A kind is
+ * FEDCASE_PARAMETER (trained by gradients), FEDCASE_FLOAT_BUFFER (state the model updates
+ * itself, such as BatchNorm's running statistics) or FEDCASE_INTEGER_BUFFER (a counter such
+ * as num_batches_tracked, carried as whole float32 values). */
+enum { FEDCASE_PARAMETER = 0, FEDCASE_FLOAT_BUFFER = 1, FEDCASE_INTEGER_BUFFER = 2 };
 FEDCASE_API size_t fedcase_model_tensor_count(const fedcase_model_info* model);
 FEDCASE_API const char* fedcase_model_tensor_name(const fedcase_model_info* model, size_t i);
 FEDCASE_API const uint64_t* fedcase_model_tensor_shape(const fedcase_model_info* model, size_t i,
                                                        size_t* dims);
+FEDCASE_API int fedcase_model_tensor_kind(const fedcase_model_info* model, size_t i);
 FEDCASE_API size_t fedcase_model_parameter_count(const fedcase_model_info* model);
 
 /* Positions 0..size-1, in the order the SDK wants them trained (a sample may repeat). */

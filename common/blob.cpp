@@ -60,6 +60,26 @@ uint64_t ModelLayout::element_count() const {
   return n;
 }
 
+uint64_t ModelLayout::parameter_count() const {
+  uint64_t n = 0;
+  for (const auto& t : tensors) {
+    if (t.kind == TensorKind::kParameter) n += t.element_count();
+  }
+  return n;
+}
+
+const char* tensor_kind_name(TensorKind kind) {
+  switch (kind) {
+    case TensorKind::kParameter:
+      return "parameter";
+    case TensorKind::kFloatBuffer:
+      return "float buffer";
+    case TensorKind::kIntegerBuffer:
+      return "integer buffer";
+  }
+  return "unknown";
+}
+
 namespace {
 std::string shape_text(const std::vector<uint64_t>& shape) {
   std::string out = "[";
@@ -81,6 +101,10 @@ std::string ModelLayout::first_difference(const ModelLayout& other) const {
     if (here.shape != there.shape) {
       return "tensor '" + here.name + "' is " + shape_text(here.shape) + " here and " +
              shape_text(there.shape) + " there";
+    }
+    if (here.kind != there.kind) {
+      return "tensor '" + here.name + "' is a " + tensor_kind_name(here.kind) + " here and a " +
+             tensor_kind_name(there.kind) + " there";
     }
   }
   if (tensors.size() > common) return "there is no tensor '" + tensors[common].name + "'";
@@ -142,6 +166,7 @@ std::string encode_blob(const ModelBlob& blob) {
     out.append(t.name);
     put<uint32_t>(out, static_cast<uint32_t>(t.shape.size()));
     for (uint64_t d : t.shape) put<uint64_t>(out, d);
+    put<uint8_t>(out, static_cast<uint8_t>(t.kind));
   }
   put<uint64_t>(out, static_cast<uint64_t>(blob.data.size()));
   out.append(reinterpret_cast<const char*>(blob.data.data()), blob.data.size() * sizeof(float));
@@ -165,7 +190,7 @@ Status view_blob(std::string_view bytes, size_t max_bytes, BlobView& blob) {
   Reader in(body.substr(sizeof(kMagic)));
   uint32_t format = 0, dtype = 0, tensor_count = 0;
   if (!in.get(format)) return truncated();
-  if (format != kBlobFormatVersion) {
+  if (format != kBlobFormatVersion && format != 1) {
     return invalid_argument("unsupported model blob format version " + std::to_string(format));
   }
   if (!in.get(blob.model_version) || !in.get(dtype) || !in.get(tensor_count)) return truncated();
@@ -197,6 +222,16 @@ Status view_blob(std::string_view bytes, size_t max_bytes, BlobView& blob) {
         return invalid_argument("tensor " + t.name + " declares more elements than the blob holds");
       }
       count *= d;
+    }
+    uint8_t kind = 0;  // format 1 holds parameters only
+    if (format >= 2 && !in.get(kind)) return truncated();
+    if (kind > static_cast<uint8_t>(TensorKind::kIntegerBuffer)) {
+      return invalid_argument("tensor " + t.name + " has unknown kind " + std::to_string(kind));
+    }
+    t.kind = static_cast<TensorKind>(kind);
+    if (t.kind == TensorKind::kParameter && &t != &blob.layout.tensors.front() &&
+        (&t - 1)->kind != TensorKind::kParameter) {
+      return invalid_argument("parameter " + t.name + " comes after a buffer");
     }
     expected_elements += count;
     if (expected_elements > max_elements) {

@@ -7,13 +7,15 @@
 //   8       u64 model version
 //   16      u32 dtype (1 = float32)
 //   20      u32 tensor count
-//   24      per tensor: u16 name length, name bytes, u32 rank, rank x u64 dims
+//   24      per tensor: u16 name length, name bytes, u32 rank, rank x u64 dims, u8 kind
 //   ...     u64 element count (must equal the sum of the tensors' products)
 //   ...     element count x float32, little-endian
 //   end-4   u32 CRC-32 of every preceding byte
 //
 // All integers are little-endian. Reading needs no torch: the server validates, aggregates
-// and stores blobs as flat float spans.
+// and stores blobs as flat float spans. A tensor's kind (TensorKind) says whether it is a
+// parameter or a buffer; the parameters come first. Format version 1, which had no kinds
+// (every tensor a parameter), is still read.
 
 #include <cstdint>
 #include <string>
@@ -24,26 +26,38 @@
 
 namespace fedcase {
 
-inline constexpr uint32_t kBlobFormatVersion = 1;
+inline constexpr uint32_t kBlobFormatVersion = 2;
 inline constexpr uint32_t kDtypeFloat32 = 1;
 inline constexpr size_t kMaxTensors = 4096;
 inline constexpr size_t kMaxTensorNameBytes = 256;
 inline constexpr size_t kMaxTensorRank = 8;
 
+// What a tensor of a model is. A parameter is trained by gradients; a buffer is state the
+// model updates itself (BatchNorm's running_mean and running_var: kFloatBuffer; its
+// num_batches_tracked, an int64 counter carried as float32, exact up to 2^24: kIntegerBuffer).
+// Buffers are averaged, never stepped by a server optimizer (docs/models.md, "Buffers").
+enum class TensorKind : uint8_t { kParameter = 0, kFloatBuffer = 1, kIntegerBuffer = 2 };
+
+// "parameter", "float buffer", "integer buffer".
+const char* tensor_kind_name(TensorKind kind);
+
 struct TensorSpec {
   std::string name;
   std::vector<uint64_t> shape;
+  TensorKind kind = TensorKind::kParameter;
   uint64_t element_count() const;
   bool operator==(const TensorSpec& other) const {
-    return name == other.name && shape == other.shape;
+    return name == other.name && shape == other.shape && kind == other.kind;
   }
 };
 
-// The names and shapes of a model's tensors, in order. Two blobs can be combined only when
-// their layouts are equal.
+// The names, shapes and kinds of a model's tensors, in order: its parameters, then its
+// buffers. Two blobs can be combined only when their layouts are equal.
 struct ModelLayout {
   std::vector<TensorSpec> tensors;
   uint64_t element_count() const;
+  // The values of the parameters, which come first: element_count() when there are no buffers.
+  uint64_t parameter_count() const;
   bool operator==(const ModelLayout& other) const { return tensors == other.tensors; }
   bool operator!=(const ModelLayout& other) const { return !(*this == other); }
   std::string describe() const;  // "conv1.weight[16,1,5,5], ..." for error messages
@@ -77,7 +91,8 @@ struct BlobView {
 std::string encode_blob(const ModelBlob& blob);
 
 // Parses `bytes` strictly. Rejects (kInvalidArgument) bad magic, unknown format version or
-// dtype, truncated or trailing bytes, inconsistent counts, and a wrong checksum; rejects
+// dtype, an unknown tensor kind or a parameter after a buffer, truncated or trailing bytes,
+// inconsistent counts, and a wrong checksum; rejects
 // (kTooLarge) input longer than `max_bytes`. Never reads outside `bytes`. The checksum and
 // the finite check run in one pass over the values, block by block while a block is in
 // cache; `into`'s layout storage is reused. On an error `into` holds no meaningful view.

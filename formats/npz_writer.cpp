@@ -1,5 +1,6 @@
 #include "formats/npz_writer.h"
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -15,10 +16,10 @@ void put(std::string& out, T value) {
   out.append(bytes, sizeof(T));
 }
 
-// An NPY 1.0 header for a float32 array of `shape`, padded with spaces and a final newline so
-// that the data starts at a multiple of 64 bytes, as numpy writes it.
-std::string npy_header(const std::vector<uint64_t>& shape) {
-  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (";
+// An NPY 1.0 header for an array of `descr` ('<f4', '<i8') and `shape`, padded with spaces
+// and a final newline so that the data starts at a multiple of 64 bytes, as numpy writes it.
+std::string npy_header(const char* descr, const std::vector<uint64_t>& shape) {
+  std::string dict = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (";
   for (size_t i = 0; i < shape.size(); ++i) {
     dict += std::to_string(shape[i]);
     if (i + 1 < shape.size() || shape.size() == 1) dict += ",";
@@ -79,11 +80,18 @@ Result<std::string> write_npz(const ModelLayout& layout, const std::vector<float
     FEDCASE_RETURN_IF_ERROR(check_name(tensor.name));
     const std::string name = tensor.name + ".npy";
     const uint64_t count = tensor.element_count();
-    std::string data = npy_header(tensor.shape);
-    if (count * sizeof(float) + data.size() > kZipLimit) {
+    const bool integer = tensor.kind == TensorKind::kIntegerBuffer;
+    std::string data = npy_header(integer ? "<i8" : "<f4", tensor.shape);
+    if (count * sizeof(int64_t) + data.size() > kZipLimit) {
       return too_large("tensor " + quoted(tensor.name) + " is too large for an npz archive");
     }
-    data.append(reinterpret_cast<const char*>(values.data() + offset), count * sizeof(float));
+    if (integer) {
+      for (uint64_t i = 0; i < count; ++i) {
+        put<int64_t>(data, static_cast<int64_t>(std::llround(values[offset + i])));
+      }
+    } else {
+      data.append(reinterpret_cast<const char*>(values.data() + offset), count * sizeof(float));
+    }
     offset += count;
     const uint32_t crc = crc32_of(data);
     if (archive.size() + data.size() + name.size() + 30 > kZipLimit) {

@@ -1,7 +1,8 @@
 #pragma once
-// Writes named float32 tensors as a NumPy .npz archive: a zip archive of STORED entries, one
-// "<name>.npy" file each (NPY format version 1.0, little-endian '<f4', C order), which
-// numpy.load reads without any other package and any zip tool lists. Pure; thread-safe.
+// Writes a model's named tensors as a NumPy .npz archive: a zip archive of STORED entries, one
+// "<name>.npy" file each (NPY format version 1.0, C order; little-endian '<f4', or '<i8' for
+// an integer buffer), which numpy.load reads without any other package and any zip tool
+// lists; model.load_state_dict({k: torch.from_numpy(v)}) takes it back. Pure; thread-safe.
 
 #include <string>
 

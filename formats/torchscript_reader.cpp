@@ -26,15 +26,18 @@ using pickle::Unpickled;
 using pickle::Value;
 using pickle::ValueId;
 
-// What a class's source declares: whether it is a module, and its parameters' names.
+// What a class's source declares: whether it is a module, and its parameters' and buffers'
+// names.
 struct ClassDeclaration {
   bool is_module = false;
   std::set<std::string_view> parameters;
+  std::set<std::string_view> buffers;
 };
 
-// Parses the list after `__parameters__ = `, as torch prints it: ["weight", "bias", ].
+// Parses the list after `__parameters__ = ` or `__buffers__ = `, as torch prints it:
+// ["weight", "bias", ].
 Result<std::set<std::string_view>> parse_name_list(std::string_view list) {
-  const Status malformed = invalid_argument("malformed __parameters__ list: " + std::string(list));
+  const Status malformed = invalid_argument("malformed name list: " + std::string(list));
   std::set<std::string_view> names;
   if (list.empty() || list[0] != '[') return malformed;
   size_t at = 1;
@@ -59,6 +62,7 @@ Result<std::set<std::string_view>> parse_name_list(std::string_view list) {
 Result<ClassDeclaration> parse_class(std::string_view source, std::string_view name,
                                      const std::string& file) {
   constexpr std::string_view kParametersLine = "  __parameters__ = ";
+  constexpr std::string_view kBuffersLine = "  __buffers__ = ";
   const std::string header = "class " + std::string(name);
   bool in_class = false, found_parameters = false;
   ClassDeclaration declaration;
@@ -73,6 +77,10 @@ Result<ClassDeclaration> parse_class(std::string_view source, std::string_view n
         if (!names.ok()) return invalid_argument(file + ": " + names.status().message());
         declaration.parameters = std::move(*names);
         found_parameters = true;
+      } else if (line.substr(0, kBuffersLine.size()) == kBuffersLine) {
+        auto names = parse_name_list(line.substr(kBuffersLine.size()));
+        if (!names.ok()) return invalid_argument(file + ": " + names.status().message());
+        declaration.buffers = std::move(*names);
       }
     } else if (line.substr(0, header.size()) == header && line.size() > header.size() &&
                (line[header.size()] == '(' || line[header.size()] == ':')) {
@@ -88,7 +96,7 @@ Result<ClassDeclaration> parse_class(std::string_view source, std::string_view n
   return declaration;
 }
 
-// ---- Parameters -----------------------------------------------------------------------------
+// ---- Tensors --------------------------------------------------------------------------------
 
 constexpr std::string_view kTorchScriptPrefix = "__torch__";
 
@@ -114,17 +122,22 @@ std::string dtype_of_storage(std::string_view storage) {
   return "of torch." + std::string(storage);
 }
 
-// A parameter found, and its float32 elements in the archive.
-struct FoundParameter {
+// A parameter or buffer found, and its elements in the archive (float32, or int64 for an
+// integer buffer).
+struct FoundTensor {
   TensorSpec spec;
   std::string_view elements;
+  size_t count() const {
+    return elements.size() / (spec.kind == TensorKind::kIntegerBuffer ? sizeof(int64_t)
+                                                                      : sizeof(float));
+  }
 };
 
-// Walks the module tree the pickle built, in named_parameters order, and finds each
-// parameter's storage in the archive.
-class ParameterFinder {
+// Walks the module tree the pickle built, in named_parameters (named_buffers) order, and finds
+// each parameter's (buffer's) storage in the archive.
+class TensorFinder {
  public:
-  ParameterFinder(ZipArchive& archive, const Unpickled& pickle, std::string root,
+  TensorFinder(ZipArchive& archive, const Unpickled& pickle, std::string root,
                   const TorchScriptLimits& limits)
       : archive_(archive), pickle_(pickle), root_(std::move(root)), limits_(limits) {}
 
@@ -143,7 +156,8 @@ class ParameterFinder {
     return find_in_module(root, **declaration, "", 0);
   }
 
-  const std::vector<FoundParameter>& found() const { return found_; }
+  const std::vector<FoundTensor>& parameters() const { return parameters_; }
+  const std::vector<FoundTensor>& buffers() const { return buffers_; }
   uint64_t element_count() const { return element_count_; }
 
  private:
@@ -210,7 +224,11 @@ class ParameterFinder {
       const std::string name =
           path.empty() ? std::string(key.text) : path + "." + std::string(key.text);
       if (declaration.parameters.count(key.text) > 0) {
-        FEDCASE_RETURN_IF_ERROR(find_parameter(name, pickle_[value_id]));
+        FEDCASE_RETURN_IF_ERROR(find_tensor(name, /*buffer=*/false, pickle_[value_id]));
+        continue;
+      }
+      if (declaration.buffers.count(key.text) > 0) {
+        FEDCASE_RETURN_IF_ERROR(find_tensor(name, /*buffer=*/true, pickle_[value_id]));
         continue;
       }
       const Value& value = pickle_[value_id];
@@ -239,12 +257,12 @@ class ParameterFinder {
     return true;
   }
 
-  Status find_parameter(const std::string& name, const Value& tensor) {
-    if (tensor.kind == Kind::kNone) return ok_status();  // an unset optional parameter
-    const std::string parameter = "parameter " + quoted(name);
-    if (found_.size() == limits_.max_tensors) {
+  Status find_tensor(const std::string& name, bool buffer, const Value& tensor) {
+    if (tensor.kind == Kind::kNone) return ok_status();  // an unset optional tensor
+    const std::string parameter = (buffer ? "buffer " : "parameter ") + quoted(name);
+    if (parameters_.size() + buffers_.size() == limits_.max_tensors) {
       return invalid_argument("the module has more than " + std::to_string(limits_.max_tensors) +
-                              " parameters");
+                              " parameters and buffers");
     }
     if (name.size() > kMaxTensorNameBytes) {
       return invalid_argument(parameter + " has a name longer than " +
@@ -273,11 +291,20 @@ class ParameterFinder {
       return invalid_argument(parameter + " has a malformed storage id");
     }
     const Value& storage_type = pickle_[id[1]];
-    if (global_module(storage_type) != "torch" || global_name(storage_type) != "FloatStorage") {
-      return invalid_argument(
-          parameter + " has dtype " + dtype_of_storage(global_name(storage_type)) + " (" +
-          global_dotted(storage_type) + "); only float32 parameters are supported");
+    const bool is_float = global_module(storage_type) == "torch" &&
+                          global_name(storage_type) == "FloatStorage";
+    const bool is_int64 = buffer && global_module(storage_type) == "torch" &&
+                          global_name(storage_type) == "LongStorage";
+    if (!is_float && !is_int64) {
+      return invalid_argument(parameter + " has dtype " +
+                              dtype_of_storage(global_name(storage_type)) + " (" +
+                              global_dotted(storage_type) + "); only float32 parameters and " +
+                              "float32 or int64 buffers are supported");
     }
+    const TensorKind kind = !buffer    ? TensorKind::kParameter
+                            : is_float ? TensorKind::kFloatBuffer
+                                       : TensorKind::kIntegerBuffer;
+    const size_t element_size = is_float ? sizeof(float) : sizeof(int64_t);
     const Value& offset = pickle_[arguments[1]];
     std::vector<uint64_t> sizes, strides;
     if (offset.kind != Kind::kInt || offset.integer < 0 ||
@@ -297,7 +324,7 @@ class ParameterFinder {
       elements = elements > budget / sizes[i] ? budget + 1 : elements * sizes[i];
     }
     if (elements > budget) {
-      return invalid_argument("the module's parameters hold more than " +
+      return invalid_argument("the module's parameters and buffers hold more than " +
                               std::to_string(limits_.max_elements) + " values");
     }
     // Contiguous as torch defines it: row-major strides, ignoring dimensions of size 1.
@@ -309,36 +336,37 @@ class ParameterFinder {
       }
       expected_stride *= sizes[i];
     }
-    auto storage = storage_bytes(name, pickle_[id[2]].text, pickle_[id[4]].integer);
+    auto storage =
+        storage_bytes(parameter, pickle_[id[2]].text, pickle_[id[4]].integer, element_size);
     if (!storage.ok()) return storage.status();
-    const uint64_t storage_elements = storage->size() / sizeof(float);
+    const uint64_t storage_elements = storage->size() / element_size;
     const uint64_t first = static_cast<uint64_t>(offset.integer);
     if (first > storage_elements || elements > storage_elements - first) {
       return invalid_argument(parameter + " views elements [" + std::to_string(first) + ", " +
                               std::to_string(first + elements) + ") of a storage of " +
                               std::to_string(storage_elements));
     }
-    found_.push_back({TensorSpec{name, std::move(sizes)},
-                      storage->substr(first * sizeof(float), elements * sizeof(float))});
+    (buffer ? buffers_ : parameters_)
+        .push_back({TensorSpec{name, std::move(sizes), kind},
+                    storage->substr(first * element_size, elements * element_size)});
     element_count_ += elements;
     return ok_status();
   }
 
-  // The bytes of storage `key`, which must hold exactly `elements` float32 values.
-  Result<std::string_view> storage_bytes(const std::string& parameter, std::string_view key,
-                                         int64_t elements) {
+  // The bytes of storage `key`, which must hold exactly `elements` values of `element_size`
+  // bytes. `tensor` names the tensor for messages.
+  Result<std::string_view> storage_bytes(const std::string& tensor, std::string_view key,
+                                         int64_t elements, size_t element_size) {
     const std::string file = root_ + "/data/" + std::string(key);
     const ZipEntry* entry = archive_.find(file);
-    if (entry == nullptr) {
-      return invalid_argument("parameter " + quoted(parameter) + " has no storage entry " + file);
-    }
+    if (entry == nullptr) return invalid_argument(tensor + " has no storage entry " + file);
     auto bytes = archive_.read(*entry, limits_.max_bytes);
     if (!bytes.ok()) return bytes.status();
-    if (bytes->size() % sizeof(float) != 0 ||
-        bytes->size() / sizeof(float) != static_cast<uint64_t>(elements)) {
+    if (bytes->size() % element_size != 0 ||
+        bytes->size() / element_size != static_cast<uint64_t>(elements)) {
       return invalid_argument("storage entry " + file + " holds " + std::to_string(bytes->size()) +
-                              " bytes, not the " + std::to_string(elements) +
-                              " float32 values of its id");
+                              " bytes, not the " + std::to_string(elements) + " values of " +
+                              std::to_string(element_size) + " bytes of its id");
     }
     return bytes;
   }
@@ -351,7 +379,8 @@ class ParameterFinder {
   std::set<std::string> code_files_;
   uint64_t code_bytes_ = 0;
   std::set<ValueId> visited_;
-  std::vector<FoundParameter> found_;
+  std::vector<FoundTensor> parameters_;
+  std::vector<FoundTensor> buffers_;
   uint64_t element_count_ = 0;
 };
 
@@ -359,10 +388,39 @@ Status not_torchscript(const std::string& why) {
   return invalid_argument("not a TorchScript archive: " + why);
 }
 
+// Appends `tensor`'s values to `out` as float32. kUnprocessable for NaN or infinity, or an
+// integer buffer value that float32 does not hold exactly.
+Status append_values(const FoundTensor& tensor, float* out) {
+  const std::string what =
+      std::string(tensor.spec.kind == TensorKind::kParameter ? "parameter " : "buffer ") +
+      quoted(tensor.spec.name);
+  const size_t count = tensor.count();
+  if (tensor.spec.kind == TensorKind::kIntegerBuffer) {
+    constexpr int64_t kExact = int64_t{1} << 24;  // float32 holds every integer up to 2^24
+    for (size_t i = 0; i < count; ++i) {
+      int64_t value;
+      std::memcpy(&value, tensor.elements.data() + i * sizeof(value), sizeof(value));
+      if (value > kExact || value < -kExact) {
+        return unprocessable(what + " holds " + std::to_string(value) +
+                             ", beyond the integers float32 holds exactly (2^24)");
+      }
+      out[i] = static_cast<float>(value);
+    }
+    return ok_status();
+  }
+  if (count > 0) std::memcpy(out, tensor.elements.data(), tensor.elements.size());
+  for (size_t i = 0; i < count; ++i) {
+    if (!std::isfinite(out[i])) {
+      return unprocessable(what + " holds NaN or infinity (element " + std::to_string(i) + ")");
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
 
-Result<ModelBlob> read_torchscript_parameters(std::string_view archive,
-                                              const TorchScriptLimits& limits) {
+Result<ModelBlob> read_torchscript_model(std::string_view archive,
+                                         const TorchScriptLimits& limits) {
   if (archive.size() > limits.max_bytes) {
     return too_large("TorchScript archive of " + std::to_string(archive.size()) +
                      " bytes exceeds the limit of " + std::to_string(limits.max_bytes));
@@ -391,24 +449,19 @@ Result<ModelBlob> read_torchscript_parameters(std::string_view archive,
   if (!pickle.ok()) return pickle.status();
   auto unpickled = pickle::unpickle(*pickle, std::string(data_pkl->name));
   if (!unpickled.ok()) return unpickled.status();
-  ParameterFinder finder(zip, *unpickled, root, limits);
+  TensorFinder finder(zip, *unpickled, root, limits);
   FEDCASE_RETURN_IF_ERROR(finder.find_in_root(unpickled->root));
-  if (finder.found().empty()) return invalid_argument("the module has no parameters");
+  if (finder.parameters().empty()) return invalid_argument("the module has no parameters");
 
   ModelBlob blob;
   blob.data.resize(finder.element_count());
   float* out = blob.data.data();
-  for (const FoundParameter& parameter : finder.found()) {
-    const size_t count = parameter.elements.size() / sizeof(float);
-    if (count > 0) std::memcpy(out, parameter.elements.data(), parameter.elements.size());
-    for (size_t i = 0; i < count; ++i) {
-      if (!std::isfinite(out[i])) {
-        return unprocessable("parameter " + quoted(parameter.spec.name) +
-                             " holds NaN or infinity (element " + std::to_string(i) + ")");
-      }
+  for (const auto* tensors : {&finder.parameters(), &finder.buffers()}) {
+    for (const FoundTensor& tensor : *tensors) {
+      FEDCASE_RETURN_IF_ERROR(append_values(tensor, out));
+      out += tensor.count();
+      blob.layout.tensors.push_back(tensor.spec);
     }
-    out += count;
-    blob.layout.tensors.push_back(parameter.spec);
   }
   return blob;
 }

@@ -1,5 +1,5 @@
 #pragma once
-// Reads the parameters of a TorchScript module (a file written by torch.jit.save or
+// Reads the parameters and buffers of a TorchScript module (a file written by torch.jit.save or
 // torch::jit::Module::save) without torch, so the coordinator can validate an uploaded model
 // and take its initial parameters from it. The archive goes through formats/zip_reader.h, its
 // data.pkl through formats/pickle_reader.h; this reader walks the module tree they give.
@@ -17,13 +17,16 @@
 //  - <root>/code/: the TorchScript source of the classes. Class '__torch__.a.b C' is defined
 //    in <root>/code/__torch__/a/b.py (a file may define several classes) as
 //    `class C(Module):` with a line `  __parameters__ = ["weight", "bias", ]` naming the
-//    attributes that are parameters; buffers are not parameters.
+//    attributes that are parameters and a line `  __buffers__ = ["running_mean", ...]` naming
+//    those that are buffers.
 //
-// The parameters come in the order and under the names of
+// The parameters come first, in the order and under the names of
 // torch::jit::Module::named_parameters(/*recurse=*/true): depth-first over each module's
-// attributes in slot order, a submodule's parameters ("fc1.weight") in place of the submodule.
-// A parameter that is None (nn.Linear's bias with bias=False) is skipped, like torch skips
-// it; a tensor that two modules share is returned under each name, like torch returns it.
+// attributes in slot order, a submodule's parameters ("fc1.weight") in place of the submodule;
+// then the buffers, the same way (named_buffers). A tensor that is None (nn.Linear's bias with
+// bias=False) is skipped, like torch skips it; a tensor that two modules share is returned
+// under each name, like torch returns it. A float32 buffer is a TensorKind::kFloatBuffer, an
+// int64 one (BatchNorm's num_batches_tracked) a kIntegerBuffer converted to float32.
 
 #include <cstddef>
 #include <string_view>
@@ -38,7 +41,7 @@ namespace fedcase::formats {
 struct TorchScriptLimits {
   // The archive's size, and the size its compressed entries inflate to, together.
   size_t max_bytes = size_t{64} << 20;
-  // The parameters returned, and their float32 values together.
+  // The parameters and buffers returned, and their values together.
   size_t max_tensors = kMaxTensors;
   size_t max_elements = size_t{16} << 20;
   // The size of <root>/data.pkl. Decoding it takes up to about 70 bytes of memory per byte.
@@ -49,9 +52,9 @@ struct TorchScriptLimits {
   size_t max_module_depth = 32;
 };
 
-// The float32 parameters of the TorchScript module in `archive`, as a ModelBlob of
-// model_version 0 whose layout has torch's names and shapes and whose data holds the
-// parameters' values concatenated in that order.
+// The float32 parameters and the buffers of the TorchScript module in `archive`, as a
+// ModelBlob of model_version 0 whose layout has torch's names, shapes and kinds and whose data
+// holds the values concatenated in that order.
 //
 // Pure: keeps no state and may be called from any thread. Never reads outside `archive`,
 // never recurses deeper than limits.max_module_depth, and allocates memory bounded by the
@@ -60,19 +63,20 @@ struct TorchScriptLimits {
 //
 // Errors:
 //  - kTooLarge: `archive` is longer than limits.max_bytes.
-//  - kUnprocessable: a parameter holds NaN or infinity (the message names it).
+//  - kUnprocessable: a parameter or buffer holds NaN or infinity, or an int64 buffer a value
+//    past 2^24 (the message names it).
 //  - kInvalidArgument, with a message that names the entry, opcode, class or parameter at
 //    fault, for anything else: not a zip archive (or a multi-disk, encrypted or otherwise
 //    unsupported one); not a TorchScript archive (no <root>/data.pkl or no <root>/code/); a
 //    corrupt entry (CRC-32); an unsupported pickle protocol or opcode, or a malformed pickle;
 //    a module whose class has no code, whose state is custom (__getstate__), or that is met
-//    twice (a shared or cyclic submodule); a parameter that is not a dense float32 tensor (the
-//    message names its dtype); strides that are not contiguous (row-major); a storage entry
+//    twice (a shared or cyclic submodule); a parameter that is not a dense float32 tensor or a
+//    buffer that is not a dense float32 or int64 one (the message names its dtype); strides that are not contiguous (row-major); a storage entry
 //    whose size differs from its element count, or a view beyond its storage; a module with
 //    no parameters; anything over a limit (more parameters or values, a larger data.pkl or
 //    code, deeper submodules, more inflated bytes) or over what a model blob can hold (a rank
 //    over kMaxTensorRank, a name over kMaxTensorNameBytes).
-Result<ModelBlob> read_torchscript_parameters(std::string_view archive,
-                                              const TorchScriptLimits& limits);
+Result<ModelBlob> read_torchscript_model(std::string_view archive,
+                                         const TorchScriptLimits& limits);
 
 }  // namespace fedcase::formats

@@ -1,4 +1,4 @@
-// Fuzzes read_torchscript_parameters (formats/torchscript_reader.h), the reader of uploaded
+// Fuzzes read_torchscript_model (formats/torchscript_reader.h), the reader of uploaded
 // TorchScript models. Each input is read twice:
 //  - as an archive, so mutations reach the zip layer (central directory, zip64, local headers,
 //    inflation, CRC-32 checks);
@@ -34,7 +34,7 @@ fedcase::formats::TorchScriptLimits fuzz_limits() {
 
 void read_and_check(std::string_view archive) {
   static const fedcase::formats::TorchScriptLimits limits = fuzz_limits();
-  auto blob = fedcase::formats::read_torchscript_parameters(archive, limits);
+  auto blob = fedcase::formats::read_torchscript_model(archive, limits);
   if (!blob.ok()) return;
   const size_t tensors = blob->layout.tensors.size();
   if (tensors == 0 || tensors > limits.max_tensors) {

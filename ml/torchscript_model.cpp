@@ -130,11 +130,31 @@ Status failed(const char* what, const std::exception& e) {
 
 }  // namespace
 
+// A tensor of the module as it crosses the interface.
+struct NamedTensor {
+  std::string name;
+  torch::Tensor value;
+  TensorKind kind;
+};
+
 struct TorchScriptModel::Impl {
   torch::jit::Module module;
   std::vector<torch::Tensor> params() const {
     std::vector<torch::Tensor> out;
     for (const auto& p : module.parameters()) out.push_back(p);
+    return out;
+  }
+  // The parameters, then the buffers, in layout order.
+  std::vector<NamedTensor> tensors() const {
+    std::vector<NamedTensor> out;
+    for (const auto& p : module.named_parameters(/*recurse=*/true)) {
+      out.push_back({p.name, p.value, TensorKind::kParameter});
+    }
+    for (const auto& b : module.named_buffers(/*recurse=*/true)) {
+      out.push_back({b.name, b.value,
+                     b.value.scalar_type() == torch::kInt64 ? TensorKind::kIntegerBuffer
+                                                            : TensorKind::kFloatBuffer});
+    }
     return out;
   }
   torch::Tensor forward(const torch::Tensor& x) { return module.forward({x}).toTensor(); }
@@ -156,6 +176,13 @@ Result<TorchScriptModel> TorchScriptModel::load(std::string_view archive) {
     ++count;
   }
   if (count == 0) return invalid_argument("the TorchScript module has no parameters");
+  for (const auto& b : impl->module.named_buffers(/*recurse=*/true)) {
+    if (b.value.scalar_type() != torch::kFloat32 && b.value.scalar_type() != torch::kInt64) {
+      return invalid_argument("TorchScript buffer '" + b.name + "' is " +
+                              std::string(c10::toString(b.value.scalar_type())) +
+                              "; buffers must be float32 or int64");
+    }
+  }
   return TorchScriptModel(std::move(impl));
 }
 
@@ -166,9 +193,9 @@ TorchScriptModel::~TorchScriptModel() = default;
 
 ModelLayout TorchScriptModel::layout() const {
   ModelLayout layout;
-  for (const auto& p : impl_->module.named_parameters(/*recurse=*/true)) {
-    TensorSpec spec{p.name, {}};
-    for (int64_t d : p.value.sizes()) spec.shape.push_back(static_cast<uint64_t>(d));
+  for (const NamedTensor& t : impl_->tensors()) {
+    TensorSpec spec{t.name, {}, t.kind};
+    for (int64_t d : t.value.sizes()) spec.shape.push_back(static_cast<uint64_t>(d));
     layout.tensors.push_back(std::move(spec));
   }
   return layout;
@@ -176,27 +203,29 @@ ModelLayout TorchScriptModel::layout() const {
 
 std::vector<float> TorchScriptModel::parameters() const {
   std::vector<float> out;
-  for (const auto& p : impl_->params()) {
-    auto flat = p.detach().contiguous().view(-1);
+  for (const NamedTensor& t : impl_->tensors()) {
+    auto flat = t.value.detach().to(torch::kFloat32).contiguous().view(-1);
     out.insert(out.end(), flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel());
   }
   return out;
 }
 
 Status TorchScriptModel::set_parameters(const std::vector<float>& values) {
-  auto params = impl_->params();
+  const auto tensors = impl_->tensors();
   size_t total = 0;
-  for (const auto& p : params) total += static_cast<size_t>(p.numel());
+  for (const NamedTensor& t : tensors) total += static_cast<size_t>(t.value.numel());
   if (values.size() != total) {
     return unprocessable("the TorchScript module has " + std::to_string(total) +
-                         " parameters, got " + std::to_string(values.size()));
+                         " parameter and buffer values, got " + std::to_string(values.size()));
   }
   torch::NoGradGuard no_grad;
   size_t offset = 0;
-  for (auto& p : params) {
-    p.copy_(
-        torch::from_blob(const_cast<float*>(values.data() + offset), p.sizes(), torch::kFloat32));
-    offset += static_cast<size_t>(p.numel());
+  for (const NamedTensor& t : tensors) {
+    auto source = torch::from_blob(const_cast<float*>(values.data() + offset), t.value.sizes(),
+                                   torch::kFloat32);
+    // An integer buffer takes the nearest integer (copy_ alone would truncate).
+    t.value.copy_(t.kind == TensorKind::kIntegerBuffer ? source.round() : source);
+    offset += static_cast<size_t>(t.value.numel());
   }
   return ok_status();
 }

@@ -1,9 +1,11 @@
 #pragma once
 // Any model an app exports as TorchScript (torch.jit.script(m).save(path)), trained and scored
 // through libtorch without knowing its architecture. libtorch stays behind this interface, as
-// in model.h: parameters cross it as flat floats in named_parameters() order, the order the
+// in model.h: a model's values cross it as flat floats, its parameters in named_parameters()
+// order then its buffers in named_buffers() order (int64 buffers as float32), the order the
 // coordinator reads them from the same file (formats/torchscript_reader.h), and samples cross
-// it as flat float batches.
+// it as flat float batches. train() runs the module in training mode (BatchNorm updates its
+// running statistics), evaluate() in eval mode (it uses them), as a deployed model runs.
 //
 // A sample's record (docs/client_sdk.md, "Sample records") is little-endian float32 values:
 // first the input, prod(sample_shape) values, then the target: one value holding the class
@@ -72,16 +74,19 @@ using LossObserver = std::function<void(const std::vector<float>& losses)>;
 
 class TorchScriptModel {
  public:
-  // Loads a module from the bytes of its file. kInvalidArgument when it does not load or has
-  // no float32 parameters.
+  // Loads a module from the bytes of its file. kInvalidArgument when it does not load, has no
+  // parameters, a parameter that is not float32 or a buffer that is neither float32 nor int64.
   static Result<TorchScriptModel> load(std::string_view archive);
 
   TorchScriptModel(TorchScriptModel&&) noexcept;
   TorchScriptModel& operator=(TorchScriptModel&&) noexcept;
   ~TorchScriptModel();
 
+  // Parameters, then buffers.
   ModelLayout layout() const;
+  // Every value of layout(), parameters and buffers.
   std::vector<float> parameters() const;
+  // Sets every value of layout(); an integer buffer takes the nearest integer.
   // kUnprocessable if `values` does not have layout().element_count() entries.
   Status set_parameters(const std::vector<float>& values);
 
@@ -94,8 +99,8 @@ class TorchScriptModel {
   // Errors as train().
   Result<EvalResult> evaluate(Loss loss, const NextBatch& next);
 
-  // The module with its current parameters, as the bytes torch.jit.save writes: its code and
-  // everything else as loaded. kInternal if libtorch fails.
+  // The module with its current parameters and buffers, as the bytes torch.jit.save writes: its
+  // code and everything else as loaded. kInternal if libtorch fails.
   Result<std::string> save() const;
 
  private:

@@ -316,4 +316,30 @@ Result<JobParts> build_job(const json& j) {
   return make_job_parts(std::move(config).value());
 }
 
+Status check_model_layout(const JobConfig& config, const ModelLayout& layout) {
+  const TensorSpec* buffer = nullptr;
+  for (const TensorSpec& tensor : layout.tensors) {
+    if (tensor.kind != TensorKind::kParameter) {
+      buffer = &tensor;
+      break;
+    }
+  }
+  if (buffer == nullptr) return ok_status();
+  const std::string has = "the model has buffers ('" + buffer->name + "', a " +
+                          tensor_kind_name(buffer->kind) + ")";
+  if (config.aggregation.dp_noise_multiplier > 0) {
+    return invalid_argument(
+        has + ", and DP cannot protect them: running statistics are means over a client's "
+              "samples that no parameter clip bounds, so they would need their own clip and "
+              "noise. Use a model without buffers (GroupNorm or LayerNorm instead of BatchNorm)");
+  }
+  if (config.secure_aggregation) {
+    return invalid_argument(
+        has + ", and secure aggregation cannot carry them: each client clips its whole masked "
+              "update to secure_aggregation.clip, which would distort running statistics. Use a "
+              "model without buffers (GroupNorm or LayerNorm instead of BatchNorm)");
+  }
+  return ok_status();
+}
+
 }  // namespace fedcase::rounds

@@ -131,4 +131,9 @@ Result<JobParts> make_job_parts(JobConfig config);
 // parse_job_config, then make_job_parts: a job config checked in full and ready to run.
 Result<JobParts> build_job(const nlohmann::json& json);
 
+// Whether a job of `config` can train a model of `layout`: a model with buffers (BatchNorm's
+// running statistics) cannot have DP or secure aggregation, which bound each update by a
+// clip its buffers do not respect. kInvalidArgument saying why.
+Status check_model_layout(const JobConfig& config, const ModelLayout& layout);
+
 }  // namespace fedcase::rounds

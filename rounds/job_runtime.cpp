@@ -1,6 +1,7 @@
 #include "rounds/job_runtime.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <unordered_map>
 
@@ -97,7 +98,8 @@ Result<scheduling::RoundPlan> JobRuntime::select_and_plan(
 Result<std::shared_ptr<RoundAggregate>> JobRuntime::make_round_aggregate(RoundIndex index) const {
   aggregation::AggregatorConfig aggregation = config_.aggregation;
   if (private_rounds()) aggregation.dp_seed = dp_seed(index);
-  auto aggregator = aggregation::make_aggregator(aggregation, model_->layout.element_count());
+  auto aggregator = aggregation::make_aggregator(
+      aggregation, {model_->layout.element_count(), model_->layout.parameter_count()});
   if (!aggregator.ok()) return aggregator.status();
   return std::make_shared<RoundAggregate>(std::move(aggregator).value());
 }
@@ -406,6 +408,27 @@ Result<json> JobRuntime::privacy_after(const Round& round,
               {"rounds", privacy.rounds()}};
 }
 
+Status step_model(aggregation::ServerOptimizer& optimizer, const ModelLayout& layout,
+                  std::vector<float>& model, const std::vector<float>& mean_delta) {
+  if (model.size() != layout.element_count() || mean_delta.size() != model.size()) {
+    return invalid_argument("the model, its layout and the mean delta differ in size");
+  }
+  const size_t parameters = layout.parameter_count();
+  std::vector<float> weights(model.begin(), model.begin() + parameters);
+  FEDCASE_RETURN_IF_ERROR(optimizer.step(
+      weights, std::vector<float>(mean_delta.begin(), mean_delta.begin() + parameters)));
+  std::copy(weights.begin(), weights.end(), model.begin());
+  size_t at = parameters;
+  for (const TensorSpec& tensor : layout.tensors) {
+    if (tensor.kind == TensorKind::kParameter) continue;
+    for (const size_t end = at + tensor.element_count(); at < end; ++at) {
+      const float next = model[at] + mean_delta[at];
+      model[at] = tensor.kind == TensorKind::kIntegerBuffer ? std::nearbyint(next) : next;
+    }
+  }
+  return ok_status();
+}
+
 Conclusion JobRuntime::fail(Round& round, double now, const std::string& why) {
   return close(round, now, why, /*stopped_early=*/true);
 }
@@ -437,7 +460,7 @@ Conclusion JobRuntime::conclude(Round& round, double now) {
   if (!all_finite(*mean)) return failed("the aggregate holds non-finite values");
   std::vector<float> params = model_->params;
   c.optimizer_state_before = optimizer_->save_state();
-  Status stepped = optimizer_->step(params, *mean);
+  Status stepped = step_model(*optimizer_, model_->layout, params, *mean);
   if (stepped.ok() && !all_finite(params)) {
     stepped = unprocessable("the next model holds non-finite values");
   }

@@ -50,6 +50,13 @@ struct GlobalModel {
 std::shared_ptr<const GlobalModel> make_global_model(uint64_t version, ModelLayout layout,
                                                      std::vector<float> params);
 
+// Takes `model` (of `layout`) one round forward by the clients' weighted mean delta: the
+// server optimizer steps its parameters; each buffer becomes the clients' weighted mean of
+// theirs (the model's plus its mean delta), an integer buffer rounded to the nearest integer.
+// kInvalidArgument for sizes that differ; the optimizer's errors, with `model` unchanged.
+Status step_model(aggregation::ServerOptimizer& optimizer, const ModelLayout& layout,
+                  std::vector<float>& model, const std::vector<float>& mean_delta);
+
 // One client of the pool a round selects from.
 struct PoolClient {
   const scheduling::ClientProfile* profile = nullptr;  // not owned; valid during open_round

@@ -19,7 +19,12 @@
 #                     int64 token ids through TorchTrainer's collate hook; then the job's latest
 #                     model, exported with `fedcase models get`, is loaded with torch.jit.load
 #                     and must score 0.8 on sentences no device has
-#   scripts/example_test.sh --build-dir build [--app sdk_app|c_app|python_app|text_app]
+#   --app mobilenet_app  examples/mobilenet_app: the same package, trains a MobileNet-style CNN
+#                     with BatchNorm; the coordinator scores each committed model on held-out
+#                     images the app wrote to its datasets_dir. The latest model, exported as
+#                     TorchScript and as npz, must score in eval mode within 1 point of the
+#                     accuracy the job reported for that version, and at least 0.7
+#   scripts/example_test.sh --build-dir build [--app sdk_app|c_app|python_app|text_app|mobilenet_app]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build
@@ -28,7 +33,8 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build=$2; shift 2 ;;
     --app) app=$2; shift 2 ;;
-    *) echo "usage: $0 [--build-dir DIR] [--app sdk_app|c_app|python_app|text_app]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--build-dir DIR] [--app sdk_app|c_app|python_app|text_app|mobilenet_app]" >&2
+       exit 2 ;;
   esac
 done
 build=$(cd "$build" && pwd)
@@ -71,15 +77,17 @@ case "$app" in
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99
     export LSAN_OPTIONS=suppressions=$PWD/examples/c_app/lsan.supp:print_suppressions=0
     binary=$dir/c_app ;;
-  python_app|text_app)
+  python_app|text_app|mobilenet_app)
     say "installing the fedcase Python package with pip"
     cp -r python "$dir/python-src"  # pip builds in the folder it installs from
     run_logged "$dir/pip.log" /usr/bin/python3 -m pip install --no-build-isolation --no-deps \
       --no-index --target "$dir/site" "$dir/python-src"
     export PYTHONPATH=$dir/site FEDCASE_CLIENT_LIBRARY=$dir/prefix/lib/libfedcase_client.so.1
     job_file=examples/$app/job.json
+    export_flags=()
+    if [ "$app" = mobilenet_app ]; then export_flags=(--server-data "$dir/datasets/fmnist-held-out"); fi
     run_logged "$dir/export.log" /usr/bin/python3 "examples/$app/app.py" export \
-      --model "$dir/model.pt"
+      --model "$dir/model.pt" "${export_flags[@]}"
     start_device() {
       exec /usr/bin/python3 "examples/$app/app.py" train --port "$port" \
         --token "$enrollment_token" --name "device-$1" --device "$1" --devices 3 \
@@ -87,7 +95,7 @@ case "$app" in
     } ;;
   *) echo "example_test: unknown app $app" >&2; exit 2 ;;
 esac
-if [ "$app" != python_app ] && [ "$app" != text_app ]; then
+if [ "$app" != python_app ] && [ "$app" != text_app ] && [ "$app" != mobilenet_app ]; then
   # The C++ and C apps take the same flags: the device's data files, held-out files and state.
   start_device() {
     exec "$binary" --port "$port" --token "$enrollment_token" --name "device-$1" \
@@ -99,9 +107,9 @@ fi
 admin_token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 enrollment_token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 jq --arg db "$dir/fedcase.db" --arg pf "$dir/port" --arg admin "$admin_token" \
-  --arg enroll "$enrollment_token" \
+  --arg enroll "$enrollment_token" --arg datasets "$dir/datasets" \
   '.port = 0 | .port_file = $pf | .database = $db | .admin_token = $admin |
-   .enrollment_token = $enroll | .eval_samples = 1000' \
+   .enrollment_token = $enroll | .eval_samples = 1000 | .datasets_dir = $datasets' \
   configs/coordinator.json > "$dir/coordinator.json"
 "$build/server/fedcase-coordinator" --config "$dir/coordinator.json" > "$dir/coordinator.log" 2>&1 &
 pids+=($!)
@@ -160,6 +168,21 @@ if [ "$app" = text_app ]; then
   run_logged "$dir/get.log" "$build/cli/fedcase" models get "$job" latest --out "$dir/trained.pt"
   run_logged "$dir/check.log" /usr/bin/python3 examples/text_app/app.py check \
     --model "$dir/trained.pt" --min-accuracy 0.8
+  say "$(cat "$dir/check.log")"
+fi
+if [ "$app" = mobilenet_app ]; then
+  # What is evaluated is what is exported: the newest version the coordinator has scored, as
+  # TorchScript and as npz, in eval mode on the same held-out images, against that score.
+  "$build/cli/fedcase" models list "$job" --json > "$dir/models.json"
+  version=$(jq '[.models[] | select(.accuracy != null)][-1].version' "$dir/models.json")
+  reported=$(jq '[.models[] | select(.accuracy != null)][-1].accuracy' "$dir/models.json")
+  say "version $version: the job reported accuracy $reported"
+  run_logged "$dir/get.log" "$build/cli/fedcase" models get "$job" "$version" --out "$dir/trained.pt"
+  run_logged "$dir/get-npz.log" "$build/cli/fedcase" models get "$job" "$version" \
+    --out "$dir/trained.npz" --format npz
+  run_logged "$dir/check.log" /usr/bin/python3 examples/mobilenet_app/app.py check \
+    --model "$dir/trained.pt" --npz "$dir/trained.npz" --server-data "$dir/datasets/fmnist-held-out" \
+    --expect "$reported" --min-accuracy 0.7
   say "$(cat "$dir/check.log")"
 fi
 say "passed (federated accuracy $first -> $last)"

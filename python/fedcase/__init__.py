@@ -21,7 +21,7 @@ from .session import LocalData, Session
 from .sources import DatasetSource, FolderSource, MemorySource, SampleSource, float_record
 from .trainer import RoundAborted, Trainer
 from .types import (CachePolicy, Directives, Evaluation, ModelInfo, Repetition, RoundStats,
-                    Sampling, SessionStats, TensorSpec, TrainSettings)
+                    Sampling, SessionStats, TensorKind, TensorSpec, TrainSettings)
 
 __version__ = "1.0.0"
 sdk_version: str = _lib.fedcase_version().decode()
@@ -29,7 +29,7 @@ sdk_version: str = _lib.fedcase_version().decode()
 __all__ = [
     "CachePolicy", "DatasetSource", "Directives", "Evaluation", "FedcaseError", "FolderSource",
     "LocalData", "MemorySource", "ModelInfo", "Repetition", "RoundAborted", "RoundStats",
-    "SampleSource",
-    "Samples", "Sampling", "Session", "SessionStats", "TensorSpec", "Trainer", "TrainSettings",
+    "SampleSource", "Samples", "Sampling", "Session", "SessionStats", "TensorKind", "TensorSpec",
+    "Trainer", "TrainSettings",
     "float_record", "sdk_version",
 ]

@@ -8,13 +8,15 @@ import numpy as np
 import torch
 
 from .samples import Samples
-from .types import Evaluation, ModelInfo, TrainSettings
+from .types import Evaluation, ModelInfo, TensorKind, TrainSettings
 
 
 class TorchTrainer:
-    """Trains `module` (any torch.nn.Module whose named_parameters() are the job's tensors,
-    in order: the module the job was exported from, torch.jit.script(m).save) on the SDK's
-    records.
+    """Trains `module` (any torch.nn.Module whose named_parameters(), then named_buffers(),
+    are the job's tensors, in order: the module the job was exported from,
+    torch.jit.script(m).save) on the SDK's records. Buffers (BatchNorm's running statistics)
+    travel both ways with the parameters: training updates them, evaluation (in eval mode)
+    uses them, as the exported model does.
 
     A batch of records becomes the module's inputs and the targets in one of two ways:
      - `input_shape`: each record is float32 values, the input values (`input_shape`), then
@@ -28,8 +30,8 @@ class TorchTrainer:
 
     Local SGD as the task asks (batch size, learning rate, momentum, weight decay, FedProx's
     proximal term), reporting each batch's per-sample losses after its step; evaluation gives
-    the mean loss and, for cross-entropy, "accuracy". Parameters are copied once into the
-    module's tensors and once out of them per round."""
+    the mean loss and, for cross-entropy, "accuracy". Parameters and buffers are copied once
+    into the module's tensors and once out of them per round."""
 
     def __init__(self, module: torch.nn.Module, input_shape: Sequence[int] | None = None,
                  eval_batch_size: int = 256,
@@ -46,25 +48,32 @@ class TorchTrainer:
         self.eval_batch_size = eval_batch_size
         self.loss = "cross_entropy"
         self._params = [p for _, p in module.named_parameters()]
+        self._tensors = self._params + [b for _, b in module.named_buffers()]
 
     def prepare(self, model: ModelInfo) -> None:
-        """Checks that the job's tensors are this module's (names and shapes, in order)."""
+        """Checks that the job's tensors are this module's (names, shapes and kinds, in
+        order)."""
         if model.loss not in ("cross_entropy", "mse"):
             raise ValueError(f"unknown loss '{model.loss}'")
-        mine = [(n, tuple(p.shape)) for n, p in self.module.named_parameters()]
-        theirs = [(t.name, tuple(t.shape)) for t in model.tensors]
+        mine = [(n, tuple(p.shape), TensorKind.PARAMETER)
+                for n, p in self.module.named_parameters()]
+        mine += [(n, tuple(b.shape), TensorKind.INTEGER_BUFFER if b.dtype == torch.int64
+                  else TensorKind.FLOAT_BUFFER) for n, b in self.module.named_buffers()]
+        theirs = [(t.name, tuple(t.shape), t.kind) for t in model.tensors]
         if mine != theirs:
-            raise ValueError(f"the job's parameters {theirs} are not this module's {mine}")
+            raise ValueError(f"the job's tensors {theirs} are not this module's {mine}")
         self.loss = model.loss
 
-    def _load(self, parameters: list[np.ndarray]) -> None:
-        if len(parameters) != len(self._params):
-            raise ValueError(f"{len(parameters)} tensors for a module of {len(self._params)}")
+    def _load(self, values: list[np.ndarray]) -> None:
+        if len(values) != len(self._tensors):
+            raise ValueError(f"{len(values)} tensors for a module of {len(self._tensors)}")
         with torch.no_grad(), warnings.catch_warnings():
             # The SDK's buffer is read-only; torch only reads it here.
             warnings.simplefilter("ignore", UserWarning)
-            for p, value in zip(self._params, parameters):
-                p.copy_(torch.from_numpy(value).view_as(p))
+            for t, value in zip(self._tensors, values):
+                source = torch.from_numpy(value).view_as(t)
+                # An integer buffer takes the nearest integer (copy_ alone would truncate).
+                t.copy_(source if t.is_floating_point() else source.round())
 
     def _batch(self, samples: Samples, first: int, count: int):
         """The inputs (a tuple of the module's arguments) and targets of positions
@@ -124,7 +133,7 @@ class TorchTrainer:
             objective.backward()
             sgd.step()
             samples.report_losses(first, per_sample.detach().numpy())
-        return [p.detach().numpy() for p in self._params]
+        return [t.detach().to(torch.float32).numpy() for t in self._tensors]
 
     def evaluate(self, parameters: list[np.ndarray], samples: Samples) -> Evaluation:
         self._load(parameters)

@@ -14,7 +14,7 @@ import numpy as np
 from . import _capi
 from ._capi import lib
 from .samples import Samples
-from .types import Evaluation, ModelInfo, TensorSpec, TrainSettings
+from .types import Evaluation, ModelInfo, TensorKind, TensorSpec, TrainSettings
 
 
 class RoundAborted(Exception):
@@ -87,7 +87,8 @@ def model_info(handle: int) -> ModelInfo:
         dims = ctypes.c_size_t()
         shape = lib.fedcase_model_tensor_shape(model, i, ctypes.byref(dims))
         tensors.append(TensorSpec(lib.fedcase_model_tensor_name(model, i).decode(),
-                                  tuple(shape[d] for d in range(dims.value))))
+                                  tuple(shape[d] for d in range(dims.value)),
+                                  TensorKind(lib.fedcase_model_tensor_kind(model, i))))
     return ModelInfo(kind=lib.fedcase_model_kind(model).decode(),
                      loss=lib.fedcase_model_loss(model).decode(), tensors=tuple(tensors),
                      module=ctypes.string_at(module_address, size.value)

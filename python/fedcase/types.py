@@ -6,11 +6,19 @@ import enum
 from dataclasses import dataclass, field
 
 
+class TensorKind(enum.IntEnum):
+    """What a tensor of the model is (the C API's FEDCASE_PARAMETER, ...)."""
+    PARAMETER = 0       # trained by gradients
+    FLOAT_BUFFER = 1    # state the model updates itself: BatchNorm's running statistics
+    INTEGER_BUFFER = 2  # a counter (num_batches_tracked), carried as whole float32 values
+
+
 @dataclass(frozen=True)
 class TensorSpec:
-    """One parameter tensor of the job's model: its name and shape."""
+    """One tensor of the job's model: its name, shape and kind."""
     name: str
     shape: tuple[int, ...]
+    kind: TensorKind = TensorKind.PARAMETER
 
     @property
     def size(self) -> int:
@@ -25,7 +33,8 @@ class ModelInfo:
     """The job's model as a task describes it (the C++ SDK's ModelInfo)."""
     kind: str                  # "cnn" | "mlp" (built-in), "torchscript" or "blob"
     loss: str                  # "cross_entropy" | "mse"
-    tensors: tuple[TensorSpec, ...]  # the parameters, in the order they cross the trainer
+    tensors: tuple[TensorSpec, ...]  # parameters, then buffers, in the order they cross the
+                                     # trainer
     module: bytes | None = None      # the TorchScript module's file, for "torchscript"
 
     @property

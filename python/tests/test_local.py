@@ -275,6 +275,46 @@ class TorchTrainerRounds(unittest.TestCase):
             accuracy = float((module(tokens, lengths).argmax(1) == labels).float().mean())
         self.assertGreater(accuracy, 0.9)
 
+    def test_batchnorm_buffers_travel_with_the_parameters(self):
+        import torch
+        from fedcase.torch_trainer import TorchTrainer
+        torch.manual_seed(0)
+        rng = np.random.default_rng(2)
+        data = [(rng.normal(loc=3.0, scale=2.0, size=4).astype(np.float32), int(i % 2))
+                for i in range(64)]
+        module = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6),
+                                     torch.nn.ReLU(), torch.nn.Linear(6, 2))
+        trainer = TorchTrainer(module, input_shape=(4,))
+        kinds = {torch.float32: fedcase.TensorKind.FLOAT_BUFFER,
+                 torch.int64: fedcase.TensorKind.INTEGER_BUFFER}
+        tensors = tuple(fedcase.TensorSpec(n, tuple(p.shape))
+                        for n, p in module.named_parameters())
+        tensors += tuple(fedcase.TensorSpec(n, tuple(b.shape), kinds[b.dtype])
+                         for n, b in module.named_buffers())
+        with self.assertRaisesRegex(ValueError, "not this module's"):  # buffers left out
+            trainer.prepare(fedcase.ModelInfo("torchscript", "cross_entropy", tensors[:4]))
+        trainer.prepare(fedcase.ModelInfo("torchscript", "cross_entropy", tensors))
+        values = [p.detach().numpy().copy() for p in module.parameters()]
+        values += [b.detach().float().numpy().copy() for b in module.buffers()]
+        names = [t.name for t in tensors]
+        sent_mean = values[names.index("1.running_mean")].copy()
+        with LocalData(fedcase.DatasetSource(data), seed=3) as local:
+            values, stats = local.train_round(trainer, values, TrainSettings(batch_size=16,
+                                                                             lr=0.1))
+            self.assertEqual(len(values), len(tensors))
+            # Training moved the running statistics and counted its 4 batches; what comes back
+            # is what the module holds.
+            self.assertFalse(np.allclose(values[names.index("1.running_mean")], sent_mean))
+            self.assertEqual(float(values[names.index("1.num_batches_tracked")]), 4.0)
+            self.assertTrue(np.array_equal(values[names.index("1.running_var")],
+                                           module[1].running_var.numpy()))
+            self.assertEqual(int(module[1].num_batches_tracked), 4)
+            # The next round starts from the statistics it is sent, not the module's own.
+            sent = [v.copy() for v in values]
+            sent[names.index("1.num_batches_tracked")] = np.float32(40)
+            values, _ = local.train_round(trainer, sent, TrainSettings(batch_size=16, lr=0.1))
+            self.assertEqual(float(values[names.index("1.num_batches_tracked")]), 44.0)
+
     def test_collate_and_input_shape_go_alone_and_bad_batches_fail_the_round(self):
         import torch
         from fedcase.torch_trainer import TorchTrainer

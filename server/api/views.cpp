@@ -109,6 +109,7 @@ json job_detail_json(const JobDetail& d) {
   out["config"] = d.config;
   out["created_at"] = d.created_at;
   out["parameters"] = d.parameters;
+  out["buffer_values"] = d.buffer_values;
   if (d.module_bytes > 0) out["module_bytes"] = d.module_bytes;
   out["selection_policy"] = d.selection_policy;
   out["policy_state"] = d.policy_state;
@@ -165,6 +166,7 @@ json models_json(const ModelListing& m) {
   }
   return {{"job_id", m.job},    {"evaluation_target", m.evaluation_target},
           {"bytes", m.bytes},   {"parameters", m.parameters},
+          {"buffer_values", m.buffer_values},
           {"latest", m.latest}, {"best", m.best ? json(*m.best) : json()},
           {"models", models}};
 }

@@ -53,7 +53,7 @@ Result<ModelBlob> initial_parameters(const rounds::JobConfig& config,
   formats::TorchScriptLimits limits;
   limits.max_bytes = max_bytes;
   limits.max_elements = max_bytes / sizeof(float);  // whatever the file's size allows
-  auto read = config.model == "torchscript" ? read_torchscript_parameters(*file, limits)
+  auto read = config.model == "torchscript" ? read_torchscript_model(*file, limits)
                                             : decode_blob(*file, max_bytes);
   if (!read.ok()) {
     return Status(read.status().code(), "the model file: " + read.status().message());
@@ -95,7 +95,8 @@ Result<ModelListing> Coordinator::models(JobId id, Scope scope) {
   out.evaluation_target = job->config.evaluation.target;
   s.jobs.read(*job, [&](const JobStatus& status) {
     out.bytes = status.model->blob.size();
-    out.parameters = status.model->layout.element_count();
+    out.parameters = status.model->layout.parameter_count();
+    out.buffer_values = status.model->layout.element_count() - out.parameters;
   });
   auto versions = versions_of(*s.store, *job);
   if (!versions.ok()) return versions.status();
@@ -149,6 +150,7 @@ Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
   }
   auto initial = initial_parameters(config, model_file, s.config.max_model_bytes);
   if (!initial.ok()) return initial.status();
+  FEDCASE_RETURN_IF_ERROR(rounds::check_model_layout(config, initial->layout));
   json stored_config = request;
   if (config.init_from) {
     auto start = trained_start(*config.init_from, owner, initial->layout);
@@ -252,7 +254,8 @@ Result<JobDetail> Coordinator::job_detail(JobId id, Scope scope) {
   d.rounds = std::move(rounds).value();
   s.jobs.read(*job, [&](const JobStatus& status) {
     d.summary = summary_of(*job, status);
-    d.parameters = status.model->layout.element_count();
+    d.parameters = status.model->layout.parameter_count();
+    d.buffer_values = status.model->layout.element_count() - d.parameters;
     d.policy_state = status.policy_state;
     d.privacy = status.privacy;
     if (status.round) {

@@ -109,7 +109,8 @@ struct JobDetail {
   JobSummary summary;
   nlohmann::json config;
   double created_at = 0;
-  size_t parameters = 0;
+  size_t parameters = 0;     // the model's parameter values
+  size_t buffer_values = 0;  // the values of its buffers (BatchNorm's running statistics)
   size_t module_bytes = 0;        // the size of its module (0: none)
   std::string evaluation_target;  // "server" or "federated" (rounds::EvaluationConfig)
   std::string selection_policy, aggregation, server_optimizer;
@@ -130,7 +131,8 @@ struct ModelListing {
   JobId job = 0;
   std::string evaluation_target;  // whose accuracy `accuracy` is: "server" or "federated"
   uint64_t bytes = 0;             // of each version's blob (every version has the job's layout)
-  size_t parameters = 0;
+  size_t parameters = 0;          // as JobDetail's
+  size_t buffer_values = 0;
   uint64_t latest = 0;
   std::optional<uint64_t> best;      // none while no version has an accuracy
   std::vector<ModelVersion> models;  // oldest first

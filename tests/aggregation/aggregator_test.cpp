@@ -18,8 +18,8 @@ using fedcase::aggregation::testing::random_updates;
 
 namespace {
 
-std::unique_ptr<Aggregator> make(const nlohmann::json& config, size_t params) {
-  auto agg = make_aggregator(config, params);
+std::unique_ptr<Aggregator> make(const nlohmann::json& config, UpdateShape shape) {
+  auto agg = make_aggregator(config, shape);
   REQUIRE_MESSAGE(agg.ok(), agg.status().to_string());
   return std::move(*agg);
 }
@@ -196,6 +196,42 @@ TEST_CASE("clip_norm scales every update into the ball before any rule sees it")
   auto med = *median->result();  // median of the clipped (0.6, 0.8) and (0.3, 0.4)
   CHECK(med[0] == doctest::Approx(0.45));
   CHECK(med[1] == doctest::Approx(0.6));
+}
+
+TEST_CASE("buffers are averaged by every rule, never clipped or compared") {
+  // Two parameters, then one buffer value (a running variance's delta).
+  const UpdateShape shape{3, 2};
+  std::vector<std::vector<float>> updates = {{3, 4, 10}, {0.3f, 0.4f, 20}};
+  auto fedavg = make({{"rule", "fedavg"}, {"clip_norm", 1.0}}, shape);
+  REQUIRE(fedavg->add(updates[0].data(), 3, 1).ok());
+  REQUIRE(fedavg->add(updates[1].data(), 3, 3).ok());
+  auto mean = *fedavg->result();  // parameters clipped by their own norm; buffer as sent
+  CHECK(mean[0] == doctest::Approx((0.6 + 0.9) / 4));
+  CHECK(mean[1] == doctest::Approx((0.8 + 1.2) / 4));
+  CHECK(mean[2] == doctest::Approx((10 + 3 * 20) / 4.0));
+
+  auto median = make({{"rule", "median"}, {"clip_norm", 1.0}}, shape);
+  add_all(*median, updates);
+  auto med = *median->result();
+  CHECK(med[0] == doctest::Approx(0.45));
+  CHECK(med[2] == doctest::Approx(15));
+
+  // Krum picks by the parameters: the buffer of the outlying update does not sway it.
+  auto krum = make({{"rule", "krum"}}, shape);
+  add_all(*krum, {{0, 0, 1000}, {0.1f, 0, 0}, {0, 0.1f, 0}, {9, 9, 0}});
+  CHECK(*krum->result() == std::vector<float>{0, 0, 1000});
+
+  // DP noise goes on the parameters only.
+  auto dp = make(
+      {{"rule", "fedavg"}, {"clip_norm", 1.0}, {"dp_noise_multiplier", 1.0}, {"dp_seed", 3}},
+      shape);
+  REQUIRE(dp->add(updates[0].data(), 3, 1).ok());
+  auto noisy = *dp->result();
+  CHECK(noisy[0] != doctest::Approx(0.6));
+  CHECK(noisy[2] == 10);
+
+  CHECK(make_aggregator(nlohmann::json{{"rule", "fedavg"}}, UpdateShape{2, 3}).status().code() ==
+        Code::kInvalidArgument);
 }
 
 TEST_CASE("a discount shrinks an update's part of the mean, not its weight (FedBuff)") {

@@ -141,3 +141,57 @@ TEST_CASE("the first difference between two layouts is named for people") {
   CHECK(a.first_difference({{{"w", {2, 3}}, {"b", {3}}, {"c", {1}}}}) ==
         "tensor 'c' is only there");
 }
+
+TEST_CASE("a blob carries each tensor's kind, parameters before buffers") {
+  ModelBlob b;
+  b.layout.tensors = {{"w", {2}, TensorKind::kParameter},
+                      {"bn.running_var", {2}, TensorKind::kFloatBuffer},
+                      {"bn.num_batches_tracked", {}, TensorKind::kIntegerBuffer}};
+  b.data = {0.5f, -1, 2, 3, 7};
+  CHECK(b.layout.parameter_count() == 2);
+  CHECK(b.layout.element_count() == 5);
+  std::string bytes = encode_blob(b);
+  auto decoded = decode_blob(bytes, 1 << 20);
+  REQUIRE(decoded.ok());
+  CHECK(decoded->layout == b.layout);
+  CHECK(decoded->data == b.data);
+
+  // A layout that differs only in a kind is another layout, and says so.
+  ModelLayout parameters_only = b.layout;
+  parameters_only.tensors[1].kind = TensorKind::kParameter;
+  CHECK(parameters_only != b.layout);
+  CHECK(b.layout.first_difference(parameters_only) ==
+        "tensor 'bn.running_var' is a float buffer here and a parameter there");
+
+  // Byte offset of tensor i's kind: header (24), then per tensor name, rank, dims, kind.
+  const size_t w_kind = 24 + 2 + 1 + 4 + 8;
+  const size_t var_kind = w_kind + 1 + 2 + 14 + 4 + 8;
+  REQUIRE(bytes[w_kind] == 0);
+  REQUIRE(bytes[var_kind] == 1);
+  std::string unknown = bytes;
+  unknown[var_kind] = 3;
+  reseal(unknown);
+  CHECK(decode_blob(unknown, 1 << 20).status().message().find("unknown kind 3") !=
+        std::string::npos);
+  std::string out_of_order = bytes;
+  out_of_order[w_kind] = 1;  // w a buffer: the parameter after it comes too late
+  out_of_order[var_kind] = 0;
+  reseal(out_of_order);
+  CHECK(decode_blob(out_of_order, 1 << 20).status().message() ==
+        "parameter bn.running_var comes after a buffer");
+}
+
+TEST_CASE("blobs of format version 1 (no kinds) are read as parameters") {
+  // sample_blob() as format 1 wrote it: version 1, no kind byte after each tensor's dims.
+  std::string bytes = encode_blob(sample_blob());
+  bytes[4] = 1;
+  const size_t w_kind = 24 + 2 + 1 + 4 + 2 * 8;
+  const size_t b_kind = w_kind + 1 + 2 + 1 + 4 + 8;
+  bytes.erase(b_kind, 1);
+  bytes.erase(w_kind, 1);
+  reseal(bytes);
+  auto decoded = decode_blob(bytes, 1 << 20);
+  REQUIRE_MESSAGE(decoded.ok(), decoded.status().to_string());
+  CHECK(decoded->layout == sample_blob().layout);
+  CHECK(decoded->data == sample_blob().data);
+}

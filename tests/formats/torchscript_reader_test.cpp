@@ -1,4 +1,4 @@
-// read_torchscript_parameters against what torch itself reads from the fixtures of
+// read_torchscript_model against what torch itself reads from the fixtures of
 // tests/fixtures/torchscript/, and on invalid, truncated and corrupted archives.
 
 #include "formats/torchscript_reader.h"
@@ -25,7 +25,7 @@ std::string read_fixture(const std::string& file) {
 }
 
 Result<ModelBlob> read_parameters(const std::string& fixture, const TorchScriptLimits& limits) {
-  return read_torchscript_parameters(read_fixture(fixture + ".pt"), limits);
+  return read_torchscript_model(read_fixture(fixture + ".pt"), limits);
 }
 
 std::vector<std::string> names_of(const ModelBlob& blob) {
@@ -40,14 +40,21 @@ void check_against_torch(const std::string& fixture) {
   auto blob = read_parameters(fixture, {});
   REQUIRE_MESSAGE(blob.ok(), blob.status().to_string());
   CHECK(blob->model_version == 0);
-  const auto expected = nlohmann::json::parse(read_fixture(fixture + ".json"))["parameters"];
+  // The parameters, then the buffers, each in torch's order.
+  const auto sidecar = nlohmann::json::parse(read_fixture(fixture + ".json"));
+  auto expected = sidecar["parameters"];
+  for (const auto& buffer : sidecar["buffers"]) expected.push_back(buffer);
   REQUIRE(blob->layout.tensors.size() == expected.size());
   size_t offset = 0;
   for (size_t i = 0; i < expected.size(); ++i) {
     const TensorSpec& tensor = blob->layout.tensors[i];
-    INFO("parameter ", tensor.name);
+    INFO("tensor ", tensor.name);
     CHECK(tensor.name == expected[i]["name"].get<std::string>());
     CHECK(tensor.shape == expected[i]["shape"].get<std::vector<uint64_t>>());
+    const TensorKind kind = i < sidecar["parameters"].size() ? TensorKind::kParameter
+                            : expected[i]["kind"] == "integer" ? TensorKind::kIntegerBuffer
+                                                               : TensorKind::kFloatBuffer;
+    CHECK(tensor.kind == kind);
     const size_t count = tensor.element_count();
     REQUIRE(offset + count <= blob->data.size());
     const std::string_view bytes(reinterpret_cast<const char*>(blob->data.data() + offset),
@@ -76,7 +83,7 @@ void check_rejected(const std::string& fixture, Code code, const std::vector<std
 
 // Reading must fail or succeed cleanly; what it returns must be whole and finite.
 void check_clean(std::string_view archive) {
-  auto blob = read_torchscript_parameters(archive, {});
+  auto blob = read_torchscript_model(archive, {});
   if (!blob.ok()) return;
   CHECK(blob->data.size() == blob->layout.element_count());
   for (float value : blob->data) CHECK(std::isfinite(value));
@@ -84,21 +91,26 @@ void check_clean(std::string_view archive) {
 
 }  // namespace
 
-TEST_CASE("torchscript reader returns the parameters torch reads, in its order") {
+TEST_CASE("torchscript reader returns the parameters and buffers torch reads, in its order") {
   for (const char* fixture :
        {"mlp", "conv_bn", "ordered", "scalar", "views", "mlp-deflated", "mlp-zip64"}) {
     check_against_torch(fixture);
   }
 }
 
-TEST_CASE("torchscript parameters are depth-first in slot order, without buffers or None") {
+TEST_CASE("torchscript parameters are depth-first in slot order, buffers after them") {
   auto ordered = read_parameters("ordered", {});
   REQUIRE(ordered.ok());
-  // Own parameter first (TorchScript puts parameters before submodules), BatchNorm's running
-  // statistics left out, the weight the decoder shares with the encoder under both names.
-  CHECK(names_of(*ordered) == std::vector<std::string>{"gain", "encoder.weight", "encoder.bias",
-                                                       "bn.weight", "bn.bias", "decoder.weight",
-                                                       "decoder.bias"});
+  // Own parameter first (TorchScript puts parameters before submodules), the weight the
+  // decoder shares with the encoder under both names, then the buffers: BatchNorm's running
+  // statistics and its int64 batch count, and the module's own buffer.
+  CHECK(names_of(*ordered) ==
+        std::vector<std::string>{"gain", "encoder.weight", "encoder.bias", "bn.weight", "bn.bias",
+                                 "decoder.weight", "decoder.bias", "steps", "bn.running_mean",
+                                 "bn.running_var", "bn.num_batches_tracked"});
+  CHECK(ordered->layout.tensors[7].kind == TensorKind::kFloatBuffer);
+  CHECK(ordered->layout.tensors[10].kind == TensorKind::kIntegerBuffer);
+  CHECK(ordered->layout.parameter_count() == 3 + 9 + 3 + 3 + 3 + 9 + 3);
   auto mlp = read_parameters("mlp", {});
   REQUIRE(mlp.ok());
   CHECK(names_of(*mlp) == std::vector<std::string>{"body.0.weight", "body.0.bias",
@@ -129,7 +141,7 @@ TEST_CASE("torchscript reader rejects invalid models, naming the fault") {
 TEST_CASE("torchscript reader rejects what is not a zip archive") {
   for (const std::string& bytes : {std::string(), std::string("PK\x05\x06"), std::string(100, '\0'),
                                    encode_blob(ModelBlob{0, ModelLayout{{{"w", {1}}}}, {1.0f}})}) {
-    auto blob = read_torchscript_parameters(bytes, {});
+    auto blob = read_torchscript_model(bytes, {});
     REQUIRE_FALSE(blob.ok());
     CHECK(blob.status().code() == Code::kInvalidArgument);
     CHECK(blob.status().message().find("not a zip archive") != std::string::npos);
@@ -140,9 +152,9 @@ TEST_CASE("torchscript reader holds to its limits") {
   const std::string mlp = read_fixture("mlp.pt");
   TorchScriptLimits limits;
   limits.max_bytes = mlp.size() - 1;
-  CHECK(read_torchscript_parameters(mlp, limits).status().code() == Code::kTooLarge);
+  CHECK(read_torchscript_model(mlp, limits).status().code() == Code::kTooLarge);
   limits.max_bytes = mlp.size();
-  CHECK(read_torchscript_parameters(mlp, limits).ok());
+  CHECK(read_torchscript_model(mlp, limits).ok());
 
   // mlp: 5 parameters of 4*8 + 8 + 8*6 + 6 + 6*3 = 112 values, submodules 3 levels deep
   // (body.2.0); its data.pkl and the code of its classes are longer than 100 bytes.
@@ -162,7 +174,7 @@ TEST_CASE("torchscript reader holds to its limits") {
     INFO(exceeded.message);
     TorchScriptLimits tight;
     tight.*exceeded.limit = exceeded.value;
-    auto blob = read_torchscript_parameters(mlp, tight);
+    auto blob = read_torchscript_model(mlp, tight);
     REQUIRE_FALSE(blob.ok());
     CHECK(blob.status().code() == Code::kInvalidArgument);
     CHECK(blob.status().message().find(exceeded.message) != std::string::npos);
@@ -171,7 +183,7 @@ TEST_CASE("torchscript reader holds to its limits") {
   exact.max_tensors = 5;
   exact.max_elements = 112;
   exact.max_module_depth = 3;
-  CHECK(read_torchscript_parameters(mlp, exact).ok());
+  CHECK(read_torchscript_model(mlp, exact).ok());
 }
 
 TEST_CASE("torchscript reader rejects every truncation of an archive") {
@@ -179,7 +191,7 @@ TEST_CASE("torchscript reader rejects every truncation of an archive") {
     const std::string archive = read_fixture(fixture);
     for (size_t size = 0; size < archive.size(); ++size) {
       INFO(fixture, " truncated to ", size, " bytes");
-      CHECK_FALSE(read_torchscript_parameters(std::string_view(archive).substr(0, size), {}).ok());
+      CHECK_FALSE(read_torchscript_model(std::string_view(archive).substr(0, size), {}).ok());
     }
   }
 }

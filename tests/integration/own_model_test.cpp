@@ -133,7 +133,7 @@ TEST_CASE("a TorchScript job trains on the clients' own files and its federated 
   REQUIRE(initial.status == 200);
   auto blob = decode_blob(initial.response.body, 1 << 20);
   REQUIRE(blob.ok());
-  CHECK(blob->data == formats::read_torchscript_parameters(module, {})->data);
+  CHECK(blob->data == formats::read_torchscript_model(module, {})->data);
 
   Devices devices;
   for (size_t i = 0; i < 3; ++i) {

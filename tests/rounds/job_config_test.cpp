@@ -232,5 +232,33 @@ TEST_CASE("secure aggregation: its clip, DP's weights and the rules it cannot go
         std::string::npos);
 }
 
+TEST_CASE("a model with buffers cannot have DP or secure aggregation, and is told why") {
+  const ModelLayout plain{{{"w", {2}}}};
+  const ModelLayout with_bn{{{"w", {2}},
+                             {"bn.running_mean", {2}, TensorKind::kFloatBuffer},
+                             {"bn.num_batches_tracked", {}, TensorKind::kIntegerBuffer}}};
+  auto config = [](json patch) {
+    json j = {{"name", "j"}};
+    j.merge_patch(patch);
+    auto parsed = parse_job_config(j);
+    REQUIRE_MESSAGE(parsed.ok(), parsed.status().to_string());
+    return *parsed;
+  };
+  const JobConfig plain_job = config(json::object());
+  const JobConfig dp_job =
+      config({{"aggregation", {{"clip_norm", 1}, {"dp_noise_multiplier", 1}}}});
+  const JobConfig secure_job = config({{"secure_aggregation", {{"clip", 1}}}});
+  CHECK(check_model_layout(plain_job, with_bn).ok());
+  CHECK(check_model_layout(dp_job, plain).ok());
+  CHECK(check_model_layout(secure_job, plain).ok());
+  Status dp = check_model_layout(dp_job, with_bn);
+  CHECK(dp.code() == Code::kInvalidArgument);
+  CHECK(dp.message().find("'bn.running_mean'") != std::string::npos);
+  CHECK(dp.message().find("DP cannot protect them") != std::string::npos);
+  Status secure = check_model_layout(secure_job, with_bn);
+  CHECK(secure.code() == Code::kInvalidArgument);
+  CHECK(secure.message().find("secure aggregation cannot carry them") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace fedcase::rounds

@@ -604,5 +604,25 @@ TEST_CASE("a flush with a non-finite result fails, keeps the model and carries i
   CHECK((*next)->staleness(a[2]) == 0);
 }
 
+TEST_CASE("the server optimizer steps the parameters; buffers become the clients' mean") {
+  // A parameter, a running variance and a batch count; FedAdam would act on all three alike.
+  const ModelLayout layout{{{"w", {1}, TensorKind::kParameter},
+                            {"bn.running_var", {1}, TensorKind::kFloatBuffer},
+                            {"bn.num_batches_tracked", {}, TensorKind::kIntegerBuffer}}};
+  auto adam = aggregation::make_server_optimizer({{"name", "fedadam"}, {"lr", 0.1}});
+  REQUIRE(adam.ok());
+  std::vector<float> model = {1.0f, 2.0f, 10.0f};
+  REQUIRE(step_model(**adam, layout, model, {0.5f, 0.25f, 2.6f}).ok());
+  CHECK(model[0] > 1.0f);
+  CHECK(model[1] == 2.25f);  // the clients' weighted mean running variance
+  CHECK(model[2] == 13.0f);  // 12.6 batches: a count stays whole
+  // The optimizer's state has the parameters' size only.
+  auto fresh = aggregation::make_server_optimizer({{"name", "fedadam"}, {"lr", 0.1}});
+  std::vector<float> weights = {1.0f};
+  REQUIRE((*fresh)->step(weights, {0.5f}).ok());
+  CHECK(weights[0] == doctest::Approx(model[0]));
+  CHECK(step_model(**adam, layout, model, {0.5f}).code() == Code::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace fedcase::rounds

@@ -265,9 +265,10 @@ async function renderJob(id) {
   $("job-title").textContent = "Job " + job.job_id + ": " + job.name;
   const facts = [
     ["state", job.state], ["policy", job.selection_policy], ["model", job.config.model],
-    ["parameters", job.parameters], ["aggregation", job.aggregation],
+    ["parameters", job.parameters + (job.buffer_values ? " (+ " + job.buffer_values +
+      " buffer values)" : "")], ["aggregation", job.aggregation],
     ["optimizer", job.server_optimizer], ["round", job.round],
-    ["accuracy", fixed(job.test_accuracy, 4)],
+    ["server accuracy", fixed(job.test_accuracy, 4)],
   ];
   if (job.current_round) {
     facts.push(["open round", job.current_round.round + ": " + job.current_round.updates + " of " +
@@ -306,16 +307,17 @@ async function renderJob(id) {
     type: "line",
     data: {
       datasets: [
-        { label: "test accuracy", data: points((r) => r.metrics.test_accuracy),
+        { label: "server accuracy (committed model)", data: points((r) => r.metrics.test_accuracy),
           yAxisID: "accuracy", borderColor: "#2563a8", backgroundColor: "#2563a8" },
-        { label: "test loss", data: points((r) => r.metrics.test_loss),
+        { label: "server loss", data: points((r) => r.metrics.test_loss),
           yAxisID: "loss", borderColor: "#c2410c", backgroundColor: "#c2410c" },
-        { label: "federated accuracy", data: fedPoints((e) => (e.metrics || {}).accuracy),
+        { label: "federated accuracy (model the round sent)",
+          data: fedPoints((e) => (e.metrics || {}).accuracy),
           yAxisID: "accuracy", borderColor: "#2563a8", backgroundColor: "#2563a8",
           borderDash: [6, 4] },
         { label: "federated loss", data: fedPoints((e) => e.loss),
           yAxisID: "loss", borderColor: "#c2410c", backgroundColor: "#c2410c", borderDash: [6, 4] },
-      ].filter((d) => d.data.length > 0 || d.label.startsWith("test")),
+      ].filter((d) => d.data.length > 0 || d.label.startsWith("server")),
     },
     options: {
       scales: {
@@ -407,7 +409,9 @@ async function renderJob(id) {
     return tr;
   }));
   $("models-summary").textContent = listing.models.length + " versions of " +
-    listing.parameters + " parameters; accuracy by " + listing.evaluation_target + " evaluation";
+    listing.parameters + " parameters" +
+    (listing.buffer_values ? " and " + listing.buffer_values + " buffer values" : "") +
+    "; accuracy by " + listing.evaluation_target + " evaluation";
   replaceRows($("models-rows"), modelRows(listing));
 }
 
