@@ -47,6 +47,20 @@ struct CachedModel {
   ModelBlob blob;
 };
 
+// Calls fn(offset, count, name) for each tensor of `layout` that `names` holds: where its
+// values lie in the model's.
+template <class Fn>
+void for_each_named(const ModelLayout& layout, const std::vector<std::string>& names, Fn fn) {
+  size_t offset = 0;
+  for (const TensorSpec& tensor : layout.tensors) {
+    const size_t count = tensor.element_count();
+    if (std::find(names.begin(), names.end(), tensor.name) != names.end()) {
+      fn(offset, count, tensor.name);
+    }
+    offset += count;
+  }
+}
+
 // A job's TorchScript module held locally, by checksum.
 struct CachedModule {
   std::string checksum;
@@ -88,6 +102,9 @@ struct Session::Impl {
   std::string prepared;                    // the model the trainer is prepared for (its key)
   std::pair<std::string, Status> refused;  // the last model the trainer refused, and why
   std::unique_ptr<LocalData> local;
+  // The values of the buffers a job keeps on this device (TaskOffer::local_buffers), by job
+  // and tensor name: trained here, never uploaded; kept for the session's life.
+  std::map<std::pair<JobId, std::string>, std::vector<float>> local_buffers;
   protocol::DeviceInfo device;  // config.device, read once
   std::mt19937_64 rng;
   double backoff_s = 0.1;
@@ -278,9 +295,10 @@ struct Session::Impl {
   // The held-out evaluation the task asks for, or nullopt when it asks none or there are no
   // held-out samples. An evaluation that fails, or whose figures the coordinator would
   // refuse, is logged and not reported.
-  std::optional<protocol::EvalReport> evaluate(const protocol::TaskOffer& task) {
+  std::optional<protocol::EvalReport> evaluate(const protocol::TaskOffer& task,
+                                               const std::vector<float>& model) {
     if (!task.evaluate || !config.eval_data || config.eval_data->count() == 0) return std::nullopt;
-    auto e = evaluate_held_out(*config.trainer, cached->blob.data, *config.eval_data,
+    auto e = evaluate_held_out(*config.trainer, model, *config.eval_data,
                                task.evaluate->max_samples);
     if (!e.ok()) {
       log(LogLevel::kWarn, "evaluation failed: " + e.status().to_string());
@@ -295,21 +313,42 @@ struct Session::Impl {
     return report;
   }
 
+  // The model this device starts the task from: the task's, with the device's own values of
+  // the buffers the job keeps on devices once it has some.
+  std::vector<float> starting_model(const protocol::TaskOffer& task) const {
+    std::vector<float> model = cached->blob.data;
+    for_each_named(cached->blob.layout, task.local_buffers,
+                   [&](size_t offset, size_t count, const std::string& name) {
+                     auto kept = local_buffers.find({task.job, name});
+                     if (kept == local_buffers.end() || kept->second.size() != count) return;
+                     std::copy(kept->second.begin(), kept->second.end(), model.begin() + offset);
+                   });
+    return model;
+  }
+
   // Trains on the local samples from the cached model; returns the delta (the trained model
-  // minus the task's) and the update's metadata.
+  // minus the one it started from; zero for the buffers the device keeps, which it keeps
+  // here) and the update's metadata.
   Result<std::pair<std::vector<float>, protocol::UpdateMeta>> train(
       const protocol::TaskOffer& task) {
     FEDCASE_RETURN_IF_ERROR(prepare_trainer(task));
     std::optional<ComputeSlots::Hold> slot;
     if (config.compute_slots) slot.emplace(*config.compute_slots);
     protocol::UpdateMeta meta;
-    meta.evaluation = evaluate(task);
-    auto round = local->train_round(*config.trainer, cached->blob.data, train_settings(task.train),
-                                    data_directives(task));
+    const std::vector<float> start = starting_model(task);
+    meta.evaluation = evaluate(task, start);
+    auto round =
+        local->train_round(*config.trainer, start, train_settings(task.train), data_directives(task));
     slot.reset();
     if (!round.ok()) return round.status();
     std::vector<float>& delta = round->parameters;
-    for (size_t i = 0; i < delta.size(); ++i) delta[i] -= cached->blob.data[i];
+    for_each_named(cached->blob.layout, task.local_buffers,
+                   [&](size_t offset, size_t count, const std::string& name) {
+                     local_buffers[{task.job, name}].assign(delta.begin() + offset,
+                                                            delta.begin() + offset + count);
+                     std::copy_n(start.begin() + offset, count, delta.begin() + offset);
+                   });
+    for (size_t i = 0; i < delta.size(); ++i) delta[i] -= start[i];
     const RoundStats& stats = round->stats;
     meta.samples = stats.samples;
     meta.loss_sum = stats.loss_sum;

@@ -35,7 +35,7 @@ inline constexpr size_t kMaxTensorRank = 8;
 // What a tensor of a model is. A parameter is trained by gradients; a buffer is state the
 // model updates itself (BatchNorm's running_mean and running_var: kFloatBuffer; its
 // num_batches_tracked, an int64 counter carried as float32, exact up to 2^24: kIntegerBuffer).
-// Buffers are averaged, never stepped by a server optimizer (docs/models.md, "Buffers").
+// Buffers are averaged, never stepped by a server optimizer (docs/aggregation.md, "Buffers").
 enum class TensorKind : uint8_t { kParameter = 0, kFloatBuffer = 1, kIntegerBuffer = 2 };
 
 // "parameter", "float buffer", "integer buffer".

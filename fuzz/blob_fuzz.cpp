@@ -2,9 +2,10 @@
 // stored model.
 // Input: the bytes of a blob. Each input is decoded twice: as it is (so the checksum check
 // runs), and with its last four bytes replaced by the right CRC-32 (so mutations reach the
-// success path instead of stopping at the checksum). A blob that decodes must encode back to
-// exactly the same bytes (the format has one encoding per blob), and the view's first
-// non-finite value must be the one a plain scan of the decoded values finds.
+// success path instead of stopping at the checksum). A blob of the current format that decodes
+// must encode back to exactly the same bytes (the format has one encoding per blob); one of
+// format 1 must encode to a blob that decodes to the same model. The view's first non-finite
+// value must be the one a plain scan of the decoded values finds.
 
 #include <algorithm>
 #include <cmath>
@@ -24,8 +25,16 @@ void decode_and_check(std::string_view bytes) {
   if (blob->data.size() != blob->layout.element_count()) {
     fedcase::fuzz::fuzz_fail("decoded data size differs from the layout's element count");
   }
-  if (fedcase::encode_blob(*blob) != bytes) {
+  const std::string encoded = fedcase::encode_blob(*blob);
+  uint32_t format = 0;
+  std::memcpy(&format, bytes.data() + 4, sizeof(format));
+  if (format == fedcase::kBlobFormatVersion && encoded != bytes) {
     fedcase::fuzz::fuzz_fail("a decoded blob does not encode back to its bytes");
+  }
+  auto again = fedcase::decode_blob(encoded, kMaxBytes);
+  if (!again.ok() || again->layout != blob->layout || again->model_version != blob->model_version ||
+      std::memcmp(again->data.data(), blob->data.data(), blob->data.size() * sizeof(float)) != 0) {
+    fedcase::fuzz::fuzz_fail("a decoded blob, encoded, does not decode to the same model");
   }
   fedcase::BlobView view;
   if (!fedcase::view_blob(bytes, kMaxBytes, view).ok()) {

@@ -55,7 +55,7 @@ bool TaskOffer::operator==(const TaskOffer& o) const {
          status_url == o.status_url && deadline == o.deadline && train == o.train &&
          evaluate == o.evaluate && sample_budget == o.sample_budget && sampling == o.sampling &&
          cache == o.cache && expected_duration_s == o.expected_duration_s &&
-         secure_aggregation == o.secure_aggregation;
+         secure_aggregation == o.secure_aggregation && local_buffers == o.local_buffers;
 }
 
 namespace internal {
@@ -162,6 +162,18 @@ Status read(const nlohmann::json& value, const std::string& where, TaskOffer& ou
   r.require("expected_duration_s").finite("expected_duration_s", out.expected_duration_s, 0);
   SecAggTask secure;
   if (read_nested(r, "secure_aggregation", secure)) out.secure_aggregation = secure;
+  if (const nlohmann::json* local = r.member("local_buffers")) {
+    bool valid = local->is_array() && local->size() <= kMaxTensors;
+    for (size_t i = 0; valid && i < local->size(); ++i) {
+      const nlohmann::json& name = (*local)[i];
+      valid = name.is_string() && !name.get_ref<const std::string&>().empty() &&
+              name.get_ref<const std::string&>().size() <= kMaxTensorNameBytes;
+      if (valid) out.local_buffers.push_back(name.get<std::string>());
+    }
+    check(r, valid, "local_buffers",
+          "must be an array of at most " + std::to_string(kMaxTensors) + " tensor names of 1 to " +
+              std::to_string(kMaxTensorNameBytes) + " bytes");
+  }
   return finish(r, keys);
 }
 
@@ -194,6 +206,7 @@ nlohmann::json write_task_offer(const TaskOffer& t) {
   }
   if (t.evaluate) out["evaluate"] = write_evaluation_settings(*t.evaluate);
   if (t.secure_aggregation) out["secure_aggregation"] = write_secagg_task(*t.secure_aggregation);
+  if (!t.local_buffers.empty()) out["local_buffers"] = t.local_buffers;
   return out;
 }
 

@@ -10,7 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "common/blob.h"
 #include "common/ids.h"
 #include "common/status.h"
 #include "protocol/sampling.h"
@@ -118,6 +120,10 @@ struct TaskOffer {
   double expected_duration_s = 0;  // what the coordinator expects the task to take, >= 0
   // nullopt: a plain upload to upload_url; else the stages of secure aggregation replace it.
   std::optional<SecAggTask> secure_aggregation;
+  // The buffers of the model this device keeps for itself (a job's local_buffers, by tensor
+  // name; at most kMaxTensors of 1 to kMaxTensorNameBytes bytes): it evaluates and trains
+  // with its own values of them, once it has some, and uploads a zero delta for them.
+  std::vector<std::string> local_buffers;
 
   bool operator==(const TaskOffer& o) const;
   bool operator!=(const TaskOffer& o) const { return !(*this == o); }

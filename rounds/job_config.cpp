@@ -197,6 +197,27 @@ bool labels_match(const std::map<std::string, std::string>& labels,
   return true;
 }
 
+namespace {
+
+// job.local_buffers: up to kMaxTensors names of 1 to kMaxTensorNameBytes bytes.
+Result<std::vector<std::string>> parse_local_buffers(const json& local) {
+  const Status malformed = invalid_argument(
+      "job.local_buffers must be an array of buffer or module names (\"bn1\", "
+      "\"bn1.running_mean\"), each of 1 to " +
+      std::to_string(kMaxTensorNameBytes) + " bytes");
+  if (!local.is_array() || local.size() > kMaxTensors) return malformed;
+  std::vector<std::string> names;
+  for (const json& name : local) {
+    if (!name.is_string()) return malformed;
+    const std::string& text = name.get_ref<const std::string&>();
+    if (text.empty() || text.size() > kMaxTensorNameBytes) return malformed;
+    names.push_back(text);
+  }
+  return names;
+}
+
+}  // namespace
+
 Result<JobConfig> parse_job_config(const json& j) {
   JobConfig c;
   json training = json::object(), aggregation = json::object(), evaluation = json::object();
@@ -232,6 +253,11 @@ Result<JobConfig> parse_job_config(const json& j) {
   }
   init_from = r.member("init_from");
   secure = r.member("secure_aggregation");
+  if (const json* local = r.member("local_buffers")) {
+    auto parsed = parse_local_buffers(*local);
+    r.merge(parsed.status());
+    if (parsed.ok()) c.local_buffers = std::move(parsed).value();
+  }
   FEDCASE_RETURN_IF_ERROR(r.strict_status());
   if (init_from) {
     auto parsed = parse_init_from(*init_from);
@@ -263,6 +289,12 @@ Result<JobConfig> parse_job_config(const json& j) {
         "job.target_accuracy with evaluation.target \"federated\" needs evaluation.federated");
   }
   if (c.min_clients == 0) c.min_clients = c.clients_per_round;
+  if (!c.local_buffers.empty() && !c.evaluation.server_dataset.empty()) {
+    return invalid_argument(
+        "evaluation.server_dataset cannot score a model with local_buffers: the coordinator "
+        "holds no running statistics of its own, each device keeps its own (federated "
+        "evaluation scores the model with them)");
+  }
 
   auto training_params = scheduling::parse_training_params(training);
   if (!training_params.ok()) return training_params.status();
@@ -316,28 +348,52 @@ Result<JobParts> build_job(const json& j) {
   return make_job_parts(std::move(config).value());
 }
 
+bool is_local_buffer(const std::vector<std::string>& local_buffers, const TensorSpec& tensor) {
+  if (tensor.kind == TensorKind::kParameter) return false;
+  for (const std::string& entry : local_buffers) {
+    if (tensor.name == entry || (tensor.name.size() > entry.size() &&
+                                 tensor.name.compare(0, entry.size(), entry) == 0 &&
+                                 tensor.name[entry.size()] == '.')) {
+      return true;
+    }
+  }
+  return false;
+}
+
 Status check_model_layout(const JobConfig& config, const ModelLayout& layout) {
+  for (const std::string& entry : config.local_buffers) {
+    bool names_one = false;
+    for (const TensorSpec& tensor : layout.tensors) {
+      names_one = names_one || is_local_buffer({entry}, tensor);
+    }
+    if (!names_one) {
+      return invalid_argument("job.local_buffers entry \"" + entry +
+                              "\" names no buffer of the model, nor a module with buffers");
+    }
+  }
   const TensorSpec* buffer = nullptr;
   for (const TensorSpec& tensor : layout.tensors) {
-    if (tensor.kind != TensorKind::kParameter) {
+    if (tensor.kind != TensorKind::kParameter && !is_local_buffer(config.local_buffers, tensor)) {
       buffer = &tensor;
       break;
     }
   }
   if (buffer == nullptr) return ok_status();
-  const std::string has = "the model has buffers ('" + buffer->name + "', a " +
+  const std::string has = "the model has buffers that travel ('" + buffer->name + "', a " +
                           tensor_kind_name(buffer->kind) + ")";
   if (config.aggregation.dp_noise_multiplier > 0) {
     return invalid_argument(
         has + ", and DP cannot protect them: running statistics are means over a client's "
               "samples that no parameter clip bounds, so they would need their own clip and "
-              "noise. Use a model without buffers (GroupNorm or LayerNorm instead of BatchNorm)");
+              "noise. Keep them on the devices (local_buffers) or use a model without buffers "
+              "(GroupNorm or LayerNorm instead of BatchNorm)");
   }
   if (config.secure_aggregation) {
     return invalid_argument(
         has + ", and secure aggregation cannot carry them: each client clips its whole masked "
-              "update to secure_aggregation.clip, which would distort running statistics. Use a "
-              "model without buffers (GroupNorm or LayerNorm instead of BatchNorm)");
+              "update to secure_aggregation.clip, which would distort running statistics. Keep "
+              "them on the devices (local_buffers) or use a model without buffers (GroupNorm or "
+              "LayerNorm instead of BatchNorm)");
   }
   return ok_status();
 }

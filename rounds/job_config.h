@@ -101,6 +101,11 @@ struct JobConfig {
   // Secure aggregation (SecAgg+, docs/secure_aggregation.md): clients mask their clipped,
   // quantised, weighted updates and the coordinator learns only their sum. none: plain uploads.
   std::optional<secagg::SecureAggregationConfig> secure_aggregation;
+  // Buffers each device keeps for itself (FedBN, Li et al., ICLR 2021: BatchNorm's running
+  // statistics stay local): each entry names a buffer ("bn1.running_mean") or a module whose
+  // buffers all stay ("bn1", "features"). They never leave a device; the committed and
+  // exported model keeps their initial values (docs/aggregation.md, "Buffers").
+  std::vector<std::string> local_buffers;
 
   bool asynchronous() const { return mode == "async"; }
   // Whether `model` names a built-in architecture (no model file is uploaded with the job).
@@ -131,9 +136,14 @@ Result<JobParts> make_job_parts(JobConfig config);
 // parse_job_config, then make_job_parts: a job config checked in full and ready to run.
 Result<JobParts> build_job(const nlohmann::json& json);
 
-// Whether a job of `config` can train a model of `layout`: a model with buffers (BatchNorm's
-// running statistics) cannot have DP or secure aggregation, which bound each update by a
-// clip its buffers do not respect. kInvalidArgument saying why.
+// Whether a job of `config` can train a model of `layout`: each of local_buffers names a
+// buffer or a module with buffers; a model with buffers that travel (not local) cannot have
+// DP or secure aggregation, which bound each update by a clip its buffers do not respect.
+// kInvalidArgument saying why.
 Status check_model_layout(const JobConfig& config, const ModelLayout& layout);
+
+// Whether `tensor` is one of the buffers `local_buffers` keeps on the devices: a buffer named
+// by an entry or lying in a module an entry names.
+bool is_local_buffer(const std::vector<std::string>& local_buffers, const TensorSpec& tensor);
 
 }  // namespace fedcase::rounds

@@ -409,7 +409,8 @@ Result<json> JobRuntime::privacy_after(const Round& round,
 }
 
 Status step_model(aggregation::ServerOptimizer& optimizer, const ModelLayout& layout,
-                  std::vector<float>& model, const std::vector<float>& mean_delta) {
+                  const std::vector<std::string>& local_buffers, std::vector<float>& model,
+                  const std::vector<float>& mean_delta) {
   if (model.size() != layout.element_count() || mean_delta.size() != model.size()) {
     return invalid_argument("the model, its layout and the mean delta differ in size");
   }
@@ -421,6 +422,10 @@ Status step_model(aggregation::ServerOptimizer& optimizer, const ModelLayout& la
   size_t at = parameters;
   for (const TensorSpec& tensor : layout.tensors) {
     if (tensor.kind == TensorKind::kParameter) continue;
+    if (is_local_buffer(local_buffers, tensor)) {
+      at += tensor.element_count();
+      continue;
+    }
     for (const size_t end = at + tensor.element_count(); at < end; ++at) {
       const float next = model[at] + mean_delta[at];
       model[at] = tensor.kind == TensorKind::kIntegerBuffer ? std::nearbyint(next) : next;
@@ -460,7 +465,8 @@ Conclusion JobRuntime::conclude(Round& round, double now) {
   if (!all_finite(*mean)) return failed("the aggregate holds non-finite values");
   std::vector<float> params = model_->params;
   c.optimizer_state_before = optimizer_->save_state();
-  Status stepped = step_model(*optimizer_, model_->layout, params, *mean);
+  Status stepped =
+      step_model(*optimizer_, model_->layout, config_.local_buffers, params, *mean);
   if (stepped.ok() && !all_finite(params)) {
     stepped = unprocessable("the next model holds non-finite values");
   }

@@ -52,10 +52,12 @@ std::shared_ptr<const GlobalModel> make_global_model(uint64_t version, ModelLayo
 
 // Takes `model` (of `layout`) one round forward by the clients' weighted mean delta: the
 // server optimizer steps its parameters; each buffer becomes the clients' weighted mean of
-// theirs (the model's plus its mean delta), an integer buffer rounded to the nearest integer.
+// theirs (the model's plus its mean delta), an integer buffer rounded to the nearest integer,
+// except the buffers `local_buffers` keeps on the devices, which keep their values.
 // kInvalidArgument for sizes that differ; the optimizer's errors, with `model` unchanged.
 Status step_model(aggregation::ServerOptimizer& optimizer, const ModelLayout& layout,
-                  std::vector<float>& model, const std::vector<float>& mean_delta);
+                  const std::vector<std::string>& local_buffers, std::vector<float>& model,
+                  const std::vector<float>& mean_delta);
 
 // One client of the pool a round selects from.
 struct PoolClient {

@@ -52,6 +52,7 @@ json task_json(const TaskOffer& o) {
   task.sampling = t.sampling;
   task.cache = t.cache;
   task.expected_duration_s = t.expected_duration_s;
+  task.local_buffers = o.local_buffers;
   if (o.secure_stage_seconds) {
     task.secure_aggregation = protocol::SecAggTask{
         secagg_url(o.job, o.round, "keys"), secagg_url(o.job, o.round, "shares"),
@@ -166,7 +167,7 @@ json models_json(const ModelListing& m) {
   }
   return {{"job_id", m.job},    {"evaluation_target", m.evaluation_target},
           {"bytes", m.bytes},   {"parameters", m.parameters},
-          {"buffer_values", m.buffer_values},
+          {"buffer_values", m.buffer_values}, {"local_buffers", m.local_buffers},
           {"latest", m.latest}, {"best", m.best ? json(*m.best) : json()},
           {"models", models}};
 }

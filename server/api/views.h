@@ -34,7 +34,7 @@ nlohmann::json job_detail_json(const JobDetail& job);
 nlohmann::json clients_json(const ClientPage& page);
 nlohmann::json job_state_json(JobId job, JobState state);
 // A job's models: {"job_id", "evaluation_target", "bytes", "parameters", "buffer_values",
-// "latest", "best", "models": [{"version", "round", "created_at", "accuracy", "exports": {format: url}}]}.
+// "local_buffers", "latest", "best", "models": [{"version", "round", "created_at", "accuracy", "exports": {format: url}}]}.
 nlohmann::json models_json(const ModelListing& listing);
 // A new tenant with its token (shown only here): {"tenant_id", "name", "weight", "limits",
 // "token"}.

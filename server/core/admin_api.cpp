@@ -97,6 +97,7 @@ Result<ModelListing> Coordinator::models(JobId id, Scope scope) {
     out.bytes = status.model->blob.size();
     out.parameters = status.model->layout.parameter_count();
     out.buffer_values = status.model->layout.element_count() - out.parameters;
+    out.local_buffers = job->local_buffers;
   });
   auto versions = versions_of(*s.store, *job);
   if (!versions.ok()) return versions.status();

@@ -50,7 +50,8 @@ TaskOffer task_offer(const JobEntry& job, const rounds::Round& r, ClientId clien
       task,
       job.config.secure_aggregation
           ? std::optional<double>(job.config.secure_aggregation->stage_seconds)
-          : std::nullopt};
+          : std::nullopt,
+      job.local_buffers};
 }
 
 // Whether an asynchronous job's buffer is between two versions here: its tasks carry over to

@@ -82,6 +82,7 @@ struct TaskOffer {
   scheduling::ClientTask task;
   // A job with secure aggregation: how long its key and unmask stages wait (nullopt: plain).
   std::optional<double> secure_stage_seconds;
+  std::vector<std::string> local_buffers;  // the buffers the device keeps (JobEntry's)
 };
 
 struct UpdateAccepted {
@@ -133,6 +134,9 @@ struct ModelListing {
   uint64_t bytes = 0;             // of each version's blob (every version has the job's layout)
   size_t parameters = 0;          // as JobDetail's
   size_t buffer_values = 0;
+  // The buffers the devices keep (config.local_buffers): every version, and its exports,
+  // holds their initial values, the module's.
+  std::vector<std::string> local_buffers;
   uint64_t latest = 0;
   std::optional<uint64_t> best;      // none while no version has an accuracy
   std::vector<ModelVersion> models;  // oldest first

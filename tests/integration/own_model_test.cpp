@@ -283,3 +283,91 @@ TEST_CASE("the coordinator scores a TorchScript job on its server dataset") {
   CHECK(python["loss"].get<double>() ==
         doctest::Approx(last["metrics"]["test_loss"].get<double>()).epsilon(1e-5));
 }
+
+// BatchNorm's statistics travel with the parameters and the committed model holds the devices'
+// mean; with local_buffers they stay on the devices and the committed model keeps the module's.
+TEST_CASE("BatchNorm statistics are federated, or kept on the devices with local_buffers") {
+  TempDir dir;
+  auto service = start_coordinator(dir);
+  const uint16_t port = service->port();
+  const std::string module = batchnorm_classifier_module(784, 16, 10, 11);
+  const std::vector<float> initial = formats::read_torchscript_model(module, {})->data;
+  json config = {{"name", "batchnorm"},
+                 {"model", "torchscript"},
+                 {"rounds", 2},
+                 {"clients_per_round", 3},
+                 {"selection", {{"policy", "random"}, {"overcommit", 1.0}}},
+                 {"training", {{"batch_size", 32}, {"lr", 0.1}, {"momentum", 0.5}}},
+                 {"evaluation", {{"federated", true}}}};
+  Caller admin(port, kAdminToken);
+
+  // DP bounds each update by a clip the running statistics do not respect: refused, unless
+  // the statistics stay on the devices.
+  json private_config = config;
+  private_config["aggregation"] = {{"clip_norm", 1.0}, {"dp_noise_multiplier", 0.5}};
+  Reply refused = create_job(port, private_config, module);
+  CHECK(refused.status == 400);
+  CHECK(refused.raw.find("DP cannot protect them") != std::string::npos);
+  private_config["local_buffers"] = {"bn"};
+  Reply accepted = create_job(port, private_config, module);
+  REQUIRE_MESSAGE(accepted.status == 201, accepted.raw);
+  const std::string private_job = std::to_string(accepted.body["job_id"].get<uint64_t>());
+  CHECK(admin.post("/v1/admin/jobs/" + private_job + "/cancel", json::object()).status == 200);
+
+  // Three devices of 320 images each (10 batches of 32 a round) take part in both jobs.
+  Devices devices;
+  for (size_t i = 0; i < 3; ++i) {
+    const std::filesystem::path home = dir.path() / ("device-" + std::to_string(i));
+    devices.start(port, home.filename().string(), image_folder(home / "train", i * 320, 320),
+                  image_folder(home / "held-out", 20000 + i * 100, 100), "");
+  }
+  // Runs `job_config` to its end; returns its detail, its last committed model and listing.
+  auto run = [&](const json& job_config) {
+    Reply created = create_job(port, job_config, module);
+    REQUIRE_MESSAGE(created.status == 201, created.raw);
+    const uint64_t job = created.body["job_id"];
+    json detail;
+    const bool finished = wait_until(
+        [&] {
+          detail = admin.get("/v1/admin/jobs/" + std::to_string(job)).body;
+          return detail.value("state", "") == "finished";
+        },
+        180);
+    REQUIRE_MESSAGE(finished, detail.dump());
+    Reply blob = admin.get("/v1/jobs/" + std::to_string(job) + "/models/2");
+    REQUIRE(blob.status == 200);
+    auto model = decode_blob(blob.response.body, blob.response.body.size());
+    REQUIRE(model.ok());
+    const json listing = admin.get("/v1/admin/jobs/" + std::to_string(job) + "/models").body;
+    return std::make_tuple(detail, std::move(model).value(), listing);
+  };
+  auto [shared_detail, shared, shared_listing] = run(config);
+  const size_t buffers_at = shared.layout.parameter_count();
+  const size_t count_at = shared.data.size() - 1;
+  REQUIRE(shared.layout.tensors.back().name == "bn.num_batches_tracked");
+  CHECK(shared_listing["buffer_values"] == 16 + 16 + 1);
+  CHECK(shared_listing["local_buffers"].empty());
+  // The devices' mean: each counted 10 batches a round; their running means moved off zero.
+  CHECK(shared.data[count_at] == 20);
+  CHECK(shared.data[buffers_at] != initial[buffers_at]);
+
+  json local_config = config;
+  local_config["local_buffers"] = {"bn"};
+  auto [local_detail, local, local_listing] = run(local_config);
+  CHECK(local_listing["local_buffers"] ==
+        json{"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"});
+  // The committed model holds the module's statistics; the parameters trained.
+  CHECK(std::vector<float>(local.data.begin() + buffers_at, local.data.end()) ==
+        std::vector<float>(initial.begin() + buffers_at, initial.end()));
+  CHECK(std::vector<float>(local.data.begin(), local.data.begin() + buffers_at) !=
+        std::vector<float>(initial.begin(), initial.begin() + buffers_at));
+  // Each device scored the model it was sent with its own statistics, as it deploys it.
+  const auto rounds = committed_rounds(local_detail);
+  REQUIRE(rounds.size() == 2);
+  const double local_accuracy =
+      rounds.back()["metrics"]["federated_evaluation"]["metrics"]["accuracy"].get<double>();
+  MESSAGE("federated accuracy after one round, statistics kept on the devices: "
+          << local_accuracy << "; shared: "
+          << committed_rounds(shared_detail).back()["metrics"]["federated_evaluation"]["metrics"]["accuracy"]);
+  CHECK(local_accuracy > 0.5);
+}

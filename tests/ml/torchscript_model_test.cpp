@@ -39,6 +39,8 @@ void check_same_parameters(const std::string& archive, const std::string& what) 
 TEST_CASE("the torch-free reader and libtorch agree on every module's parameters") {
   check_same_parameters(testing::classifier_module(784, 32, 10, 3), "classifier (libtorch)");
   check_same_parameters(testing::regression_module(5, 1), "regression (libtorch)");
+  check_same_parameters(testing::batchnorm_classifier_module(6, 4, 3, 2),
+                        "batchnorm classifier (libtorch)");
   const std::filesystem::path fixtures =
       std::filesystem::path(FEDCASE_SOURCE_DIR) / "tests/fixtures/torchscript";
   size_t checked = 0;

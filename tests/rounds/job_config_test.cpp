@@ -258,6 +258,34 @@ TEST_CASE("a model with buffers cannot have DP or secure aggregation, and is tol
   Status secure = check_model_layout(secure_job, with_bn);
   CHECK(secure.code() == Code::kInvalidArgument);
   CHECK(secure.message().find("secure aggregation cannot carry them") != std::string::npos);
+
+  // Buffers kept on the devices travel nowhere: DP and secure aggregation apply.
+  const JobConfig local_dp = config({{"local_buffers", {"bn"}},
+                                     {"aggregation", {{"clip_norm", 1}, {"dp_noise_multiplier", 1}}}});
+  CHECK(local_dp.local_buffers == std::vector<std::string>{"bn"});
+  CHECK(check_model_layout(local_dp, with_bn).ok());
+  CHECK(check_model_layout(config({{"local_buffers", {"bn.running_mean"}},
+                                   {"secure_aggregation", {{"clip", 1}}}}),
+                           with_bn)
+            .message()
+            .find("'bn.num_batches_tracked'") != std::string::npos);
+  CHECK(is_local_buffer({"bn"}, with_bn.tensors[1]));
+  CHECK_FALSE(is_local_buffer({"b"}, with_bn.tensors[1]));  // a module's whole name
+  CHECK_FALSE(is_local_buffer({"w"}, with_bn.tensors[0]));  // parameters always travel
+  CHECK(check_model_layout(config({{"local_buffers", {"w"}}}), with_bn).message() ==
+        "job.local_buffers entry \"w\" names no buffer of the model, nor a module with buffers");
+  for (const json& bad : {json("bn"), json({1}), json({""}), json::array({std::string(257, 'x')})}) {
+    CAPTURE(bad.dump().substr(0, 40));
+    json j = {{"name", "j"}, {"local_buffers", bad}};
+    CHECK(parse_job_config(j).status().message().find("job.local_buffers must be") !=
+          std::string::npos);
+  }
+  json scored = {{"name", "j"},
+                 {"model", "torchscript"},
+                 {"local_buffers", {"bn"}},
+                 {"evaluation", {{"server_dataset", "d"}, {"input_shape", {4}}}}};
+  CHECK(parse_job_config(scored).status().message().find("holds no running statistics") !=
+        std::string::npos);
 }
 
 }  // namespace

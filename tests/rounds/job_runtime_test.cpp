@@ -612,7 +612,7 @@ TEST_CASE("the server optimizer steps the parameters; buffers become the clients
   auto adam = aggregation::make_server_optimizer({{"name", "fedadam"}, {"lr", 0.1}});
   REQUIRE(adam.ok());
   std::vector<float> model = {1.0f, 2.0f, 10.0f};
-  REQUIRE(step_model(**adam, layout, model, {0.5f, 0.25f, 2.6f}).ok());
+  REQUIRE(step_model(**adam, layout, {}, model, {0.5f, 0.25f, 2.6f}).ok());
   CHECK(model[0] > 1.0f);
   CHECK(model[1] == 2.25f);  // the clients' weighted mean running variance
   CHECK(model[2] == 13.0f);  // 12.6 batches: a count stays whole
@@ -621,7 +621,11 @@ TEST_CASE("the server optimizer steps the parameters; buffers become the clients
   std::vector<float> weights = {1.0f};
   REQUIRE((*fresh)->step(weights, {0.5f}).ok());
   CHECK(weights[0] == doctest::Approx(model[0]));
-  CHECK(step_model(**adam, layout, model, {0.5f}).code() == Code::kInvalidArgument);
+  CHECK(step_model(**adam, layout, {}, model, {0.5f}).code() == Code::kInvalidArgument);
+  // Buffers the devices keep (here the module "bn") keep the model's values.
+  REQUIRE(step_model(**adam, layout, {"bn"}, model, {0.5f, 0.25f, 2.6f}).ok());
+  CHECK(model[1] == 2.25f);
+  CHECK(model[2] == 13.0f);
 }
 
 }  // namespace

@@ -57,6 +57,11 @@ Result<InstalledJob> make_job(const storage::JobRecord& record, rounds::JobParts
   job->tenant = record.tenant;
   if (module) job->module_checksum = sha256_hex(*module);
   job->module = std::move(module);
+  for (const TensorSpec& tensor : model->layout.tensors) {
+    if (rounds::is_local_buffer(config.local_buffers, tensor)) {
+      job->local_buffers.push_back(tensor.name);
+    }
+  }
   job->evaluated = {config.model,
                     job->module,
                     job->module_checksum,

@@ -42,6 +42,8 @@ struct JobEntry {
   // Its module, the TorchScript archive clients run (null: none), and the module's checksum.
   std::shared_ptr<const std::string> module;
   std::string module_checksum;
+  // The model's buffers config.local_buffers keeps on the devices, by name.
+  std::vector<std::string> local_buffers;
   // What the server evaluator scores the job's models as (config.server_evaluated() jobs).
   EvaluatedModel evaluated;
   std::string policy_name, optimizer_name;
