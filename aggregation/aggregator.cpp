@@ -112,8 +112,7 @@ class FedAvgAggregator : public Aggregator {
   size_t updates() const override { return fedavg_.updates(); }
 
   using Aggregator::add;
-  Status add(const UnalignedFloat* values, size_t count, double weight,
-             double discount) override {
+  Status add(const UpdateValues& values, size_t count, double weight, double discount) override {
     FEDCASE_RETURN_IF_ERROR(check_update_arguments(count, parameter_count(), weight));
     FEDCASE_RETURN_IF_ERROR(check_discount(discount));
     auto factor = clip_factor(values, parameters_, clip_norm_, *pool_);
@@ -180,8 +179,7 @@ class BufferedAggregator : public Aggregator {
   size_t updates() const override { return buffers_.size(); }
 
   using Aggregator::add;
-  Status add(const UnalignedFloat* values, size_t count, double weight,
-             double discount) override {
+  Status add(const UpdateValues& values, size_t count, double weight, double discount) override {
     FEDCASE_RETURN_IF_ERROR(check_update_arguments(count, parameter_count_, weight));
     FEDCASE_RETURN_IF_ERROR(check_discount(discount));
     if (discount != 1.0) {
@@ -193,10 +191,13 @@ class BufferedAggregator : public Aggregator {
     auto copy = allocate_update();
     if (!copy.ok()) return copy.status();
     const float a = static_cast<float>(*factor);
+    float* out = copy->get();
     pool_.for_ranges(count, kMinParallelRange, [&](size_t, size_t begin, size_t end) {
-      const size_t middle = std::clamp(parameters_, begin, end);
-      scale_copy(copy->get() + begin, values + begin, a, middle - begin);
-      scale_copy(copy->get() + middle, values + middle, 1.0f, end - middle);
+      for_each_piece(values, begin, end, [&](size_t from, size_t to, const UnalignedFloat* x) {
+        const size_t middle = std::clamp(parameters_, from, to);
+        scale_copy(out + from, x, a, middle - from);
+        scale_copy(out + middle, x + (middle - from), 1.0f, to - middle);
+      });
     });
     buffers_.push_back(std::move(copy).value());
     return ok_status();

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "aggregation/partial_sum.h"
+#include "aggregation/vector_ops.h"
 #include "aggregation/worker_pool.h"
 #include "common/blob.h"
 #include "common/status.h"
@@ -64,7 +65,16 @@ class Aggregator {
   // its whole weight in the mean, so a discount shrinks its part of the step (an asynchronous
   // update's staleness weight, FedBuff). Only fedavg takes a discount below 1; the buffered
   // rules refuse one (kInvalidArgument), as does every rule a discount outside (0, 1].
-  virtual Status add(const UnalignedFloat* values, size_t count, double weight,
+  Status add(const UnalignedFloat* values, size_t count, double weight, double discount) {
+    return add(UpdateValues{values, nullptr}, count, weight, discount);
+  }
+  // As add(), with the update as it arrived: a checked blob of any encoding (common/blob.h),
+  // whose compressed values are decoded a piece at a time into the fold (fedavg) or into the
+  // buffered copy (the other rules): no dense copy is made of a compressed update otherwise.
+  Status add(const BlobView& update, double weight, double discount) {
+    return add(UpdateValues::of(update), update.count, weight, discount);
+  }
+  virtual Status add(const UpdateValues& values, size_t count, double weight,
                      double discount) = 0;
 
   // Takes in a sum of `updates` updates that their senders weighted and clipped themselves

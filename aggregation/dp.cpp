@@ -37,7 +37,7 @@ void add_noise_range(float* data, size_t begin, size_t end, double stddev, uint6
 
 }  // namespace
 
-Result<double> clip_factor(const UnalignedFloat* values, size_t n, double clip_norm,
+Result<double> clip_factor(const UpdateValues& values, size_t n, double clip_norm,
                            WorkerPool& pool) {
   if (clip_norm <= 0) return 1.0;
   const double norm = std::sqrt(squared_norm(pool, values, n));

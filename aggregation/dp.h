@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "aggregation/vector_ops.h"
 #include "aggregation/worker_pool.h"
 #include "common/blob.h"
 #include "common/status.h"
@@ -21,7 +22,7 @@ namespace fedcase::aggregation {
 // min(1, clip_norm / ||values||_2): the factor that brings the update within L2 norm
 // clip_norm; 1 when clip_norm is 0 (clipping off) or the update is zero. kUnprocessable when
 // the norm is not finite.
-Result<double> clip_factor(const UnalignedFloat* values, size_t n, double clip_norm,
+Result<double> clip_factor(const UpdateValues& values, size_t n, double clip_norm,
                            WorkerPool& pool);
 
 // Adds independent N(0, stddev^2) noise to data[0..n). The noise at each coordinate is a pure

@@ -17,10 +17,10 @@ StreamingFedAvg::StreamingFedAvg(size_t parameter_count, std::shared_ptr<WorkerP
     : parameter_count_(parameter_count), pool_(std::move(pool)) {}
 
 Status StreamingFedAvg::add(const UnalignedFloat* values, size_t count, double weight) {
-  return add_scaled(values, count, weight, 1.0, count, 1.0);
+  return add_scaled(UpdateValues{values, nullptr}, count, weight, 1.0, count, 1.0);
 }
 
-Status StreamingFedAvg::add_scaled(const UnalignedFloat* values, size_t count, double weight,
+Status StreamingFedAvg::add_scaled(const UpdateValues& values, size_t count, double weight,
                                    double scale, size_t scaled, double rest_scale) {
   FEDCASE_RETURN_IF_ERROR(check_update_arguments(count, parameter_count_, weight));
   return fold(values, count, weight * scale, scaled, weight * rest_scale, weight, 1);
@@ -30,10 +30,10 @@ Status StreamingFedAvg::add_sum(const UnalignedFloat* sum, size_t count, double 
                                 size_t updates) {
   FEDCASE_RETURN_IF_ERROR(check_update_arguments(count, parameter_count_, total_weight));
   if (updates == 0) return invalid_argument("a sum of no updates");
-  return fold(sum, count, 1.0, count, 1.0, total_weight, updates);
+  return fold(UpdateValues{sum, nullptr}, count, 1.0, count, 1.0, total_weight, updates);
 }
 
-Status StreamingFedAvg::fold(const UnalignedFloat* values, size_t count, double coefficient,
+Status StreamingFedAvg::fold(const UpdateValues& values, size_t count, double coefficient,
                              size_t split, double rest_coefficient, double weight,
                              size_t updates) {
   for (double c : {coefficient, rest_coefficient}) {
@@ -50,17 +50,20 @@ Status StreamingFedAvg::fold(const UnalignedFloat* values, size_t count, double 
     if (sum_ == nullptr) return resource_exhausted("no memory for the running sum");
   }
   float* sum = sum_.get();
-  auto apply = [&](size_t begin, size_t end, float c) {
+  // sum[begin, end) (+)= c * x, x holding the values from `begin`.
+  auto apply = [&](size_t begin, size_t end, const UnalignedFloat* x, float c) {
     if (first) {
-      scale_copy(sum + begin, values + begin, c, end - begin);
+      scale_copy(sum + begin, x, c, end - begin);
     } else {
-      scale_add(sum + begin, values + begin, c, end - begin);
+      scale_add(sum + begin, x, c, end - begin);
     }
   };
   pool_->for_ranges(count, kMinParallelRange, [&](size_t, size_t begin, size_t end) {
-    const size_t middle = std::clamp(split, begin, end);
-    apply(begin, middle, a);
-    apply(middle, end, rest);
+    for_each_piece(values, begin, end, [&](size_t from, size_t to, const UnalignedFloat* x) {
+      const size_t middle = std::clamp(split, from, to);
+      apply(from, middle, x, a);
+      apply(middle, to, x + (middle - from), rest);
+    });
   });
   total_weight_ += weight;
   updates_ += updates;

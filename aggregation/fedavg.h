@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "aggregation/partial_sum.h"
+#include "aggregation/vector_ops.h"
 #include "aggregation/worker_pool.h"
 #include "common/blob.h"
 #include "common/status.h"
@@ -39,7 +40,8 @@ class StreamingFedAvg {
   // Folds an update in with `weight`: it counts for `weight` in total_weight() while its
   // values [0, scaled) are scaled by `scale` (finite, >= 0), e.g. the factor of norm clipping,
   // and the rest by `rest_scale` (a model's buffers, which clipping leaves alone).
-  Status add_scaled(const UnalignedFloat* values, size_t count, double weight, double scale,
+  // `values` may be a compressed update, decoded a piece at a time into the sum.
+  Status add_scaled(const UpdateValues& values, size_t count, double weight, double scale,
                     size_t scaled, double rest_scale);
 
   // Folds in a sum of `updates` updates already weighted (and clipped) by their senders, with
@@ -60,7 +62,7 @@ class StreamingFedAvg {
  private:
   // sum += coefficient * values over [0, split) and rest_coefficient * values after it; the
   // fold counts `updates` updates of total `weight`.
-  Status fold(const UnalignedFloat* values, size_t count, double coefficient, size_t split,
+  Status fold(const UpdateValues& values, size_t count, double coefficient, size_t split,
               double rest_coefficient, double weight, size_t updates);
 
   size_t parameter_count_;

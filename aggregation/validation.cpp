@@ -33,7 +33,12 @@ Status validate_update(const ModelLayout& expected, const BlobView& update,
                          " is not finite");
   }
   if (bounds.max_l2_norm > 0) {
-    double norm = l2_norm(update.values, update.layout.parameter_count());
+    double squares = 0;
+    for_each_piece(UpdateValues::of(update), 0, update.layout.parameter_count(),
+                   [&](size_t from, size_t to, const UnalignedFloat* x) {
+                     squares += squared_norm(x, to - from);
+                   });
+    const double norm = std::sqrt(squares);
     if (norm > bounds.max_l2_norm) {
       return unprocessable("update L2 norm " + std::to_string(norm) + " exceeds the bound " +
                            std::to_string(bounds.max_l2_norm));

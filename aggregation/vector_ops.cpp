@@ -56,9 +56,15 @@ double squared_distance(const float* x, const float* y, size_t n) {
 }
 
 double squared_norm(WorkerPool& pool, const UnalignedFloat* x, size_t n) {
+  return squared_norm(pool, UpdateValues{x, nullptr}, n);
+}
+
+double squared_norm(WorkerPool& pool, const UpdateValues& update, size_t n) {
   std::vector<double> partial(pool.threads(), 0.0);
   pool.for_ranges(n, kMinParallelRange, [&](size_t part, size_t begin, size_t end) {
-    partial[part] = squared_norm(x + begin, end - begin);
+    for_each_piece(update, begin, end, [&](size_t from, size_t to, const UnalignedFloat* x) {
+      partial[part] += squared_norm(x, to - from);
+    });
   });
   double total = 0;
   for (double p : partial) total += p;

@@ -22,8 +22,42 @@ void scale_add(float* dst, const UnalignedFloat* src, float a, size_t n);
 double squared_norm(const UnalignedFloat* x, size_t n);
 double squared_distance(const float* x, const float* y, size_t n);
 
+// An update's values to read: `dense` floats where they lie, or, when that is null, the values
+// of `compressed` (an 8-bit or sparse blob, common/blob.h) decoded a piece at a time, so no
+// dense copy of the update is ever made. Points into data it does not own.
+struct UpdateValues {
+  const UnalignedFloat* dense = nullptr;
+  const BlobView* compressed = nullptr;
+  // The values of a checked blob, of any encoding.
+  static UpdateValues of(const BlobView& view) {
+    return view.encoding == ValueEncoding::kFloat32 ? UpdateValues{view.values, nullptr}
+                                                    : UpdateValues{nullptr, &view};
+  }
+};
+
+// Values decoded at a time from a compressed update: 16 KiB, in the L1 cache.
+inline constexpr size_t kDecodePiece = 4096;
+
+// Calls fn(begin, end, values) over pieces covering [begin, end) of `update`, `values` holding
+// the piece's values (the update's own floats when it is dense, else a decoded copy).
+template <class Fn>
+void for_each_piece(const UpdateValues& update, size_t begin, size_t end, Fn&& fn) {
+  if (update.dense != nullptr) {
+    fn(begin, end, update.dense + begin);
+    return;
+  }
+  float piece[kDecodePiece];
+  for (size_t at = begin; at < end; at += kDecodePiece) {
+    const size_t stop = at + kDecodePiece < end ? at + kDecodePiece : end;
+    decode_values(*update.compressed, at, stop, piece);
+    fn(at, stop, static_cast<const UnalignedFloat*>(piece));
+  }
+}
+
 // squared_norm split across the pool; the partial sums depend on the thread count.
 double squared_norm(WorkerPool& pool, const UnalignedFloat* x, size_t n);
+// squared_norm of the first n values of `update`, split across the pool.
+double squared_norm(WorkerPool& pool, const UpdateValues& update, size_t n);
 
 // Smallest range worth handing to another thread: below it, waking a worker costs more than
 // streaming the data.

@@ -46,6 +46,13 @@
 
 namespace {
 
+using fedcase::BlobView;
+using fedcase::ModelBlob;
+using fedcase::ModelLayout;
+using fedcase::encode_blob;
+using fedcase::encode_blob_quantized;
+using fedcase::encode_blob_sparse;
+using fedcase::view_blob;
 using fedcase::aggregation::Aggregator;
 using fedcase::aggregation::kMinParallelRange;
 using fedcase::aggregation::StreamingFedAvg;
@@ -194,6 +201,57 @@ Json run_aggregator(const nlohmann::json& config, size_t params, size_t count,
   return j;
 }
 
+// FedAvg fed compressed updates (`kind`: "q8" or "top_k" at 1%) as the coordinator takes them,
+// straight from their blobs, each fold preceded by a memcpy of a dense update: bytes against
+// float32, fold throughput in decoded bytes against memcpy, and peak memory.
+Json run_compressed(const Options& o, const std::vector<std::vector<float>>& inputs,
+                    std::vector<float>& copy_target, WorkerPool& copy_pool,
+                    const std::string& kind) {
+  const size_t bytes = o.params * sizeof(float);
+  const ModelLayout layout{{{"w", {o.params}}}};
+  std::vector<std::string> bodies;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ModelBlob blob{0, layout, inputs[i]};
+    if (kind == "q8") {
+      bodies.push_back(encode_blob_quantized(blob, 256, i));
+    } else {
+      std::vector<uint32_t> kept;  // every 100th value: the size of a top-1% update
+      for (uint32_t k = uint32_t(i); k < o.params; k += 100) kept.push_back(k);
+      bodies.push_back(encode_blob_sparse(blob, kept));
+    }
+  }
+  double copy_seconds = 0, fold_seconds = 0;
+  PeakProbe probe;
+  {
+    auto agg = fedcase::aggregation::make_aggregator(
+        nlohmann::json{{"rule", "fedavg"}, {"threads", o.threads}}, o.params);
+    if (!agg.ok()) std::abort();
+    BlobView view;
+    for (size_t i = 0; i < o.updates; ++i) {
+      const float* copy_source = inputs[(i + 2) % inputs.size()].data();
+      copy_seconds += time_it([&] {
+        copy_pool.for_ranges(o.params, kMinParallelRange, [&](size_t, size_t b, size_t e) {
+          std::memcpy(copy_target.data() + b, copy_source + b, (e - b) * sizeof(float));
+        });
+      });
+      const std::string& body = bodies[i % bodies.size()];
+      fold_seconds += time_it([&] {
+        if (!view_blob(body, body.size(), view).ok()) std::abort();
+        if (!(*agg)->add(view, weight_of(i), 1.0).ok()) std::abort();
+      });
+    }
+    if (!(*agg)->result().ok()) std::abort();
+  }
+  const double total = static_cast<double>(bytes) * static_cast<double>(o.updates);
+  Json j;
+  j["bytes_ratio"] = double(bodies[0].size()) / double(encode_blob({0, layout, inputs[0]}).size());
+  j["memcpy_gbps"] = total / copy_seconds / kGB;
+  j["fold_gbps"] = total / fold_seconds / kGB;  // decoded bytes, checks included
+  j["ratio_to_memcpy"] = copy_seconds / fold_seconds;
+  j.update(peak_json(probe, bytes));
+  return j;
+}
+
 // The way frameworks that keep every result do it: copy all N updates, then average them.
 Json run_hold_all(const Options& o, const std::vector<std::vector<float>>& inputs,
                   WorkerPool& pool) {
@@ -267,6 +325,15 @@ int main(int argc, char** argv) {
               fedavg_dp["add_gbps"].get<double>(), fedavg_dp["result_seconds"].get<double>(),
               models_text(fedavg_dp).c_str());
 
+  Json compressed;
+  for (const char* kind : {"q8", "top_k"}) {
+    Json c = run_compressed(o, inputs, copy_target, pool, kind);
+    std::printf("fedavg %-8s %7.2f GB/s decoded = %.2fx memcpy; %.3fx the float32 bytes; %s\n",
+                kind, c["fold_gbps"].get<double>(), c["ratio_to_memcpy"].get<double>(),
+                c["bytes_ratio"].get<double>(), models_text(c).c_str());
+    compressed[kind] = c;
+  }
+
   Json hold_all = run_hold_all(o, inputs, pool);
   std::printf("hold-all mean   %7.2f GB/s (copy all, then average); %s\n",
               hold_all["gbps"].get<double>(), models_text(hold_all).c_str());
@@ -316,6 +383,7 @@ int main(int argc, char** argv) {
   out["memcpy_gbps"] = fedavg["memcpy_gbps"];
   out["fedavg"] = fedavg;
   out["fedavg_dp"] = fedavg_dp;
+  out["compressed"] = compressed;
   out["hold_all"] = hold_all;
   out["robust"] = robust;
   out["targets"] = {{"fedavg_ratio_min", 0.8},

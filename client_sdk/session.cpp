@@ -11,6 +11,7 @@
 #include "client_sdk/http_client.h"
 #include "client_sdk/local_data.h"
 #include "client_sdk/secure_task.h"
+#include "client_sdk/update_encoding.h"
 #include "common/blob.h"
 #include "common/crypto.h"
 #include "common/json_read.h"
@@ -105,6 +106,7 @@ struct Session::Impl {
   // The values of the buffers a job keeps on this device (TaskOffer::local_buffers), by job
   // and tensor name: trained here, never uploaded; kept for the session's life.
   std::map<std::pair<JobId, std::string>, std::vector<float>> local_buffers;
+  std::optional<UpdateEncoder> encoder;  // made at the first upload, from the session's rng
   protocol::DeviceInfo device;  // config.device, read once
   std::mt19937_64 rng;
   double backoff_s = 0.1;
@@ -422,8 +424,9 @@ struct Session::Impl {
       r = call("POST", task.secure_aggregation->masked_input_url, masked->body, headers,
                config.request_timeout_s);
     } else {
-      const std::string body =
-          encode_blob(ModelBlob{cached->version, cached->blob.layout, std::move(delta)});
+      if (!encoder) encoder.emplace(rng());
+      const std::string body = encoder->encode(task.job, cached->version, cached->blob.layout,
+                                               std::move(delta), task.compression);
       r = call("POST", task.upload_url, body, headers, config.request_timeout_s);
     }
     if (!r.ok()) return r.status();

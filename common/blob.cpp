@@ -46,6 +46,54 @@ class Reader {
 
 Status truncated() { return invalid_argument("model blob is truncated"); }
 
+// Reads the values of a kQuantized8 or kSparse blob of blob.count values into `blob` and
+// finds its first non-finite value.
+Status view_compressed(Reader& in, BlobView& blob) {
+  const size_t n = blob.count;
+  std::string_view part;
+  if (blob.encoding == ValueEncoding::kQuantized8) {
+    if (!in.get(blob.block)) return truncated();
+    if (blob.block == 0 || blob.block > (1u << 16)) {
+      return invalid_argument("8-bit block size " + std::to_string(blob.block) + " out of range");
+    }
+    const size_t blocks = (n + blob.block - 1) / blob.block;
+    if (!in.get_bytes(blocks * 2 * sizeof(float), part)) return truncated();
+    blob.block_scales = reinterpret_cast<const UnalignedFloat*>(part.data());
+    if (!in.get_bytes(n, part)) return truncated();
+    blob.codes = reinterpret_cast<const uint8_t*>(part.data());
+    for (size_t b = 0; b < blocks; ++b) {
+      const float low = blob.block_scales[2 * b], step = blob.block_scales[2 * b + 1];
+      if (!std::isfinite(low) || !std::isfinite(step) || !std::isfinite(low + step * 255.0f)) {
+        blob.first_non_finite = b * blob.block;
+        break;
+      }
+    }
+    return ok_status();
+  }
+  uint64_t stored = 0;
+  if (!in.get(stored)) return truncated();
+  if (stored > n) return invalid_argument("sparse blob stores more values than it holds");
+  if (!in.get_bytes(stored * sizeof(uint32_t), part)) return truncated();
+  blob.indices = part.data();
+  if (!in.get_bytes(stored * sizeof(float), part)) return truncated();
+  blob.stored_values = reinterpret_cast<const UnalignedFloat*>(part.data());
+  blob.stored = stored;
+  for (size_t k = 0; k < stored; ++k) {
+    uint32_t index;
+    std::memcpy(&index, blob.indices + k * sizeof(index), sizeof(index));
+    uint32_t previous = 0;
+    if (k > 0) std::memcpy(&previous, blob.indices + (k - 1) * sizeof(index), sizeof(index));
+    if (index >= n || (k > 0 && index <= previous)) {
+      return invalid_argument("sparse blob index " + std::to_string(index) +
+                              " is past the end or not above the one before");
+    }
+    if (blob.first_non_finite == n && !std::isfinite(blob.stored_values[k])) {
+      blob.first_non_finite = index;
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 uint64_t TensorSpec::element_count() const {
@@ -153,13 +201,17 @@ uint32_t crc32_of(std::string_view bytes) {
 
 std::string blob_checksum(std::string_view encoded) { return sha256_hex(encoded); }
 
-std::string encode_blob(const ModelBlob& blob) {
+namespace {
+
+// The header of a blob of `blob`'s version and layout whose values are `encoding`, up to and
+// including the element count; `values_bytes` is what the caller will append.
+std::string blob_header(const ModelBlob& blob, ValueEncoding encoding, size_t values_bytes) {
   std::string out;
-  out.reserve(64 + blob.layout.tensors.size() * 64 + blob.data.size() * sizeof(float));
+  out.reserve(64 + blob.layout.tensors.size() * 64 + values_bytes);
   out.append(kMagic, sizeof(kMagic));
   put<uint32_t>(out, kBlobFormatVersion);
   put<uint64_t>(out, blob.model_version);
-  put<uint32_t>(out, kDtypeFloat32);
+  put<uint32_t>(out, static_cast<uint32_t>(encoding));
   put<uint32_t>(out, static_cast<uint32_t>(blob.layout.tensors.size()));
   for (const auto& t : blob.layout.tensors) {
     put<uint16_t>(out, static_cast<uint16_t>(t.name.size()));
@@ -169,9 +221,97 @@ std::string encode_blob(const ModelBlob& blob) {
     put<uint8_t>(out, static_cast<uint8_t>(t.kind));
   }
   put<uint64_t>(out, static_cast<uint64_t>(blob.data.size()));
-  out.append(reinterpret_cast<const char*>(blob.data.data()), blob.data.size() * sizeof(float));
-  put<uint32_t>(out, crc32_of(out));
   return out;
+}
+
+void seal(std::string& out) { put<uint32_t>(out, crc32_of(out)); }
+
+// A uniform draw in [0, 1) for value `i`: SplitMix64 of the seed and the index.
+float uniform_draw(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+}
+
+uint32_t index_at(const char* indices, size_t k) {
+  uint32_t index;
+  std::memcpy(&index, indices + k * sizeof(index), sizeof(index));
+  return index;
+}
+
+}  // namespace
+
+std::string encode_blob(const ModelBlob& blob) {
+  std::string out =
+      blob_header(blob, ValueEncoding::kFloat32, blob.data.size() * sizeof(float));
+  out.append(reinterpret_cast<const char*>(blob.data.data()), blob.data.size() * sizeof(float));
+  seal(out);
+  return out;
+}
+
+std::string encode_blob_quantized(const ModelBlob& blob, uint32_t block, uint64_t seed) {
+  const size_t n = blob.data.size();
+  const size_t blocks = (n + block - 1) / block;
+  std::string out = blob_header(blob, ValueEncoding::kQuantized8,
+                                sizeof(uint32_t) + blocks * 2 * sizeof(float) + n);
+  put<uint32_t>(out, block);
+  std::string codes(n, '\0');
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t first = b * block, last = std::min(n, first + block);
+    const auto [low_at, high_at] =
+        std::minmax_element(blob.data.begin() + first, blob.data.begin() + last);
+    const float low = *low_at;
+    const float step = (*high_at - low) / 255.0f;
+    put<float>(out, low);
+    put<float>(out, step);
+    for (size_t i = first; step > 0 && i < last; ++i) {
+      const float level = std::floor((blob.data[i] - low) / step + uniform_draw(seed, i));
+      codes[i] = static_cast<char>(static_cast<uint8_t>(std::clamp(level, 0.0f, 255.0f)));
+    }
+  }
+  out += codes;
+  seal(out);
+  return out;
+}
+
+std::string encode_blob_sparse(const ModelBlob& blob, const std::vector<uint32_t>& indices) {
+  std::string out = blob_header(blob, ValueEncoding::kSparse,
+                                sizeof(uint64_t) + indices.size() * 2 * sizeof(float));
+  put<uint64_t>(out, indices.size());
+  for (uint32_t index : indices) put<uint32_t>(out, index);
+  for (uint32_t index : indices) put<float>(out, blob.data[index]);
+  seal(out);
+  return out;
+}
+
+void decode_values(const BlobView& view, size_t begin, size_t end, float* out) {
+  switch (view.encoding) {
+    case ValueEncoding::kFloat32:
+      std::memcpy(out, view.values + begin, (end - begin) * sizeof(float));
+      return;
+    case ValueEncoding::kQuantized8:
+      for (size_t i = begin; i < end;) {
+        const size_t b = i / view.block;
+        const size_t stop = std::min(end, (b + 1) * size_t{view.block});
+        const float low = view.block_scales[2 * b], step = view.block_scales[2 * b + 1];
+        for (; i < stop; ++i) out[i - begin] = low + step * float(view.codes[i]);
+      }
+      return;
+    case ValueEncoding::kSparse: {
+      std::fill(out, out + (end - begin), 0.0f);
+      size_t lo = 0, hi = view.stored;  // the first stored index >= begin
+      while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (index_at(view.indices, mid) < begin) lo = mid + 1; else hi = mid;
+      }
+      for (size_t k = lo; k < view.stored && index_at(view.indices, k) < end; ++k) {
+        out[index_at(view.indices, k) - begin] = view.stored_values[k];
+      }
+      return;
+    }
+  }
 }
 
 Status view_blob(std::string_view bytes, size_t max_bytes, BlobView& blob) {
@@ -194,13 +334,22 @@ Status view_blob(std::string_view bytes, size_t max_bytes, BlobView& blob) {
     return invalid_argument("unsupported model blob format version " + std::to_string(format));
   }
   if (!in.get(blob.model_version) || !in.get(dtype) || !in.get(tensor_count)) return truncated();
-  if (dtype != kDtypeFloat32) return invalid_argument("unsupported dtype " + std::to_string(dtype));
+  if (dtype < static_cast<uint32_t>(ValueEncoding::kFloat32) ||
+      dtype > static_cast<uint32_t>(ValueEncoding::kSparse) ||
+      (format == 1 && dtype != static_cast<uint32_t>(ValueEncoding::kFloat32))) {
+    return invalid_argument("unsupported value encoding " + std::to_string(dtype));
+  }
+  blob.encoding = static_cast<ValueEncoding>(dtype);
   if (tensor_count == 0 || tensor_count > kMaxTensors) {
     return invalid_argument("tensor count " + std::to_string(tensor_count) + " out of range");
   }
   // Shapes that need more data than the blob holds make it malformed (400), like a truncated
-  // one; checked before anything is allocated.
-  const uint64_t max_elements = bytes.size() / sizeof(float);
+  // one; checked before anything is allocated. A sparse blob's values are bounded by its
+  // u32 indices instead.
+  const uint64_t max_elements = blob.encoding == ValueEncoding::kFloat32 ? bytes.size() / sizeof(float)
+                                : blob.encoding == ValueEncoding::kQuantized8
+                                    ? bytes.size()
+                                    : uint64_t{std::numeric_limits<uint32_t>::max()};
   uint64_t expected_elements = 0;
   blob.layout.tensors.resize(tensor_count);
   for (auto& t : blob.layout.tensors) {
@@ -245,6 +394,15 @@ Status view_blob(std::string_view bytes, size_t max_bytes, BlobView& blob) {
                             " does not match the tensor shapes (" +
                             std::to_string(expected_elements) + ")");
   }
+  blob.count = element_count;
+  blob.first_non_finite = element_count;
+  blob.values = nullptr;
+  if (blob.encoding != ValueEncoding::kFloat32) {
+    FEDCASE_RETURN_IF_ERROR(view_compressed(in, blob));
+    if (in.remaining() != 0) return invalid_argument("model blob has trailing bytes");
+    if (crc32_of(body) != stored_crc) return invalid_argument("model blob checksum mismatch");
+    return ok_status();
+  }
   std::string_view data;
   if (!in.get_bytes(element_count * sizeof(float), data)) return truncated();
   if (in.remaining() != 0) return invalid_argument("model blob has trailing bytes");
@@ -253,8 +411,6 @@ Status view_blob(std::string_view bytes, size_t max_bytes, BlobView& blob) {
   const auto* bytes_in = reinterpret_cast<const unsigned char*>(body.data());
   uint32_t crc = crc32_gzip_refl(0, bytes_in, body.size() - data.size());
   blob.values = reinterpret_cast<const UnalignedFloat*>(data.data());
-  blob.count = element_count;
-  blob.first_non_finite = element_count;
   constexpr size_t kBlockValues = 4096;
   for (size_t i = 0; i < element_count; i += kBlockValues) {
     const size_t n = std::min<size_t>(kBlockValues, element_count - i);
@@ -272,8 +428,9 @@ Status view_blob(std::string_view bytes, size_t max_bytes, BlobView& blob) {
 Result<ModelBlob> decode_blob(std::string_view bytes, size_t max_bytes) {
   BlobView view;
   FEDCASE_RETURN_IF_ERROR(view_blob(bytes, max_bytes, view));
-  return ModelBlob{view.model_version, std::move(view.layout),
-                   std::vector<float>(view.values, view.values + view.count)};
+  std::vector<float> values(view.count);
+  if (view.count > 0) decode_values(view, 0, view.count, values.data());
+  return ModelBlob{view.model_version, std::move(view.layout), std::move(values)};
 }
 
 }  // namespace fedcase

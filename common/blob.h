@@ -5,11 +5,12 @@
 //   0       magic "FCMB"
 //   4       u32 format version (kBlobFormatVersion)
 //   8       u64 model version
-//   16      u32 dtype (1 = float32)
+//   16      u32 value encoding (ValueEncoding; 1 = float32)
 //   20      u32 tensor count
 //   24      per tensor: u16 name length, name bytes, u32 rank, rank x u64 dims, u8 kind
 //   ...     u64 element count (must equal the sum of the tensors' products)
-//   ...     element count x float32, little-endian
+//   ...     the values, as their encoding says: element count x float32, or an update's
+//           compressed values (8-bit blocks, or the non-zero values with their indices)
 //   end-4   u32 CRC-32 of every preceding byte
 //
 // All integers are little-endian. Reading needs no torch: the server validates, aggregates
@@ -27,7 +28,16 @@
 namespace fedcase {
 
 inline constexpr uint32_t kBlobFormatVersion = 2;
-inline constexpr uint32_t kDtypeFloat32 = 1;
+// How a blob's values are stored. A model is always kFloat32; an update may be compressed
+// (docs/aggregation.md, "Compressed updates"). With n the element count:
+enum class ValueEncoding : uint32_t {
+  kFloat32 = 1,     // n x float32
+  kQuantized8 = 2,  // u32 block size B (1 to 2^16); per block of B values (the last may be
+                    // shorter) float32 low, float32 step; then n x u8 code. Value i is
+                    // low + step * code[i] of its block i / B.
+  kSparse = 3,      // u64 stored count m <= n (n < 2^32); m x u32 index, strictly increasing
+                    // and < n; m x float32 value. The values at other indices are zero.
+};
 inline constexpr size_t kMaxTensors = 4096;
 inline constexpr size_t kMaxTensorNameBytes = 256;
 inline constexpr size_t kMaxTensorRank = 8;
@@ -79,25 +89,55 @@ struct ModelBlob {
 typedef float UnalignedFloat __attribute__((aligned(1), may_alias));
 
 // A checked blob whose values stay in the encoded bytes: no copy, valid while they live.
+// Read the values of any encoding with decode_values; a kFloat32 blob's also lie at `values`.
 struct BlobView {
   uint64_t model_version = 0;
   ModelLayout layout;
-  const UnalignedFloat* values = nullptr;
+  ValueEncoding encoding = ValueEncoding::kFloat32;
+  const UnalignedFloat* values = nullptr;  // kFloat32: the values; null for other encodings
   size_t count = 0;             // layout.element_count()
   size_t first_non_finite = 0;  // index of the first NaN or infinite value; count when none
+  // kQuantized8: the block size, the (low, step) pairs and the codes.
+  uint32_t block = 0;
+  const UnalignedFloat* block_scales = nullptr;
+  const uint8_t* codes = nullptr;
+  // kSparse: the stored values and their indices (u32, at any alignment).
+  size_t stored = 0;
+  const char* indices = nullptr;
+  const UnalignedFloat* stored_values = nullptr;
 };
+
+// Writes the values [begin, end) of `view` (end <= view.count) to `out`, whatever their
+// encoding. Reads only where view_blob checked.
+void decode_values(const BlobView& view, size_t begin, size_t end, float* out);
 
 // Serialises `blob`. Precondition: blob.data.size() == blob.layout.element_count().
 std::string encode_blob(const ModelBlob& blob);
 
+// Serialises `blob` with its values quantised to 8 bits (kQuantized8) in blocks of `block`
+// (1 to 2^16; 256 makes 0.26x the float32 bytes): each value rounds, at random, to one of the
+// two neighbouring of 256 levels evenly spaced between its block's smallest and largest
+// value, the upper with probability equal to its distance from the lower in steps. The
+// rounding is unbiased (the expected decoded value is the value) and errs by less than one
+// step, (max - min) / 255; its variance is at most step^2 / 4 per value. The draws come from
+// `seed` (the same seed, the same bytes). Preconditions as encode_blob, finite values.
+std::string encode_blob_quantized(const ModelBlob& blob, uint32_t block, uint64_t seed);
+
+// Serialises the values of `blob` at `indices` (strictly increasing, each < blob.data.size()
+// < 2^32) as kSparse: the others decode as zero. Preconditions as encode_blob.
+std::string encode_blob_sparse(const ModelBlob& blob, const std::vector<uint32_t>& indices);
+
 // Parses `bytes` strictly. Rejects (kInvalidArgument) bad magic, unknown format version or
-// dtype, an unknown tensor kind or a parameter after a buffer, truncated or trailing bytes,
-// inconsistent counts, and a wrong checksum; rejects
+// value encoding, an unknown tensor kind or a parameter after a buffer, truncated or trailing
+// bytes, inconsistent counts, a block size out of range, sparse indices that are not strictly
+// increasing or past the end, and a wrong checksum; rejects
 // (kTooLarge) input longer than `max_bytes`. Never reads outside `bytes`. The checksum and
 // the finite check run in one pass over the values, block by block while a block is in
-// cache; `into`'s layout storage is reused. On an error `into` holds no meaningful view.
+// cache; `into`'s layout storage is reused. An 8-bit block whose low, step or top level
+// (low + 255 step) is not finite counts as non-finite from its first value. On an error
+// `into` holds no meaningful view.
 Status view_blob(std::string_view bytes, size_t max_bytes, BlobView& into);
-// The same, with the values copied out.
+// The same, with the values decoded (any encoding) and copied out.
 Result<ModelBlob> decode_blob(std::string_view bytes, size_t max_bytes);
 
 // The index of the first value of `values[0, n)` that is NaN or infinite; n when all are finite.

@@ -2,10 +2,11 @@
 // stored model.
 // Input: the bytes of a blob. Each input is decoded twice: as it is (so the checksum check
 // runs), and with its last four bytes replaced by the right CRC-32 (so mutations reach the
-// success path instead of stopping at the checksum). A blob of the current format that decodes
-// must encode back to exactly the same bytes (the format has one encoding per blob); one of
-// format 1 must encode to a blob that decodes to the same model. The view's first non-finite
-// value must be the one a plain scan of the decoded values finds.
+// success path instead of stopping at the checksum). A float32 blob of the current format that
+// decodes must encode back to exactly the same bytes (the format has one encoding per blob);
+// one of format 1, or compressed (8-bit, sparse), must encode to a float32 blob that decodes to
+// the same model. The view's first non-finite value must be the one a plain scan of the
+// decoded values finds.
 
 #include <algorithm>
 #include <cmath>
@@ -26,9 +27,11 @@ void decode_and_check(std::string_view bytes) {
     fedcase::fuzz::fuzz_fail("decoded data size differs from the layout's element count");
   }
   const std::string encoded = fedcase::encode_blob(*blob);
-  uint32_t format = 0;
+  uint32_t format = 0, encoding = 0;
   std::memcpy(&format, bytes.data() + 4, sizeof(format));
-  if (format == fedcase::kBlobFormatVersion && encoded != bytes) {
+  std::memcpy(&encoding, bytes.data() + 16, sizeof(encoding));
+  if (format == fedcase::kBlobFormatVersion &&
+      encoding == uint32_t(fedcase::ValueEncoding::kFloat32) && encoded != bytes) {
     fedcase::fuzz::fuzz_fail("a decoded blob does not encode back to its bytes");
   }
   auto again = fedcase::decode_blob(encoded, kMaxBytes);

@@ -32,6 +32,7 @@ Status read(const nlohmann::json& value, const std::string& where, EvaluationSet
             Keys* keys);
 Status read(const nlohmann::json& value, const std::string& where, CacheDirectives& out,
             Keys* keys);
+Status read(const nlohmann::json& value, const std::string& where, Compression& out, Keys* keys);
 Status read(const nlohmann::json& value, const std::string& where, TaskOffer& out, Keys* keys);
 Status read(const nlohmann::json& value, const std::string& where, DeviceInfo& out, Keys* keys);
 Status read(const nlohmann::json& value, const std::string& where, Registration& out, Keys* keys);

@@ -23,6 +23,8 @@ nlohmann::json complete(Message message) {
   task.upload_url = "/v1/jobs/1/rounds/4/update";
   task.status_url = "/v1/jobs/1/rounds/4/status";
   task.evaluate = EvaluationSettings{};
+  task.compression = Compression{};
+  task.local_buffers = {"bn.running_mean"};
   const SecAggTask secure{"/v1/jobs/1/rounds/4/secagg/keys", "/v1/jobs/1/rounds/4/secagg/shares",
                           "/v1/jobs/1/rounds/4/secagg/masked_input",
                           "/v1/jobs/1/rounds/4/secagg/unmask", 10};
@@ -50,6 +52,8 @@ nlohmann::json complete(Message message) {
       return write_cache_directives({});
     case Message::kSecAggTask:
       return write_secagg_task(secure);
+    case Message::kCompression:
+      return {{"kind", "q8"}, {"block", 256}, {"fraction", 0.01}};
     case Message::kTaskStatus:
       return write_task_status({true, "open"});
     case Message::kUpdateMeta: {
@@ -112,6 +116,7 @@ const std::vector<Message>& all_messages() {
                                                 Message::kEvaluationSettings,
                                                 Message::kCacheDirectives,
                                                 Message::kSecAggTask,
+                                                Message::kCompression,
                                                 Message::kTaskStatus,
                                                 Message::kUpdateMeta,
                                                 Message::kEvalReport,
@@ -150,6 +155,8 @@ const char* message_name(Message message) {
       return "cache";
     case Message::kSecAggTask:
       return "secagg_task";
+    case Message::kCompression:
+      return "compression";
     case Message::kTaskStatus:
       return "task_status";
     case Message::kUpdateMeta:
@@ -215,6 +222,9 @@ std::vector<std::string> message_fields(Message message) {
       break;
     case Message::kSecAggTask:
       keys = keys_read<SecAggTask>(value);
+      break;
+    case Message::kCompression:
+      keys = keys_read<Compression>(value);
       break;
     case Message::kTaskStatus:
       keys = keys_read<TaskStatus>(value);

@@ -19,6 +19,7 @@ enum class Message {
   kEvaluationSettings,  // task_offer.h: the task's `evaluate`
   kCacheDirectives,     // task_offer.h: the task's `cache`
   kSecAggTask,          // task_offer.h: the task's `secure_aggregation`
+  kCompression,         // task_offer.h: the task's `compression`
   kTaskStatus,          // task_status.h: GET .../rounds/{round}/status
   kUpdateMeta,          // update_meta.h: the X-Fedcase-Meta header of an upload
   kEvalReport,          // eval_report.h: the metadata's `evaluation`

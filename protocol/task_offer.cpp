@@ -55,7 +55,8 @@ bool TaskOffer::operator==(const TaskOffer& o) const {
          status_url == o.status_url && deadline == o.deadline && train == o.train &&
          evaluate == o.evaluate && sample_budget == o.sample_budget && sampling == o.sampling &&
          cache == o.cache && expected_duration_s == o.expected_duration_s &&
-         secure_aggregation == o.secure_aggregation && local_buffers == o.local_buffers;
+         secure_aggregation == o.secure_aggregation && local_buffers == o.local_buffers &&
+         compression == o.compression;
 }
 
 namespace internal {
@@ -105,6 +106,21 @@ Status read(const nlohmann::json& value, const std::string& where, CacheDirectiv
     auto rule = parse_repetition(repetition);
     check(r, rule.ok(), "repetition", "must be \"fixed\" or \"adaptive\"");
     if (rule.ok()) out.repetition = *rule;
+  }
+  return finish(r, keys);
+}
+
+Status read(const nlohmann::json& value, const std::string& where, Compression& out, Keys* keys) {
+  ObjectReader r(value, where);
+  r.require("kind").text("kind", out.kind);
+  if (r.status().ok()) {
+    check(r, out.kind == "q8" || out.kind == "top_k", "kind", "must be \"q8\" or \"top_k\"");
+  }
+  r.integer("block", out.block, 1, 65536);
+  if (const nlohmann::json* fraction = r.member("fraction")) {
+    check(r, fraction->is_number() && fraction->get<double>() > 0 && fraction->get<double>() <= 1,
+          "fraction", "must be a number in (0, 1]");
+    if (fraction->is_number()) out.fraction = fraction->get<double>();
   }
   return finish(r, keys);
 }
@@ -162,6 +178,8 @@ Status read(const nlohmann::json& value, const std::string& where, TaskOffer& ou
   r.require("expected_duration_s").finite("expected_duration_s", out.expected_duration_s, 0);
   SecAggTask secure;
   if (read_nested(r, "secure_aggregation", secure)) out.secure_aggregation = secure;
+  Compression compression;
+  if (read_nested(r, "compression", compression)) out.compression = compression;
   if (const nlohmann::json* local = r.member("local_buffers")) {
     bool valid = local->is_array() && local->size() <= kMaxTensors;
     for (size_t i = 0; valid && i < local->size(); ++i) {
@@ -207,6 +225,7 @@ nlohmann::json write_task_offer(const TaskOffer& t) {
   if (t.evaluate) out["evaluate"] = write_evaluation_settings(*t.evaluate);
   if (t.secure_aggregation) out["secure_aggregation"] = write_secagg_task(*t.secure_aggregation);
   if (!t.local_buffers.empty()) out["local_buffers"] = t.local_buffers;
+  if (t.compression) out["compression"] = write_compression(*t.compression);
   return out;
 }
 
@@ -227,6 +246,16 @@ Result<EvaluationSettings> read_evaluation_settings(const nlohmann::json& evalua
 
 nlohmann::json write_evaluation_settings(const EvaluationSettings& e) {
   return {{"max_samples", e.max_samples}};
+}
+
+Result<Compression> read_compression(const nlohmann::json& compression,
+                                     const std::string& where) {
+  return internal::read_message<Compression>(compression, where);
+}
+
+nlohmann::json write_compression(const Compression& c) {
+  if (c.kind == "top_k") return {{"kind", c.kind}, {"fraction", c.fraction}};
+  return {{"kind", c.kind}, {"block", c.block}};
 }
 
 Result<SecAggTask> read_secagg_task(const nlohmann::json& secure, const std::string& where) {

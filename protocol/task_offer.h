@@ -52,6 +52,23 @@ struct EvaluationSettings {
   bool operator!=(const EvaluationSettings& o) const { return !(*this == o); }
 };
 
+// How the task's update is compressed before it is uploaded: the task's `compression`, present
+// when the job compresses its updates, and the shape of a job config's `compression`
+// (docs/aggregation.md, "Compressed updates"). `kind` is required, and the member it uses.
+struct Compression {
+  // "q8": 8-bit stochastic quantisation in blocks of `block` values (common/blob.h,
+  // encode_blob_quantized). "top_k": the `fraction` of the values largest in magnitude, the
+  // rest carried on the client to its next update of the job (error feedback).
+  std::string kind = "q8";
+  uint32_t block = 256;    // q8: 1 to 65536
+  double fraction = 0.01;  // top_k: in (0, 1]
+
+  bool operator==(const Compression& o) const {
+    return kind == o.kind && block == o.block && fraction == o.fraction;
+  }
+  bool operator!=(const Compression& o) const { return !(*this == o); }
+};
+
 // How the client's sample cache behaves during the task: the task's `cache` member (also the
 // shape of a job config's `training.cache`, with defaults there). Every member is required
 // but `repetition`, which a coordinator that predates it does not send (absent: kFixed).
@@ -124,6 +141,7 @@ struct TaskOffer {
   // name; at most kMaxTensors of 1 to kMaxTensorNameBytes bytes): it evaluates and trains
   // with its own values of them, once it has some, and uploads a zero delta for them.
   std::vector<std::string> local_buffers;
+  std::optional<Compression> compression;  // nullopt: the update is sent as float32
 
   bool operator==(const TaskOffer& o) const;
   bool operator!=(const TaskOffer& o) const { return !(*this == o); }
@@ -150,5 +168,8 @@ nlohmann::json write_secagg_task(const SecAggTask& secure);
 Result<CacheDirectives> read_cache_directives(const nlohmann::json& cache,
                                               const std::string& where = "cache");
 nlohmann::json write_cache_directives(const CacheDirectives& cache);
+Result<Compression> read_compression(const nlohmann::json& compression,
+                                     const std::string& where = "compression");
+nlohmann::json write_compression(const Compression& compression);
 
 }  // namespace fedcase::protocol

@@ -253,6 +253,11 @@ Result<JobConfig> parse_job_config(const json& j) {
   }
   init_from = r.member("init_from");
   secure = r.member("secure_aggregation");
+  if (const json* compression = r.member("compression")) {
+    auto parsed = protocol::read_compression(*compression, "job.compression");
+    r.merge(parsed.status());
+    if (parsed.ok()) c.compression = std::move(parsed).value();
+  }
   if (const json* local = r.member("local_buffers")) {
     auto parsed = parse_local_buffers(*local);
     r.merge(parsed.status());
@@ -311,6 +316,14 @@ Result<JobConfig> parse_job_config(const json& j) {
   if (c.aggregation.dp_seed) return invalid_argument("aggregation.dp_seed is set per round");
   if (c.mode != "sync" && c.mode != "async") {
     return invalid_argument("job.mode must be \"sync\" or \"async\"");
+  }
+  if (secure && c.compression) {
+    return invalid_argument(
+        c.compression->kind == "top_k"
+            ? "job.compression \"top_k\" cannot go with secure_aggregation: masks cancel only in "
+              "a sum of every value of every client, and a sparse update leaves most out"
+            : "job.compression \"q8\" does not apply with secure_aggregation: a masked input "
+              "is already quantised, to secure_aggregation's fixed-point bits, before masking");
   }
   if (secure) {
     auto secure_config = parse_secure(*secure, c);

@@ -16,6 +16,7 @@
 #include "aggregation/server_optimizer.h"
 #include "common/ids.h"
 #include "common/status.h"
+#include "protocol/task_offer.h"
 #include "scheduling/round_plan.h"
 #include "scheduling/selection.h"
 #include "secagg/config.h"
@@ -106,6 +107,9 @@ struct JobConfig {
   // buffers all stay ("bn1", "features"). They never leave a device; the committed and
   // exported model keeps their initial values (docs/aggregation.md, "Buffers").
   std::vector<std::string> local_buffers;
+  // How clients compress their updates (docs/aggregation.md, "Compressed updates"; the
+  // reader of the task's `compression`). nullopt: float32 updates.
+  std::optional<protocol::Compression> compression;
 
   bool asynchronous() const { return mode == "async"; }
   // Whether `model` names a built-in architecture (no model file is uploaded with the job).

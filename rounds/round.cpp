@@ -19,6 +19,11 @@ Status RoundAggregate::add(const UnalignedFloat* values, size_t count, double we
   return aggregator_->add(values, count, weight, discount);
 }
 
+Status RoundAggregate::add(const BlobView& update, double weight, double discount) {
+  MutexLock lock(mu_);
+  return aggregator_->add(update, weight, discount);
+}
+
 Status RoundAggregate::add_sum(const float* sum, size_t count, double total_weight,
                                size_t updates) {
   MutexLock lock(mu_);

@@ -17,6 +17,16 @@ Status check_upload(const ModelLayout& layout, uint64_t trained_on, RoundIndex r
                          std::to_string(update.model_version) + of_round + " trains version " +
                          base_version);
   }
+  const ValueEncoding compressed = !config.compression ? ValueEncoding::kFloat32
+                                  : config.compression->kind == "q8" ? ValueEncoding::kQuantized8
+                                                                     : ValueEncoding::kSparse;
+  if (update.encoding != ValueEncoding::kFloat32 && update.encoding != compressed) {
+    return unprocessable(std::string("the update is compressed (") +
+                         (update.encoding == ValueEncoding::kQuantized8 ? "8-bit" : "sparse") +
+                         "), which the job does not ask for" +
+                         (config.compression ? " (it asks " + config.compression->kind + ")"
+                                             : std::string()));
+  }
   FEDCASE_RETURN_IF_ERROR(
       aggregation::validate_update(layout, update, {config.max_update_norm}));
   return check_evaluation(trained_on, round, config, evaluation);

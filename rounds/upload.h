@@ -20,8 +20,9 @@ namespace fedcase::rounds {
 
 // Whether `update` (the delta local - global) and its client's `evaluation` may join round
 // `round`, whose client's task trains and evaluates model version `trained_on` of `layout`.
-// kUnprocessable naming what is wrong: the update was trained on another model version, does
-// not match the layout, holds a non-finite value or exceeds config.max_update_norm
+// kUnprocessable naming what is wrong: the update was trained on another model version, is
+// compressed other than the job asks (float32 is always taken), does not match the layout,
+// holds a non-finite value or exceeds config.max_update_norm
 // (aggregation::validate_update); the evaluation scores another model version, or more
 // held-out samples than config.evaluation.max_samples (no honest report, and it would
 // outweigh the others in the round's means).

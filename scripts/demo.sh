@@ -4,8 +4,9 @@
 # Prints one line per committed round and, last, a JSON summary of the model the job finished
 # with (the first committed model that reached the target accuracy).
 #
-#   scripts/demo.sh [--runs N] [--secure-aggregation] [--cluster N] [--picture FILE] [build-dir]
-#                   (env: DEMO_CLIENTS, DEMO_ALPHA, DEMO_MAX_SECONDS)
+#   scripts/demo.sh [--runs N] [--secure-aggregation] [--compression q8|top_k] [--cluster N]
+#                   [--picture FILE] [build-dir]
+#                   (env: DEMO_CLIENTS, DEMO_ALPHA, DEMO_MAX_SECONDS, DEMO_DIR)
 #
 # With --cluster N the job runs on N coordinator replicas on a private PostgreSQL behind
 # HAProxy (scripts/lib/cluster.sh, docs/scaling.md), and the fleet and the admin calls go
@@ -15,6 +16,10 @@
 # section, each client clipping its update to the L2 norm 100 that max_update_norm checked
 # in the clear) and the fleet takes part only in securely aggregated jobs
 # (fedcase-client --secure-aggregation).
+#
+# With --compression q8 the clients send 8-bit updates (blocks of 256 values), with
+# --compression top_k the 1% of each update's values largest in magnitude, the rest carried to
+# their next update (the job's `compression`; docs/aggregation.md, "Compressed updates").
 #
 # With --picture FILE, once the job ended, headless Chromium signs in to the dashboard and
 # writes a PNG of the job's page to FILE (build-dir/tests/integration/dashboard_picture; the
@@ -28,6 +33,7 @@ cd "$(dirname "$0")/.."
 runs=0
 picture=""
 secure=0
+compression=""
 replicas=0
 build=build
 while [ $# -gt 0 ]; do
@@ -36,7 +42,8 @@ while [ $# -gt 0 ]; do
     --secure-aggregation) secure=1; shift ;;
     --cluster) replicas=${2:?--cluster needs a number of replicas}; shift 2 ;;
     --picture) picture=${2:?--picture needs a file}; shift 2 ;;
-    -h|--help) sed -n 2,26p "$0"; exit 0 ;;
+    --compression) compression=${2:?--compression needs q8 or top_k}; shift 2 ;;
+    -h|--help) sed -n 2,30p "$0"; exit 0 ;;
     *) build=$1; shift ;;
   esac
 done
@@ -44,8 +51,8 @@ clients=${DEMO_CLIENTS:-100}
 alpha=${DEMO_ALPHA:-0.5}
 max_seconds=${DEMO_MAX_SECONDS:-600}
 job_config=configs/jobs/fmnist-demo.json
-dir=var/demo
-[ "$replicas" -eq 0 ] || dir=var/cluster
+dir=${DEMO_DIR:-var/demo}
+[ "$replicas" -eq 0 ] || dir=${DEMO_DIR:-var/cluster}
 
 source scripts/lib/cluster.sh
 pids=()
@@ -96,9 +103,13 @@ run_once() {
   else
     cp "$job_config" "$dir/job.json"
   fi
+  if [ -n "$compression" ]; then
+    jq --arg kind "$compression" '.compression = {kind: $kind}' "$dir/job.json" > "$dir/job.tmp"
+    mv "$dir/job.tmp" "$dir/job.json"
+  fi
   job=$(admin -X POST --data @"$dir/job.json" "$base/v1/admin/jobs" | jq -r .job_id)
   target=$(jq -r .target_accuracy "$job_config")
-  echo "demo: job $job ($(jq -r .name "$job_config")), $clients clients, Dirichlet alpha $alpha, target accuracy $target$([ "$secure" = 1 ] && echo ", secure aggregation")"
+  echo "demo: job $job ($(jq -r .name "$job_config")), $clients clients, Dirichlet alpha $alpha, target accuracy $target$([ "$secure" = 1 ] && echo ", secure aggregation")$([ -n "$compression" ] && echo ", $compression updates")"
   echo "demo: coordinator$([ "$replicas" -gt 0 ] && echo "s behind HAProxy at") $base, logs in $dir/"
 
   # The fleet stands in for remote devices: on this one machine it runs at a lower priority so
@@ -186,10 +197,12 @@ for i in $(seq "$runs"); do
   summaries+=("$(cat "$dir/summary.json")")
   echo "run $i: $(cat "$dir/summary.json")"
 done
-printf '%s\n' "${summaries[@]}" | jq -cs --argjson clients "$clients" --argjson secure "$secure" '
+printf '%s\n' "${summaries[@]}" | jq -cs --argjson clients "$clients" --argjson secure "$secure" \
+  --arg compression "$compression" '
   def median: sort | if length % 2 == 1 then .[length / 2 | floor]
                      else (.[length / 2 - 1] + .[length / 2]) / 2 end;
   {bench: "demo", runs: length, clients: $clients, secure_aggregation: ($secure == 1),
+   compression: (if $compression == "" then null else $compression end),
    rounds_to_target: [.[].rounds], wall_seconds_to_target: [.[].wall_seconds],
    median_rounds: ([.[].rounds] | median), median_wall_seconds: ([.[].wall_seconds] | median),
    median_samples_per_round: ([.[].samples_per_round] | median),

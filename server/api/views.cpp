@@ -53,6 +53,7 @@ json task_json(const TaskOffer& o) {
   task.cache = t.cache;
   task.expected_duration_s = t.expected_duration_s;
   task.local_buffers = o.local_buffers;
+  task.compression = o.compression;
   if (o.secure_stage_seconds) {
     task.secure_aggregation = protocol::SecAggTask{
         secagg_url(o.job, o.round, "keys"), secagg_url(o.job, o.round, "shares"),

@@ -51,7 +51,8 @@ TaskOffer task_offer(const JobEntry& job, const rounds::Round& r, ClientId clien
       job.config.secure_aggregation
           ? std::optional<double>(job.config.secure_aggregation->stage_seconds)
           : std::nullopt,
-      job.local_buffers};
+      job.local_buffers,
+      job.config.compression};
 }
 
 // Whether an asynchronous job's buffer is between two versions here: its tasks carry over to
@@ -203,7 +204,7 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
         FEDCASE_RETURN_IF_ERROR(admit());
         const auto start = std::chrono::steady_clock::now();
         FEDCASE_RETURN_IF_ERROR(
-            held.aggregate->add(update.values, update.count, meta.samples, held.discount));
+            held.aggregate->add(update, meta.samples, held.discount));
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       });
 }

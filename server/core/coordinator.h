@@ -83,6 +83,7 @@ struct TaskOffer {
   // A job with secure aggregation: how long its key and unmask stages wait (nullopt: plain).
   std::optional<double> secure_stage_seconds;
   std::vector<std::string> local_buffers;  // the buffers the device keeps (JobEntry's)
+  std::optional<protocol::Compression> compression;  // the job's (nullopt: float32 updates)
 };
 
 struct UpdateAccepted {

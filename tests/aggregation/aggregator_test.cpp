@@ -234,6 +234,36 @@ TEST_CASE("buffers are averaged by every rule, never clipped or compared") {
         Code::kInvalidArgument);
 }
 
+TEST_CASE("compressed updates fold as their decoded values do, without a dense copy") {
+  const size_t n = 3 * kDecodePiece + 123;  // pieces, and a short last one
+  const ModelLayout layout{{{"w", {n - 7}}, {"bn.running_var", {7}, TensorKind::kFloatBuffer}}};
+  const UpdateShape shape{n, n - 7};
+  std::vector<std::string> bodies;
+  for (uint64_t u = 0; u < 4; ++u) {
+    ModelBlob update{0, layout, std::vector<float>(n)};
+    for (size_t i = 0; i < n; ++i) update.data[i] = std::cos(float(i * (u + 1))) * float(u + 1);
+    std::vector<uint32_t> kept;
+    for (uint32_t i = u; i < n; i += 5) kept.push_back(i);
+    bodies.push_back(u % 2 == 0 ? encode_blob_quantized(update, 256, u)
+                                : encode_blob_sparse(update, kept));
+  }
+  for (const nlohmann::json& config :
+       {nlohmann::json{{"rule", "fedavg"}}, nlohmann::json{{"rule", "fedavg"}, {"clip_norm", 2.0}},
+        nlohmann::json{{"rule", "median"}, {"clip_norm", 2.0}}}) {
+    CAPTURE(config.dump());
+    auto compressed = make(config, shape);
+    auto dense = make(config, shape);
+    for (size_t u = 0; u < bodies.size(); ++u) {
+      BlobView view;
+      REQUIRE(view_blob(bodies[u], 1 << 24, view).ok());
+      REQUIRE(compressed->add(view, 1.0 + double(u), 1.0).ok());
+      auto decoded = decode_blob(bodies[u], 1 << 24);
+      REQUIRE(dense->add(decoded->data.data(), n, 1.0 + double(u)).ok());
+    }
+    CHECK(*compressed->result() == *dense->result());
+  }
+}
+
 TEST_CASE("a discount shrinks an update's part of the mean, not its weight (FedBuff)") {
   const std::vector<float> stale = {2, 2}, fresh = {4, 4};
   auto fedavg = make({{"rule", "fedavg"}}, 2);

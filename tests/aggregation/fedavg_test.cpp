@@ -32,17 +32,18 @@ TEST_CASE("streaming FedAvg rejects bad input without changing the sum") {
   CHECK(avg.add(good.data(), good.size(), 0).code() == Code::kInvalidArgument);
   CHECK(avg.add(good.data(), good.size(), -2).code() == Code::kInvalidArgument);
   CHECK(avg.add(good.data(), good.size(), std::nan("")).code() == Code::kInvalidArgument);
-  CHECK(avg.add_scaled(good.data(), good.size(), 1, -1, good.size(), -1).code() == Code::kInvalidArgument);
+  CHECK(avg.add_scaled({good.data()}, good.size(), 1, -1, good.size(), -1).code() ==
+        Code::kInvalidArgument);
   CHECK(avg.add(good.data(), good.size(), 1e300).code() == Code::kInvalidArgument);
   CHECK(avg.updates() == 0);
   REQUIRE(avg.add(good.data(), good.size(), 2).ok());
   CHECK((*avg.mean())[0] == doctest::Approx(1.0));
 }
 
-TEST_CASE("add_scaled scales the values (the first ones and the rest apart) but counts the full weight") {
+TEST_CASE("add_scaled scales the first values and the rest apart, and counts the full weight") {
   StreamingFedAvg avg(2);
   std::vector<float> a{3, 4}, b{1, 1};
-  REQUIRE(avg.add_scaled(a.data(), 2, 2, 0.5, 1, 0.25).ok());  // contributes 2 * (1.5, 1)
+  REQUIRE(avg.add_scaled({a.data()}, 2, 2, 0.5, 1, 0.25).ok());  // contributes 2 * (1.5, 1)
   REQUIRE(avg.add(b.data(), 2, 2).ok());
   CHECK(avg.total_weight() == 4);
   auto mean = *avg.mean();

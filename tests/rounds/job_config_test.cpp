@@ -288,5 +288,29 @@ TEST_CASE("a model with buffers cannot have DP or secure aggregation, and is tol
         std::string::npos);
 }
 
+TEST_CASE("compression: q8 or top_k, read as the task reads it, and never with secure aggregation") {
+  auto parsed = parse_job_config({{"name", "j"}, {"compression", {{"kind", "top_k"}, {"fraction", 0.05}}}});
+  REQUIRE_MESSAGE(parsed.ok(), parsed.status().to_string());
+  REQUIRE(parsed->compression);
+  CHECK(parsed->compression->kind == "top_k");
+  CHECK(parsed->compression->fraction == 0.05);
+  auto q8 = parse_job_config({{"name", "j"}, {"compression", {{"kind", "q8"}}}});
+  REQUIRE(q8.ok());
+  CHECK(q8->compression->block == 256);
+  auto message = [](json compression, json patch = json::object()) {
+    json j = {{"name", "j"}, {"compression", compression}};
+    j.merge_patch(patch);
+    return parse_job_config(j).status().message();
+  };
+  CHECK(message({{"kind", "zip"}}) == "job.compression.kind must be \"q8\" or \"top_k\"");
+  CHECK(message({{"kind", "q8"}, {"block", 0}}).find("job.compression.block") != std::string::npos);
+  CHECK(message({{"kind", "top_k"}, {"fraction", 0}}) ==
+        "job.compression.fraction must be a number in (0, 1]");
+  CHECK(message({{"kind", "top_k"}}, {{"secure_aggregation", {{"clip", 1}}}}).find("masks cancel") !=
+        std::string::npos);
+  CHECK(message({{"kind", "q8"}}, {{"secure_aggregation", {{"clip", 1}}}}).find("already quantised") !=
+        std::string::npos);
+}
+
 }  // namespace
 }  // namespace fedcase::rounds

@@ -39,5 +39,30 @@ TEST_CASE("an evaluation reports at most the job's evaluation.max_samples") {
   CHECK(check_evaluation(4, 5, config, std::nullopt).ok());
 }
 
+TEST_CASE("an update is float32 or compressed as its job asks, and checked decoded") {
+  const ModelLayout layout{{{"w", {4}}}};
+  const ModelBlob update{3, layout, {3, 4, 0, 0}};  // norm 5
+  JobConfig config;
+  auto check = [&](const std::string& body) {
+    BlobView view;
+    REQUIRE(view_blob(body, 1 << 20, view).ok());
+    return check_upload(layout, 3, 4, config, view, std::nullopt);
+  };
+  CHECK(check(encode_blob(update)).ok());
+  const Status refused = check(encode_blob_quantized(update, 256, 1));
+  CHECK(refused.code() == Code::kUnprocessable);
+  CHECK(refused.message() == "the update is compressed (8-bit), which the job does not ask for");
+  config.compression = protocol::Compression{"top_k", 256, 0.5};
+  CHECK(check(encode_blob_sparse(update, {0, 1})).ok());
+  CHECK(check(encode_blob(update)).ok());
+  CHECK(check(encode_blob_quantized(update, 256, 1)).message() ==
+        "the update is compressed (8-bit), which the job does not ask for (it asks top_k)");
+  // The norm bound reads the decoded values.
+  config.max_update_norm = 4.9;
+  CHECK(check(encode_blob_sparse(update, {0, 1})).message().find("exceeds the bound") !=
+        std::string::npos);
+  CHECK(check(encode_blob_sparse(update, {0})).ok());
+}
+
 }  // namespace
 }  // namespace fedcase::rounds

@@ -1,0 +1,51 @@
+#include "client_sdk/update_encoding.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace fedcase::client {
+
+std::vector<uint32_t> top_k_indices(const std::vector<float>& values, size_t k) {
+  std::vector<uint32_t> order(values.size());
+  std::iota(order.begin(), order.end(), uint32_t{0});
+  auto larger = [&](uint32_t a, uint32_t b) {
+    const float x = std::fabs(values[a]), y = std::fabs(values[b]);
+    return x > y || (x == y && a < b);
+  };
+  if (k < order.size()) {
+    std::nth_element(order.begin(), order.begin() + k, order.end(), larger);
+    order.resize(k);
+  }
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+std::string UpdateEncoder::encode(JobId job, uint64_t version, const ModelLayout& layout,
+                                  std::vector<float> delta,
+                                  const std::optional<protocol::Compression>& compression) {
+  ++updates_;
+  const bool indexable = delta.size() <= std::numeric_limits<uint32_t>::max();
+  if (!compression || (compression->kind == "top_k" && !indexable)) {
+    return encode_blob(ModelBlob{version, layout, std::move(delta)});
+  }
+  if (compression->kind == "q8") {
+    return encode_blob_quantized(ModelBlob{version, layout, std::move(delta)},
+                                 compression->block, seed_ ^ (updates_ * 0x9e3779b97f4a7c15ull));
+  }
+  std::vector<float>& residual = residuals_[job];
+  if (residual.size() == delta.size()) {
+    for (size_t i = 0; i < delta.size(); ++i) delta[i] += residual[i];
+  }
+  const size_t k = std::min(
+      delta.size(),
+      std::max<size_t>(1, size_t(std::ceil(compression->fraction * double(delta.size())))));
+  const std::vector<uint32_t> sent = top_k_indices(delta, k);
+  std::string body = encode_blob_sparse(ModelBlob{version, layout, delta}, sent);
+  for (uint32_t i : sent) delta[i] = 0;
+  residual = std::move(delta);
+  return body;
+}
+
+}  // namespace fedcase::client

@@ -1,0 +1,45 @@
+#pragma once
+// How a session encodes a task's update for upload: as float32, or compressed as its job asks
+// (protocol::Compression; docs/aggregation.md, "Compressed updates"). Top-k sparsification
+// keeps, per job, the residual it did not send and adds it to the job's next update (error
+// feedback), so every value is sent eventually.
+//
+// Not thread-safe: one session's thread uses it.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/blob.h"
+#include "common/ids.h"
+#include "protocol/task_offer.h"
+
+namespace fedcase::client {
+
+// The indices of the k values of `values` largest in magnitude (ties: the lower index), in
+// increasing order. k <= values.size().
+std::vector<uint32_t> top_k_indices(const std::vector<float>& values, size_t k);
+
+class UpdateEncoder {
+ public:
+  // `seed` drives 8-bit quantisation's random rounding.
+  explicit UpdateEncoder(uint64_t seed) : seed_(seed) {}
+
+  // The upload body (a model blob) of `delta`, the update of job `job` trained on model
+  // `version` of `layout`, compressed as `compression` says (nullopt: float32). Top-k sends
+  // ceil(fraction x n) values (at least 1) of delta plus the job's residual, and keeps the
+  // rest as the new residual. A model of 2^32 values or more is sent as float32 by top-k
+  // (its indices are 32-bit).
+  std::string encode(JobId job, uint64_t version, const ModelLayout& layout,
+                     std::vector<float> delta,
+                     const std::optional<protocol::Compression>& compression);
+
+ private:
+  uint64_t seed_;
+  uint64_t updates_ = 0;  // encoded so far: each quantisation draws afresh
+  std::map<JobId, std::vector<float>> residuals_;
+};
+
+}  // namespace fedcase::client
