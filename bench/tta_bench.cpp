@@ -4,12 +4,15 @@
 // virtual time. --extended adds random selection on the other pipelines, FedCaSe's other rho
 // controller and Oort at FedScale's defaults; --async adds asynchronous training (FedBuff:
 // mode "async" with the job's K as the buffer and its default concurrency) with each policy's
-// slot selection on the none and importance pipelines. Every run also reports the fleet's
-// client-seconds and the updates it sent for nothing (refused or not kept) until the target.
+// slot selection on the none and importance pipelines; --compression adds FedCaSe on the
+// importance pipeline with 8-bit and with top-1% updates (the job's `compression`). Every run
+// also reports the fleet's client-seconds, the updates it sent for nothing (refused or not
+// kept) and the bytes its finished tasks moved (models down, updates up) until the target.
 //
 //   tta_bench [--configs A,B,...] [--fleet-draws D] [--seeds N] [--settings FILE]
 //             [--repetition R|adaptive] [--eval-samples N] [--variants V,...] [--extended]
-//             [--async] [--bootstrap B] [--threads N] [--out DIR] [--root DIR] [--full]
+//             [--async] [--compression] [--bootstrap B] [--threads N] [--out DIR]
+//             [--root DIR] [--full]
 //   tta_bench --tune [--configs A,B,...] [--seeds N] [--tune-pipeline P] [--threads N]
 //             [--out DIR] [--root DIR]
 //
@@ -135,7 +138,7 @@ nlohmann::json job_patch(const nlohmann::json& selection, const Pipeline& p, nlo
 // controller on the importance pipeline and Oort at FedScale's defaults on LRU; with `async`,
 // FedBuff.
 std::vector<Variant> make_variants(const Settings& settings, const nlohmann::json& cache,
-                                   bool extended, bool async) {
+                                   bool extended, bool async, bool compression) {
   struct Selection {
     const char* name;
     nlohmann::json selection;
@@ -161,6 +164,17 @@ std::vector<Variant> make_variants(const Settings& settings, const nlohmann::jso
                    "#ff7f00", job_patch(other, kPipelines[2], cache)});
     out.push_back(
         {"oort_fedscale/lru", "#6baed6", job_patch({{"policy", "oort"}}, kPipelines[1], cache)});
+  }
+  if (compression) {
+    // FedCaSe on the importance pipeline with each update compressor: the same pipeline,
+    // only the upload's encoding differs (docs/aggregation.md, "Compressed updates").
+    for (const auto& [kind, color] : {std::pair<const char*, const char*>{"q8", "#54278f"},
+                                      {"top_k", "#dd3497"}}) {
+      Variant v{std::string("fedcase+") + kind + "/importance", color,
+                job_patch(with_policy("fedcase", settings.fedcase), kPipelines[2], cache)};
+      v.patch["job"]["compression"] = {{"kind", kind}};
+      out.push_back(std::move(v));
+    }
   }
   if (!async) return out;
   // FedBuff: the same selections filling slots of an asynchronous job.
@@ -241,6 +255,7 @@ struct Args {
   std::vector<std::string> variants;  // empty: all
   bool extended = false;
   bool async = false;
+  bool compression = false;  // FedCaSe/importance with each update compressor
   size_t bootstrap = 10000;
   unsigned threads = 2;
   bool full = false;
@@ -287,6 +302,7 @@ Args parse_args(int argc, char** argv) {
                 : flag == "--tune"     ? &a.tune
                 : flag == "--extended" ? &a.extended
                 : flag == "--async"    ? &a.async
+                : flag == "--compression" ? &a.compression
                                        : nullptr;
     if (set) {
       *set = true;
@@ -364,7 +380,7 @@ double ratio(double slow, double fast) {
 // (virtual seconds per round of the run), and until the sustained target the fleet's
 // client-seconds and the updates trained and sent for nothing.
 struct Figures {
-  std::vector<double> first_s, sustained_s, rounds, round_s, client_s, wasted;
+  std::vector<double> first_s, sustained_s, rounds, round_s, client_s, wasted, bytes;
   double hit_ratio = 0;  // mean over runs
 };
 
@@ -378,9 +394,11 @@ Figures figures_of(const std::vector<const Run*>& runs) {
     f.round_s.push_back(s.rounds ? s.virtual_s / double(s.rounds) : 0);
     f.client_s.push_back(s.sustained ? s.sustained->client_s : kNever);
     f.wasted.push_back(s.sustained ? double(s.sustained->wasted) : kNever);
+    f.bytes.push_back(s.sustained ? double(s.sustained->bytes) : kNever);
     f.hit_ratio += s.mean_hit_ratio;
   }
-  for (auto* list : {&f.first_s, &f.sustained_s, &f.rounds, &f.round_s, &f.client_s, &f.wasted}) {
+  for (auto* list :
+       {&f.first_s, &f.sustained_s, &f.rounds, &f.round_s, &f.client_s, &f.wasted, &f.bytes}) {
     std::sort(list->begin(), list->end());
   }
   if (!runs.empty()) f.hit_ratio /= double(runs.size());
@@ -722,6 +740,7 @@ Json model_report(const std::vector<Run>& runs, const std::vector<const Fleet*>&
                            {"mean_hit_ratio", f.hit_ratio},
                            {"client_s_to_target", summary_of(f.client_s)},
                            {"wasted_updates_to_target", summary_of(f.wasted)},
+                           {"bytes_to_target", summary_of(f.bytes)},
                            {"per_fleet_median", per_fleet}};
     std::printf("%-27s %20s %20s %14s %18s %9.3f %22s %12s\n", v.name.c_str(),
                 cell(f.sustained_s, 0).c_str(), cell(f.first_s, 0).c_str(),
@@ -778,6 +797,25 @@ Json model_report(const std::vector<Run>& runs, const std::vector<const Fleet*>&
         speedup("fedbuff_random/none", "fedbuff_fedcase/none");
     out["speedup_fedbuff_fedcase_importance_vs_fedbuff_random"] =
         speedup("fedbuff_random/none", "fedbuff_fedcase/importance");
+  }
+
+  // Compressed updates against the same variant uncompressed: the speed-up of the sustained
+  // time to target (below 1: slower), and the median bytes moved until then, as a ratio.
+  if (table.has("fedcase+q8/importance")) {
+    const Figures plain = figures_of(table.runs("fedcase/importance"));
+    Json compression = Json::object();
+    for (const char* kind : {"q8", "top_k"}) {
+      const std::string name = std::string("fedcase+") + kind + "/importance";
+      const Figures f = figures_of(table.runs(name));
+      const auto bytes = quantile(f.bytes, 0.5), plain_bytes = quantile(plain.bytes, 0.5);
+      compression[kind] = {
+          {"speedup_vs_uncompressed", speedup("fedcase/importance", name)},
+          {"bytes_to_target_vs_uncompressed",
+           bytes && plain_bytes && std::isfinite(*bytes) && std::isfinite(*plain_bytes)
+               ? Json(*bytes / *plain_bytes)
+               : Json(nullptr)}};
+    }
+    out["compression_vs_uncompressed"] = compression;
   }
 
   // The targets, on the sustained times.
@@ -990,7 +1028,8 @@ int run(const Args& args) {
   std::vector<Run> runs;
   variants.reserve(fleets.size());
   for (const Fleet& f : fleets) {
-    std::vector<Variant> all = make_variants(settings, f.cache, args.extended, args.async);
+    std::vector<Variant> all =
+        make_variants(settings, f.cache, args.extended, args.async, args.compression);
     if (!args.variants.empty()) {
       all.erase(std::remove_if(all.begin(), all.end(),
                                [&](const Variant& v) {

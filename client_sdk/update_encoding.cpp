@@ -22,6 +22,24 @@ std::vector<uint32_t> top_k_indices(const std::vector<float>& values, size_t k) 
   return order;
 }
 
+uint64_t update_body_bytes(const ModelLayout& layout,
+                           const std::optional<protocol::Compression>& compression) {
+  const ModelBlob empty{0, layout, {}};
+  const uint64_t n = layout.element_count();
+  // The header (an encoding of no values, whose element count field reads 0) and the values.
+  const uint64_t header = encode_blob(empty).size();
+  if (!compression || (compression->kind == "top_k" && n > std::numeric_limits<uint32_t>::max())) {
+    return header + n * sizeof(float);
+  }
+  if (compression->kind == "q8") {
+    const uint64_t blocks = (n + compression->block - 1) / compression->block;
+    return header + sizeof(uint32_t) + blocks * 2 * sizeof(float) + n;
+  }
+  const uint64_t k =
+      std::min<uint64_t>(n, std::max<uint64_t>(1, uint64_t(std::ceil(compression->fraction * double(n)))));
+  return header + sizeof(uint64_t) + k * (sizeof(uint32_t) + sizeof(float));
+}
+
 std::string UpdateEncoder::encode(JobId job, uint64_t version, const ModelLayout& layout,
                                   std::vector<float> delta,
                                   const std::optional<protocol::Compression>& compression) {

@@ -22,6 +22,11 @@ namespace fedcase::client {
 // increasing order. k <= values.size().
 std::vector<uint32_t> top_k_indices(const std::vector<float>& values, size_t k);
 
+// The size of the body encode() makes for an update of `layout` compressed as `compression`
+// (nullopt: float32), without encoding it: what a simulated client uploads.
+uint64_t update_body_bytes(const ModelLayout& layout,
+                           const std::optional<protocol::Compression>& compression);
+
 class UpdateEncoder {
  public:
   // `seed` drives 8-bit quantisation's random rounding.

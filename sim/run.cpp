@@ -46,8 +46,9 @@ Result<RunSummary> run_simulation(Simulator& simulator, const SimConfig& config,
     hit_sum += record->hit_ratio;
     out.client_s += record->client_s;
     out.wasted += record->wasted;
+    out.bytes += record->bytes;
     target.observe(record->committed, record->accuracy,
-                   {record->close_s, record->round, out.client_s, out.wasted});
+                   {record->close_s, record->round, out.client_s, out.wasted, out.bytes});
     out.first = target.first();
     out.sustained = target.sustained();
     if (out.sustained && config.stop_at_target) break;
@@ -91,6 +92,8 @@ nlohmann::ordered_json summary_json(const RunSummary& s) {
   j["mean_hit_ratio"] = s.mean_hit_ratio;
   j["client_s"] = s.client_s;
   j["wasted_updates"] = s.wasted;
+  j["bytes"] = s.bytes;
+  j["sustained_bytes_to_target"] = s.sustained ? Json(s.sustained->bytes) : Json();
   j["wall_s"] = s.wall_s;
   return j;
 }

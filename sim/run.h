@@ -20,6 +20,7 @@ struct TargetReached {
   // updates it trained and sent for nothing (RoundRecord::wasted), that round included.
   double client_s = 0;
   size_t wasted = 0;
+  uint64_t bytes = 0;  // moved by finished tasks (RoundRecord::bytes)
 };
 
 // Two readings of "the run reached the target":
@@ -65,6 +66,7 @@ struct RunSummary {
   // The fleet's work in all (as in TargetReached).
   double client_s = 0;
   size_t wasted = 0;
+  uint64_t bytes = 0;
   double wall_s = 0;
 };
 

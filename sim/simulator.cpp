@@ -11,6 +11,7 @@
 #include "client_sdk/importance_sampler.h"
 #include "client_sdk/round_order.h"
 #include "client_sdk/sample_cache.h"
+#include "client_sdk/update_encoding.h"
 #include "common/blob.h"
 #include "ml/model.h"
 #include "rounds/job_runtime.h"
@@ -24,12 +25,15 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // Virtual time t is t + kClockOrigin on the coordinator's clock: profiles ignore contacts at
 // times <= 0, and the fleet is online from virtual time 0.
 constexpr double kClockOrigin = 86400;
+constexpr JobId kSimulatedJob = 1;  // the one job a simulation runs
 
 // The device side of one client: its sampler weights and its cache persist across rounds.
 struct Device {
-  explicit Device(client::ImportanceSampler s) : sampler(std::move(s)) {}
+  explicit Device(client::ImportanceSampler s, uint64_t seed)
+      : sampler(std::move(s)), encoder(seed) {}
   client::ImportanceSampler sampler;
   std::unique_ptr<client::SampleCache> cache;
+  client::UpdateEncoder encoder;  // compresses its updates as the job asks, as the SDK does
 };
 
 // One online participant's task, with its reads already looked up in its cache.
@@ -174,6 +178,7 @@ Status Simulator::State::refill() {
     trace.duration_s = f.attempt.duration_s;
     trace.cache_hits = f.attempt.report.cache_hits;
     trace.cache_misses = f.attempt.report.cache_misses;
+    trace.bytes = f.attempt.report.download_bytes + f.attempt.report.upload_bytes;
     dispatched.push_back(trace);
     flights.emplace(id, std::move(f));
   }
@@ -244,9 +249,10 @@ Status Simulator::State::attempt(Attempt& a, const scheduling::ClientTask& task)
   r.compute_s = noise * double(r.samples) * dev.compute_ms_per_sample / 1e3;
   r.io_s = noise * double(r.cache_misses * dev.sample_bytes) / (dev.storage_mb_per_s * 1e6);
   const uint64_t model_bytes = job->model()->blob.size();
-  r.download_bytes = r.upload_bytes = model_bytes;
+  r.download_bytes = model_bytes;
+  r.upload_bytes = client::update_body_bytes(job->model()->layout, job->config().compression);
   r.download_s = noise * seconds_to_send(model_bytes, dev.download_kbps);
-  r.upload_s = noise * seconds_to_send(model_bytes, dev.upload_kbps);
+  r.upload_s = noise * seconds_to_send(r.upload_bytes, dev.upload_kbps);
   a.duration_s = r.compute_s + r.io_s + r.download_s + r.upload_s;
   return ok_status();
 }
@@ -282,8 +288,13 @@ Status Simulator::State::train_and_add(Attempt& a, const scheduling::ClientTask&
 
   std::vector<float> delta = model.parameters();
   for (size_t k = 0; k < delta.size(); ++k) delta[k] -= global[k];
-  FEDCASE_RETURN_IF_ERROR(
-      aggregate.add(delta.data(), delta.size(), double(trained.samples), discount));
+  // Sent as the SDK sends it: compressed if the job asks, and folded as the coordinator folds it.
+  const std::string body =
+      d.encoder.encode(kSimulatedJob, base.version, base.layout, delta,
+                       job->config().compression);
+  BlobView update;
+  FEDCASE_RETURN_IF_ERROR(view_blob(body, body.size(), update));
+  FEDCASE_RETURN_IF_ERROR(aggregate.add(update, double(trained.samples), discount));
   if (on_update) on_update({c.id, delta, a.report, now, task_round, base.version});
   return ok_status();
 }
@@ -327,7 +338,7 @@ Result<std::unique_ptr<Simulator>> Simulator::create(const SimConfig& config,
     sampler.seed = config.job.seed * 1000003 + c.id;
     sampler.frequency_order = config.frequency_order;
     sampler.frequency_order_period = config.frequency_order_period;
-    s->devices.emplace_back(client::ImportanceSampler(c.samples.size(), sampler));
+    s->devices.emplace_back(client::ImportanceSampler(c.samples.size(), sampler), sampler.seed);
   }
   s->last_eval = s->model.evaluate(test, config.eval_samples);
   return std::unique_ptr<Simulator>(new Simulator(std::move(s)));
@@ -381,6 +392,7 @@ Result<RoundRecord> Simulator::run_round() {
       trace.duration_s = a.duration_s;
       trace.cache_hits = a.report.cache_hits;
       trace.cache_misses = a.report.cache_misses;
+      trace.bytes = a.report.download_bytes + a.report.upload_bytes;
       if (s.fleet[i].spells.online_until(s.now) >= s.now + a.duration_s) {
         finishers.push_back(std::move(a));
       }
@@ -421,6 +433,7 @@ Result<RoundRecord> Simulator::run_round() {
     // A finisher not kept sent its update for nothing; every online task worked until it
     // finished, its client went offline, or the round closed.
     rec.wasted += t.finished && !t.kept;
+    rec.bytes += t.finished ? t.bytes : 0;
     if (!t.online_at_open) continue;
     const double until = std::min({t.start_s + t.duration_s, close_at - kClockOrigin,
                                    s.fleet[s.index_of.at(t.client)].spells.online_until(t.start_s)});
@@ -489,6 +502,7 @@ Result<RoundRecord> Simulator::run_buffer() {
     s.now = f.finish;
     const double at = s.now + kClockOrigin;
     rec.client_s += f.finish - f.start;
+    rec.bytes += f.attempt.report.download_bytes + f.attempt.report.upload_bytes;
     if (b.admission(id, at) != rounds::Admission::kWanted) {
       ++rec.wasted;  // too late, or too stale: refused
       FEDCASE_RETURN_IF_ERROR(s.refill());

@@ -52,6 +52,7 @@ struct TaskTrace {
   double duration_s = 0;  // modelled task duration (online_at_open only)
   uint64_t cache_hits = 0;
   uint64_t cache_misses = 0;
+  uint64_t bytes = 0;  // the model it downloads and the update it uploads (online_at_open only)
 };
 
 struct RoundRecord {
@@ -72,6 +73,7 @@ struct RoundRecord {
   // each from its start until it reported or its client went offline.
   double client_s = 0;
   size_t wasted = 0;          // updates that were trained and sent but not kept
+  uint64_t bytes = 0;         // moved by the tasks that finished: their models and updates
   double mean_staleness = 0;  // of the kept updates (asynchronous jobs)
   std::vector<TaskTrace> tasks;  // the tasks it handed out
 };

@@ -21,11 +21,13 @@ TEST_CASE("top-k sends every value eventually: what is not sent waits for the jo
   UpdateEncoder encoder(1);
   const protocol::Compression top{"top_k", 256, 0.2};  // 2 of 10 values an update
   std::vector<float> total_sent(10, 0), total_delta(10, 0);
+  std::string body_of_top;
   for (int round = 0; round < 6; ++round) {
     std::vector<float> delta(10);
     for (int i = 0; i < 10; ++i) delta[i] = float((i * 7 + round * 3) % 11) - 5.0f;
     for (int i = 0; i < 10; ++i) total_delta[i] += delta[i];
     const std::string body = encoder.encode(4, round, layout, delta, top);
+    body_of_top = body;
     auto sent = decode_blob(body, 1 << 20);
     REQUIRE(sent.ok());
     CHECK(std::count_if(sent->data.begin(), sent->data.end(), [](float v) { return v != 0; }) <= 2);
@@ -45,6 +47,11 @@ TEST_CASE("top-k sends every value eventually: what is not sent waits for the jo
   // 8-bit: within one step of the block's range.
   std::vector<float> delta(10);
   for (int i = 0; i < 10; ++i) delta[i] = float(i) / 3;
-  auto q8 = decode_blob(encoder.encode(5, 1, layout, delta, protocol::Compression{}), 1 << 20);
+  const std::string q8_body = encoder.encode(5, 1, layout, delta, protocol::Compression{});
+  auto q8 = decode_blob(q8_body, 1 << 20);
   for (int i = 0; i < 10; ++i) CHECK(std::fabs(q8->data[i] - delta[i]) <= 3.0f / 255 + 1e-6f);
+  // What a simulated client uploads is what a real one does.
+  CHECK(update_body_bytes(layout, protocol::Compression{}) == q8_body.size());
+  CHECK(update_body_bytes(layout, top) == body_of_top.size());
+  CHECK(update_body_bytes(layout, std::nullopt) == encode_blob({0, layout, delta}).size());
 }
