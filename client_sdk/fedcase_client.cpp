@@ -5,6 +5,7 @@
 
 #include "client_sdk/fedcase_client.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cmath>
@@ -350,6 +351,12 @@ const uint64_t* fedcase_model_tensor_shape(const fedcase_model_info* model, size
 int fedcase_model_tensor_kind(const fedcase_model_info* model, size_t i) {
   if (!model || i >= model->info.layout.tensors.size()) return -1;
   return static_cast<int>(model->info.layout.tensors[i].kind);
+}
+int fedcase_model_tensor_trainable(const fedcase_model_info* model, size_t i) {
+  if (!model || i >= model->info.layout.tensors.size()) return -1;
+  const auto& trainable = model->info.trainable;
+  return trainable.empty() || std::find(trainable.begin(), trainable.end(),
+                                        model->info.layout.tensors[i].name) != trainable.end();
 }
 size_t fedcase_model_parameter_count(const fedcase_model_info* model) {
   return model ? model->info.layout.element_count() : 0;

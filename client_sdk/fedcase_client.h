@@ -133,6 +133,9 @@ FEDCASE_API const char* fedcase_model_tensor_name(const fedcase_model_info* mode
 FEDCASE_API const uint64_t* fedcase_model_tensor_shape(const fedcase_model_info* model, size_t i,
                                                        size_t* dims);
 FEDCASE_API int fedcase_model_tensor_kind(const fedcase_model_info* model, size_t i);
+/* 1 when the job trains tensor i, 0 when it is frozen (a job that fine-tunes part of its
+ * model: leave it as it is; only the trained tensors are uploaded), -1 for i out of range. */
+FEDCASE_API int fedcase_model_tensor_trainable(const fedcase_model_info* model, size_t i);
 FEDCASE_API size_t fedcase_model_parameter_count(const fedcase_model_info* model);
 
 /* Positions 0..size-1, in the order the SDK wants them trained (a sample may repeat). */

@@ -41,8 +41,9 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// A model version held locally: its layout, parameters and checksum.
+// A model version held locally: its job, layout, values and checksum.
 struct CachedModel {
+  JobId job = 0;
   uint64_t version = 0;
   std::string checksum;
   ModelBlob blob;
@@ -241,11 +242,17 @@ struct Session::Impl {
     return ok_status();
   }
 
-  // Downloads the task's model unless the cached version matches.
+  // Downloads the task's model unless the cached version matches: only the part the job trains
+  // when the job trains part of its model and the cache holds the rest, else the whole model.
   Status fetch_model(const protocol::TaskOffer& task) {
     const uint64_t version = task.model_version;
     const std::string& checksum = task.model_checksum;
     if (cached && cached->version == version && cached->checksum == checksum) return ok_status();
+    if (!task.trainable.empty() && cached && cached->job == task.job) {
+      const Status merged = fetch_trainable_part(task);
+      if (merged.ok()) return ok_status();
+      log(LogLevel::kDebug, "downloading the whole model: " + merged.to_string());
+    }
     std::map<std::string, std::string> headers;
     if (cached && cached->checksum == checksum) headers["If-None-Match"] = "\"" + checksum + "\"";
     auto r = download(task.model_url, checksum, headers);
@@ -254,8 +261,38 @@ struct Session::Impl {
     auto blob = decode_blob(r->body, r->body.size());
     if (!blob.ok()) return blob.status();
     if (blob_checksum(r->body) != checksum) return unavailable("model checksum mismatch");
-    cached = CachedModel{version, checksum, std::move(blob).value()};
+    cached = CachedModel{task.job, version, checksum, std::move(blob).value()};
     stats.model_downloads++;
+    return ok_status();
+  }
+
+  // Downloads the part of the task's model its job trains and merges it into the cached model
+  // of the job (whose other tensors are frozen); the merged model must have the task's
+  // checksum. On an error the cache is as it was.
+  Status fetch_trainable_part(const protocol::TaskOffer& task) {
+    auto r = download(task.trainable_url, "", {});
+    if (!r.ok()) return r.status();
+    if (r->status != 200) return unavailable("trainable part refused: " + error_text(*r));
+    auto part = decode_blob(r->body, r->body.size());
+    if (!part.ok()) return part.status();
+    if (part->model_version != task.model_version ||
+        part->layout != carried_layout(cached->blob.layout, task.trainable)) {
+      return unavailable("the trainable part is not the task's");
+    }
+    ModelBlob merged = cached->blob;
+    merged.model_version = task.model_version;
+    size_t at = 0;
+    for_each_named(merged.layout, task.trainable,
+                   [&](size_t offset, size_t count, const std::string&) {
+                     std::copy_n(part->data.begin() + at, count, merged.data.begin() + offset);
+                     at += count;
+                   });
+    if (blob_checksum(encode_blob(merged)) != task.model_checksum) {
+      return unavailable("the merged model's checksum is not the task's");
+    }
+    cached = CachedModel{task.job, task.model_version, task.model_checksum, std::move(merged)};
+    stats.model_downloads++;
+    stats.trainable_downloads++;
     return ok_status();
   }
 
@@ -274,14 +311,15 @@ struct Session::Impl {
 
   // Prepares the trainer for the task's model unless it is prepared for it already.
   Status prepare_trainer(const protocol::TaskOffer& task) {
-    ModelInfo info{task.model, task.loss, nullptr, cached->blob.layout};
+    ModelInfo info{task.model, task.loss, nullptr, cached->blob.layout, task.trainable};
     if (info.kind == "torchscript") {
       FEDCASE_RETURN_IF_ERROR(fetch_module(task));
       info.module = module->bytes;
     }
-    const std::string key = info.kind + "|" + info.loss + "|" +
-                            (info.module ? module->checksum : std::string()) + "|" +
-                            info.layout.describe();
+    std::string key = info.kind + "|" + info.loss + "|" +
+                      (info.module ? module->checksum : std::string()) + "|" +
+                      info.layout.describe();
+    for (const std::string& name : info.trainable) key += "|" + name;
     if (key == prepared) return ok_status();
     if (key == refused.first) return refused.second;  // the trainer said no to this model
     prepared.clear();
@@ -351,6 +389,9 @@ struct Session::Impl {
                      std::copy_n(start.begin() + offset, count, delta.begin() + offset);
                    });
     for (size_t i = 0; i < delta.size(); ++i) delta[i] -= start[i];
+    if (!task.trainable.empty()) {  // the update carries the trained tensors only
+      delta = carried_part(0, cached->blob.layout, delta, task.trainable).data;
+    }
     const RoundStats& stats = round->stats;
     meta.samples = stats.samples;
     meta.loss_sum = stats.loss_sum;
@@ -425,8 +466,10 @@ struct Session::Impl {
                config.request_timeout_s);
     } else {
       if (!encoder) encoder.emplace(rng());
-      const std::string body = encoder->encode(task.job, cached->version, cached->blob.layout,
-                                               std::move(delta), task.compression);
+      const std::string body =
+          encoder->encode(task.job, cached->version,
+                          carried_layout(cached->blob.layout, task.trainable), std::move(delta),
+                          task.compression);
       r = call("POST", task.upload_url, body, headers, config.request_timeout_s);
     }
     if (!r.ok()) return r.status();

@@ -75,6 +75,8 @@ struct SessionStats {
   std::atomic<uint64_t> tasks_declined{0};   // plain tasks, with require_secure_aggregation
   std::atomic<uint64_t> unmask_answers{0};   // secure rounds: unmask requests answered
   std::atomic<uint64_t> model_downloads{0};
+  // Of those, the ones that fetched only the part of the model its job trains.
+  std::atomic<uint64_t> trainable_downloads{0};
   std::atomic<uint64_t> download_resumes{0};  // downloads cut off and resumed at their byte
   std::atomic<uint64_t> reconnects{0};
   std::atomic<uint64_t> failovers{0};  // requests sent on to another replica

@@ -43,6 +43,7 @@ class TorchScriptTrainer final : public Trainer {
       return invalid_argument("the job's parameters (" + model.layout.describe() +
                               ") do not match its module's (" + loaded->layout().describe() + ")");
     }
+    loaded->set_trainable(model.trainable);
     model_.emplace(std::move(loaded).value());
     loss_ = *loss;
     return ok_status();

@@ -49,7 +49,10 @@ struct ModelInfo {
   std::string kind;  // "cnn" | "mlp" (built-in), "torchscript" or "blob" (the app's own)
   std::string loss;  // "cross_entropy" | "mse"
   std::shared_ptr<const std::string> module;  // torchscript: the module file; else null
-  ModelLayout layout;                         // the parameters' names and shapes, in order
+  ModelLayout layout;                         // the tensors' names, shapes and kinds, in order
+  // The tensors the job trains (a head, adapters), by name; empty: all of them. A trainer
+  // should leave the others as they are (frozen): the session uploads the trained ones only.
+  std::vector<std::string> trainable;
 };
 
 // How the task asks the model to be trained: batch_size, lr, momentum, weight_decay and

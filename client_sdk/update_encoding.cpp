@@ -7,6 +7,42 @@
 
 namespace fedcase::client {
 
+namespace {
+
+// Calls fn(tensor, offset) for each tensor of `layout` named in `names` (all when empty), with
+// the offset of its first value.
+template <class Fn>
+void for_each_carried(const ModelLayout& layout, const std::vector<std::string>& names, Fn fn) {
+  size_t offset = 0;
+  for (const TensorSpec& tensor : layout.tensors) {
+    if (names.empty() || std::find(names.begin(), names.end(), tensor.name) != names.end()) {
+      fn(tensor, offset);
+    }
+    offset += tensor.element_count();
+  }
+}
+
+}  // namespace
+
+ModelBlob carried_part(uint64_t version, const ModelLayout& layout,
+                       const std::vector<float>& values, const std::vector<std::string>& names) {
+  ModelBlob part{version, {}, {}};
+  for_each_carried(layout, names, [&](const TensorSpec& tensor, size_t offset) {
+    part.layout.tensors.push_back(tensor);
+    part.data.insert(part.data.end(), values.begin() + offset,
+                     values.begin() + offset + tensor.element_count());
+  });
+  return part;
+}
+
+ModelLayout carried_layout(const ModelLayout& layout, const std::vector<std::string>& names) {
+  ModelLayout out;
+  for_each_carried(layout, names, [&](const TensorSpec& tensor, size_t) {
+    out.tensors.push_back(tensor);
+  });
+  return out;
+}
+
 std::vector<uint32_t> top_k_indices(const std::vector<float>& values, size_t k) {
   std::vector<uint32_t> order(values.size());
   std::iota(order.begin(), order.end(), uint32_t{0});

@@ -18,6 +18,14 @@
 
 namespace fedcase::client {
 
+// The part of a model an update carries: the tensors of `layout` named in `names` (every
+// tensor when `names` is empty), in the layout's order, with their values taken from `values`
+// (`layout`'s), as a model blob of `version`.
+ModelBlob carried_part(uint64_t version, const ModelLayout& layout,
+                       const std::vector<float>& values, const std::vector<std::string>& names);
+// Its layout alone.
+ModelLayout carried_layout(const ModelLayout& layout, const std::vector<std::string>& names);
+
 // The indices of the k values of `values` largest in magnitude (ties: the lower index), in
 // increasing order. k <= values.size().
 std::vector<uint32_t> top_k_indices(const std::vector<float>& values, size_t k);

@@ -3,6 +3,7 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -139,9 +140,16 @@ struct NamedTensor {
 
 struct TorchScriptModel::Impl {
   torch::jit::Module module;
+  std::vector<std::string> trainable;  // empty: every parameter
+  // The parameters that train.
   std::vector<torch::Tensor> params() const {
     std::vector<torch::Tensor> out;
-    for (const auto& p : module.parameters()) out.push_back(p);
+    for (const auto& p : module.named_parameters(/*recurse=*/true)) {
+      if (trainable.empty() ||
+          std::find(trainable.begin(), trainable.end(), p.name) != trainable.end()) {
+        out.push_back(p.value);
+      }
+    }
     return out;
   }
   // The parameters, then the buffers, in layout order.
@@ -228,6 +236,15 @@ Status TorchScriptModel::set_parameters(const std::vector<float>& values) {
     offset += static_cast<size_t>(t.value.numel());
   }
   return ok_status();
+}
+
+void TorchScriptModel::set_trainable(const std::vector<std::string>& names) {
+  impl_->trainable = names;
+  for (const auto& p : impl_->module.named_parameters(/*recurse=*/true)) {
+    const bool trains =
+        names.empty() || std::find(names.begin(), names.end(), p.name) != names.end();
+    p.value.requires_grad_(trains);
+  }
 }
 
 Result<std::string> TorchScriptModel::save() const {

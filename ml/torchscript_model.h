@@ -90,6 +90,10 @@ class TorchScriptModel {
   // kUnprocessable if `values` does not have layout().element_count() entries.
   Status set_parameters(const std::vector<float>& values);
 
+  // Only the parameters named in `names` train from now on (all when empty); the others keep
+  // their values. Names no parameter has are ignored.
+  void set_trainable(const std::vector<std::string>& names);
+
   // One SGD pass (options as in model.h) over the batches `next` supplies. Errors: what
   // `next` returns; kInvalidArgument when forward() fails on a batch or returns outputs that
   // do not fit the loss (the message says why). The model has then been partly trained.

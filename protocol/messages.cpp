@@ -25,6 +25,8 @@ nlohmann::json complete(Message message) {
   task.evaluate = EvaluationSettings{};
   task.compression = Compression{};
   task.local_buffers = {"bn.running_mean"};
+  task.trainable = {"head.weight"};
+  task.trainable_url = "/v1/jobs/1/models/3/trainable";
   const SecAggTask secure{"/v1/jobs/1/rounds/4/secagg/keys", "/v1/jobs/1/rounds/4/secagg/shares",
                           "/v1/jobs/1/rounds/4/secagg/masked_input",
                           "/v1/jobs/1/rounds/4/secagg/unmask", 10};

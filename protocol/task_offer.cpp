@@ -40,6 +40,23 @@ void read_name(ObjectReader& r, const char* key, std::string& out) {
       "must be 1 to 64 bytes");
 }
 
+// Reads the optional member `key`: at most kMaxTensors tensor names of 1 to
+// kMaxTensorNameBytes bytes.
+void read_tensor_names(ObjectReader& r, const char* key, std::vector<std::string>& out) {
+  const nlohmann::json* names = r.member(key);
+  if (names == nullptr) return;
+  bool valid = names->is_array() && names->size() <= kMaxTensors;
+  for (size_t i = 0; valid && i < names->size(); ++i) {
+    const nlohmann::json& name = (*names)[i];
+    valid = name.is_string() && !name.get_ref<const std::string&>().empty() &&
+            name.get_ref<const std::string&>().size() <= kMaxTensorNameBytes;
+    if (valid) out.push_back(name.get<std::string>());
+  }
+  internal::check(r, valid, key,
+                  "must be an array of at most " + std::to_string(kMaxTensors) +
+                      " tensor names of 1 to " + std::to_string(kMaxTensorNameBytes) + " bytes");
+}
+
 void read_path(ObjectReader& r, const char* key, std::string& out) {
   read_text(r, key, out, is_path,
             "must be a path on the coordinator: '/' then printable ASCII, no spaces");
@@ -56,6 +73,7 @@ bool TaskOffer::operator==(const TaskOffer& o) const {
          evaluate == o.evaluate && sample_budget == o.sample_budget && sampling == o.sampling &&
          cache == o.cache && expected_duration_s == o.expected_duration_s &&
          secure_aggregation == o.secure_aggregation && local_buffers == o.local_buffers &&
+         trainable == o.trainable && trainable_url == o.trainable_url &&
          compression == o.compression;
 }
 
@@ -180,17 +198,10 @@ Status read(const nlohmann::json& value, const std::string& where, TaskOffer& ou
   if (read_nested(r, "secure_aggregation", secure)) out.secure_aggregation = secure;
   Compression compression;
   if (read_nested(r, "compression", compression)) out.compression = compression;
-  if (const nlohmann::json* local = r.member("local_buffers")) {
-    bool valid = local->is_array() && local->size() <= kMaxTensors;
-    for (size_t i = 0; valid && i < local->size(); ++i) {
-      const nlohmann::json& name = (*local)[i];
-      valid = name.is_string() && !name.get_ref<const std::string&>().empty() &&
-              name.get_ref<const std::string&>().size() <= kMaxTensorNameBytes;
-      if (valid) out.local_buffers.push_back(name.get<std::string>());
-    }
-    check(r, valid, "local_buffers",
-          "must be an array of at most " + std::to_string(kMaxTensors) + " tensor names of 1 to " +
-              std::to_string(kMaxTensorNameBytes) + " bytes");
+  read_tensor_names(r, "local_buffers", out.local_buffers);
+  if (r.member("trainable") != nullptr || r.member("trainable_url") != nullptr) {
+    read_tensor_names(r, "trainable", out.trainable);
+    read_path(r, "trainable_url", out.trainable_url);
   }
   return finish(r, keys);
 }
@@ -225,6 +236,10 @@ nlohmann::json write_task_offer(const TaskOffer& t) {
   if (t.evaluate) out["evaluate"] = write_evaluation_settings(*t.evaluate);
   if (t.secure_aggregation) out["secure_aggregation"] = write_secagg_task(*t.secure_aggregation);
   if (!t.local_buffers.empty()) out["local_buffers"] = t.local_buffers;
+  if (!t.trainable.empty() || !t.trainable_url.empty()) {
+    out["trainable"] = t.trainable;
+    out["trainable_url"] = t.trainable_url;
+  }
   if (t.compression) out["compression"] = write_compression(*t.compression);
   return out;
 }

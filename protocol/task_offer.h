@@ -141,6 +141,12 @@ struct TaskOffer {
   // name; at most kMaxTensors of 1 to kMaxTensorNameBytes bytes): it evaluates and trains
   // with its own values of them, once it has some, and uploads a zero delta for them.
   std::vector<std::string> local_buffers;
+  // A job that trains part of its model: the tensors it trains (by name, as local_buffers;
+  // empty: all of them) and where that part of the round's model is, a model blob of its
+  // own (a path as model_url). The update carries those tensors only; a device that holds
+  // the rest from an earlier task may download only the part. Both or neither.
+  std::vector<std::string> trainable;
+  std::string trainable_url;
   std::optional<Compression> compression;  // nullopt: the update is sent as float32
 
   bool operator==(const TaskOffer& o) const;

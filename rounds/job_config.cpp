@@ -1,5 +1,6 @@
 #include "rounds/job_config.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <limits>
@@ -199,15 +200,17 @@ bool labels_match(const std::map<std::string, std::string>& labels,
 
 namespace {
 
-// job.local_buffers: up to kMaxTensors names of 1 to kMaxTensorNameBytes bytes.
-Result<std::vector<std::string>> parse_local_buffers(const json& local) {
-  const Status malformed = invalid_argument(
-      "job.local_buffers must be an array of buffer or module names (\"bn1\", "
-      "\"bn1.running_mean\"), each of 1 to " +
-      std::to_string(kMaxTensorNameBytes) + " bytes");
-  if (!local.is_array() || local.size() > kMaxTensors) return malformed;
+// `key` (job.local_buffers, job.trainable): up to kMaxTensors names of 1 to
+// kMaxTensorNameBytes bytes, each naming a `what` or a module.
+Result<std::vector<std::string>> parse_tensor_names(const json& list, const std::string& key,
+                                                    const std::string& what) {
+  const Status malformed =
+      invalid_argument(key + " must be an array of " + what + " or module names (\"bn1\", "
+                       "\"bn1.running_mean\"), each of 1 to " +
+                       std::to_string(kMaxTensorNameBytes) + " bytes");
+  if (!list.is_array() || list.size() > kMaxTensors) return malformed;
   std::vector<std::string> names;
-  for (const json& name : local) {
+  for (const json& name : list) {
     if (!name.is_string()) return malformed;
     const std::string& text = name.get_ref<const std::string&>();
     if (text.empty() || text.size() > kMaxTensorNameBytes) return malformed;
@@ -259,9 +262,14 @@ Result<JobConfig> parse_job_config(const json& j) {
     if (parsed.ok()) c.compression = std::move(parsed).value();
   }
   if (const json* local = r.member("local_buffers")) {
-    auto parsed = parse_local_buffers(*local);
+    auto parsed = parse_tensor_names(*local, "job.local_buffers", "buffer");
     r.merge(parsed.status());
     if (parsed.ok()) c.local_buffers = std::move(parsed).value();
+  }
+  if (const json* trainable = r.member("trainable")) {
+    auto parsed = parse_tensor_names(*trainable, "job.trainable", "tensor");
+    r.merge(parsed.status());
+    if (parsed.ok()) c.trainable = std::move(parsed).value();
   }
   FEDCASE_RETURN_IF_ERROR(r.strict_status());
   if (init_from) {
@@ -294,6 +302,9 @@ Result<JobConfig> parse_job_config(const json& j) {
         "job.target_accuracy with evaluation.target \"federated\" needs evaluation.federated");
   }
   if (c.min_clients == 0) c.min_clients = c.clients_per_round;
+  if (!c.trainable.empty() && c.builtin_model()) {
+    return invalid_argument("job.trainable is for uploaded models: the built-in ones train whole");
+  }
   if (!c.local_buffers.empty() && !c.evaluation.server_dataset.empty()) {
     return invalid_argument(
         "evaluation.server_dataset cannot score a model with local_buffers: the coordinator "
@@ -361,19 +372,45 @@ Result<JobParts> build_job(const json& j) {
   return make_job_parts(std::move(config).value());
 }
 
+bool names_tensor(const std::string& entry, const std::string& name) {
+  return name == entry || (name.size() > entry.size() && name.compare(0, entry.size(), entry) == 0 &&
+                           name[entry.size()] == '.');
+}
+
 bool is_local_buffer(const std::vector<std::string>& local_buffers, const TensorSpec& tensor) {
   if (tensor.kind == TensorKind::kParameter) return false;
   for (const std::string& entry : local_buffers) {
-    if (tensor.name == entry || (tensor.name.size() > entry.size() &&
-                                 tensor.name.compare(0, entry.size(), entry) == 0 &&
-                                 tensor.name[entry.size()] == '.')) {
-      return true;
-    }
+    if (names_tensor(entry, tensor.name)) return true;
   }
   return false;
 }
 
+UpdateLayout update_layout(const std::vector<std::string>& trainable, const ModelLayout& model) {
+  UpdateLayout out;
+  size_t offset = 0;
+  for (const TensorSpec& tensor : model.tensors) {
+    const size_t count = tensor.element_count();
+    const bool trains =
+        trainable.empty() || std::any_of(trainable.begin(), trainable.end(), [&](const auto& e) {
+          return names_tensor(e, tensor.name);
+        });
+    if (trains) {
+      out.layout.tensors.push_back(tensor);
+      out.slices.push_back({offset, count});
+    }
+    out.whole = out.whole && trains;
+    offset += count;
+  }
+  return out;
+}
+
 Status check_model_layout(const JobConfig& config, const ModelLayout& layout) {
+  for (const std::string& entry : config.trainable) {
+    if (update_layout({entry}, layout).layout.tensors.empty()) {
+      return invalid_argument("job.trainable entry \"" + entry +
+                              "\" names no tensor of the model, nor a module");
+    }
+  }
   for (const std::string& entry : config.local_buffers) {
     bool names_one = false;
     for (const TensorSpec& tensor : layout.tensors) {

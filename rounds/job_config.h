@@ -107,6 +107,12 @@ struct JobConfig {
   // buffers all stay ("bn1", "features"). They never leave a device; the committed and
   // exported model keeps their initial values (docs/aggregation.md, "Buffers").
   std::vector<std::string> local_buffers;
+  // The tensors the job trains, fine-tuning part of a model (a head, or adapters such as
+  // LoRA's): each entry names a tensor ("head.weight") or a module whose tensors all train
+  // ("head", "blocks.3"). Empty: every tensor. The others are frozen: the devices keep the
+  // model's values of them, and updates, rounds and downloads after the first carry only the
+  // trainable tensors (docs/aggregation.md, "Partial training"). Uploaded models only.
+  std::vector<std::string> trainable;
   // How clients compress their updates (docs/aggregation.md, "Compressed updates"; the
   // reader of the task's `compression`). nullopt: float32 updates.
   std::optional<protocol::Compression> compression;
@@ -141,13 +147,30 @@ Result<JobParts> make_job_parts(JobConfig config);
 Result<JobParts> build_job(const nlohmann::json& json);
 
 // Whether a job of `config` can train a model of `layout`: each of local_buffers names a
-// buffer or a module with buffers; a model with buffers that travel (not local) cannot have
+// buffer or a module with buffers, each of trainable a tensor or a module; a model with buffers that travel (not local) cannot have
 // DP or secure aggregation, which bound each update by a clip its buffers do not respect.
 // kInvalidArgument saying why.
 Status check_model_layout(const JobConfig& config, const ModelLayout& layout);
 
+// Whether `entry` names the tensor called `name`: the tensor itself, or a module it lies in.
+bool names_tensor(const std::string& entry, const std::string& name);
+
 // Whether `tensor` is one of the buffers `local_buffers` keeps on the devices: a buffer named
 // by an entry or lying in a module an entry names.
 bool is_local_buffer(const std::vector<std::string>& local_buffers, const TensorSpec& tensor);
+
+// The part of a model an update carries: the tensors a job trains (JobConfig::trainable; all
+// of them when it names none), in the model's order, and where each lies in the model's
+// values.
+struct UpdateLayout {
+  ModelLayout layout;
+  struct Slice {
+    size_t offset;  // of the tensor's first value among the model's
+    size_t count;
+  };
+  std::vector<Slice> slices;  // one per tensor of `layout`
+  bool whole = true;          // every tensor of the model
+};
+UpdateLayout update_layout(const std::vector<std::string>& trainable, const ModelLayout& model);
 
 }  // namespace fedcase::rounds

@@ -26,6 +26,7 @@ std::shared_ptr<const GlobalModel> make_global_model(uint64_t version, ModelLayo
 JobRuntime::JobRuntime(JobParts parts, std::shared_ptr<const GlobalModel> model)
     : config_(std::move(parts.config)),
       model_(std::move(model)),
+      update_(rounds::update_layout(config_.trainable, model_->layout)),
       policy_(std::move(parts.policy)),
       optimizer_(std::move(parts.optimizer)) {}
 
@@ -99,7 +100,7 @@ Result<std::shared_ptr<RoundAggregate>> JobRuntime::make_round_aggregate(RoundIn
   aggregation::AggregatorConfig aggregation = config_.aggregation;
   if (private_rounds()) aggregation.dp_seed = dp_seed(index);
   auto aggregator = aggregation::make_aggregator(
-      aggregation, {model_->layout.element_count(), model_->layout.parameter_count()});
+      aggregation, {update_.layout.element_count(), update_.layout.parameter_count()});
   if (!aggregator.ok()) return aggregator.status();
   return std::make_shared<RoundAggregate>(std::move(aggregator).value());
 }
@@ -408,28 +409,43 @@ Result<json> JobRuntime::privacy_after(const Round& round,
               {"rounds", privacy.rounds()}};
 }
 
-Status step_model(aggregation::ServerOptimizer& optimizer, const ModelLayout& layout,
+Status step_model(aggregation::ServerOptimizer& optimizer, const UpdateLayout& update,
                   const std::vector<std::string>& local_buffers, std::vector<float>& model,
                   const std::vector<float>& mean_delta) {
-  if (model.size() != layout.element_count() || mean_delta.size() != model.size()) {
-    return invalid_argument("the model, its layout and the mean delta differ in size");
+  const ModelLayout& carried = update.layout;
+  size_t model_values = 0;
+  for (const UpdateLayout::Slice& slice : update.slices) {
+    model_values = std::max(model_values, slice.offset + slice.count);
   }
-  const size_t parameters = layout.parameter_count();
-  std::vector<float> weights(model.begin(), model.begin() + parameters);
+  if (mean_delta.size() != carried.element_count() || model.size() < model_values) {
+    return invalid_argument("the model, its update's layout and the mean delta differ in size");
+  }
+  // The parameters come first in the update as in the model: gathered, stepped, put back.
+  const size_t parameters = carried.parameter_count();
+  std::vector<float> weights;
+  weights.reserve(parameters);
+  for (size_t t = 0; t < carried.tensors.size(); ++t) {
+    if (carried.tensors[t].kind != TensorKind::kParameter) break;
+    const UpdateLayout::Slice& slice = update.slices[t];
+    weights.insert(weights.end(), model.begin() + slice.offset,
+                   model.begin() + slice.offset + slice.count);
+  }
   FEDCASE_RETURN_IF_ERROR(optimizer.step(
       weights, std::vector<float>(mean_delta.begin(), mean_delta.begin() + parameters)));
-  std::copy(weights.begin(), weights.end(), model.begin());
-  size_t at = parameters;
-  for (const TensorSpec& tensor : layout.tensors) {
-    if (tensor.kind == TensorKind::kParameter) continue;
-    if (is_local_buffer(local_buffers, tensor)) {
-      at += tensor.element_count();
-      continue;
+  size_t at = 0;  // in the update's values
+  for (size_t t = 0; t < carried.tensors.size(); ++t) {
+    const TensorSpec& tensor = carried.tensors[t];
+    const UpdateLayout::Slice& slice = update.slices[t];
+    float* values = model.data() + slice.offset;
+    if (tensor.kind == TensorKind::kParameter) {
+      std::copy_n(weights.begin() + at, slice.count, values);
+    } else if (!is_local_buffer(local_buffers, tensor)) {
+      for (size_t i = 0; i < slice.count; ++i) {
+        const float next = values[i] + mean_delta[at + i];
+        values[i] = tensor.kind == TensorKind::kIntegerBuffer ? std::nearbyint(next) : next;
+      }
     }
-    for (const size_t end = at + tensor.element_count(); at < end; ++at) {
-      const float next = model[at] + mean_delta[at];
-      model[at] = tensor.kind == TensorKind::kIntegerBuffer ? std::nearbyint(next) : next;
-    }
+    at += slice.count;
   }
   return ok_status();
 }
@@ -466,7 +482,7 @@ Conclusion JobRuntime::conclude(Round& round, double now) {
   std::vector<float> params = model_->params;
   c.optimizer_state_before = optimizer_->save_state();
   Status stepped =
-      step_model(*optimizer_, model_->layout, config_.local_buffers, params, *mean);
+      step_model(*optimizer_, update_, config_.local_buffers, params, *mean);
   if (stepped.ok() && !all_finite(params)) {
     stepped = unprocessable("the next model holds non-finite values");
   }

@@ -50,12 +50,13 @@ struct GlobalModel {
 std::shared_ptr<const GlobalModel> make_global_model(uint64_t version, ModelLayout layout,
                                                      std::vector<float> params);
 
-// Takes `model` (of `layout`) one round forward by the clients' weighted mean delta: the
-// server optimizer steps its parameters; each buffer becomes the clients' weighted mean of
-// theirs (the model's plus its mean delta), an integer buffer rounded to the nearest integer,
-// except the buffers `local_buffers` keeps on the devices, which keep their values.
-// kInvalidArgument for sizes that differ; the optimizer's errors, with `model` unchanged.
-Status step_model(aggregation::ServerOptimizer& optimizer, const ModelLayout& layout,
+// Takes `model` one round forward by the clients' weighted mean delta, of the tensors
+// `update` carries (the others stay as they are): the server optimizer steps their
+// parameters; each buffer becomes the clients' weighted mean of theirs (the model's plus its
+// mean delta), an integer buffer rounded to the nearest integer, except the buffers
+// `local_buffers` keeps on the devices, which keep their values. kInvalidArgument for sizes
+// that differ; the optimizer's errors, with `model` unchanged.
+Status step_model(aggregation::ServerOptimizer& optimizer, const UpdateLayout& update,
                   const std::vector<std::string>& local_buffers, std::vector<float>& model,
                   const std::vector<float>& mean_delta);
 
@@ -102,6 +103,8 @@ class JobRuntime {
 
   const JobConfig& config() const { return config_; }
   const std::shared_ptr<const GlobalModel>& model() const { return model_; }
+  // What an update of the job carries (config().trainable of the model's layout).
+  const UpdateLayout& update_layout() const { return update_; }
   RoundIndex last_round() const { return last_round_; }
   std::string policy_name() const { return policy_->name(); }
   std::string optimizer_name() const { return optimizer_->name(); }
@@ -182,6 +185,7 @@ class JobRuntime {
 
   JobConfig config_;
   std::shared_ptr<const GlobalModel> model_;
+  UpdateLayout update_;  // of model_'s layout, which every version shares
   std::unique_ptr<scheduling::SelectionPolicy> policy_;
   std::unique_ptr<aggregation::ServerOptimizer> optimizer_;
   aggregation::RdpAccountant privacy_;

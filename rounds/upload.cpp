@@ -27,8 +27,8 @@ Status check_upload(const ModelLayout& layout, uint64_t trained_on, RoundIndex r
                          (config.compression ? " (it asks " + config.compression->kind + ")"
                                              : std::string()));
   }
-  FEDCASE_RETURN_IF_ERROR(
-      aggregation::validate_update(layout, update, {config.max_update_norm}));
+  FEDCASE_RETURN_IF_ERROR(aggregation::validate_update(
+      update_layout(config.trainable, layout).layout, update, {config.max_update_norm}));
   return check_evaluation(trained_on, round, config, evaluation);
 }
 

@@ -21,7 +21,8 @@ namespace fedcase::rounds {
 // Whether `update` (the delta local - global) and its client's `evaluation` may join round
 // `round`, whose client's task trains and evaluates model version `trained_on` of `layout`.
 // kUnprocessable naming what is wrong: the update was trained on another model version, is
-// compressed other than the job asks (float32 is always taken), does not match the layout,
+// compressed other than the job asks (float32 is always taken), does not match the layout of
+// what the job trains (update_layout of config.trainable),
 // holds a non-finite value or exceeds config.max_update_norm
 // (aggregation::validate_update); the evaluation scores another model version, or more
 // held-out samples than config.evaluation.max_samples (no honest report, and it would

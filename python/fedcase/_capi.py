@@ -123,6 +123,7 @@ _PROTOTYPES = {
     "fedcase_model_tensor_name": (_STR, [_P, _S]),
     "fedcase_model_tensor_shape": (c_uint64_p, [_P, _S, ctypes.POINTER(_S)]),
     "fedcase_model_tensor_kind": (ctypes.c_int, [_P, _S]),
+    "fedcase_model_tensor_trainable": (ctypes.c_int, [_P, _S]),
     "fedcase_samples_size": (_S, [_P]),
     "fedcase_samples_id": (_S, [_P, _S]),
     "fedcase_samples_read": (_I, [_P, _S, ctypes.POINTER(_P), ctypes.POINTER(_S)]),

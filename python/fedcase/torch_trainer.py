@@ -49,6 +49,7 @@ class TorchTrainer:
         self.loss = "cross_entropy"
         self._params = [p for _, p in module.named_parameters()]
         self._tensors = self._params + [b for _, b in module.named_buffers()]
+        self._trained = self._params  # the parameters that train (prepare says which)
 
     def prepare(self, model: ModelInfo) -> None:
         """Checks that the job's tensors are this module's (names, shapes and kinds, in
@@ -63,6 +64,11 @@ class TorchTrainer:
         if mine != theirs:
             raise ValueError(f"the job's tensors {theirs} are not this module's {mine}")
         self.loss = model.loss
+        # A job that fine-tunes part of the model: the frozen parameters take no gradient.
+        frozen = {t.name for t in model.tensors if not t.trainable}
+        for name, p in self.module.named_parameters():
+            p.requires_grad_(name not in frozen)
+        self._trained = [p for name, p in self.module.named_parameters() if name not in frozen]
 
     def _load(self, values: list[np.ndarray]) -> None:
         if len(values) != len(self._tensors):
@@ -117,9 +123,9 @@ class TorchTrainer:
               settings: TrainSettings) -> list[np.ndarray]:
         self._load(parameters)
         self.module.train()
-        sgd = torch.optim.SGD(self._params, lr=settings.lr, momentum=settings.momentum,
+        sgd = torch.optim.SGD(self._trained, lr=settings.lr, momentum=settings.momentum,
                               weight_decay=settings.weight_decay)
-        anchor = [p.detach().clone() for p in self._params] if settings.prox_mu > 0 else None
+        anchor = [p.detach().clone() for p in self._trained] if settings.prox_mu > 0 else None
         n = len(samples)
         for first in range(0, n, settings.batch_size):
             count = min(settings.batch_size, n - first)
@@ -127,7 +133,7 @@ class TorchTrainer:
             per_sample = self._per_sample_loss(self.module(*x), y)
             objective = per_sample.mean()
             if anchor is not None:
-                prox = sum(((p - a) ** 2).sum() for p, a in zip(self._params, anchor))
+                prox = sum(((p - a) ** 2).sum() for p, a in zip(self._trained, anchor))
                 objective = objective + 0.5 * settings.prox_mu * prox
             sgd.zero_grad()
             objective.backward()

@@ -88,7 +88,8 @@ def model_info(handle: int) -> ModelInfo:
         shape = lib.fedcase_model_tensor_shape(model, i, ctypes.byref(dims))
         tensors.append(TensorSpec(lib.fedcase_model_tensor_name(model, i).decode(),
                                   tuple(shape[d] for d in range(dims.value)),
-                                  TensorKind(lib.fedcase_model_tensor_kind(model, i))))
+                                  TensorKind(lib.fedcase_model_tensor_kind(model, i)),
+                                  bool(lib.fedcase_model_tensor_trainable(model, i))))
     return ModelInfo(kind=lib.fedcase_model_kind(model).decode(),
                      loss=lib.fedcase_model_loss(model).decode(), tensors=tuple(tensors),
                      module=ctypes.string_at(module_address, size.value)

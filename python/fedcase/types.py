@@ -15,10 +15,12 @@ class TensorKind(enum.IntEnum):
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """One tensor of the job's model: its name, shape and kind."""
+    """One tensor of the job's model: its name, shape, kind, and whether the job trains it (a job
+    that fine-tunes part of its model freezes the others: leave them as they are)."""
     name: str
     shape: tuple[int, ...]
     kind: TensorKind = TensorKind.PARAMETER
+    trainable: bool = True
 
     @property
     def size(self) -> int:

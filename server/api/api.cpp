@@ -534,6 +534,12 @@ Reply get_model(Coordinator& coordinator, const Call& call) {
   return immutable_reply(call.request, model->checksum, model->blob);
 }
 
+Reply get_trainable_part(Coordinator& coordinator, const Call& call) {
+  auto part = coordinator.trainable_part(call.ids[0], call.ids[1], call.scope(), call.client());
+  if (!part.ok()) return error_reply(part.status(), call.request);
+  return immutable_reply(call.request, part->checksum, part->blob);
+}
+
 Reply list_models(Coordinator& coordinator, const Call& call) {
   return result_reply(coordinator.models(call.ids[0], call.scope()), models_json, call.request);
 }
@@ -622,6 +628,8 @@ const Route kRoutes[] = {
     {http::verb::get, "/v1/task", kClients, Body::kNone, next_task},
     {http::verb::get, "/v1/jobs/{job}/module", kDownloaders, Body::kNone, get_module},
     {http::verb::get, "/v1/jobs/{job}/models/{version}", kDownloaders, Body::kNone, get_model},
+    {http::verb::get, "/v1/jobs/{job}/models/{version}/trainable", kDownloaders, Body::kNone,
+     get_trainable_part},
     {http::verb::get, "/v1/jobs/{job}/rounds/{round}/status", kClients, Body::kNone, task_status},
     {http::verb::post, "/v1/jobs/{job}/rounds/{round}/update", kClients, Body::kUpload, upload},
     {http::verb::post, "/v1/jobs/{job}/rounds/{round}/secagg/keys", kClients, Body::kJson,

@@ -53,6 +53,10 @@ json task_json(const TaskOffer& o) {
   task.cache = t.cache;
   task.expected_duration_s = t.expected_duration_s;
   task.local_buffers = o.local_buffers;
+  if (!o.trainable.empty()) {
+    task.trainable = o.trainable;
+    task.trainable_url = model_url(o.job, o.model_version) + "/trainable";
+  }
   task.compression = o.compression;
   if (o.secure_stage_seconds) {
     task.secure_aggregation = protocol::SecAggTask{

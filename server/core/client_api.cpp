@@ -52,6 +52,7 @@ TaskOffer task_offer(const JobEntry& job, const rounds::Round& r, ClientId clien
           ? std::optional<double>(job.config.secure_aggregation->stage_seconds)
           : std::nullopt,
       job.local_buffers,
+      job.trainable,
       job.config.compression};
 }
 
@@ -153,6 +154,27 @@ Result<ModelDownload> Coordinator::model(JobId job_id, uint64_t version, Scope s
   if (!record.ok()) return record.status();
   return ModelDownload{version, record->checksum,
                        std::make_shared<const std::string>(std::move(record->blob))};
+}
+
+Result<ModelDownload> Coordinator::trainable_part(JobId job_id, uint64_t version, Scope scope,
+                                                  std::optional<ClientId> client) {
+  auto whole = model(job_id, version, scope, client);
+  if (!whole.ok()) return whole.status();
+  const JobEntry& job = **state_->find_job(job_id, scope);
+  if (job.trainable.empty()) {
+    return not_found("job " + std::to_string(job_id) + " trains its whole model");
+  }
+  auto decoded = decode_blob(*whole->blob, whole->blob->size());
+  if (!decoded.ok()) return decoded.status();
+  const rounds::UpdateLayout part = rounds::update_layout(job.trainable, decoded->layout);
+  ModelBlob trainable{version, part.layout, {}};
+  trainable.data.reserve(part.layout.element_count());
+  for (const rounds::UpdateLayout::Slice& slice : part.slices) {
+    trainable.data.insert(trainable.data.end(), decoded->data.begin() + slice.offset,
+                          decoded->data.begin() + slice.offset + slice.count);
+  }
+  auto blob = std::make_shared<const std::string>(encode_blob(trainable));
+  return ModelDownload{version, blob_checksum(*blob), std::move(blob)};
 }
 
 Result<ModuleDownload> Coordinator::module(JobId job_id, Scope scope,

@@ -83,6 +83,7 @@ struct TaskOffer {
   // A job with secure aggregation: how long its key and unmask stages wait (nullopt: plain).
   std::optional<double> secure_stage_seconds;
   std::vector<std::string> local_buffers;  // the buffers the device keeps (JobEntry's)
+  std::vector<std::string> trainable;      // the tensors the job trains; empty: all (JobEntry's)
   std::optional<protocol::Compression> compression;  // the job's (nullopt: float32 updates)
 };
 
@@ -258,6 +259,11 @@ class Coordinator {
   // participants.
   Result<ModelDownload> model(JobId job, uint64_t version, Scope scope = std::nullopt,
                               std::optional<ClientId> client = std::nullopt);
+  // The tensors of that model the job trains (rounds::JobConfig::trainable), as a model blob
+  // of their own: what a device that holds the frozen rest needs each round. Callers and
+  // errors as model(); kNotFound for a job that trains its whole model.
+  Result<ModelDownload> trainable_part(JobId job, uint64_t version, Scope scope = std::nullopt,
+                                       std::optional<ClientId> client = std::nullopt);
   // The module of `job` (callers as for model(); a client holding a task of the job); kNotFound
   // for a job without one.
   Result<ModuleDownload> module(JobId job, Scope scope = std::nullopt,

@@ -371,3 +371,71 @@ TEST_CASE("BatchNorm statistics are federated, or kept on the devices with local
           << committed_rounds(shared_detail).back()["metrics"]["federated_evaluation"]["metrics"]["accuracy"]);
   CHECK(local_accuracy > 0.5);
 }
+
+// A job that fine-tunes part of its model: the frozen tensors never change, the devices
+// download them once, and rounds carry the trained part only.
+TEST_CASE("a job trains only its trainable tensors; devices fetch the frozen rest once") {
+  TempDir dir;
+  auto service = start_coordinator(dir);
+  const uint16_t port = service->port();
+  const std::string module = classifier_module(784, 32, 10, 5);
+  const std::vector<float> initial = formats::read_torchscript_model(module, {})->data;
+  json config = {{"name", "head-only"},
+                 {"model", "torchscript"},
+                 {"rounds", 3},
+                 {"clients_per_round", 3},
+                 {"trainable", {"w2", "b2"}},
+                 {"selection", {{"policy", "random"}, {"overcommit", 1.0}}},
+                 {"training", {{"batch_size", 32}, {"lr", 0.1}, {"momentum", 0.5}}},
+                 {"evaluation", {{"federated", true}}}};
+  json unknown = config;
+  unknown["trainable"] = {"head"};
+  Reply refused = create_job(port, unknown, module);
+  CHECK(refused.status == 400);
+  CHECK(refused.raw.find("job.trainable entry \\\"head\\\" names no tensor") != std::string::npos);
+  Reply created = create_job(port, config, module);
+  REQUIRE_MESSAGE(created.status == 201, created.raw);
+  const std::string job = std::to_string(created.body["job_id"].get<uint64_t>());
+  Devices devices;
+  for (size_t i = 0; i < 3; ++i) {
+    const std::filesystem::path home = dir.path() / ("device-" + std::to_string(i));
+    devices.start(port, home.filename().string(), image_folder(home / "train", i * 300, 300),
+                  image_folder(home / "held-out", 20000 + i * 100, 100), "");
+  }
+  Caller admin(port, kAdminToken);
+  json detail;
+  const bool finished = wait_until(
+      [&] {
+        detail = admin.get("/v1/admin/jobs/" + job).body;
+        return detail.value("state", "") == "finished";
+      },
+      180);
+  devices.halt();
+  REQUIRE_MESSAGE(finished, detail.dump());
+  Reply last = admin.get("/v1/jobs/" + job + "/models/3");
+  REQUIRE(last.status == 200);
+  auto model = decode_blob(last.response.body, last.response.body.size());
+  REQUIRE(model.ok());
+  // w1 [32, 784] and b1 [32] are frozen; w2 [10, 32] and b2 [10] trained.
+  const size_t frozen = 32 * 784 + 32;
+  CHECK(std::equal(initial.begin(), initial.begin() + frozen, model->data.begin()));
+  CHECK_FALSE(std::equal(initial.begin() + frozen, initial.end(), model->data.begin() + frozen));
+  // The part served is the trained tensors alone.
+  Reply part = admin.get("/v1/jobs/" + job + "/models/3/trainable");
+  REQUIRE(part.status == 200);
+  auto trained = decode_blob(part.response.body, part.response.body.size());
+  REQUIRE(trained.ok());
+  CHECK(trained->layout.describe() == "w2[10,32], b2[10]");
+  CHECK(part.response.body.size() * 50 < last.response.body.size());
+  for (const auto& session : devices.sessions) {
+    CHECK(session->stats().updates_accepted == 3);
+    // The first task downloads the whole model; the later ones only its trained part.
+    CHECK(session->stats().trainable_downloads >= 1);
+    CHECK(session->stats().model_downloads - session->stats().trainable_downloads == 1);
+  }
+  const double accuracy = committed_rounds(detail)
+                              .back()["metrics"]["federated_evaluation"]["metrics"]["accuracy"]
+                              .get<double>();
+  MESSAGE("federated accuracy after two rounds training the head only: " << accuracy);
+  CHECK(accuracy > 0.2);  // chance is 0.1; a random hidden layer bounds it
+}

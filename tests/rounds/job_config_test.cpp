@@ -312,5 +312,17 @@ TEST_CASE("compression: q8 or top_k, read as the task reads it, and never with s
         std::string::npos);
 }
 
+TEST_CASE("trainable names tensors or modules of an uploaded model") {
+  auto parsed = parse_job_config({{"name", "j"}, {"model", "torchscript"}, {"trainable", {"head"}}});
+  REQUIRE_MESSAGE(parsed.ok(), parsed.status().to_string());
+  const ModelLayout layout{{{"body.weight", {2}}, {"head.weight", {2}}, {"head.bias", {1}}}};
+  CHECK(check_model_layout(*parsed, layout).ok());
+  CHECK(update_layout(parsed->trainable, layout).layout.describe() == "head.weight[2], head.bias[1]");
+  auto builtin = parse_job_config({{"name", "j"}, {"model", "cnn"}, {"trainable", {"fc2"}}});
+  CHECK(builtin.status().message().find("uploaded models") != std::string::npos);
+  auto malformed = parse_job_config({{"name", "j"}, {"model", "torchscript"}, {"trainable", "head"}});
+  CHECK(malformed.status().message().find("job.trainable must be an array") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace fedcase::rounds

@@ -612,7 +612,8 @@ TEST_CASE("the server optimizer steps the parameters; buffers become the clients
   auto adam = aggregation::make_server_optimizer({{"name", "fedadam"}, {"lr", 0.1}});
   REQUIRE(adam.ok());
   std::vector<float> model = {1.0f, 2.0f, 10.0f};
-  REQUIRE(step_model(**adam, layout, {}, model, {0.5f, 0.25f, 2.6f}).ok());
+  const UpdateLayout whole = update_layout({}, layout);
+  REQUIRE(step_model(**adam, whole, {}, model, {0.5f, 0.25f, 2.6f}).ok());
   CHECK(model[0] > 1.0f);
   CHECK(model[1] == 2.25f);  // the clients' weighted mean running variance
   CHECK(model[2] == 13.0f);  // 12.6 batches: a count stays whole
@@ -621,11 +622,34 @@ TEST_CASE("the server optimizer steps the parameters; buffers become the clients
   std::vector<float> weights = {1.0f};
   REQUIRE((*fresh)->step(weights, {0.5f}).ok());
   CHECK(weights[0] == doctest::Approx(model[0]));
-  CHECK(step_model(**adam, layout, {}, model, {0.5f}).code() == Code::kInvalidArgument);
+  CHECK(step_model(**adam, whole, {}, model, {0.5f}).code() == Code::kInvalidArgument);
   // Buffers the devices keep (here the module "bn") keep the model's values.
-  REQUIRE(step_model(**adam, layout, {"bn"}, model, {0.5f, 0.25f, 2.6f}).ok());
+  REQUIRE(step_model(**adam, whole, {"bn"}, model, {0.5f, 0.25f, 2.6f}).ok());
   CHECK(model[1] == 2.25f);
   CHECK(model[2] == 13.0f);
+}
+
+TEST_CASE("a job that trains part of a model steps those tensors and leaves the others") {
+  const ModelLayout layout{{{"backbone.weight", {2}},
+                            {"head.weight", {2}},
+                            {"head.bias", {1}},
+                            {"bn.running_mean", {1}, TensorKind::kFloatBuffer}}};
+  const UpdateLayout head = update_layout({"head"}, layout);
+  CHECK_FALSE(head.whole);
+  REQUIRE(head.layout.tensors.size() == 2);
+  CHECK(head.layout.tensors[0].name == "head.weight");
+  CHECK(head.slices[0].offset == 2);
+  CHECK(head.slices[1].offset == 4);
+  CHECK(update_layout({"head.bias", "bn"}, layout).layout.element_count() == 2);
+  CHECK(update_layout({}, layout).whole);
+  auto plain = aggregation::make_server_optimizer({{"name", "fedavg"}});
+  std::vector<float> model = {1, 2, 3, 4, 5, 6};
+  REQUIRE(step_model(**plain, head, {}, model, {0.5f, -1, 2}).ok());
+  CHECK(model == std::vector<float>{1, 2, 3.5f, 3, 7, 6});
+  // Buffers the update carries move to the clients' mean; the rest stays.
+  const UpdateLayout with_bn = update_layout({"head.bias", "bn"}, layout);
+  REQUIRE(step_model(**plain, with_bn, {}, model, {1, 0.5f}).ok());
+  CHECK(model == std::vector<float>{1, 2, 3.5f, 3, 8, 6.5f});
 }
 
 }  // namespace

@@ -62,6 +62,9 @@ Result<InstalledJob> make_job(const storage::JobRecord& record, rounds::JobParts
       job->local_buffers.push_back(tensor.name);
     }
   }
+  if (const rounds::UpdateLayout& update = r.update_layout(); !update.whole) {
+    for (const TensorSpec& tensor : update.layout.tensors) job->trainable.push_back(tensor.name);
+  }
   job->evaluated = {config.model,
                     job->module,
                     job->module_checksum,

@@ -44,6 +44,8 @@ struct JobEntry {
   std::string module_checksum;
   // The model's buffers config.local_buffers keeps on the devices, by name.
   std::vector<std::string> local_buffers;
+  // The model's tensors config.trainable trains, by name; empty when it trains them all.
+  std::vector<std::string> trainable;
   // What the server evaluator scores the job's models as (config.server_evaluated() jobs).
   EvaluatedModel evaluated;
   std::string policy_name, optimizer_name;

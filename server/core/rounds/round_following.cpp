@@ -70,7 +70,7 @@ bool RoundDriver::follow(JobEntry& job, const storage::RoundRecord& record, uint
   for (const auto& task : round->tasks()) invited.push_back(task.client);
   if (const auto& secure = job.config.secure_aggregation) {
     // Before the round is published: its invitees' first messages find their secure round.
-    const uint64_t vector_length = job.runtime->model()->layout.element_count();
+    const uint64_t vector_length = job.runtime->update_layout().layout.element_count();
     auto params = secagg::round_params(*secure, invited.size(), vector_length);
     if (!params.ok()) {
       log_warn(job_prefix(job) + "cannot serve secure round " + std::to_string(record.index) +

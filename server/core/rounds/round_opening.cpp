@@ -198,7 +198,7 @@ bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now
         return replication_.publish_stage(id, index, kind, messages);
       };
     }
-    secure_.open(job.id, round.index(), *secure, invited, runtime.model()->layout.element_count(),
+    secure_.open(job.id, round.index(), *secure, invited, runtime.update_layout().layout.element_count(),
                  now, job.config.aggregation.threads, std::move(share));
   }
   const rounds::Event opened_as =
