@@ -24,7 +24,11 @@
 #                     images the app wrote to its datasets_dir. The latest model, exported as
 #                     TorchScript and as npz, must score in eval mode within 1 point of the
 #                     accuracy the job reported for that version, and at least 0.7
-#   scripts/example_test.sh --build-dir build [--app sdk_app|c_app|python_app|text_app|mobilenet_app]
+#   --app finetune_app  examples/finetune_app: the same package, fine-tunes the head of a
+#                     pretrained CNN (the job's "trainable"); the exported model's backbone must
+#                     be the pretrained one, bit for bit, and it must score 0.7 on unseen images
+#   scripts/example_test.sh --build-dir build
+#                           [--app sdk_app|c_app|python_app|text_app|mobilenet_app|finetune_app]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build
@@ -33,7 +37,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build=$2; shift 2 ;;
     --app) app=$2; shift 2 ;;
-    *) echo "usage: $0 [--build-dir DIR] [--app sdk_app|c_app|python_app|text_app|mobilenet_app]" >&2
+    *) echo "usage: $0 [--build-dir DIR] [--app sdk_app|c_app|python_app|text_app|mobilenet_app|finetune_app]" >&2
        exit 2 ;;
   esac
 done
@@ -77,7 +81,7 @@ case "$app" in
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=99
     export LSAN_OPTIONS=suppressions=$PWD/examples/c_app/lsan.supp:print_suppressions=0
     binary=$dir/c_app ;;
-  python_app|text_app|mobilenet_app)
+  python_app|text_app|mobilenet_app|finetune_app)
     say "installing the fedcase Python package with pip"
     cp -r python "$dir/python-src"  # pip builds in the folder it installs from
     run_logged "$dir/pip.log" /usr/bin/python3 -m pip install --no-build-isolation --no-deps \
@@ -95,7 +99,8 @@ case "$app" in
     } ;;
   *) echo "example_test: unknown app $app" >&2; exit 2 ;;
 esac
-if [ "$app" != python_app ] && [ "$app" != text_app ] && [ "$app" != mobilenet_app ]; then
+if [ "$app" != python_app ] && [ "$app" != text_app ] && [ "$app" != mobilenet_app ] &&
+   [ "$app" != finetune_app ]; then
   # The C++ and C apps take the same flags: the device's data files, held-out files and state.
   start_device() {
     exec "$binary" --port "$port" --token "$enrollment_token" --name "device-$1" \
@@ -168,6 +173,13 @@ if [ "$app" = text_app ]; then
   run_logged "$dir/get.log" "$build/cli/fedcase" models get "$job" latest --out "$dir/trained.pt"
   run_logged "$dir/check.log" /usr/bin/python3 examples/text_app/app.py check \
     --model "$dir/trained.pt" --min-accuracy 0.8
+  say "$(cat "$dir/check.log")"
+fi
+if [ "$app" = finetune_app ]; then
+  # The backbone stayed frozen; the head learned.
+  run_logged "$dir/get.log" "$build/cli/fedcase" models get "$job" latest --out "$dir/trained.pt"
+  run_logged "$dir/check.log" /usr/bin/python3 examples/finetune_app/app.py check \
+    --model "$dir/trained.pt" --pretrained "$dir/model.pt" --min-accuracy 0.7
   say "$(cat "$dir/check.log")"
 fi
 if [ "$app" = mobilenet_app ]; then
