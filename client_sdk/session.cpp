@@ -49,20 +49,6 @@ struct CachedModel {
   ModelBlob blob;
 };
 
-// Calls fn(offset, count, name) for each tensor of `layout` that `names` holds: where its
-// values lie in the model's.
-template <class Fn>
-void for_each_named(const ModelLayout& layout, const std::vector<std::string>& names, Fn fn) {
-  size_t offset = 0;
-  for (const TensorSpec& tensor : layout.tensors) {
-    const size_t count = tensor.element_count();
-    if (std::find(names.begin(), names.end(), tensor.name) != names.end()) {
-      fn(offset, count, tensor.name);
-    }
-    offset += count;
-  }
-}
-
 // A job's TorchScript module held locally, by checksum.
 struct CachedModule {
   std::string checksum;
@@ -282,11 +268,10 @@ struct Session::Impl {
     ModelBlob merged = cached->blob;
     merged.model_version = task.model_version;
     size_t at = 0;
-    for_each_named(merged.layout, task.trainable,
-                   [&](size_t offset, size_t count, const std::string&) {
-                     std::copy_n(part->data.begin() + at, count, merged.data.begin() + offset);
-                     at += count;
-                   });
+    for_each_named(merged.layout, task.trainable, [&](const TensorSpec& tensor, size_t offset) {
+      std::copy_n(part->data.begin() + at, tensor.element_count(), merged.data.begin() + offset);
+      at += tensor.element_count();
+    });
     if (blob_checksum(encode_blob(merged)) != task.model_checksum) {
       return unavailable("the merged model's checksum is not the task's");
     }
@@ -358,9 +343,12 @@ struct Session::Impl {
   std::vector<float> starting_model(const protocol::TaskOffer& task) const {
     std::vector<float> model = cached->blob.data;
     for_each_named(cached->blob.layout, task.local_buffers,
-                   [&](size_t offset, size_t count, const std::string& name) {
-                     auto kept = local_buffers.find({task.job, name});
-                     if (kept == local_buffers.end() || kept->second.size() != count) return;
+                   [&](const TensorSpec& tensor, size_t offset) {
+                     auto kept = local_buffers.find({task.job, tensor.name});
+                     if (kept == local_buffers.end() ||
+                         kept->second.size() != tensor.element_count()) {
+                       return;
+                     }
                      std::copy(kept->second.begin(), kept->second.end(), model.begin() + offset);
                    });
     return model;
@@ -383,15 +371,15 @@ struct Session::Impl {
     if (!round.ok()) return round.status();
     std::vector<float>& delta = round->parameters;
     for_each_named(cached->blob.layout, task.local_buffers,
-                   [&](size_t offset, size_t count, const std::string& name) {
-                     local_buffers[{task.job, name}].assign(delta.begin() + offset,
-                                                            delta.begin() + offset + count);
+                   [&](const TensorSpec& tensor, size_t offset) {
+                     const size_t count = tensor.element_count();
+                     local_buffers[{task.job, tensor.name}].assign(
+                         delta.begin() + offset, delta.begin() + offset + count);
                      std::copy_n(start.begin() + offset, count, delta.begin() + offset);
                    });
     for (size_t i = 0; i < delta.size(); ++i) delta[i] -= start[i];
-    if (!task.trainable.empty()) {  // the update carries the trained tensors only
-      delta = carried_part(0, cached->blob.layout, delta, task.trainable).data;
-    }
+    // The update carries the trained tensors only (all of them unless the job names some).
+    delta = carried_part(0, cached->blob.layout, std::move(delta), task.trainable).data;
     const RoundStats& stats = round->stats;
     meta.samples = stats.samples;
     meta.loss_sum = stats.loss_sum;

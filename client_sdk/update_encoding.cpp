@@ -7,27 +7,11 @@
 
 namespace fedcase::client {
 
-namespace {
-
-// Calls fn(tensor, offset) for each tensor of `layout` named in `names` (all when empty), with
-// the offset of its first value.
-template <class Fn>
-void for_each_carried(const ModelLayout& layout, const std::vector<std::string>& names, Fn fn) {
-  size_t offset = 0;
-  for (const TensorSpec& tensor : layout.tensors) {
-    if (names.empty() || std::find(names.begin(), names.end(), tensor.name) != names.end()) {
-      fn(tensor, offset);
-    }
-    offset += tensor.element_count();
-  }
-}
-
-}  // namespace
-
 ModelBlob carried_part(uint64_t version, const ModelLayout& layout,
                        const std::vector<float>& values, const std::vector<std::string>& names) {
+  if (names.empty()) return ModelBlob{version, layout, values};
   ModelBlob part{version, {}, {}};
-  for_each_carried(layout, names, [&](const TensorSpec& tensor, size_t offset) {
+  for_each_named(layout, names, [&](const TensorSpec& tensor, size_t offset) {
     part.layout.tensors.push_back(tensor);
     part.data.insert(part.data.end(), values.begin() + offset,
                      values.begin() + offset + tensor.element_count());
@@ -36,8 +20,9 @@ ModelBlob carried_part(uint64_t version, const ModelLayout& layout,
 }
 
 ModelLayout carried_layout(const ModelLayout& layout, const std::vector<std::string>& names) {
+  if (names.empty()) return layout;
   ModelLayout out;
-  for_each_carried(layout, names, [&](const TensorSpec& tensor, size_t) {
+  for_each_named(layout, names, [&](const TensorSpec& tensor, size_t) {
     out.tensors.push_back(tensor);
   });
   return out;

@@ -6,6 +6,7 @@
 //
 // Not thread-safe: one session's thread uses it.
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -17,6 +18,17 @@
 #include "protocol/task_offer.h"
 
 namespace fedcase::client {
+
+// Calls fn(tensor, offset) for each tensor of `layout` named in `names`, in the layout's
+// order, with the offset of its first value among the model's.
+template <class Fn>
+void for_each_named(const ModelLayout& layout, const std::vector<std::string>& names, Fn fn) {
+  size_t offset = 0;
+  for (const TensorSpec& tensor : layout.tensors) {
+    if (std::find(names.begin(), names.end(), tensor.name) != names.end()) fn(tensor, offset);
+    offset += tensor.element_count();
+  }
+}
 
 // The part of a model an update carries: the tensors of `layout` named in `names` (every
 // tensor when `names` is empty), in the layout's order, with their values taken from `values`

@@ -7,7 +7,7 @@
 
 namespace fedcase::rounds {
 
-Status check_upload(const ModelLayout& layout, uint64_t trained_on, RoundIndex round,
+Status check_upload(const ModelLayout& carried, uint64_t trained_on, RoundIndex round,
                     const JobConfig& config, const BlobView& update,
                     const std::optional<protocol::EvalReport>& evaluation) {
   const std::string of_round = ", round " + std::to_string(round);
@@ -27,8 +27,8 @@ Status check_upload(const ModelLayout& layout, uint64_t trained_on, RoundIndex r
                          (config.compression ? " (it asks " + config.compression->kind + ")"
                                              : std::string()));
   }
-  FEDCASE_RETURN_IF_ERROR(aggregation::validate_update(
-      update_layout(config.trainable, layout).layout, update, {config.max_update_norm}));
+  FEDCASE_RETURN_IF_ERROR(
+      aggregation::validate_update(carried, update, {config.max_update_norm}));
   return check_evaluation(trained_on, round, config, evaluation);
 }
 

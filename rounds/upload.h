@@ -19,15 +19,15 @@
 namespace fedcase::rounds {
 
 // Whether `update` (the delta local - global) and its client's `evaluation` may join round
-// `round`, whose client's task trains and evaluates model version `trained_on` of `layout`.
+// `round`, whose client's task trains and evaluates model version `trained_on`; an update
+// carries `carried`, the tensors the job trains (UpdateLayout::layout of the job's model).
 // kUnprocessable naming what is wrong: the update was trained on another model version, is
-// compressed other than the job asks (float32 is always taken), does not match the layout of
-// what the job trains (update_layout of config.trainable),
+// compressed other than the job asks (float32 is always taken), does not match `carried`,
 // holds a non-finite value or exceeds config.max_update_norm
 // (aggregation::validate_update); the evaluation scores another model version, or more
 // held-out samples than config.evaluation.max_samples (no honest report, and it would
 // outweigh the others in the round's means).
-Status check_upload(const ModelLayout& layout, uint64_t trained_on, RoundIndex round,
+Status check_upload(const ModelLayout& carried, uint64_t trained_on, RoundIndex round,
                     const JobConfig& config, const BlobView& update,
                     const std::optional<protocol::EvalReport>& evaluation);
 

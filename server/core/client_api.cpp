@@ -31,6 +31,15 @@ Status check_participant(const JobEntry& job, const JobStatus& status,
                            (version ? " on model version " + std::to_string(*version) : ""));
 }
 
+// The tensors `job` trains, by name, when it trains part of its model; empty when it trains
+// it whole.
+std::vector<std::string> trained_tensors(const JobEntry& job) {
+  std::vector<std::string> names;
+  if (job.update.whole) return names;
+  for (const TensorSpec& tensor : job.update.layout.tensors) names.push_back(tensor.name);
+  return names;
+}
+
 // The offer of `client`'s `task` in round `r` of `job`.
 TaskOffer task_offer(const JobEntry& job, const rounds::Round& r, ClientId client,
                      const scheduling::ClientTask& task) {
@@ -52,7 +61,7 @@ TaskOffer task_offer(const JobEntry& job, const rounds::Round& r, ClientId clien
           ? std::optional<double>(job.config.secure_aggregation->stage_seconds)
           : std::nullopt,
       job.local_buffers,
-      job.trainable,
+      trained_tensors(job),
       job.config.compression};
 }
 
@@ -160,18 +169,16 @@ Result<ModelDownload> Coordinator::trainable_part(JobId job_id, uint64_t version
                                                   std::optional<ClientId> client) {
   auto whole = model(job_id, version, scope, client);
   if (!whole.ok()) return whole.status();
-  const JobEntry& job = **state_->find_job(job_id, scope);
-  if (job.trainable.empty()) {
-    return not_found("job " + std::to_string(job_id) + " trains its whole model");
-  }
-  auto decoded = decode_blob(*whole->blob, whole->blob->size());
-  if (!decoded.ok()) return decoded.status();
-  const rounds::UpdateLayout part = rounds::update_layout(job.trainable, decoded->layout);
+  const rounds::UpdateLayout& part = (**state_->find_job(job_id, scope)).update;
+  if (part.whole) return not_found("job " + std::to_string(job_id) + " trains its whole model");
+  // The part's values are read where they lie in the (checked) blob: no copy of the whole.
+  BlobView view;
+  FEDCASE_RETURN_IF_ERROR(view_blob(*whole->blob, whole->blob->size(), view));
   ModelBlob trainable{version, part.layout, {}};
   trainable.data.reserve(part.layout.element_count());
   for (const rounds::UpdateLayout::Slice& slice : part.slices) {
-    trainable.data.insert(trainable.data.end(), decoded->data.begin() + slice.offset,
-                          decoded->data.begin() + slice.offset + slice.count);
+    trainable.data.insert(trainable.data.end(), view.values + slice.offset,
+                          view.values + slice.offset + slice.count);
   }
   auto blob = std::make_shared<const std::string>(encode_blob(trainable));
   return ModelDownload{version, blob_checksum(*blob), std::move(blob)};
@@ -222,7 +229,7 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
         BlobView update;
         FEDCASE_RETURN_IF_ERROR(view_blob(bytes, s.config.max_upload_bytes, update));
         FEDCASE_RETURN_IF_ERROR(rounds::check_upload(
-            held.model->layout, held.trained_on, held.round, job.config, update, meta.evaluation));
+            job.update.layout, held.trained_on, held.round, job.config, update, meta.evaluation));
         FEDCASE_RETURN_IF_ERROR(admit());
         const auto start = std::chrono::steady_clock::now();
         FEDCASE_RETURN_IF_ERROR(

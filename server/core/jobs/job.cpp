@@ -62,9 +62,7 @@ Result<InstalledJob> make_job(const storage::JobRecord& record, rounds::JobParts
       job->local_buffers.push_back(tensor.name);
     }
   }
-  if (const rounds::UpdateLayout& update = r.update_layout(); !update.whole) {
-    for (const TensorSpec& tensor : update.layout.tensors) job->trainable.push_back(tensor.name);
-  }
+  job->update = r.update_layout();
   job->evaluated = {config.model,
                     job->module,
                     job->module_checksum,

@@ -44,8 +44,9 @@ struct JobEntry {
   std::string module_checksum;
   // The model's buffers config.local_buffers keeps on the devices, by name.
   std::vector<std::string> local_buffers;
-  // The model's tensors config.trainable trains, by name; empty when it trains them all.
-  std::vector<std::string> trainable;
+  // What an update of the job carries (the tensors config.trainable names, of the model's
+  // layout, which every version shares).
+  rounds::UpdateLayout update;
   // What the server evaluator scores the job's models as (config.server_evaluated() jobs).
   EvaluatedModel evaluated;
   std::string policy_name, optimizer_name;
