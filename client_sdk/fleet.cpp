@@ -107,4 +107,12 @@ uint64_t Fleet::download_resumes() const {
   return sum([](const SessionStats& s) { return s.download_resumes.load(); });
 }
 
+uint64_t Fleet::upload_resumes() const {
+  return sum([](const SessionStats& s) { return s.upload_resumes.load(); });
+}
+
+uint64_t Fleet::chunk_bytes_sent() const {
+  return sum([](const SessionStats& s) { return s.chunk_bytes_sent.load(); });
+}
+
 }  // namespace fedcase::client

@@ -54,6 +54,8 @@ class Fleet {
   uint64_t updates_skipped() const;
   uint64_t failovers() const;
   uint64_t download_resumes() const;
+  uint64_t upload_resumes() const;
+  uint64_t chunk_bytes_sent() const;
 
  private:
   Fleet() = default;

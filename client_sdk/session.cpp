@@ -21,6 +21,7 @@
 #include "protocol/task_offer.h"
 #include "protocol/task_status.h"
 #include "protocol/update_meta.h"
+#include "protocol/upload_session.h"
 
 namespace fedcase::client {
 namespace {
@@ -34,6 +35,9 @@ using Clock = std::chrono::steady_clock;
 constexpr int kBusyRetries = 4;
 // How many times a download cut off is resumed before the SDK gives it up (Session::download).
 constexpr int kDownloadResumes = 8;
+// How many times the chunks of an update sent in chunks are cut off and sent again
+// (Session::upload_in_chunks) before the SDK gives the update up.
+constexpr int kChunkResumes = 16;
 // What the session tells the coordinator it is, besides its protocol version.
 constexpr const char* kSdkVersion = "fedcase-sdk/1";
 
@@ -174,6 +178,79 @@ struct Session::Impl {
       log(LogLevel::kDebug, "the download of " + url + " was cut off at byte " +
                                 std::to_string(received.size()) + ": resuming");
     }
+  }
+
+  // Sends `body`, an encoded update, as an upload session (docs/protocol.md, "Uploads in
+  // chunks"): opens it (the coordinator resumes one opened for the same bytes), then PUTs each
+  // chunk from the byte the coordinator has. A chunk cut off by a dropped connection is
+  // followed by a GET of where the session stands, and the upload goes on from there, up to
+  // kChunkResumes times. Returns the last chunk's answer (a plain upload's), or the first
+  // answer that is neither progress nor the session opening (a 409, a 410 "no longer needed").
+  Result<HttpResponse> upload_in_chunks(const protocol::TaskOffer& task, const std::string& body,
+                                        std::map<std::string, std::string> headers) {
+    headers["Content-Type"] = "application/json";
+    const protocol::UploadOpen open{body.size(), sha256_hex(body)};
+    auto opened = call("POST", task.uploads_url, protocol::write_upload_open(open).dump(), headers,
+                       config.request_timeout_s);
+    if (!opened.ok() || opened->status != 201) return opened;
+    auto state = read_answer(opened->body, protocol::read_upload_state);
+    if (!state.ok()) return state.status();
+    for (int resumes = 0;;) {
+      const uint64_t first = state->received;
+      const uint64_t length = std::min<uint64_t>(state->chunk_bytes, body.size() - first);
+      const std::map<std::string, std::string> chunk_headers = {
+          {"Content-Type", "application/octet-stream"},
+          {"Content-Range",
+           protocol::write_content_range({first, first + length - 1, body.size()})}};
+      auto put = call("PUT", state->url, body.substr(first, length), chunk_headers,
+                      config.request_timeout_s);
+      stats.chunk_bytes_sent += length;
+      if (put.ok() && put->status == 200) {
+        auto next = read_answer(put->body, protocol::read_upload_state);
+        if (!next.ok()) return put;  // the last chunk: the update's answer
+        if (next->received <= first || next->received >= body.size()) {
+          return internal_error("upload session " + state->url + " went from byte " +
+                                std::to_string(first) + " to byte " +
+                                std::to_string(next->received));
+        }
+        state = std::move(next);
+        continue;
+      }
+      if (put.ok() || put.status().code() != Code::kUnavailable) return put;
+      if (++resumes > kChunkResumes) {
+        return unavailable("the upload to " + state->url + " was cut off " +
+                           std::to_string(resumes) + " times");
+      }
+      stats.upload_resumes++;
+      log(LogLevel::kDebug, "the chunk at byte " + std::to_string(first) + " of " + state->url +
+                                " was cut off: asking where the upload stands");
+      auto asked = call("GET", state->url, "", {}, config.request_timeout_s);
+      if (!asked.ok()) continue;  // sent again from where it was
+      if (asked->status == 404 && first + length == body.size()) {
+        // The last chunk arrived and the session ended; its answer was lost. The task's
+        // status says whether the update was taken.
+        return last_chunk_outcome(task);
+      }
+      if (asked->status != 200) return asked;
+      auto stands = read_answer(asked->body, protocol::read_upload_state);
+      if (!stands.ok()) return stands.status();
+      state = std::move(stands);
+    }
+  }
+
+  // The answer to an update whose last chunk arrived but whose answer was lost: 200 when the
+  // round says it already has the client's update, else the status answer as it came.
+  Result<HttpResponse> last_chunk_outcome(const protocol::TaskOffer& task) {
+    auto status = call("GET", task.status_url, "", {}, config.request_timeout_s);
+    if (!status.ok() || status->status != 200) return status;
+    auto answer = read_answer(status->body, protocol::read_task_status);
+    if (answer.ok() && !answer->needed && answer->reason == "already uploaded") {
+      HttpResponse accepted = std::move(status).value();
+      return accepted;
+    }
+    HttpResponse refused = std::move(status).value();
+    refused.status = 409;
+    return refused;
   }
 
   Result<HttpResponse> reach(const std::string& method, const std::string& target,
@@ -458,7 +535,9 @@ struct Session::Impl {
           encoder->encode(task.job, cached->version,
                           carried_layout(cached->blob.layout, task.trainable), std::move(delta),
                           task.compression);
-      r = call("POST", task.upload_url, body, headers, config.request_timeout_s);
+      r = task.chunk_bytes > 0 && body.size() > task.chunk_bytes
+              ? upload_in_chunks(task, body, headers)
+              : call("POST", task.upload_url, body, headers, config.request_timeout_s);
     }
     if (!r.ok()) return r.status();
     if (r->status == 200) {
@@ -467,6 +546,10 @@ struct Session::Impl {
         FEDCASE_RETURN_IF_ERROR(secure->unmask());
         stats.unmask_answers++;
       }
+    } else if (r->status == 410) {
+      // An upload session the round no longer needed (filled, closed) was dropped.
+      stats.updates_skipped++;
+      log(LogLevel::kDebug, "update no longer needed: " + error_text(*r));
     } else {
       // 409: the round closed without us (late) — not an error for the session.
       stats.updates_refused++;

@@ -78,6 +78,10 @@ struct SessionStats {
   // Of those, the ones that fetched only the part of the model its job trains.
   std::atomic<uint64_t> trainable_downloads{0};
   std::atomic<uint64_t> download_resumes{0};  // downloads cut off and resumed at their byte
+  // Updates sent in chunks (an upload session): chunks cut off and sent again from where the
+  // coordinator stood, and the update bytes put on the wire in chunks, resent ones included.
+  std::atomic<uint64_t> upload_resumes{0};
+  std::atomic<uint64_t> chunk_bytes_sent{0};
   std::atomic<uint64_t> reconnects{0};
   std::atomic<uint64_t> failovers{0};  // requests sent on to another replica
 };

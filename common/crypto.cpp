@@ -6,6 +6,7 @@
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
+#include <new>
 #include <vector>
 
 namespace fedcase {
@@ -43,6 +44,26 @@ std::string sha256_hex(std::string_view data) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
   return to_hex(digest, sizeof(digest));
+}
+
+Sha256::Sha256() : context_(EVP_MD_CTX_new()) {
+  if (context_ == nullptr || EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(context_), EVP_sha256(),
+                                               nullptr) != 1) {
+    throw std::bad_alloc();
+  }
+}
+
+Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(context_)); }
+
+void Sha256::add(std::string_view piece) {
+  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(context_), piece.data(), piece.size());
+}
+
+std::string Sha256::hex() {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(context_), digest, &length);
+  return to_hex(digest, length);
 }
 
 std::string hex_to_base64(std::string_view hex) {

@@ -17,6 +17,21 @@ Result<uint64_t> random_u64();
 
 // Lower-case hex SHA-256 of `data`.
 std::string sha256_hex(std::string_view data);
+
+// SHA-256 of bytes that arrive in pieces: add() each piece in order, then hex() gives what
+// sha256_hex of their concatenation gives. Not thread-safe; one digest per instance.
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void add(std::string_view piece);
+  std::string hex();  // the digest; the instance is spent after it
+
+ private:
+  void* context_;  // EVP_MD_CTX
+};
 // Base64 (RFC 4648, padded) of the bytes that the hex digits `hex` spell (an odd last digit is
 // ignored), e.g. a sha256_hex digest for an HTTP Repr-Digest field.
 std::string hex_to_base64(std::string_view hex);

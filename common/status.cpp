@@ -10,6 +10,7 @@ int http_status(Code code) {
     case Code::kPermissionDenied: return 403;
     case Code::kNotFound: return 404;
     case Code::kConflict: return 409;
+    case Code::kGone: return 410;
     case Code::kTooLarge: return 413;
     case Code::kUnprocessable: return 422;
     case Code::kResourceExhausted: return 429;
@@ -27,6 +28,7 @@ const char* code_name(Code code) {
     case Code::kPermissionDenied: return "permission_denied";
     case Code::kNotFound: return "not_found";
     case Code::kConflict: return "conflict";
+    case Code::kGone: return "gone";
     case Code::kTooLarge: return "too_large";
     case Code::kUnprocessable: return "unprocessable";
     case Code::kResourceExhausted: return "resource_exhausted";

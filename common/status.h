@@ -19,6 +19,7 @@ enum class Code {
   kPermissionDenied,   // known caller, not allowed (403)
   kNotFound,           // (404)
   kConflict,           // valid request, wrong state: closed round, duplicate upload (409)
+  kGone,               // what the request continues is no longer wanted: a dropped upload (410)
   kTooLarge,           // body or value over a configured bound (413)
   kUnprocessable,      // well-formed but semantically invalid: shape, NaN, norm (422)
   kResourceExhausted,  // throttled (429)
@@ -57,6 +58,7 @@ inline Status unauthenticated(std::string m) { return {Code::kUnauthenticated, s
 inline Status permission_denied(std::string m) { return {Code::kPermissionDenied, std::move(m)}; }
 inline Status not_found(std::string m) { return {Code::kNotFound, std::move(m)}; }
 inline Status conflict(std::string m) { return {Code::kConflict, std::move(m)}; }
+inline Status gone(std::string m) { return {Code::kGone, std::move(m)}; }
 inline Status too_large(std::string m) { return {Code::kTooLarge, std::move(m)}; }
 inline Status unprocessable(std::string m) { return {Code::kUnprocessable, std::move(m)}; }
 inline Status resource_exhausted(std::string m) { return {Code::kResourceExhausted, std::move(m)}; }

@@ -16,6 +16,7 @@
 #include "protocol/task_offer.h"
 #include "protocol/task_status.h"
 #include "protocol/update_meta.h"
+#include "protocol/upload_session.h"
 
 namespace fedcase::protocol::internal {
 
@@ -39,6 +40,8 @@ Status read(const nlohmann::json& value, const std::string& where, Registration&
 Status read(const nlohmann::json& value, const std::string& where, RegistrationReply& out,
             Keys* keys);
 Status read(const nlohmann::json& value, const std::string& where, TaskStatus& out, Keys* keys);
+Status read(const nlohmann::json& value, const std::string& where, UploadOpen& out, Keys* keys);
+Status read(const nlohmann::json& value, const std::string& where, UploadState& out, Keys* keys);
 Status read(const nlohmann::json& value, const std::string& where, SecAggParams& out, Keys* keys);
 Status read(const nlohmann::json& value, const std::string& where, SecAggAdvertiseKeys& out,
             Keys* keys);

@@ -27,6 +27,8 @@ nlohmann::json complete(Message message) {
   task.local_buffers = {"bn.running_mean"};
   task.trainable = {"head.weight"};
   task.trainable_url = "/v1/jobs/1/models/3/trainable";
+  task.uploads_url = "/v1/jobs/1/rounds/4/uploads";
+  task.chunk_bytes = 8 << 20;
   const SecAggTask secure{"/v1/jobs/1/rounds/4/secagg/keys", "/v1/jobs/1/rounds/4/secagg/shares",
                           "/v1/jobs/1/rounds/4/secagg/masked_input",
                           "/v1/jobs/1/rounds/4/secagg/unmask", 10};
@@ -64,6 +66,10 @@ nlohmann::json complete(Message message) {
       meta.evaluation = report;
       return write_update_meta(meta);
     }
+    case Message::kUploadOpen:
+      return write_upload_open({1 << 20, std::string(64, 'a')});
+    case Message::kUploadState:
+      return write_upload_state({"/v1/jobs/1/rounds/4/uploads/ab12", 1 << 20, 1 << 18, 1 << 18});
     case Message::kEvalReport:
       return write_eval_report(report);
     case Message::kErrorReply:
@@ -121,6 +127,8 @@ const std::vector<Message>& all_messages() {
                                                 Message::kCompression,
                                                 Message::kTaskStatus,
                                                 Message::kUpdateMeta,
+                                                Message::kUploadOpen,
+                                                Message::kUploadState,
                                                 Message::kEvalReport,
                                                 Message::kErrorReply,
                                                 Message::kSecAggParams,
@@ -163,6 +171,10 @@ const char* message_name(Message message) {
       return "task_status";
     case Message::kUpdateMeta:
       return "update_meta";
+    case Message::kUploadOpen:
+      return "upload_open";
+    case Message::kUploadState:
+      return "upload_state";
     case Message::kEvalReport:
       return "evaluation";
     case Message::kErrorReply:
@@ -233,6 +245,12 @@ std::vector<std::string> message_fields(Message message) {
       break;
     case Message::kUpdateMeta:
       keys = keys_read<UpdateMeta>(value);
+      break;
+    case Message::kUploadOpen:
+      keys = keys_read<UploadOpen>(value);
+      break;
+    case Message::kUploadState:
+      keys = keys_read<UploadState>(value);
       break;
     case Message::kEvalReport:
       keys = keys_read<EvalReport>(value);

@@ -22,6 +22,8 @@ enum class Message {
   kCompression,         // task_offer.h: the task's `compression`
   kTaskStatus,          // task_status.h: GET .../rounds/{round}/status
   kUpdateMeta,          // update_meta.h: the X-Fedcase-Meta header of an upload
+  kUploadOpen,          // upload_session.h: POST .../rounds/{round}/uploads
+  kUploadState,         // upload_session.h: an upload session's answers
   kEvalReport,          // eval_report.h: the metadata's `evaluation`
   kErrorReply,          // error_reply.h: the `error` of every error answer
   // secagg.h: secure aggregation's stages

@@ -74,7 +74,8 @@ bool TaskOffer::operator==(const TaskOffer& o) const {
          cache == o.cache && expected_duration_s == o.expected_duration_s &&
          secure_aggregation == o.secure_aggregation && local_buffers == o.local_buffers &&
          trainable == o.trainable && trainable_url == o.trainable_url &&
-         compression == o.compression;
+         compression == o.compression && uploads_url == o.uploads_url &&
+         chunk_bytes == o.chunk_bytes;
 }
 
 namespace internal {
@@ -203,6 +204,11 @@ Status read(const nlohmann::json& value, const std::string& where, TaskOffer& ou
     read_tensor_names(r, "trainable", out.trainable);
     read_path(r, "trainable_url", out.trainable_url);
   }
+  if (r.member("uploads_url") != nullptr || r.member("chunk_bytes") != nullptr) {
+    read_path(r, "uploads_url", out.uploads_url);
+    r.require("chunk_bytes").integer("chunk_bytes", out.chunk_bytes, 1,
+                                     std::numeric_limits<uint64_t>::max());
+  }
   return finish(r, keys);
 }
 
@@ -241,6 +247,10 @@ nlohmann::json write_task_offer(const TaskOffer& t) {
     out["trainable_url"] = t.trainable_url;
   }
   if (t.compression) out["compression"] = write_compression(*t.compression);
+  if (!t.uploads_url.empty() || t.chunk_bytes != 0) {
+    out["uploads_url"] = t.uploads_url;
+    out["chunk_bytes"] = t.chunk_bytes;
+  }
   return out;
 }
 

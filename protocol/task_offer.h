@@ -148,6 +148,11 @@ struct TaskOffer {
   std::vector<std::string> trainable;
   std::string trainable_url;
   std::optional<Compression> compression;  // nullopt: the update is sent as float32
+  // Where an upload session opens (protocol/upload_session.h) and the size of its chunks
+  // (>= 1): an update larger than chunk_bytes may go in chunks instead of to upload_url.
+  // Both or neither (empty, 0: plain uploads only, as a secure round's masked inputs).
+  std::string uploads_url;
+  uint64_t chunk_bytes = 0;
 
   bool operator==(const TaskOffer& o) const;
   bool operator!=(const TaskOffer& o) const { return !(*this == o); }

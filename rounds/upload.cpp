@@ -78,4 +78,46 @@ scheduling::RoundReport completion_report(const protocol::UpdateMeta& meta, uint
   return report;
 }
 
+Status check_chunked_upload(const JobConfig& config) {
+  if (config.secure_aggregation) {
+    return conflict("the job uses secure aggregation: its masked inputs are sent whole");
+  }
+  if (config.asynchronous()) {
+    return conflict("the job is asynchronous: its updates are sent whole");
+  }
+  return ok_status();
+}
+
+uint64_t chunk_count(uint64_t bytes, uint64_t chunk_bytes) {
+  return bytes / chunk_bytes + (bytes % chunk_bytes != 0);
+}
+
+Result<ChunkPlace> place_chunk(uint64_t bytes, uint64_t chunk_bytes, uint64_t stored,
+                               const protocol::ContentRange& range) {
+  if (range.total != bytes) {
+    return invalid_argument("the chunk says the update has " + std::to_string(range.total) +
+                            " bytes; the upload was opened for " + std::to_string(bytes));
+  }
+  if (range.first % chunk_bytes != 0) {
+    return invalid_argument("a chunk starts at a multiple of " + std::to_string(chunk_bytes) +
+                            " bytes; this one at byte " + std::to_string(range.first));
+  }
+  ChunkPlace place;
+  place.index = range.first / chunk_bytes;
+  const uint64_t end = std::min(bytes, range.first + chunk_bytes);
+  if (range.last + 1 != end) {
+    return invalid_argument("chunk " + std::to_string(place.index) + " is bytes " +
+                            std::to_string(range.first) + "-" + std::to_string(end - 1) +
+                            "; this one ends at byte " + std::to_string(range.last));
+  }
+  if (place.index > stored) {
+    const std::string received = std::to_string(stored * chunk_bytes);
+    return conflict("the upload holds its first " + received +
+                    " bytes: send the chunk at byte " + received + " next");
+  }
+  place.resent = place.index < stored;
+  place.last = end == bytes;
+  return place;
+}
+
 }  // namespace fedcase::rounds

@@ -11,6 +11,7 @@
 #include "common/ids.h"
 #include "common/status.h"
 #include "protocol/update_meta.h"
+#include "protocol/upload_session.h"
 #include "rounds/evaluation.h"
 #include "rounds/job_config.h"
 #include "rounds/job_runtime.h"
@@ -49,5 +50,26 @@ Status check_evaluation(uint64_t trained_on, RoundIndex round, const JobConfig& 
 // time was measured (`upload_seconds` > 0; 0 for an update another replica received).
 scheduling::RoundReport completion_report(const protocol::UpdateMeta& meta, uint64_t model_bytes,
                                           uint64_t upload_bytes, double upload_seconds);
+
+// Whether the job's updates may arrive in chunks (an upload session): kConflict saying why
+// not for a job with secure aggregation (its masked input is sent whole, to its stage) and
+// for an asynchronous one (a task carries over from buffer to buffer; a session lives in one).
+Status check_chunked_upload(const JobConfig& config);
+
+// Where a chunk of an upload session goes. The update's `bytes` are cut in chunks of
+// `chunk_bytes` (the last one shorter, maybe), and the first `stored` chunks are held; a chunk
+// arrives as bytes [range.first, range.last] of range.total.
+struct ChunkPlace {
+  uint64_t index = 0;   // the chunk it is
+  bool resent = false;  // a chunk already stored (it must hold the same bytes)
+  bool last = false;    // the update's last chunk
+};
+// The chunk's place, or why it has none: kInvalidArgument when range.total is not `bytes`,
+// range.first is not at a chunk's start or the range is not that whole chunk; kConflict for a
+// chunk past the next one to store (a gap), naming the byte to resume from.
+Result<ChunkPlace> place_chunk(uint64_t bytes, uint64_t chunk_bytes, uint64_t stored,
+                               const protocol::ContentRange& range);
+// The chunks an update of `bytes` bytes takes, of `chunk_bytes` each (the last maybe shorter).
+uint64_t chunk_count(uint64_t bytes, uint64_t chunk_bytes);
 
 }  // namespace fedcase::rounds

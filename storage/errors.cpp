@@ -147,6 +147,19 @@ Status check_stage_kinds(const std::vector<StageMessage>& messages) {
   return ok_status();
 }
 
+Status upload_not_found(JobId job, RoundIndex round, const std::string& id) {
+  return not_found("no upload " + id + " in " + round_name(job, round));
+}
+
+Status next_chunk_expected(const std::string& id, uint64_t stored) {
+  return conflict("upload " + id + " holds " + std::to_string(stored) +
+                  " chunks: the next one stored is chunk " + std::to_string(stored));
+}
+
+Status chunk_not_stored(const std::string& id, uint64_t index) {
+  return not_found("upload " + id + " holds no chunk " + std::to_string(index));
+}
+
 Status check_partial(const PartialRecord& p, bool round_known, bool open, bool admitting,
                      uint64_t admitted) {
   const std::string name = round_name(p.job, p.round);

@@ -76,4 +76,9 @@ Status check_stage_kinds(const std::vector<StageMessage>& messages);
 Status check_partial(const PartialRecord& partial, bool round_known, bool open, bool admitting,
                      uint64_t admitted);
 
+// Upload sessions' refusals (Store::get_upload, put_upload_chunk, get_upload_chunk).
+Status upload_not_found(JobId job, RoundIndex round, const std::string& id);  // kNotFound
+Status next_chunk_expected(const std::string& id, uint64_t stored);           // kConflict
+Status chunk_not_stored(const std::string& id, uint64_t index);               // kNotFound
+
 }  // namespace fedcase::storage

@@ -45,6 +45,11 @@ struct Round {
   std::vector<UpdateRecord> updates;              // in the order they were admitted
   std::map<std::string, PartialRecord> partials;  // by replica
   std::map<std::pair<std::string, ClientId>, std::string> messages;  // (kind, client): body
+  struct Upload {
+    UploadRecord record;  // chunks and seconds kept current
+    std::vector<std::string> chunks;
+  };
+  std::map<std::string, Upload> uploads;  // by id
 };
 
 // One database, shared by the stores opened on it.
@@ -323,6 +328,65 @@ class MemoryStore : public Store {
     return out;
   }
 
+  Result<UploadRecord> open_upload(const UploadRecord& upload) override {
+    MutexLock lock(db_->mu);
+    Round* round = open_round_named(upload.job, upload.round);
+    if (!round) return conflict(round_name(upload.job, upload.round) + " is not open");
+    for (auto it = round->uploads.begin(); it != round->uploads.end(); ++it) {
+      const UploadRecord& held = it->second.record;
+      if (held.client != upload.client) continue;
+      if (held.bytes == upload.bytes && held.chunk_bytes == upload.chunk_bytes &&
+          held.sha256 == upload.sha256) {
+        return held;
+      }
+      round->uploads.erase(it);
+      break;
+    }
+    if (round->uploads.count(upload.id)) {
+      return conflict("upload " + upload.id + " exists in " + round_name(upload.job, upload.round));
+    }
+    Round::Upload& opened = round->uploads[upload.id];
+    opened.record = upload;
+    opened.record.chunks = 0;
+    opened.record.seconds = 0;
+    return opened.record;
+  }
+
+  Result<UploadRecord> get_upload(JobId job, RoundIndex index, const std::string& id) override {
+    MutexLock lock(db_->mu);
+    auto upload = find_upload(job, index, id);
+    if (!upload.ok()) return upload.status();
+    return (*upload)->record;
+  }
+
+  Status put_upload_chunk(JobId job, RoundIndex index, const std::string& id, uint64_t chunk,
+                          std::string_view bytes, double seconds) override {
+    MutexLock lock(db_->mu);
+    auto upload = find_upload(job, index, id);
+    if (!upload.ok()) return upload.status();
+    Round::Upload& u = **upload;
+    if (chunk != u.chunks.size()) return next_chunk_expected(id, u.chunks.size());
+    u.chunks.emplace_back(bytes);
+    u.record.chunks = u.chunks.size();
+    u.record.seconds += seconds;
+    return ok_status();
+  }
+
+  Result<std::string> get_upload_chunk(JobId job, RoundIndex index, const std::string& id,
+                                       uint64_t chunk) override {
+    MutexLock lock(db_->mu);
+    auto upload = find_upload(job, index, id);
+    if (!upload.ok()) return upload.status();
+    if (chunk >= (*upload)->chunks.size()) return chunk_not_stored(id, chunk);
+    return (*upload)->chunks[chunk];
+  }
+
+  Status drop_upload(JobId job, RoundIndex index, const std::string& id) override {
+    MutexLock lock(db_->mu);
+    if (Round* round = find_round(job, index)) round->uploads.erase(id);
+    return ok_status();
+  }
+
   Status commit_round(const RoundRecord& round, const ModelRecord& model,
                       const json& policy_state) override {
     MutexLock lock(db_->mu);
@@ -497,6 +561,15 @@ class MemoryStore : public Store {
     return it == db_->rounds.end() ? nullptr : &it->second;
   }
 
+  Result<Round::Upload*> find_upload(JobId job, RoundIndex index, const std::string& id)
+      FEDCASE_REQUIRES(db_->mu) {
+    if (Round* round = find_round(job, index)) {
+      auto it = round->uploads.find(id);
+      if (it != round->uploads.end()) return &it->second;
+    }
+    return upload_not_found(job, index, id);
+  }
+
   // The round if it is open; nullptr otherwise.
   Round* open_round_named(JobId job, RoundIndex index) FEDCASE_REQUIRES(db_->mu) {
     Round* round = find_round(job, index);
@@ -552,6 +625,7 @@ class MemoryStore : public Store {
     r.admitting = false;
     stored.partials.clear();
     stored.messages.clear();
+    stored.uploads.clear();
     wake(Channel::kRound, round.job);
   }
 

@@ -121,6 +121,39 @@ const std::vector<Migration>& migrations() {
       ALTER TABLE updates DROP COLUMN state;
       ALTER TABLE updates DROP COLUMN expires_at;
       )sql"},
+      // Upload sessions: an update arriving in chunks, stored in order, dropped with its round.
+      // Models past 256 MiB: the rest of the blob in pieces (neither database takes a value
+      // past 1 GB).
+      {8, R"sql(
+      CREATE TABLE model_pieces (
+        job_id {int} NOT NULL,
+        version {int} NOT NULL,
+        idx {int} NOT NULL,
+        data {bytes} NOT NULL,
+        PRIMARY KEY (job_id, version, idx),
+        FOREIGN KEY (job_id, version) REFERENCES models(job_id, version));
+      CREATE TABLE uploads (
+        job_id {int} NOT NULL,
+        round_idx {int} NOT NULL,
+        id TEXT NOT NULL,
+        client_id {int} NOT NULL,
+        bytes {int} NOT NULL,
+        chunk_bytes {int} NOT NULL,
+        sha256 TEXT NOT NULL,
+        meta TEXT NOT NULL,
+        chunks {int} NOT NULL DEFAULT 0,
+        seconds {real} NOT NULL DEFAULT 0,
+        PRIMARY KEY (job_id, round_idx, id),
+        UNIQUE (job_id, round_idx, client_id),
+        FOREIGN KEY (job_id, round_idx) REFERENCES rounds(job_id, idx));
+      CREATE TABLE upload_chunks (
+        job_id {int} NOT NULL,
+        round_idx {int} NOT NULL,
+        upload_id TEXT NOT NULL,
+        idx {int} NOT NULL,
+        data {bytes} NOT NULL,
+        PRIMARY KEY (job_id, round_idx, upload_id, idx));
+      )sql"},
   };
   return kMigrations;
 }

@@ -214,6 +214,10 @@ constexpr const char* kJobColumns = "id, name, config, state, policy_state, crea
 constexpr const char* kRoundColumns =
     "job_id, idx, state, base_version, selected, opened_at, deadline, closed_at, metrics, target, "
     "epoch, admitting, plan, admitted";
+// The largest piece of a model's blob stored in one value (insert_model).
+constexpr size_t kModelPiece = 256u << 20;
+constexpr const char* kUploadColumns =
+    "id, client_id, bytes, chunk_bytes, sha256, meta, chunks, seconds";
 constexpr const char* kModelColumns = "version, blob, checksum, optimizer_state, created_at";
 constexpr const char* kLeaseColumns = "job_id, holder, epoch, expires_at, expires_at - {now}";
 
@@ -715,6 +719,85 @@ class SqlStore : public Store {
     });
   }
 
+  Result<UploadRecord> open_upload(const UploadRecord& u) override {
+    return write(Durability::kRelaxed, [&](Txn& t) -> Result<UploadRecord> {
+      auto r = round_row(t.query(sql_.share_round, Params().add(u.job).add(u.round)), u.job,
+                         u.round);
+      if (!r.ok()) return r.status();
+      if (!r->open) return conflict(round_name(u.job, u.round) + " is not open");
+      auto held = all<UploadRecord>(
+          t.query(std::string("SELECT ") + kUploadColumns +
+                      " FROM uploads WHERE job_id=$1 AND round_idx=$2 AND client_id=$3",
+                  Params().add(u.job).add(u.round).add(u.client)),
+          [&](Rows& rows) { return read_upload(rows, u.job, u.round); });
+      if (!held.ok()) return held.status();
+      for (const UploadRecord& same : *held) {
+        if (same.bytes == u.bytes && same.chunk_bytes == u.chunk_bytes && same.sha256 == u.sha256)
+          return same;
+        FEDCASE_RETURN_IF_ERROR(delete_upload(t, u.job, u.round, same.id));
+      }
+      FEDCASE_RETURN_IF_ERROR(conflict_as(
+          t.query("INSERT INTO uploads(job_id, round_idx, id, client_id, bytes, chunk_bytes, "
+                  "sha256, meta) VALUES($1, $2, $3, $4, $5, $6, $7, $8)",
+                  Params()
+                      .add(u.job)
+                      .add(u.round)
+                      .text(u.id)
+                      .add(u.client)
+                      .add(u.bytes)
+                      .add(u.chunk_bytes)
+                      .text(u.sha256)
+                      .json(u.meta))
+              .status(),
+          "upload " + u.id + " exists in " + round_name(u.job, u.round)));
+      UploadRecord opened = u;
+      opened.chunks = 0;
+      opened.seconds = 0;
+      return opened;
+    });
+  }
+
+  Result<UploadRecord> get_upload(JobId job, RoundIndex round, const std::string& id) override {
+    return read([&](Connection& c) { return find_upload(c, job, round, id); });
+  }
+
+  Status put_upload_chunk(JobId job, RoundIndex round, const std::string& id, uint64_t index,
+                          std::string_view bytes, double seconds) override {
+    return write(Durability::kRelaxed, [&](Txn& t) -> Status {
+      // Counted only if it is the next chunk: chunks of one upload are stored one at a time.
+      Rows counted = t.query(
+          "UPDATE uploads SET chunks=chunks+1, seconds=seconds+$5 WHERE job_id=$1 AND "
+          "round_idx=$2 AND id=$3 AND chunks=$4",
+          Params().add(job).add(round).text(id).add(index).add(seconds));
+      FEDCASE_RETURN_IF_ERROR(counted.status());
+      if (counted.changes() == 0) {
+        auto upload = find_upload(t, job, round, id);
+        return upload.ok() ? next_chunk_expected(id, upload->chunks) : upload.status();
+      }
+      return t
+          .query("INSERT INTO upload_chunks(job_id, round_idx, upload_id, idx, data) "
+                 "VALUES($1, $2, $3, $4, $5)",
+                 Params().add(job).add(round).text(id).add(index).bytes(bytes))
+          .status();
+    });
+  }
+
+  Result<std::string> get_upload_chunk(JobId job, RoundIndex round, const std::string& id,
+                                       uint64_t index) override {
+    return read([&](Connection& c) {
+      return first<std::string>(
+          c.query("SELECT data FROM upload_chunks WHERE job_id=$1 AND round_idx=$2 AND "
+                  "upload_id=$3 AND idx=$4",
+                  Params().add(job).add(round).text(id).add(index)),
+          [](Rows& rows) { return rows.bytes(0); }, chunk_not_stored(id, index));
+    });
+  }
+
+  Status drop_upload(JobId job, RoundIndex round, const std::string& id) override {
+    return write(Durability::kRelaxed,
+                 [&](Txn& t) -> Status { return delete_upload(t, job, round, id); });
+  }
+
   Status commit_round(const RoundRecord& r, const ModelRecord& model,
                       const json& policy_state) override {
     return write(Durability::kSynced, [&](Txn& t) -> Status {
@@ -785,25 +868,31 @@ class SqlStore : public Store {
   }
 
   Result<ModelRecord> get_model(JobId job, uint64_t version) override {
-    return read([&](Connection& c) {
-      return first<ModelRecord>(
+    return read([&](Connection& c) -> Result<ModelRecord> {
+      auto model = first<ModelRecord>(
           c.query(std::string("SELECT ") + kModelColumns +
                       " FROM models WHERE job_id=$1 AND version=$2",
                   Params().add(job).add(version)),
           [&](Rows& r) { return read_model(r, job); },
           not_found("model " + std::to_string(version) + " of job " + std::to_string(job) +
                     " not found"));
+      if (!model.ok()) return model;
+      FEDCASE_RETURN_IF_ERROR(append_model_pieces(c, *model));
+      return model;
     });
   }
 
   Result<ModelRecord> latest_model(JobId job) override {
-    return read([&](Connection& c) {
-      return first<ModelRecord>(
+    return read([&](Connection& c) -> Result<ModelRecord> {
+      auto model = first<ModelRecord>(
           c.query(std::string("SELECT ") + kModelColumns +
                       " FROM models WHERE job_id=$1 ORDER BY version DESC LIMIT 1",
                   Params().add(job)),
           [&](Rows& r) { return read_model(r, job); },
           not_found("model of job " + std::to_string(job) + " not found"));
+      if (!model.ok()) return model;
+      FEDCASE_RETURN_IF_ERROR(append_model_pieces(c, *model));
+      return model;
     });
   }
 
@@ -1009,19 +1098,46 @@ class SqlStore : public Store {
 
   static TenantService read_service(Rows& r) { return {r.uint64(0), r.real(1), r.real(2)}; }
 
+  // A model's blob is stored in pieces of kModelPiece bytes, as neither database takes a value
+  // past 1 GB: the first in models.blob, the others in model_pieces from idx 1.
   static Status insert_model(Txn& t, const ModelRecord& m) {
-    return t
-        .query(
-            "INSERT INTO models(job_id, version, blob, checksum, optimizer_state, created_at) "
-            "VALUES($1, $2, $3, $4, $5, $6)",
-            Params()
-                .add(m.job)
-                .add(m.version)
-                .bytes(m.blob)
-                .text(m.checksum)
-                .bytes(m.optimizer_state)
-                .add(m.created_at))
-        .status();
+    const std::string_view blob = m.blob;
+    FEDCASE_RETURN_IF_ERROR(
+        t.query("INSERT INTO models(job_id, version, blob, checksum, optimizer_state, "
+                "created_at) VALUES($1, $2, $3, $4, $5, $6)",
+                Params()
+                    .add(m.job)
+                    .add(m.version)
+                    .bytes(blob.substr(0, kModelPiece))
+                    .text(m.checksum)
+                    .bytes(m.optimizer_state)
+                    .add(m.created_at))
+            .status());
+    for (size_t idx = 1; idx * kModelPiece < blob.size(); ++idx) {
+      FEDCASE_RETURN_IF_ERROR(
+          t.query("INSERT INTO model_pieces(job_id, version, idx, data) VALUES($1, $2, $3, $4)",
+                  Params().add(m.job).add(m.version).add(idx).bytes(
+                      blob.substr(idx * kModelPiece, kModelPiece)))
+              .status());
+    }
+    return ok_status();
+  }
+
+  // Appends to `model`, read from models, the rest of its blob (insert_model).
+  static Status append_model_pieces(Connection& c, ModelRecord& model) {
+    if (model.blob.size() < kModelPiece) return ok_status();
+    auto rest = first<uint64_t>(
+        c.query("SELECT COALESCE(SUM(length(data)), 0) FROM model_pieces WHERE job_id=$1 AND "
+                "version=$2",
+                Params().add(model.job).add(model.version)),
+        [](Rows& r) { return r.uint64(0); }, db_failed("a sum returned nothing"));
+    if (!rest.ok()) return rest.status();
+    model.blob.reserve(model.blob.size() + *rest);
+    Rows pieces = c.query(
+        "SELECT data FROM model_pieces WHERE job_id=$1 AND version=$2 ORDER BY idx",
+        Params().add(model.job).add(model.version));
+    while (pieces.next()) model.blob += pieces.bytes(0);
+    return pieces.status();
   }
 
   // Refuses the transaction's write unless `epoch` is the job's lease epoch, and keeps the
@@ -1084,8 +1200,36 @@ class SqlStore : public Store {
                   error.detail());
   }
 
+  // Drops an upload session and its chunks.
+  static Status delete_upload(Txn& t, JobId job, RoundIndex round, const std::string& id) {
+    FEDCASE_RETURN_IF_ERROR(
+        t.query("DELETE FROM upload_chunks WHERE job_id=$1 AND round_idx=$2 AND upload_id=$3",
+                Params().add(job).add(round).text(id))
+            .status());
+    return t
+        .query("DELETE FROM uploads WHERE job_id=$1 AND round_idx=$2 AND id=$3",
+               Params().add(job).add(round).text(id))
+        .status();
+  }
+
+  static UploadRecord read_upload(Rows& r, JobId job, RoundIndex round) {
+    return {job,         round,      r.bytes(0), r.uint64(1), r.uint64(2),
+            r.uint64(3), r.bytes(4), r.json(5),  r.uint64(6), r.real(7)};
+  }
+
+  template <class Session>
+  static Result<UploadRecord> find_upload(Session& c, JobId job, RoundIndex round,
+                                          const std::string& id) {
+    return first<UploadRecord>(
+        c.query(std::string("SELECT ") + kUploadColumns +
+                    " FROM uploads WHERE job_id=$1 AND round_idx=$2 AND id=$3",
+                Params().add(job).add(round).text(id)),
+        [&](Rows& rows) { return read_upload(rows, job, round); },
+        upload_not_found(job, round, id));
+  }
+
   // Concludes the round as `state` (committed or failed), at the writer's epoch, and drops
-  // what its admission left: partials and stage messages.
+  // what its admission left: partials, stage messages and uploads.
   Status conclude(Txn& t, const RoundRecord& r, RoundState state) {
     FEDCASE_RETURN_IF_ERROR(fence(t, r.job, r.epoch, Code::kConflict));
     Rows closed = t.query(
@@ -1103,10 +1247,12 @@ class SqlStore : public Store {
     FEDCASE_RETURN_IF_ERROR(t.query("DELETE FROM partials WHERE job_id=$1 AND round_idx=$2",
                                     Params().add(r.job).add(r.index))
                                 .status());
-    FEDCASE_RETURN_IF_ERROR(
-        t.query("DELETE FROM stage_messages WHERE job_id=$1 AND round_idx=$2",
-                Params().add(r.job).add(r.index))
-            .status());
+    for (const char* table : {"stage_messages", "upload_chunks", "uploads"}) {
+      FEDCASE_RETURN_IF_ERROR(t.query(std::string("DELETE FROM ") + table +
+                                          " WHERE job_id=$1 AND round_idx=$2",
+                                      Params().add(r.job).add(r.index))
+                                  .status());
+    }
     t.wake(Channel::kRound, r.job);
     return ok_status();
   }

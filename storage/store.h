@@ -64,6 +64,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/ids.h"
@@ -200,6 +201,24 @@ struct StageMessage {
   std::string body;
 };
 
+// An update arriving in chunks (an upload session, docs/protocol.md "Uploads in chunks"), as
+// its client opened it: chunk i holds bytes [i * chunk_bytes, min((i + 1) * chunk_bytes,
+// bytes)) of the update, and the chunks are stored in order, so `chunks` of them are a prefix.
+struct UploadRecord {
+  JobId job = 0;
+  RoundIndex round = 0;
+  std::string id;  // 1 to 64 bytes, unique within the round
+  ClientId client = 0;
+  uint64_t bytes = 0;        // the update's size, >= 1
+  uint64_t chunk_bytes = 0;  // >= 1
+  std::string sha256;        // of the whole update, as the client declared it
+  nlohmann::json meta;       // the update's metadata (X-Fedcase-Meta), as it arrived
+  // As read back (open_upload ignores them): the chunks stored, and the seconds they took to
+  // arrive, summed.
+  uint64_t chunks = 0;
+  double seconds = 0;
+};
+
 // A tenant's share of the fleet so far (scheduling::FairShare): its weighted service counter
 // and the client-seconds its jobs consumed. Tenant 0 is the operator.
 struct TenantService {
@@ -330,9 +349,29 @@ class Store {
   // The round's messages of `kind`, by client; empty once the round concluded.
   virtual Result<std::vector<StageMessage>> list_stage_messages(JobId job, RoundIndex round,
                                                                 const std::string& kind) = 0;
+  // Upload sessions (UploadRecord), each of one open round and at most one per client there;
+  // all of a round's are dropped with its conclusion. Durable as admit_update is; wake no one.
+  // Opens `upload` and returns it, or, when the client already has one in the round for the
+  // same bytes, chunk size and digest, returns that one as stored (its id, its chunks: the
+  // client resumes it); one for another update is dropped first. kConflict if the round is not
+  // open.
+  virtual Result<UploadRecord> open_upload(const UploadRecord& upload) = 0;
+  // kNotFound for an upload the round does not hold (never opened, dropped, or concluded).
+  virtual Result<UploadRecord> get_upload(JobId job, RoundIndex round, const std::string& id) = 0;
+  // Stores chunk `index` of the upload, which must be the next one (index == chunks stored):
+  // kConflict otherwise (a gap, or a chunk another request stored meanwhile), kNotFound as
+  // get_upload.
+  virtual Status put_upload_chunk(JobId job, RoundIndex round, const std::string& id,
+                                  uint64_t index, std::string_view bytes, double seconds) = 0;
+  // Chunk `index` of the upload as stored; kNotFound if it is not.
+  virtual Result<std::string> get_upload_chunk(JobId job, RoundIndex round, const std::string& id,
+                                               uint64_t index) = 0;
+  // Drops the upload and its chunks; dropping one that is not there is not an error.
+  virtual Status drop_upload(JobId job, RoundIndex round, const std::string& id) = 0;
   // Atomically: the round becomes committed with its closed_at and metrics (the round's other
   // fields are those open_round stored), the model is stored under (model.job, model.version),
-  // the job's policy state is saved, and the round's partials and stage messages are dropped.
+  // the job's policy state is saved, and the round's partials, stage messages and uploads are
+  // dropped.
   // Either all of it is durable or none. kConflict, and nothing changes, if the round is not
   // open (unknown, committed or failed), the model's version is already stored, or
   // round.epoch is not the job's. Wakes kRound.

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "protocol/error_reply.h"
 #include "protocol/secagg.h"
+#include "protocol/upload_session.h"
 #include "server/api/byte_range.h"
 #include "server/api/client_query.h"
 #include "server/api/dashboard.h"
@@ -582,13 +583,46 @@ Reply upload(Coordinator& coordinator, const Call& call) {
   return upload_reply(coordinator, accepted, req);
 }
 
+// Upload sessions (docs/protocol.md, "Uploads in chunks").
+Reply open_upload(Coordinator& coordinator, const Call& call) {
+  const Request& req = call.request;
+  auto opened = coordinator.open_upload(call.caller.client, call.ids[0], call.ids[1],
+                                        json_header(req, kMetaHeader), call.body);
+  return result_reply(opened, upload_state_json, req, http::status::created);
+}
+
+Reply upload_state(Coordinator& coordinator, const Call& call) {
+  return result_reply(
+      coordinator.upload_state(call.caller.client, call.ids[0], call.ids[1], call.words[0]),
+      upload_state_json, call.request);
+}
+
+// A chunk, placed by its Content-Range; the last one is answered as a plain upload is.
+Reply upload_chunk(Coordinator& coordinator, const Call& call) {
+  const Request& req = call.request;
+  auto header = req.find(http::field::content_range);
+  const Result<protocol::ContentRange> range =
+      header == req.end()
+          ? Result<protocol::ContentRange>(invalid_argument("missing Content-Range header"))
+          : protocol::parse_content_range(
+                std::string_view(header->value().data(), header->value().size()));
+  auto answer = coordinator.put_upload_chunk(call.caller.client, call.ids[0], call.ids[1],
+                                             call.words[0], range, req.body(),
+                                             call.receive_seconds);
+  if (answer.ok() && answer->submitted) return upload_reply(coordinator, *answer->submitted, req);
+  return result_reply(
+      answer, [](const Coordinator::ChunkAnswer& a) { return upload_state_json(a.progress); },
+      req);
+}
+
 // ---- the route table: routing, body limits and metric labels all read it ----
 
 // What a route's body is, which sets its limit: kNone and kJson bodies are bounded by
 // max_json_bytes (kJson ones are parsed before the handler runs), an update upload by
-// max_upload_bytes, a job submission by max_json_bytes, or, sent as multipart by the admin or
-// a tenant, max_model_bytes + max_json_bytes.
-enum class Body { kNone, kJson, kUpload, kJobSubmission };
+// max_upload_bytes, a chunk of an upload session by upload_chunk_bytes (both uploads: body
+// slots, upload threads), a job submission by max_json_bytes, or, sent as multipart by the
+// admin or a tenant, max_model_bytes + max_json_bytes.
+enum class Body { kNone, kJson, kUpload, kChunk, kJobSubmission };
 
 constexpr unsigned role_bit(Role role) { return 1u << static_cast<unsigned>(role); }
 constexpr unsigned kAdminOnly = role_bit(Role::kAdmin);
@@ -632,6 +666,12 @@ const Route kRoutes[] = {
      get_trainable_part},
     {http::verb::get, "/v1/jobs/{job}/rounds/{round}/status", kClients, Body::kNone, task_status},
     {http::verb::post, "/v1/jobs/{job}/rounds/{round}/update", kClients, Body::kUpload, upload},
+    {http::verb::post, "/v1/jobs/{job}/rounds/{round}/uploads", kClients, Body::kJson,
+     open_upload},
+    {http::verb::get, "/v1/jobs/{job}/rounds/{round}/uploads/[upload]", kClients, Body::kNone,
+     upload_state},
+    {http::verb::put, "/v1/jobs/{job}/rounds/{round}/uploads/[upload]", kClients, Body::kChunk,
+     upload_chunk},
     {http::verb::post, "/v1/jobs/{job}/rounds/{round}/secagg/keys", kClients, Body::kJson,
      secure_message<kKeysStage, protocol::SecAggAdvertiseKeys, protocol::read_secagg_advertise_keys,
                     &SecureStages::receive_keys>},
@@ -718,7 +758,7 @@ Api::Api(Coordinator& coordinator)
 
 bool Api::is_upload(const http::request_header<>& header) const {
   const Route* route = find_route(header);
-  return route && route->body == Body::kUpload;
+  return route && (route->body == Body::kUpload || route->body == Body::kChunk);
 }
 
 std::string_view Api::route_label(const http::request_header<>& header) const {
@@ -802,6 +842,7 @@ uint64_t Api::body_limit(const http::request_header<>& header) const {
   const CoordinatorConfig& config = coordinator_.config();
   const Route* route = find_route(header);
   if (route && route->body == Body::kUpload) return config.max_upload_bytes;
+  if (route && route->body == Body::kChunk) return config.upload_chunk_bytes;
   if (route && route->body == Body::kJobSubmission && is_multipart(header)) {
     const Role role = coordinator_.identify(bearer_token(header)).role;
     if (route->roles & role_bit(role)) return config.max_model_bytes + config.max_json_bytes;

@@ -3,6 +3,7 @@
 #include "protocol/registration.h"
 #include "protocol/task_offer.h"
 #include "protocol/task_status.h"
+#include "protocol/upload_session.h"
 #include "rounds/evaluation.h"
 
 namespace fedcase::server {
@@ -21,6 +22,15 @@ std::string update_url(JobId job, RoundIndex round) {
 
 std::string status_url(JobId job, RoundIndex round) {
   return "/v1/jobs/" + std::to_string(job) + "/rounds/" + std::to_string(round) + "/status";
+}
+
+std::string uploads_url(JobId job, RoundIndex round) {
+  return "/v1/jobs/" + std::to_string(job) + "/rounds/" + std::to_string(round) + "/uploads";
+}
+
+json upload_state_json(const Coordinator::UploadProgress& p) {
+  return protocol::write_upload_state(
+      {uploads_url(p.job, p.round) + "/" + p.id, p.bytes, p.chunk_bytes, p.received});
 }
 
 std::string secagg_url(JobId job, RoundIndex round, const char* stage) {
@@ -58,6 +68,10 @@ json task_json(const TaskOffer& o) {
     task.trainable_url = model_url(o.job, o.model_version) + "/trainable";
   }
   task.compression = o.compression;
+  if (o.chunk_bytes > 0) {
+    task.uploads_url = uploads_url(o.job, o.round);
+    task.chunk_bytes = o.chunk_bytes;
+  }
   if (o.secure_stage_seconds) {
     task.secure_aggregation = protocol::SecAggTask{
         secagg_url(o.job, o.round, "keys"), secagg_url(o.job, o.round, "shares"),

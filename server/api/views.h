@@ -15,6 +15,9 @@ std::string model_url(JobId job, uint64_t version);
 std::string module_url(JobId job);
 std::string update_url(JobId job, RoundIndex round);
 std::string status_url(JobId job, RoundIndex round);
+std::string uploads_url(JobId job, RoundIndex round);  // where upload sessions open
+// The upload session as its client sees it: protocol::UploadState, with its URL.
+nlohmann::json upload_state_json(const Coordinator::UploadProgress& progress);
 // A secure round's stage route: `stage` is "keys", "shares", "masked_input" or "unmask".
 std::string secagg_url(JobId job, RoundIndex round, const char* stage);
 // The export of `version` (a number, "latest" or "best") of `job` in `format`.

@@ -41,8 +41,8 @@ std::vector<std::string> trained_tensors(const JobEntry& job) {
 }
 
 // The offer of `client`'s `task` in round `r` of `job`.
-TaskOffer task_offer(const JobEntry& job, const rounds::Round& r, ClientId client,
-                     const scheduling::ClientTask& task) {
+TaskOffer task_offer(const CoordinatorConfig& config, const JobEntry& job, const rounds::Round& r,
+                     ClientId client, const scheduling::ClientTask& task) {
   const rounds::EvaluationConfig& evaluation = job.config.evaluation;
   const rounds::Round::Terms& terms = *r.terms_for(client);
   return TaskOffer{
@@ -62,7 +62,8 @@ TaskOffer task_offer(const JobEntry& job, const rounds::Round& r, ClientId clien
           : std::nullopt,
       job.local_buffers,
       trained_tensors(job),
-      job.config.compression};
+      job.config.compression,
+      rounds::check_chunked_upload(job.config).ok() ? config.upload_chunk_bytes : 0};
 }
 
 // Whether an asynchronous job's buffer is between two versions here: its tasks carry over to
@@ -111,7 +112,7 @@ Result<std::optional<TaskOffer>> Coordinator::next_task(ClientId client) {
         return;
       }
       r.hand_out(client, now);
-      offer = task_offer(job, r, client, *task);
+      offer = task_offer(s.config, job, r, client, *task);
     });
     if (!ask) return offer;
     // Read: a store that cannot answer hands the task out (the upload's admission decides).

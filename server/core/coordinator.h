@@ -31,6 +31,7 @@
 #include "common/states.h"
 #include "common/status.h"
 #include "protocol/update_meta.h"
+#include "protocol/upload_session.h"
 #include "rounds/job_config.h"
 #include "rounds/round.h"
 #include "scheduling/profile.h"
@@ -85,6 +86,9 @@ struct TaskOffer {
   std::vector<std::string> local_buffers;  // the buffers the device keeps (JobEntry's)
   std::vector<std::string> trainable;      // the tensors the job trains; empty: all (JobEntry's)
   std::optional<protocol::Compression> compression;  // the job's (nullopt: float32 updates)
+  // The size of an upload session's chunks, when the task may send its update in chunks; 0:
+  // it sends it whole (a secure job's masked input, an asynchronous job's update).
+  uint64_t chunk_bytes = 0;
 };
 
 struct UpdateAccepted {
@@ -231,6 +235,48 @@ class Coordinator {
                                        const Result<nlohmann::json>& meta, std::string_view blob,
                                        double upload_seconds = 0);
 
+  // ---- uploads in chunks (docs/protocol.md, "Uploads in chunks"; upload_sessions.cpp) ----
+  // Where an upload session stands (the API names it with its URL: protocol::UploadState).
+  struct UploadProgress {
+    JobId job = 0;
+    RoundIndex round = 0;
+    std::string id;
+    uint64_t bytes = 0;
+    uint64_t chunk_bytes = 0;
+    uint64_t received = 0;  // a prefix of the update
+  };
+  // What a chunk's request is answered: where the session stands, and, once the update's last
+  // chunk is in, the update's submission (accepted, or why not: a plain upload's answer).
+  struct ChunkAnswer {
+    UploadProgress progress;
+    std::optional<Result<UpdateAccepted>> submitted;
+  };
+  // Opens an upload session for `client`'s update in `round` of `job`, or finds the one it
+  // opened for the same update (same size and digest: the client resumes it; one for
+  // another update is dropped). `meta` is the update's statistics, as for submit_update;
+  // `open` the protocol::UploadOpen body. 404 unknown job; 409 a job whose updates are sent
+  // whole (rounds::check_chunked_upload); 410 the round no longer wants the client's update
+  // (task_status says why); 400 bad metadata or body; 413 an update over
+  // max_chunked_upload_bytes.
+  Result<UploadProgress> open_upload(ClientId client, JobId job, RoundIndex round,
+                                     const Result<nlohmann::json>& meta,
+                                     const nlohmann::json& open);
+  // Where `client`'s session `upload` stands; 404 when the round holds no such session of it.
+  Result<UploadProgress> upload_state(ClientId client, JobId job, RoundIndex round,
+                                      const std::string& upload);
+  // Takes one chunk (`range`: its Content-Range, or why it has none; `bytes`: its body, which
+  // took `receive_seconds` to arrive): stored in order (rounds::place_chunk: 400 misplaced,
+  // 409 a gap), a resent one compared with the one stored (409 if it differs). 404 no such
+  // session; 410 the round no longer wants the update, and the session is dropped. Once the
+  // last chunk is in, the update is read back from the store into a spool file, its digest
+  // checked (422) and it is submitted as submit_update submits one, with its refusals
+  // (ChunkAnswer::submitted); the session is then dropped, accepted or not. Memory: one
+  // chunk at a time, never the whole update (the spool file is mapped, not read).
+  Result<ChunkAnswer> put_upload_chunk(ClientId client, JobId job, RoundIndex round,
+                                       const std::string& upload,
+                                       const Result<protocol::ContentRange>& range,
+                                       std::string_view bytes, double receive_seconds);
+
   // ---- secure aggregation (docs/protocol.md, "Secure aggregation"; secure/) ----
   // The secure round `round` of `job`, for a client's stage message or long poll (on a replica
   // that does not own the job, its copy of the owner's round): kNotFound for an unknown job,
@@ -333,6 +379,12 @@ class Coordinator {
   Result<UpdateAccepted> admit_upload(ClientId client, JobId job, RoundIndex round, bool masked,
                                       const Result<nlohmann::json>& meta, size_t body_bytes,
                                       double upload_seconds, const FoldUpload& fold);
+  // OK while round `round` of `job` wants `client`'s update; otherwise the session `upload`
+  // is dropped and the answer is kGone saying why (task_status's reason).
+  Status upload_wanted(ClientId client, JobId job, RoundIndex round, const std::string& upload);
+  // The update of a session whose every chunk is stored, read back into a spool file,
+  // checked against its digest and submitted (submit_update).
+  Result<UpdateAccepted> submit_chunked(ClientId client, const storage::UploadRecord& upload);
   std::unique_ptr<State> state_;
 };
 

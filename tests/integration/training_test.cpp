@@ -239,27 +239,12 @@ TEST_CASE("downloads cut off by a flaky link resume at their byte, and the round
   // The first three answers that pass 100 KB (the MLP's model is about 400 KB) are cut there.
   CuttingProxy flaky(service->port(), 100 * 1024, 3);
   Caller admin(service->port(), kAdminToken);
-  json job_config = {{"name", "flaky"},
-                     {"model", "mlp"},
-                     {"rounds", 2},
-                     {"clients_per_round", 3},
-                     {"selection", {{"overcommit", 1.0}}},
-                     {"training",
-                      {{"sample_budget", 200},
-                       {"lr", 0.05},
-                       {"deadline", {{"mode", "fixed"}, {"seconds", 120}}}}}};
-  Reply created = admin.post("/v1/admin/jobs", job_config);
-  REQUIRE(created.status == 201);
+  REQUIRE(admin.post("/v1/admin/jobs", small_mlp_job("flaky", 2)).status == 201);
   ml::Dataset slice = ml::head(fmnist_train(), 1200);
   auto fleet = client::Fleet::start(test_fleet(flaky.port(), 3, slice));
   REQUIRE(fleet.ok());
   json detail;
-  const bool finished = wait_until(
-      [&] {
-        detail = admin.get("/v1/admin/jobs/1").body;
-        return detail.value("state", "") == "finished";
-      },
-      120);
+  const auto finished = finished_job(admin, 120, detail);
   (*fleet)->stop();
   REQUIRE_MESSAGE(finished, detail.dump());
   CHECK(committed_rounds(detail).size() == 2);

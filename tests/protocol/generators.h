@@ -18,6 +18,7 @@
 #include "protocol/task_offer.h"
 #include "protocol/task_status.h"
 #include "protocol/update_meta.h"
+#include "protocol/upload_session.h"
 
 namespace fedcase::protocol::testing {
 
@@ -166,7 +167,18 @@ class Generator {
     t.cache = cache_directives();
     t.expected_duration_s = unbounded(0);
     if (coin()) t.secure_aggregation = secagg_task();
+    if (coin()) {
+      t.uploads_url = path();
+      t.chunk_bytes = 1 + count(UINT64_MAX - 1);
+    }
     return t;
+  }
+
+  UploadOpen upload_open() { return {1 + count(UINT64_MAX - 1), checksum()}; }
+  UploadState upload_state() {
+    UploadState s{path(), count(), 1 + count(UINT64_MAX - 1), 0};
+    s.received = count(s.bytes);
+    return s;
   }
 
   SecAggTask secagg_task() { return {path(), path(), path(), path(), 0.001 + unbounded(0)}; }

@@ -86,6 +86,30 @@ TEST_CASE("every message reads back what was written, over random values") {
     check_round_trip(Message::kRegistrationReply, g.registration_reply(), write_registration_reply,
                      read_registration_reply);
     check_round_trip(Message::kTaskStatus, g.task_status(), write_task_status, read_task_status);
+    check_round_trip(Message::kUploadOpen, g.upload_open(), write_upload_open, read_upload_open);
+    check_round_trip(Message::kUploadState, g.upload_state(), write_upload_state,
+                     read_upload_state);
+  }
+}
+
+TEST_CASE("a chunk's Content-Range reads back as written, and nothing else reads") {
+  for (uint64_t seed = 1; seed <= kValues; ++seed) {
+    testing::Generator g(seed);
+    ContentRange range;
+    range.total = 1 + g.count(999999999999999999ull);  // at most 19 digits
+    range.last = g.count(range.total - 1);
+    range.first = g.count(range.last);
+    auto read = parse_content_range(write_content_range(range));
+    REQUIRE(read.ok());
+    CHECK(*read == range);
+  }
+  CHECK(parse_content_range("bytes 0-9/10").ok());
+  for (const char* bad : {"", "bytes", "bytes 0-9", "bytes */10", "bytes 5-4/10", "bytes 0-10/10",
+                          "bytes -1-9/10", "bytes 0-9/10 ", "bytes  0-9/10", "Bytes 0-9/10",
+                          "bytes 0-9/+10", "bytes 0x0-9/10", "bytes 00000000000000000001-2/3",
+                          "bytes 0-18446744073709551616/18446744073709551617", "items 0-9/10"}) {
+    CAPTURE(bad);
+    CHECK(parse_content_range(bad).status().code() == Code::kInvalidArgument);
   }
 }
 

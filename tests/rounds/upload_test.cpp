@@ -64,5 +64,48 @@ TEST_CASE("an update is float32 or compressed as its job asks, and checked decod
   CHECK(check(encode_blob_sparse(update, {0})).ok());
 }
 
+
+TEST_CASE("a chunk goes at its place in the grid, in order, or is refused saying why") {
+  using protocol::ContentRange;
+  // 10 bytes in chunks of 4: [0, 4), [4, 8), [8, 10); two stored.
+  auto place = [](uint64_t stored, ContentRange range) {
+    return place_chunk(10, 4, stored, range);
+  };
+  auto next = place(2, {8, 9, 10});
+  REQUIRE(next.ok());
+  CHECK(next->index == 2);
+  CHECK_FALSE(next->resent);
+  CHECK(next->last);
+  auto resent = place(2, {4, 7, 10});
+  REQUIRE(resent.ok());
+  CHECK(resent->index == 1);
+  CHECK(resent->resent);
+  CHECK_FALSE(resent->last);
+  CHECK(place(0, {0, 3, 10})->index == 0);
+  // A gap is a conflict naming the byte to go on from.
+  auto gap = place(1, {8, 9, 10});
+  CHECK(gap.status().code() == Code::kConflict);
+  CHECK(gap.status().message().find("at byte 4 next") != std::string::npos);
+  for (const ContentRange& bad : {ContentRange{0, 3, 11},   // another size
+                                  ContentRange{1, 4, 10},   // off the grid
+                                  ContentRange{0, 2, 10},   // short
+                                  ContentRange{0, 7, 10},   // two chunks
+                                  ContentRange{8, 8, 10}}) {  // the last one, short
+    CAPTURE(bad.first);
+    CAPTURE(bad.last);
+    CHECK(place(2, bad).status().code() == Code::kInvalidArgument);
+  }
+  CHECK(chunk_count(10, 4) == 3);
+  CHECK(chunk_count(8, 4) == 2);
+  CHECK(chunk_count(1, 4) == 1);
+}
+
+TEST_CASE("updates go in chunks for plain synchronous jobs only") {
+  JobConfig config;
+  CHECK(check_chunked_upload(config).ok());
+  config.mode = "async";
+  CHECK(check_chunked_upload(config).code() == Code::kConflict);
+}
+
 }  // namespace
 }  // namespace fedcase::rounds

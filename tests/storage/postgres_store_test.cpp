@@ -27,7 +27,7 @@ namespace {
 
 // The schema version of this build's PostgreSQL store (kMigrations in
 // storage/postgres_store.cpp), the same as SQLite's.
-constexpr int kSchemaVersion = 7;
+constexpr int kSchemaVersion = 8;
 
 // A database of its own on the shared server.
 class PostgresBackend : public contract::Backend {
@@ -47,6 +47,7 @@ class PostgresBackend : public contract::Backend {
   void rewind_schema(int version) override {
     REQUIRE(version >= 1);
     REQUIRE(version < kSchemaVersion);
+    if (version < 8) server_.query(database_, "DROP TABLE model_pieces; DROP TABLE uploads; DROP TABLE upload_chunks");
     if (version < 7) {
       server_.query(database_,
                     "ALTER TABLE rounds DROP COLUMN admitted;"

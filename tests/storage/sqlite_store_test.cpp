@@ -19,7 +19,7 @@ namespace {
 
 // The schema version of this build's SQLite store (kMigrations in storage/sqlite_store.cpp).
 // A new migration raises it and teaches SqliteBackend::rewind_schema to undo it.
-constexpr int kSchemaVersion = 7;
+constexpr int kSchemaVersion = 8;
 
 std::unique_ptr<Store> open(const std::string& path) {
   auto s = open_sqlite_store(path);
@@ -82,6 +82,7 @@ class SqliteBackend : public contract::Backend {
   void rewind_schema(int version) override {
     REQUIRE(version >= 1);
     REQUIRE(version < kSchemaVersion);
+    if (version < 8) exec(path_, "DROP TABLE model_pieces; DROP TABLE uploads; DROP TABLE upload_chunks");
     if (version < 7) {
       exec(path_,
            "ALTER TABLE rounds DROP COLUMN admitted;"
@@ -230,6 +231,7 @@ TEST_CASE("migration 7 drops reservations, keeps accepted updates and counts the
   }
   // As schema 6 left it: b's place reserved, a's update accepted, no counter.
   exec(path,
+       "DROP TABLE model_pieces; DROP TABLE uploads; DROP TABLE upload_chunks;"
        "ALTER TABLE rounds DROP COLUMN admitted;"
        "ALTER TABLE updates ADD COLUMN state TEXT NOT NULL DEFAULT 'accepted';"
        "ALTER TABLE updates ADD COLUMN expires_at REAL NOT NULL DEFAULT 0;"

@@ -275,6 +275,83 @@ void updates(const BackendFactory& factory) {
   CHECK(store->list_updates(job, 1)->size() == 2);
 }
 
+void uploads(const BackendFactory& factory) {
+  auto backend = factory();
+  auto store = open(*backend);
+  const ClientId a = add(*store, "hash-a");
+  const ClientId b = add(*store, "hash-b");
+  const JobId job = create(*store, job_record("j"));
+  const UploadRecord opening{job, 1, "u-a", a, 10, 4, std::string(64, 'a'), {{"samples", 3}}};
+  CHECK(store->open_upload(opening).status().code() == Code::kConflict);  // no round yet
+  REQUIRE(store->open_round(open_round_record(job, 1, {a, b})).ok());
+  auto opened = store->open_upload(opening);
+  REQUIRE_MESSAGE(opened.ok(), opened.status().to_string());
+  CHECK(opened->id == "u-a");
+  CHECK(opened->chunks == 0);
+
+  // Chunks are stored in order only; each keeps its bytes.
+  CHECK(store->put_upload_chunk(job, 1, "u-a", 1, "efgh", 0.5).code() == Code::kConflict);
+  REQUIRE(store->put_upload_chunk(job, 1, "u-a", 0, std::string("ab\0d", 4), 0.25).ok());
+  CHECK(store->put_upload_chunk(job, 1, "u-a", 0, "abcd", 0.5).code() == Code::kConflict);
+  REQUIRE(store->put_upload_chunk(job, 1, "u-a", 1, "efgh", 0.5).ok());
+  CHECK(store->put_upload_chunk(job, 1, "nope", 0, "abcd", 0.5).code() == Code::kNotFound);
+  auto read = store->get_upload(job, 1, "u-a");
+  REQUIRE(read.ok());
+  CHECK(read->client == a);
+  CHECK(read->bytes == 10);
+  CHECK(read->chunk_bytes == 4);
+  CHECK(read->sha256 == opening.sha256);
+  CHECK(read->meta == json{{"samples", 3}});
+  CHECK(read->chunks == 2);
+  CHECK(read->seconds == doctest::Approx(0.75));
+  CHECK(*store->get_upload_chunk(job, 1, "u-a", 0) == std::string("ab\0d", 4));
+  CHECK(*store->get_upload_chunk(job, 1, "u-a", 1) == "efgh");
+  CHECK(store->get_upload_chunk(job, 1, "u-a", 2).status().code() == Code::kNotFound);
+  CHECK(store->get_upload(job, 1, "nope").status().code() == Code::kNotFound);
+  CHECK(store->get_upload(job, 2, "u-a").status().code() == Code::kNotFound);
+
+  // Opening the same update again resumes it; another update replaces it.
+  UploadRecord again = opening;
+  again.id = "u-a2";
+  CHECK(store->open_upload(again)->id == "u-a");
+  again.sha256 = std::string(64, 'b');
+  REQUIRE(store->open_upload(again).ok());
+  CHECK(store->get_upload(job, 1, "u-a").status().code() == Code::kNotFound);
+  CHECK(store->get_upload(job, 1, "u-a2")->chunks == 0);
+  CHECK(store->get_upload_chunk(job, 1, "u-a", 0).status().code() == Code::kNotFound);
+
+  // Dropped one by one, or all with their round.
+  REQUIRE(store->open_upload({job, 1, "u-b", b, 8, 4, std::string(64, 'c'), {}}).ok());
+  REQUIRE(store->put_upload_chunk(job, 1, "u-b", 0, "ijkl", 0.1).ok());
+  REQUIRE(store->drop_upload(job, 1, "u-a2").ok());
+  REQUIRE(store->drop_upload(job, 1, "u-a2").ok());
+  CHECK(store->get_upload(job, 1, "u-a2").status().code() == Code::kNotFound);
+  CHECK(store->get_upload(job, 1, "u-b")->chunks == 1);
+  REQUIRE(store->fail_round(closed(open_round_record(job, 1), 50, {})).ok());
+  CHECK(store->get_upload(job, 1, "u-b").status().code() == Code::kNotFound);
+  CHECK(store->get_upload_chunk(job, 1, "u-b", 0).status().code() == Code::kNotFound);
+  CHECK(store->open_upload(opening).status().code() == Code::kConflict);
+}
+
+// A model past the 256 MiB a SQL store keeps in one value reads back whole.
+void large_models(const BackendFactory& factory) {
+  auto backend = factory();
+  auto store = open(*backend);
+  std::string blob((513u << 19) + 3, '\0');  // 256.5 MiB and 3 bytes
+  for (size_t i = 0; i < blob.size(); i += 4093) blob[i] = char(i / 4093);
+  const JobId job = create(*store, job_record("large"), "v0");
+  REQUIRE(store->open_round(open_round_record(job, 1)).ok());
+  REQUIRE(store
+              ->commit_round(closed(open_round_record(job, 1), 50, {}),
+                             {job, 1, blob, "sum", "", 101}, json::object())
+              .ok());
+  auto read = store->get_model(job, 1);
+  REQUIRE(read.ok());
+  CHECK(read->blob.size() == blob.size());
+  CHECK(read->blob == blob);
+  CHECK(store->latest_model(job)->blob == blob);
+}
+
 void models(const BackendFactory& factory) {
   auto backend = factory();
   auto store = open(*backend);
@@ -702,7 +779,9 @@ const Case kCases[] = {
     {"tenants: ids from 1, unique names and tokens, jobs remember their tenant", tenants},
     {"rounds: open once, conclude once, metrics merged into closed rounds", rounds},
     {"updates: one per client and round, of stored rounds and clients", updates},
+    {"uploads: chunks in order, resumed or replaced, dropped with their round", uploads},
     {"models: by version and latest, versions skip failed rounds", models},
+    {"a model past 256 MiB reads back whole", large_models},
     {"commit_round is all or nothing", commit_round_atomic},
     {"create_job is all or nothing", create_job_atomic},
     {"everything survives reopening", survives_reopening},

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -144,6 +145,34 @@ inline std::vector<nlohmann::json> committed_rounds(const nlohmann::json& detail
     if (r["state"] == "committed") out.push_back(r);
   }
   return out;
+}
+
+// A small MLP job for tests of flaky links: `rounds` rounds of 3 clients (no
+// over-commitment), 200 samples a task, a deadline far away.
+inline nlohmann::json small_mlp_job(const std::string& name, int rounds) {
+  return {{"name", name},
+          {"model", "mlp"},
+          {"rounds", rounds},
+          {"clients_per_round", 3},
+          {"selection", {{"overcommit", 1.0}}},
+          {"training",
+           {{"sample_budget", 200},
+            {"lr", 0.05},
+            {"deadline", {{"mode", "fixed"}, {"seconds", 120}}}}}};
+}
+
+// Job 1's detail once it finished, as `admin` reads it, waiting up to `timeout_s`; nullopt
+// (with the last detail in `last`) if it did not finish in time.
+inline std::optional<nlohmann::json> finished_job(Caller& admin, double timeout_s,
+                                                  nlohmann::json& last) {
+  const bool finished = wait_until(
+      [&] {
+        last = admin.get("/v1/admin/jobs/1").body;
+        return last.value("state", "") == "finished";
+      },
+      timeout_s);
+  if (!finished) return std::nullopt;
+  return last;
 }
 
 }  // namespace fedcase::testing

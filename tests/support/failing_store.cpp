@@ -117,6 +117,25 @@ class FailingStore : public Store {
     return call(StoreMethod::kListStageMessages,
                 [&] { return store_->list_stage_messages(job, round, kind); });
   }
+  Result<UploadRecord> open_upload(const UploadRecord& upload) override {
+    return call(StoreMethod::kOpenUpload, [&] { return store_->open_upload(upload); });
+  }
+  Result<UploadRecord> get_upload(JobId job, RoundIndex round, const std::string& id) override {
+    return call(StoreMethod::kGetUpload, [&] { return store_->get_upload(job, round, id); });
+  }
+  Status put_upload_chunk(JobId job, RoundIndex round, const std::string& id, uint64_t index,
+                          std::string_view bytes, double seconds) override {
+    return call(StoreMethod::kPutUploadChunk,
+                [&] { return store_->put_upload_chunk(job, round, id, index, bytes, seconds); });
+  }
+  Result<std::string> get_upload_chunk(JobId job, RoundIndex round, const std::string& id,
+                                       uint64_t index) override {
+    return call(StoreMethod::kGetUploadChunk,
+                [&] { return store_->get_upload_chunk(job, round, id, index); });
+  }
+  Status drop_upload(JobId job, RoundIndex round, const std::string& id) override {
+    return call(StoreMethod::kDropUpload, [&] { return store_->drop_upload(job, round, id); });
+  }
   Result<LeaseRecord> acquire_lease(JobId job, const std::string& holder,
                                     double duration_s) override {
     return call(StoreMethod::kAcquireLease,
@@ -232,6 +251,16 @@ const char* method_name(StoreMethod method) {
       return "put_stage_messages";
     case StoreMethod::kListStageMessages:
       return "list_stage_messages";
+    case StoreMethod::kOpenUpload:
+      return "open_upload";
+    case StoreMethod::kGetUpload:
+      return "get_upload";
+    case StoreMethod::kPutUploadChunk:
+      return "put_upload_chunk";
+    case StoreMethod::kGetUploadChunk:
+      return "get_upload_chunk";
+    case StoreMethod::kDropUpload:
+      return "drop_upload";
     case StoreMethod::kAcquireLease:
       return "acquire_lease";
     case StoreMethod::kRenewLease:

@@ -3,8 +3,8 @@
 // after a refused request to show that the request changed nothing. For a SQLite file and for
 // a PostgreSQL database (the store of replicas). What moves by itself is left out: a client's
 // last contact and its profile (contact statistics, saved every few seconds), leases (renewed);
-// admission (the updates, their replicas, each round's count) and the partial aggregates are
-// in.
+// admission (the updates, their replicas, each round's count), the partial aggregates and
+// upload sessions (their chunks' sizes; a stored chunk is never rewritten) are in.
 
 #include <doctest/doctest.h>
 #include <sqlite3.h>
@@ -27,7 +27,11 @@ inline const std::vector<std::string>& snapshot_queries() {
       "SELECT job_id, round_idx, client_id, meta, replica FROM updates ORDER BY 1, 2, 3",
       "SELECT job_id, version, checksum FROM models ORDER BY 1, 2",
       "SELECT job_id, round_idx, replica, length(sum), weight, updates FROM partials "
-      "ORDER BY 1, 2, 3"};
+      "ORDER BY 1, 2, 3",
+      "SELECT job_id, round_idx, id, client_id, bytes, chunk_bytes, sha256, chunks FROM uploads "
+      "ORDER BY 1, 2, 3",
+      "SELECT job_id, round_idx, upload_id, idx, length(data) FROM upload_chunks "
+      "ORDER BY 1, 2, 3, 4"};
   return queries;
 }
 

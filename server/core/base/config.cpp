@@ -68,6 +68,9 @@ CoordinatorConfig parse_coordinator_config(const json& j) {
       .integer("max_upload_bodies", c.max_upload_bodies)
       .integer("max_json_bytes", c.max_json_bytes)
       .integer("max_upload_bytes", c.max_upload_bytes)
+      .integer("upload_chunk_bytes", c.upload_chunk_bytes)
+      .integer("max_chunked_upload_bytes", c.max_chunked_upload_bytes)
+      .text("spool_dir", c.spool_dir)
       .integer("max_model_bytes", c.max_model_bytes)
       .integer("export_cache_bytes", c.export_cache_bytes)
       .number("read_timeout_s", c.read_timeout_s, 0.1, 3600)
@@ -96,6 +99,13 @@ CoordinatorConfig parse_coordinator_config(const json& j) {
   if (s.ok()) s = check_range("max_upload_bodies", c.max_upload_bodies, 1, 4096);
   if (s.ok()) s = check_range("max_json_bytes", c.max_json_bytes, 1024, 64 << 20);
   if (s.ok()) s = check_range("max_upload_bytes", c.max_upload_bytes, 1024, 4.0 * (1ull << 30));
+  if (s.ok()) {
+    s = check_range("upload_chunk_bytes", c.upload_chunk_bytes, 4096, double(c.max_upload_bytes));
+  }
+  if (s.ok()) {
+    s = check_range("max_chunked_upload_bytes", c.max_chunked_upload_bytes, 1024,
+                    64.0 * (1ull << 30));
+  }
   if (s.ok()) s = check_range("max_model_bytes", c.max_model_bytes, 1024, 4.0 * (1ull << 30));
   if (s.ok()) s = check_range("export_cache_bytes", c.export_cache_bytes, 0, 64.0 * (1ull << 30));
   if (s.ok()) s = check_range("eval_samples", c.eval_samples, 1, 1e7);

@@ -111,6 +111,25 @@ class TimedStore : public Store {
                                                         const std::string& kind) override {
     return store_->list_stage_messages(job, round, kind);
   }
+  Result<UploadRecord> open_upload(const UploadRecord& upload) override {
+    return timed_write(metrics_, "open_upload", [&] { return store_->open_upload(upload); });
+  }
+  Result<UploadRecord> get_upload(JobId job, RoundIndex round, const std::string& id) override {
+    return store_->get_upload(job, round, id);
+  }
+  Status put_upload_chunk(JobId job, RoundIndex round, const std::string& id, uint64_t index,
+                          std::string_view bytes, double seconds) override {
+    return timed_write(metrics_, "put_upload_chunk", [&] {
+      return store_->put_upload_chunk(job, round, id, index, bytes, seconds);
+    });
+  }
+  Result<std::string> get_upload_chunk(JobId job, RoundIndex round, const std::string& id,
+                                       uint64_t index) override {
+    return store_->get_upload_chunk(job, round, id, index);
+  }
+  Status drop_upload(JobId job, RoundIndex round, const std::string& id) override {
+    return timed_write(metrics_, "drop_upload", [&] { return store_->drop_upload(job, round, id); });
+  }
   Result<LeaseRecord> acquire_lease(JobId job, const std::string& holder,
                                     double duration_s) override {
     return timed_write(metrics_, "acquire_lease",

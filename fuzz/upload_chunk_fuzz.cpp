@@ -1,0 +1,37 @@
+// Fuzzes the chunk header of an upload session: the input is a Content-Range value, as the
+// coordinator receives it with a chunk (docs/protocol.md, "Uploads in chunks"), read by
+// protocol::parse_content_range and then placed by rounds::place_chunk in a few sessions. A
+// range that reads must write back the same text; a chunk that is placed must lie inside its
+// update, on the grid, no further than the next chunk to store.
+
+#include <string>
+
+#include "fuzz/fuzz_target.h"
+#include "protocol/upload_session.h"
+#include "rounds/upload.h"
+
+FEDCASE_FUZZ_TARGET(upload_chunk) {
+  namespace protocol = fedcase::protocol;
+  const std::string_view text = fedcase::fuzz::as_text(data, size);
+  auto range = protocol::parse_content_range(text);
+  if (!range.ok()) return 0;
+  if (range->first > range->last || range->last >= range->total) {
+    fedcase::fuzz::fuzz_fail("accepted a range outside its total");
+  }
+  const std::string written = protocol::write_content_range(*range);
+  auto again = protocol::parse_content_range(written);
+  if (!again.ok() || !(*again == *range)) fedcase::fuzz::fuzz_fail("a range does not read back");
+  for (uint64_t chunk_bytes : {uint64_t(1), uint64_t(4096), range->total, range->length()}) {
+    const uint64_t chunks = fedcase::rounds::chunk_count(range->total, chunk_bytes);
+    for (uint64_t stored : {uint64_t(0), chunks / 2, chunks}) {
+      auto place = fedcase::rounds::place_chunk(range->total, chunk_bytes, stored, *range);
+      if (!place.ok()) continue;
+      if (place->index > stored || range->first != place->index * chunk_bytes ||
+          range->length() > chunk_bytes || place->resent != (place->index < stored) ||
+          place->last != (range->last + 1 == range->total)) {
+        fedcase::fuzz::fuzz_fail("placed a chunk where it does not go");
+      }
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,63 @@
+#include "server/core/base/spool_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace fedcase::server {
+namespace {
+
+Status failed(const std::string& what, const std::string& dir) {
+  return internal_error("cannot " + what + " a spool file in " + dir + ": " +
+                        std::strerror(errno));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SpoolFile>> SpoolFile::create(const std::string& dir_config) {
+  std::error_code error;
+  const std::string dir =
+      dir_config.empty() ? std::filesystem::temp_directory_path(error).string() : dir_config;
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR)) {
+    // A file system without O_TMPFILE: a named file, unlinked at once.
+    std::string name = dir + "/fedcase-spool-XXXXXX";
+    fd = ::mkostemp(name.data(), O_CLOEXEC);
+    if (fd >= 0) ::unlink(name.c_str());
+  }
+  if (fd < 0) return failed("create", dir);
+  return std::unique_ptr<SpoolFile>(new SpoolFile(fd, dir));
+}
+
+SpoolFile::~SpoolFile() {
+  if (mapped_ != nullptr) ::munmap(mapped_, size_);
+  ::close(fd_);
+}
+
+Status SpoolFile::append(std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return failed("write", dir_);
+    bytes.remove_prefix(size_t(n));
+    size_ += size_t(n);
+  }
+  return ok_status();
+}
+
+Result<std::string_view> SpoolFile::map() {
+  if (size_ == 0) return std::string_view();
+  if (mapped_ == nullptr) {
+    void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd_, 0);
+    if (mapped == MAP_FAILED) return failed("map", dir_);
+    ::madvise(mapped, size_, MADV_SEQUENTIAL);
+    mapped_ = mapped;
+  }
+  return std::string_view(static_cast<const char*>(mapped_), size_);
+}
+
+}  // namespace fedcase::server

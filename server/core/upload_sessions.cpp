@@ -1,0 +1,135 @@
+// The coordinator's upload sessions (coordinator.h, "uploads in chunks"): an update that
+// arrives in chunks, kept in the store until its last chunk, then submitted as a plain
+// upload is (client_api.cpp, submit_update).
+
+#include "common/crypto.h"
+#include "common/json_read.h"
+#include "rounds/upload.h"
+#include "server/core/base/spool_file.h"
+#include "server/core/coordinator.h"
+#include "server/core/coordinator_state.h"
+#include "storage/errors.h"
+
+namespace fedcase::server {
+namespace {
+
+using nlohmann::json;
+
+Coordinator::UploadProgress progress_of(const storage::UploadRecord& u) {
+  return {u.job, u.round, u.id, u.bytes, u.chunk_bytes, std::min(u.bytes, u.chunks * u.chunk_bytes)};
+}
+
+}  // namespace
+
+Result<Coordinator::UploadProgress> Coordinator::open_upload(ClientId client, JobId job_id,
+                                                             RoundIndex round,
+                                                             const Result<json>& meta_json,
+                                                             const json& body) {
+  State& s = *state_;
+  auto job = s.find_job(job_id);
+  if (!job.ok()) return job.status();
+  FEDCASE_RETURN_IF_ERROR(rounds::check_chunked_upload((*job)->config));
+  FEDCASE_RETURN_IF_ERROR(upload_wanted(client, job_id, round, ""));
+  if (!meta_json.ok()) return meta_json.status();
+  auto meta = protocol::read_update_meta(*meta_json);
+  if (!meta.ok()) return meta.status();
+  auto open = protocol::read_upload_open(body);
+  if (!open.ok()) return open.status();
+  if (open->bytes > s.config.max_chunked_upload_bytes) {
+    return too_large("the update has " + std::to_string(open->bytes) +
+                     " bytes; an upload session takes at most " +
+                     std::to_string(s.config.max_chunked_upload_bytes));
+  }
+  auto id = random_token(16);
+  if (!id.ok()) return id.status();
+  storage::UploadRecord upload{job_id, round,  *id,         client, open->bytes,
+                               s.config.upload_chunk_bytes, open->sha256, *meta_json};
+  auto opened = s.store->open_upload(upload);
+  if (!opened.ok()) return opened.status();
+  return progress_of(*opened);
+}
+
+Result<Coordinator::UploadProgress> Coordinator::upload_state(ClientId client, JobId job,
+                                                              RoundIndex round,
+                                                              const std::string& id) {
+  auto upload = state_->store->get_upload(job, round, id);
+  if (!upload.ok()) return upload.status();
+  if (upload->client != client) return storage::upload_not_found(job, round, id);
+  return progress_of(*upload);
+}
+
+Result<Coordinator::ChunkAnswer> Coordinator::put_upload_chunk(
+    ClientId client, JobId job, RoundIndex round, const std::string& id,
+    const Result<protocol::ContentRange>& range, std::string_view bytes,
+    double receive_seconds) {
+  State& s = *state_;
+  auto upload = s.store->get_upload(job, round, id);
+  if (!upload.ok()) return upload.status();
+  // Another client's session is answered as one that does not exist.
+  if (upload->client != client) return storage::upload_not_found(job, round, id);
+  FEDCASE_RETURN_IF_ERROR(upload_wanted(client, job, round, id));
+  if (!range.ok()) return range.status();
+  if (range->length() != bytes.size()) {
+    return invalid_argument("Content-Range says the chunk has " +
+                            std::to_string(range->length()) + " bytes; its body has " +
+                            std::to_string(bytes.size()));
+  }
+  auto place = rounds::place_chunk(upload->bytes, upload->chunk_bytes, upload->chunks, *range);
+  if (!place.ok()) return place.status();
+  if (place->resent) {
+    auto stored = s.store->get_upload_chunk(job, round, id, place->index);
+    if (!stored.ok()) return stored.status();
+    if (*stored != bytes) {
+      return conflict("chunk " + std::to_string(place->index) + " of upload " + id +
+                      " differs from the one received before: an upload's bytes never change "
+                      "(open a new upload for another update)");
+    }
+    return ChunkAnswer{progress_of(*upload), std::nullopt};
+  }
+  FEDCASE_RETURN_IF_ERROR(
+      s.store->put_upload_chunk(job, round, id, place->index, bytes, receive_seconds));
+  upload->chunks = place->index + 1;
+  upload->seconds += receive_seconds;
+  if (!place->last) return ChunkAnswer{progress_of(*upload), std::nullopt};
+  Result<UpdateAccepted> submitted = submit_chunked(client, *upload);
+  Status dropped = s.store->drop_upload(job, round, id);
+  (void)dropped;  // the round's conclusion drops what is left
+  return ChunkAnswer{progress_of(*upload), std::move(submitted)};
+}
+
+Status Coordinator::upload_wanted(ClientId client, JobId job, RoundIndex round,
+                                  const std::string& id) {
+  auto admission = task_status(client, job, round);
+  if (!admission.ok()) return admission.status();
+  if (*admission == rounds::Admission::kWanted || *admission == rounds::Admission::kHeld) {
+    return ok_status();
+  }
+  if (!id.empty()) {
+    Status dropped = state_->store->drop_upload(job, round, id);
+    (void)dropped;  // the round's conclusion drops what is left
+  }
+  return gone("round " + std::to_string(round) + " of job " + std::to_string(job) +
+              " no longer needs this update: " + rounds::admission_reason(*admission));
+}
+
+Result<UpdateAccepted> Coordinator::submit_chunked(ClientId client,
+                                                   const storage::UploadRecord& upload) {
+  State& s = *state_;
+  auto spool = SpoolFile::create(s.config.spool_dir);
+  if (!spool.ok()) return spool.status();
+  Sha256 digest;
+  for (uint64_t index = 0; index < upload.chunks; ++index) {
+    auto chunk = s.store->get_upload_chunk(upload.job, upload.round, upload.id, index);
+    if (!chunk.ok()) return chunk.status();
+    digest.add(*chunk);
+    FEDCASE_RETURN_IF_ERROR((*spool)->append(*chunk));
+  }
+  if (digest.hex() != upload.sha256) {
+    return unprocessable("the update's bytes do not have the SHA-256 its upload was opened with");
+  }
+  auto bytes = (*spool)->map();
+  if (!bytes.ok()) return bytes.status();
+  return submit_update(client, upload.job, upload.round, upload.meta, *bytes, upload.seconds);
+}
+
+}  // namespace fedcase::server
