@@ -33,11 +33,13 @@ using Clock = std::chrono::steady_clock;
 // replica catching up with the store, an upload whose round's last places are held by uploads
 // being checked, a buffer between two versions.
 constexpr int kBusyRetries = 4;
-// How many times a download cut off is resumed before the SDK gives it up (Session::download).
+// How many cuts in a row that brought no byte further a download is resumed after before the
+// SDK gives it up (Session::download): a link that drops every 100 MB still delivers a model
+// of any size.
 constexpr int kDownloadResumes = 8;
-// How many times the chunks of an update sent in chunks are cut off and sent again
-// (Session::upload_in_chunks) before the SDK gives the update up.
-constexpr int kChunkResumes = 16;
+// The same for an update sent in chunks (Session::upload_in_chunks): cut chunks in a row
+// without one stored in between.
+constexpr int kChunkResumes = 8;
 // What the session tells the coordinator it is, besides its protocol version.
 constexpr const char* kSdkVersion = "fedcase-sdk/1";
 
@@ -140,14 +142,15 @@ struct Session::Impl {
   }
 
   // GETs an immutable body (a model, a module) whose ETag is "<checksum>", resuming where a
-  // dropped connection cut it off (Range from the bytes that arrived, If-Range with the ETag)
-  // up to kDownloadResumes times; then the whole body as one 200 answer. Other answers (304,
+  // dropped connection cut it off (Range from the bytes that arrived, If-Range with the ETag),
+  // until kDownloadResumes cuts in a row brought nothing; then the whole body as one 200 answer. Other answers (304,
   // 403, ...) are returned as they came.
   Result<HttpResponse> download(const std::string& url, const std::string& checksum,
                                 std::map<std::string, std::string> headers) {
     const std::string etag = "\"" + checksum + "\"";
     std::string received;
-    for (int resume = 0;; ++resume) {
+    for (int fruitless = 0;;) {
+      const size_t before = received.size();
       if (!received.empty()) {
         headers["Range"] = "bytes=" + std::to_string(received.size()) + "-";
         headers["If-Range"] = etag;
@@ -170,9 +173,10 @@ struct Session::Impl {
         whole.body = std::move(received);
         return whole;
       }
-      if (resume == kDownloadResumes) {
+      fruitless = received.size() > before ? 0 : fruitless + 1;
+      if (fruitless > kDownloadResumes) {
         return unavailable("the download of " + url + " was cut off " +
-                           std::to_string(resume + 1) + " times");
+                           std::to_string(fruitless) + " times in a row without progress");
       }
       stats.download_resumes++;
       log(LogLevel::kDebug, "the download of " + url + " was cut off at byte " +
@@ -183,8 +187,8 @@ struct Session::Impl {
   // Sends `body`, an encoded update, as an upload session (docs/protocol.md, "Uploads in
   // chunks"): opens it (the coordinator resumes one opened for the same bytes), then PUTs each
   // chunk from the byte the coordinator has. A chunk cut off by a dropped connection is
-  // followed by a GET of where the session stands, and the upload goes on from there, up to
-  // kChunkResumes times. Returns the last chunk's answer (a plain upload's), or the first
+  // followed by a GET of where the session stands, and the upload goes on from there, until
+  // kChunkResumes cuts in a row stored nothing. Returns the last chunk's answer (a plain upload's), or the first
   // answer that is neither progress nor the session opening (a 409, a 410 "no longer needed").
   Result<HttpResponse> upload_in_chunks(const protocol::TaskOffer& task, const std::string& body,
                                         std::map<std::string, std::string> headers) {
@@ -195,7 +199,7 @@ struct Session::Impl {
     if (!opened.ok() || opened->status != 201) return opened;
     auto state = read_answer(opened->body, protocol::read_upload_state);
     if (!state.ok()) return state.status();
-    for (int resumes = 0;;) {
+    for (int fruitless = 0;;) {
       const uint64_t first = state->received;
       const uint64_t length = std::min<uint64_t>(state->chunk_bytes, body.size() - first);
       const std::map<std::string, std::string> chunk_headers = {
@@ -214,12 +218,13 @@ struct Session::Impl {
                                 std::to_string(next->received));
         }
         state = std::move(next);
+        fruitless = 0;
         continue;
       }
       if (put.ok() || put.status().code() != Code::kUnavailable) return put;
-      if (++resumes > kChunkResumes) {
+      if (++fruitless > kChunkResumes) {
         return unavailable("the upload to " + state->url + " was cut off " +
-                           std::to_string(resumes) + " times");
+                           std::to_string(fruitless) + " times in a row without progress");
       }
       stats.upload_resumes++;
       log(LogLevel::kDebug, "the chunk at byte " + std::to_string(first) + " of " + state->url +
@@ -234,6 +239,7 @@ struct Session::Impl {
       if (asked->status != 200) return asked;
       auto stands = read_answer(asked->body, protocol::read_upload_state);
       if (!stands.ok()) return stands.status();
+      if (stands->received > state->received) fruitless = 0;
       state = std::move(stands);
     }
   }

@@ -122,14 +122,17 @@ const std::vector<Migration>& migrations() {
       ALTER TABLE updates DROP COLUMN expires_at;
       )sql"},
       // Upload sessions: an update arriving in chunks, stored in order, dropped with its round.
-      // Models past 256 MiB: the rest of the blob in pieces (neither database takes a value
-      // past 1 GB).
+      // Models in pieces of 1 MiB, each stored once by its SHA-256 (a version shares its frozen
+      // tensors with the earlier ones; neither database takes a value past 1 GB).
       {8, R"sql(
+      CREATE TABLE model_chunks (
+        sha256 TEXT PRIMARY KEY,
+        data {bytes} NOT NULL);
       CREATE TABLE model_pieces (
         job_id {int} NOT NULL,
         version {int} NOT NULL,
         idx {int} NOT NULL,
-        data {bytes} NOT NULL,
+        chunk TEXT NOT NULL REFERENCES model_chunks(sha256),
         PRIMARY KEY (job_id, version, idx),
         FOREIGN KEY (job_id, version) REFERENCES models(job_id, version));
       CREATE TABLE uploads (

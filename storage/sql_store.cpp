@@ -9,6 +9,7 @@
 #include <set>
 #include <utility>
 
+#include "common/crypto.h"
 #include "common/mutex.h"
 #include "storage/errors.h"
 #include "storage/sql.h"
@@ -214,8 +215,8 @@ constexpr const char* kJobColumns = "id, name, config, state, policy_state, crea
 constexpr const char* kRoundColumns =
     "job_id, idx, state, base_version, selected, opened_at, deadline, closed_at, metrics, target, "
     "epoch, admitting, plan, admitted";
-// The largest piece of a model's blob stored in one value (insert_model).
-constexpr size_t kModelPiece = 256u << 20;
+// The pieces a model's blob is stored in (insert_model).
+constexpr size_t kModelPiece = 1u << 20;
 constexpr const char* kUploadColumns =
     "id, client_id, bytes, chunk_bytes, sha256, meta, chunks, seconds";
 constexpr const char* kModelColumns = "version, blob, checksum, optimizer_state, created_at";
@@ -877,7 +878,7 @@ class SqlStore : public Store {
           not_found("model " + std::to_string(version) + " of job " + std::to_string(job) +
                     " not found"));
       if (!model.ok()) return model;
-      FEDCASE_RETURN_IF_ERROR(append_model_pieces(c, *model));
+      FEDCASE_RETURN_IF_ERROR(read_model_pieces(c, *model));
       return model;
     });
   }
@@ -891,7 +892,7 @@ class SqlStore : public Store {
           [&](Rows& r) { return read_model(r, job); },
           not_found("model of job " + std::to_string(job) + " not found"));
       if (!model.ok()) return model;
-      FEDCASE_RETURN_IF_ERROR(append_model_pieces(c, *model));
+      FEDCASE_RETURN_IF_ERROR(read_model_pieces(c, *model));
       return model;
     });
   }
@@ -1098,46 +1099,61 @@ class SqlStore : public Store {
 
   static TenantService read_service(Rows& r) { return {r.uint64(0), r.real(1), r.real(2)}; }
 
-  // A model's blob is stored in pieces of kModelPiece bytes, as neither database takes a value
-  // past 1 GB: the first in models.blob, the others in model_pieces from idx 1.
+  // A model's blob is stored in pieces of kModelPiece bytes, each piece once by its SHA-256
+  // (model_chunks) and each version as the list of its pieces (model_pieces), so that what a
+  // version shares with earlier ones (the frozen tensors of a job that trains part of its
+  // model) is stored once, and no value comes near the databases' 1 GB limit. models.blob is
+  // left empty (a blob is never empty): rows written before the pieces hold their whole blob.
   static Status insert_model(Txn& t, const ModelRecord& m) {
-    const std::string_view blob = m.blob;
     FEDCASE_RETURN_IF_ERROR(
         t.query("INSERT INTO models(job_id, version, blob, checksum, optimizer_state, "
                 "created_at) VALUES($1, $2, $3, $4, $5, $6)",
                 Params()
                     .add(m.job)
                     .add(m.version)
-                    .bytes(blob.substr(0, kModelPiece))
+                    .bytes("")
                     .text(m.checksum)
                     .bytes(m.optimizer_state)
                     .add(m.created_at))
             .status());
-    for (size_t idx = 1; idx * kModelPiece < blob.size(); ++idx) {
+    const std::string_view blob = m.blob;
+    for (size_t idx = 0; idx * kModelPiece < blob.size(); ++idx) {
+      const std::string_view piece = blob.substr(idx * kModelPiece, kModelPiece);
+      const std::string digest = sha256_hex(piece);
       FEDCASE_RETURN_IF_ERROR(
-          t.query("INSERT INTO model_pieces(job_id, version, idx, data) VALUES($1, $2, $3, $4)",
-                  Params().add(m.job).add(m.version).add(idx).bytes(
-                      blob.substr(idx * kModelPiece, kModelPiece)))
+          t.query("INSERT INTO model_chunks(sha256, data) VALUES($1, $2) ON CONFLICT DO NOTHING",
+                  Params().text(digest).bytes(piece))
+              .status());
+      FEDCASE_RETURN_IF_ERROR(
+          t.query("INSERT INTO model_pieces(job_id, version, idx, chunk) VALUES($1, $2, $3, $4)",
+                  Params().add(m.job).add(m.version).add(idx).text(digest))
               .status());
     }
     return ok_status();
   }
 
-  // Appends to `model`, read from models, the rest of its blob (insert_model).
-  static Status append_model_pieces(Connection& c, ModelRecord& model) {
-    if (model.blob.size() < kModelPiece) return ok_status();
-    auto rest = first<uint64_t>(
-        c.query("SELECT COALESCE(SUM(length(data)), 0) FROM model_pieces WHERE job_id=$1 AND "
-                "version=$2",
-                Params().add(model.job).add(model.version)),
+  // Fills in the blob of `model`, read from models, from its pieces (insert_model).
+  static Status read_model_pieces(Connection& c, ModelRecord& model) {
+    if (!model.blob.empty()) return ok_status();  // written before the pieces
+    const Params key = Params().add(model.job).add(model.version);
+    auto bytes = first<uint64_t>(
+        c.query("SELECT COALESCE(SUM(length(c.data)), 0) FROM model_pieces p JOIN model_chunks c "
+                "ON c.sha256=p.chunk WHERE p.job_id=$1 AND p.version=$2",
+                key),
         [](Rows& r) { return r.uint64(0); }, db_failed("a sum returned nothing"));
-    if (!rest.ok()) return rest.status();
-    model.blob.reserve(model.blob.size() + *rest);
+    if (!bytes.ok()) return bytes.status();
+    model.blob.reserve(*bytes);
     Rows pieces = c.query(
-        "SELECT data FROM model_pieces WHERE job_id=$1 AND version=$2 ORDER BY idx",
-        Params().add(model.job).add(model.version));
+        "SELECT c.data FROM model_pieces p JOIN model_chunks c ON c.sha256=p.chunk WHERE "
+        "p.job_id=$1 AND p.version=$2 ORDER BY p.idx",
+        key);
     while (pieces.next()) model.blob += pieces.bytes(0);
-    return pieces.status();
+    FEDCASE_RETURN_IF_ERROR(pieces.status());
+    if (model.blob.size() != *bytes || model.blob.empty()) {
+      return db_failed("model " + std::to_string(model.version) + " of job " +
+                       std::to_string(model.job) + " has missing pieces");
+    }
+    return ok_status();
   }
 
   // Refuses the transaction's write unless `epoch` is the job's lease epoch, and keeps the

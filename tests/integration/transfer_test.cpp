@@ -265,3 +265,27 @@ TEST_CASE("behind a link that drops mid-body, models and chunked updates arrive 
   CHECK(flaky.request_bytes() <= 2 * 6 * bytes);
   CHECK(flaky.answer_bytes() <= 2 * 6 * bytes);
 }
+
+TEST_CASE("a download cut more often than the SDK resumes in a row still completes, never anew") {
+  TempDir dir;
+  auto service = start_coordinator(dir);
+  // Thirty cuts at 40 KB: each of the first downloads of the MLP's model (about 400 KB) is cut
+  // about ten times, each time further along.
+  CuttingProxy flaky(service->port(), 40 * 1024, 30);
+  Caller admin(service->port(), kAdminToken);
+  REQUIRE(admin.post("/v1/admin/jobs", small_mlp_job("cut-often", 2)).status == 201);
+  ml::Dataset slice = ml::head(fmnist_train(), 1200);
+  auto fleet = client::Fleet::start(test_fleet(flaky.port(), 3, slice));
+  REQUIRE(fleet.ok());
+  json detail;
+  const auto finished = finished_job(admin, 120, detail);
+  (*fleet)->stop();
+  REQUIRE_MESSAGE(finished, detail.dump());
+  CHECK(flaky.cuts_made() == 30);
+  CHECK((*fleet)->download_resumes() == 30);
+  // No download started over: six models' bytes, and little more (answers' headers, tasks).
+  Reply model = admin.get("/v1/jobs/1/models/0");
+  REQUIRE(model.status == 200);
+  MESSAGE("answers " << flaky.answer_bytes() << " bytes for 6 models of " << model.raw.size());
+  CHECK(flaky.answer_bytes() <= 6 * model.raw.size() * 11 / 10);
+}

@@ -47,7 +47,14 @@ class PostgresBackend : public contract::Backend {
   void rewind_schema(int version) override {
     REQUIRE(version >= 1);
     REQUIRE(version < kSchemaVersion);
-    if (version < 8) server_.query(database_, "DROP TABLE model_pieces; DROP TABLE uploads; DROP TABLE upload_chunks");
+    if (version < 8) {
+      // The contract's models are one piece each: back into models.blob.
+      server_.query(database_,
+          "UPDATE models SET blob=(SELECT c.data FROM model_pieces p JOIN model_chunks c ON "
+          "c.sha256=p.chunk WHERE p.job_id=models.job_id AND p.version=models.version AND "
+          "p.idx=0); DROP TABLE model_pieces; DROP TABLE model_chunks; DROP TABLE uploads; "
+          "DROP TABLE upload_chunks");
+    }
     if (version < 7) {
       server_.query(database_,
                     "ALTER TABLE rounds DROP COLUMN admitted;"
@@ -379,9 +386,11 @@ TEST_CASE("a model is stored as bytea of its own size: binary parameters, no tex
   CHECK(store->get_model(job, 0)->blob == blob);
   CHECK(*store->get_job_module(job) == blob);
   auto& server = PostgresServer::shared();
-  CHECK(server.query(backend.database(), "SELECT octet_length(blob) FROM models") ==
-        std::to_string(blob.size()));
-  CHECK(server.query(backend.database(), "SELECT pg_typeof(blob)::text FROM models") == "bytea");
+  CHECK(server.query(backend.database(),
+                     "SELECT SUM(octet_length(c.data)) FROM model_pieces p JOIN model_chunks c ON "
+                     "c.sha256=p.chunk") == std::to_string(blob.size()));
+  CHECK(server.query(backend.database(), "SELECT pg_typeof(data)::text FROM model_chunks LIMIT 1") ==
+        "bytea");
 }
 
 // Last: crash recovery in the cases above replays the WAL of every database made before.

@@ -82,7 +82,14 @@ class SqliteBackend : public contract::Backend {
   void rewind_schema(int version) override {
     REQUIRE(version >= 1);
     REQUIRE(version < kSchemaVersion);
-    if (version < 8) exec(path_, "DROP TABLE model_pieces; DROP TABLE uploads; DROP TABLE upload_chunks");
+    if (version < 8) {
+      // The contract's models are one piece each: back into models.blob.
+      exec(path_,
+          "UPDATE models SET blob=(SELECT c.data FROM model_pieces p JOIN model_chunks c ON "
+          "c.sha256=p.chunk WHERE p.job_id=models.job_id AND p.version=models.version AND "
+          "p.idx=0); DROP TABLE model_pieces; DROP TABLE model_chunks; DROP TABLE uploads; "
+          "DROP TABLE upload_chunks");
+    }
     if (version < 7) {
       exec(path_,
            "ALTER TABLE rounds DROP COLUMN admitted;"
@@ -231,7 +238,10 @@ TEST_CASE("migration 7 drops reservations, keeps accepted updates and counts the
   }
   // As schema 6 left it: b's place reserved, a's update accepted, no counter.
   exec(path,
-       "DROP TABLE model_pieces; DROP TABLE uploads; DROP TABLE upload_chunks;"
+       "UPDATE models SET blob=(SELECT c.data FROM model_pieces p JOIN model_chunks c ON "
+       "c.sha256=p.chunk WHERE p.job_id=models.job_id AND p.version=models.version);"
+       "DROP TABLE model_pieces; DROP TABLE model_chunks; DROP TABLE uploads;"
+       "DROP TABLE upload_chunks;"
        "ALTER TABLE rounds DROP COLUMN admitted;"
        "ALTER TABLE updates ADD COLUMN state TEXT NOT NULL DEFAULT 'accepted';"
        "ALTER TABLE updates ADD COLUMN expires_at REAL NOT NULL DEFAULT 0;"
@@ -247,4 +257,29 @@ TEST_CASE("migration 7 drops reservations, keeps accepted updates and counts the
   CHECK(updates->at(0).client == a);
   CHECK(store->list_rounds(job)->at(0).admitted == 1);
   CHECK(*store->admit_update({job, 1, b, {}, 6, "r2"}));  // the second of 2 fills the round
+}
+
+TEST_CASE("a version stores only the pieces of its model that earlier versions did not") {
+  testing::TempDir dir;
+  const std::string path = dir.file("fedcase.db");
+  auto store = open(path);
+  // Four pieces of 1 MiB that differ; the next version changes a byte of the last one (a
+  // model whose frozen tensors come first and whose trained head comes last).
+  std::string blob(4u << 20, '\0');
+  for (size_t i = 0; i < blob.size(); i += 1024) blob[i] = char(i >> 20);
+  std::string next = blob;
+  next[next.size() - 1] = 7;
+  const JobId job = *store->create_job(
+      {0, "j", json::object(), JobState::kRunning, json::object(), 0}, model(0, blob), "");
+  REQUIRE(store->open_round({job, 1, RoundState::kOpen, 0, {}, 0, 10, 0, json::object()}).ok());
+  ModelRecord v1 = model(1, next);
+  v1.job = job;
+  REQUIRE(store->commit_round({job, 1, RoundState::kOpen, 0, {}, 0, 10, 20, json::object()}, v1,
+                              json::object())
+              .ok());
+  CHECK(scalar(path, "SELECT COUNT(*) FROM model_pieces") == 8);
+  CHECK(scalar(path, "SELECT COUNT(*) FROM model_chunks") == 5);
+  CHECK(scalar(path, "SELECT SUM(length(data)) FROM model_chunks") == int64_t(5) << 20);
+  CHECK(store->get_model(job, 1)->blob == next);
+  CHECK(store->get_model(job, 0)->blob == blob);
 }
