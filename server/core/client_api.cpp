@@ -221,14 +221,22 @@ Result<UpdateAccepted> Coordinator::submit_update(ClientId client, JobId job_id,
                                                   RoundIndex round_index,
                                                   const Result<json>& meta_json,
                                                   std::string_view bytes, double upload_seconds) {
-  State& s = *state_;
+  return submit_blob(client, job_id, round_index, meta_json, bytes, upload_seconds,
+                     state_->config.max_upload_bytes);
+}
+
+Result<UpdateAccepted> Coordinator::submit_blob(ClientId client, JobId job_id,
+                                                RoundIndex round_index,
+                                                const Result<json>& meta_json,
+                                                std::string_view bytes, double upload_seconds,
+                                                uint64_t max_bytes) {
   return admit_upload(
       client, job_id, round_index, /*masked=*/false, meta_json, bytes.size(), upload_seconds,
       [&](const JobEntry& job, const HeldPlace& held, const protocol::UpdateMeta& meta,
           const std::function<Status()>& admit) -> Result<double> {
         // The update's values are validated and folded where they lie in the request body.
         BlobView update;
-        FEDCASE_RETURN_IF_ERROR(view_blob(bytes, s.config.max_upload_bytes, update));
+        FEDCASE_RETURN_IF_ERROR(view_blob(bytes, max_bytes, update));
         FEDCASE_RETURN_IF_ERROR(rounds::check_upload(
             job.update.layout, held.trained_on, held.round, job.config, update, meta.evaluation));
         FEDCASE_RETURN_IF_ERROR(admit());

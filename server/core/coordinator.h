@@ -379,6 +379,11 @@ class Coordinator {
   Result<UpdateAccepted> admit_upload(ClientId client, JobId job, RoundIndex round, bool masked,
                                       const Result<nlohmann::json>& meta, size_t body_bytes,
                                       double upload_seconds, const FoldUpload& fold);
+  // submit_update's work, for an update of at most `max_bytes` (a plain upload's
+  // max_upload_bytes, an upload session's max_chunked_upload_bytes).
+  Result<UpdateAccepted> submit_blob(ClientId client, JobId job, RoundIndex round,
+                                     const Result<nlohmann::json>& meta, std::string_view blob,
+                                     double upload_seconds, uint64_t max_bytes);
   // OK while round `round` of `job` wants `client`'s update; otherwise the session `upload`
   // is dropped and the answer is kGone saying why (task_status's reason).
   Status upload_wanted(ClientId client, JobId job, RoundIndex round, const std::string& upload);

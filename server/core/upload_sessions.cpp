@@ -129,7 +129,8 @@ Result<UpdateAccepted> Coordinator::submit_chunked(ClientId client,
   }
   auto bytes = (*spool)->map();
   if (!bytes.ok()) return bytes.status();
-  return submit_update(client, upload.job, upload.round, upload.meta, *bytes, upload.seconds);
+  return submit_blob(client, upload.job, upload.round, upload.meta, *bytes, upload.seconds,
+                     s.config.max_chunked_upload_bytes);
 }
 
 }  // namespace fedcase::server

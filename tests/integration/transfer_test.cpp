@@ -49,8 +49,10 @@ Reply open_session(Caller& client, const std::string& uploads_url, const std::st
 
 TEST_CASE("a chunked upload: malformed chunks change nothing, the whole update folds once") {
   TempDir dir;
+  // An update (about 400 KB) is larger than a plain upload may be: it goes in chunks.
   auto service = start_coordinator(dir, [](server::CoordinatorConfig& config) {
     config.upload_chunk_bytes = kChunk;
+    config.max_upload_bytes = 256 << 10;
     config.max_chunked_upload_bytes = 1 << 20;
   });
   const uint16_t port = service->port();
@@ -210,12 +212,18 @@ TEST_CASE("a chunked upload: malformed chunks change nothing, the whole update f
   CHECK(b.get("/v1/jobs/1/rounds/1/status").body["needed"] == true);
   CHECK(store_snapshot(db) == before);  // its session and chunks were stored, then dropped
 
-  // C's upload is half-done when B's plain update fills the round: its next chunk is told the
+  // C's upload is half-done when B's update fills the round: its next chunk is told the
   // round no longer needs it, and nothing of it is left.
   Reply half = open_session(c, uploads_url, update, sha256);
   REQUIRE(half.status == 201);
   REQUIRE(put_chunk(c, half.body["url"], update, 0, kChunk).status == 200);
-  CHECK(upload(b, task["upload_url"], update, good_update_meta()).status == 200);
+  CHECK(upload(b, task["upload_url"], update, good_update_meta()).status == 413);
+  Reply right = open_session(b, uploads_url, update, sha256);
+  REQUIRE(right.status == 201);
+  for (size_t at = 0; at < update.size(); at += kChunk) {
+    last = put_chunk(b, right.body["url"], update, at, std::min(kChunk, update.size() - at));
+  }
+  CHECK(last.body["accepted"] == true);
   REQUIRE(wait_until([&] { return !committed_rounds(admin.get("/v1/admin/jobs/1").body).empty(); },
                      60));
   const std::string committed = store_snapshot(db);
