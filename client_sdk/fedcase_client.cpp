@@ -14,7 +14,9 @@
 #include <exception>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "client_sdk/local_data.h"
@@ -70,7 +72,36 @@ thread_local std::string t_last_error;
 thread_local std::string t_callback_error;  // what a callback said with fedcase_set_error
 thread_local int t_callback_code = 0;       // the last code a callback returned, 0 when none
 
-int to_c(Code code) { return static_cast<int>(code); }
+// Each C++ code and its C number (fedcase_client.h): the numbers are the ABI's and stay put
+// when the C++ codes change.
+constexpr std::pair<Code, int> kCodes[] = {
+    {Code::kOk, FEDCASE_OK},
+    {Code::kInvalidArgument, FEDCASE_INVALID_ARGUMENT},
+    {Code::kUnauthenticated, FEDCASE_UNAUTHENTICATED},
+    {Code::kPermissionDenied, FEDCASE_PERMISSION_DENIED},
+    {Code::kNotFound, FEDCASE_NOT_FOUND},
+    {Code::kConflict, FEDCASE_CONFLICT},
+    {Code::kGone, FEDCASE_GONE},
+    {Code::kTooLarge, FEDCASE_TOO_LARGE},
+    {Code::kUnprocessable, FEDCASE_UNPROCESSABLE},
+    {Code::kResourceExhausted, FEDCASE_RESOURCE_EXHAUSTED},
+    {Code::kUnavailable, FEDCASE_UNAVAILABLE},
+    {Code::kInternal, FEDCASE_INTERNAL}};
+
+int to_c(Code code) {
+  for (const auto& [cpp, c] : kCodes) {
+    if (cpp == code) return c;
+  }
+  return FEDCASE_INTERNAL;
+}
+
+// The C++ code of a C number; nullopt for CANCELLED and numbers no code has.
+std::optional<Code> from_c(int code) {
+  for (const auto& [cpp, c] : kCodes) {
+    if (c == code) return cpp;
+  }
+  return std::nullopt;
+}
 
 int fail(int code, const std::string& message) {
   t_last_error = message;
@@ -99,10 +130,8 @@ Status callback_status(const char* callback, int code) {
   std::string message = std::string("the app's ") + callback + " callback returned " +
                         fedcase_code_name(code) + " (" + std::to_string(code) + ")";
   if (!t_callback_error.empty()) message += ": " + t_callback_error;
-  const Code c = code >= FEDCASE_INVALID_ARGUMENT && code <= FEDCASE_INTERNAL
-                     ? static_cast<Code>(code)
-                     : Code::kInternal;
-  return Status(c, message);
+  const std::optional<Code> c = from_c(code);
+  return Status(c && *c != Code::kOk ? *c : Code::kInternal, message);
 }
 
 // Calls an app callback: a non-zero return or an exception (a C++ app's) becomes a Status.
@@ -261,9 +290,7 @@ const char* fedcase_version(void) { return kVersion; }
 int fedcase_abi_version(void) { return FEDCASE_ABI_VERSION; }
 
 const char* fedcase_code_name(int code) {
-  if (code >= FEDCASE_OK && code <= FEDCASE_INTERNAL) {
-    return fedcase::code_name(static_cast<Code>(code));
-  }
+  if (const std::optional<Code> c = from_c(code)) return fedcase::code_name(*c);
   return code == FEDCASE_CANCELLED ? "cancelled" : "unknown";
 }
 

@@ -40,7 +40,7 @@ extern "C" {
 
 #define FEDCASE_ABI_VERSION 1
 
-/* Status codes: the C++ SDK's (common/status.h), in the same order, then CANCELLED. */
+/* Status codes. The numbers are part of the ABI: a new code is appended, never inserted. */
 typedef enum fedcase_code {
   FEDCASE_OK = 0,
   FEDCASE_INVALID_ARGUMENT = 1, /* a bad argument or config; also a NULL handle */
@@ -53,7 +53,8 @@ typedef enum fedcase_code {
   FEDCASE_RESOURCE_EXHAUSTED = 8,
   FEDCASE_UNAVAILABLE = 9,
   FEDCASE_INTERNAL = 10, /* an I/O failure, or a callback that threw */
-  FEDCASE_CANCELLED = 11 /* a callback gave up the round (any non-zero return fails it) */
+  FEDCASE_CANCELLED = 11, /* a callback gave up the round (any non-zero return fails it) */
+  FEDCASE_GONE = 12       /* what the call continues is no longer wanted (a dropped upload) */
 } fedcase_code;
 
 /* The SDK's version ("1.0.0") and its ABI version (FEDCASE_ABI_VERSION of the library).

@@ -61,7 +61,7 @@ fedcase_source* make_source(Records& r) {
 // What a trainer callback does in one test: reads every position in batches, reports
 // plan_loss(id) for each, returns parameters + 1; or fails as told.
 struct Behaviour {
-  enum Mode { kTrain, kReturnCancelled, kThrow, kNanLoss } mode = kTrain;
+  enum Mode { kTrain, kReturnCancelled, kThrow, kNanLoss, kNanParameter } mode = kTrain;
   std::vector<size_t> ids;  // the positions' ids, in the order read
   int releases = 0;
 };
@@ -90,6 +90,7 @@ int train_callback(void* u, const float* parameters, size_t count, fedcase_sampl
     (void)fedcase_samples_report_losses(samples, first, losses.data(), losses.size());
   }
   for (size_t i = 0; i < count; ++i) out[i] = parameters[i] + 1;
+  if (b->mode == Behaviour::kNanParameter && count > 0) out[0] = NAN;
   return FEDCASE_OK;
 }
 
@@ -131,6 +132,20 @@ TEST_CASE("version, codes and the last error of this thread") {
   CHECK_EQ(fedcase_abi_version(), FEDCASE_ABI_VERSION);
   CHECK_EQ(std::string(fedcase_code_name(FEDCASE_INVALID_ARGUMENT)), "invalid_argument");
   CHECK_EQ(std::string(fedcase_code_name(FEDCASE_CANCELLED)), "cancelled");
+  // The C numbers are the ABI's: each keeps its name whatever the C++ codes become.
+  const std::pair<int, const char*> names[] = {
+      {FEDCASE_OK, "ok"},
+      {FEDCASE_UNAUTHENTICATED, "unauthenticated"},
+      {FEDCASE_PERMISSION_DENIED, "permission_denied"},
+      {FEDCASE_NOT_FOUND, "not_found"},
+      {FEDCASE_CONFLICT, "conflict"},
+      {FEDCASE_TOO_LARGE, "too_large"},
+      {FEDCASE_UNPROCESSABLE, "unprocessable"},
+      {FEDCASE_RESOURCE_EXHAUSTED, "resource_exhausted"},
+      {FEDCASE_UNAVAILABLE, "unavailable"},
+      {FEDCASE_INTERNAL, "internal"},
+      {FEDCASE_GONE, "gone"}};
+  for (const auto& [code, name] : names) CHECK_EQ(std::string(fedcase_code_name(code)), name);
   CHECK_EQ(std::string(fedcase_code_name(99)), "unknown");
   CHECK_EQ(fedcase_config_set_seed(nullptr, 1), FEDCASE_INVALID_ARGUMENT);
   CHECK_EQ(last_error(), "config is NULL");
@@ -289,6 +304,10 @@ TEST_CASE("a callback that fails, throws or breaks the loss contract fails only 
   b.mode = Behaviour::kNanLoss;
   CHECK_EQ(round(), FEDCASE_INVALID_ARGUMENT);
   CHECK_NE(last_error().find("not finite"), std::string::npos);
+
+  b.mode = Behaviour::kNanParameter;  // the SDK's own check, not a callback's code
+  CHECK_EQ(round(), FEDCASE_INTERNAL);
+  CHECK_NE(last_error().find("non-finite parameter"), std::string::npos);
 
   records.fail_reads = true;
   b.mode = Behaviour::kTrain;

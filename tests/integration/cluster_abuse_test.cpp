@@ -66,7 +66,7 @@ TEST_CASE("bad input through HAProxy and at every replica is refused alike and c
         write_replica_config(dir, name, server.url(database), limits), dir.file(name + ".log"));
   }
   for (const auto& [name, process] : replicas) {
-    const uint16_t port = wait_for_port(dir.file(name + ".port"));
+    const uint16_t port = wait_for_port(dir.file(name + ".port"), dir.file(name + ".log"));
     REQUIRE(port != 0);
     targets.emplace_back(name, port);
     backend.push_back(port);

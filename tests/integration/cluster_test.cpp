@@ -77,7 +77,7 @@ struct Cluster {
                                                             dir.file(name + ".log"));
     }
     for (const auto& [name, process] : replicas) {
-      ports[name] = wait_for_port(dir.file(name + ".port"));
+      ports[name] = wait_for_port(dir.file(name + ".port"), dir.file(name + ".log"));
       REQUIRE(ports[name] != 0);
       backend.push_back(ports[name]);
     }

@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 
+#include <deque>
 #include <fstream>
 #include <string>
 
@@ -67,16 +68,30 @@ inline std::string write_replica_config(const TempDir& dir, const std::string& n
   return path;
 }
 
-// The port the coordinator wrote to `port_file`, once it has (0 after 30 s without).
-inline uint16_t wait_for_port(const std::string& port_file) {
+// The port the coordinator wrote to `port_file`, once it has (0 after 60 s without: a
+// loaded 2-core machine starting several replicas at once). Giving up, it shows the end of
+// `log_path` (the coordinator's output) when one is named.
+inline uint16_t wait_for_port(const std::string& port_file, const std::string& log_path = "") {
   uint16_t port = 0;
-  wait_until(
+  const bool written = wait_until(
       [&] {
         std::ifstream in(port_file);
         return static_cast<bool>(in >> port);
       },
-      30);
-  return port;
+      60);
+  if (!written && !log_path.empty()) {
+    std::ifstream log(log_path);
+    std::deque<std::string> tail;
+    for (std::string line; std::getline(log, line);) {
+      tail.push_back(line);
+      if (tail.size() > 40) tail.pop_front();
+    }
+    std::string text;
+    for (const std::string& line : tail) text += line + "\n";
+    MESSAGE("no port in " << port_file << " after 60 s; the end of " << log_path << ":\n"
+                          << text);
+  }
+  return written ? port : 0;
 }
 
 }  // namespace fedcase::testing
