@@ -211,10 +211,7 @@ Status read(const nlohmann::json& value, const std::string& where, SecAggMaskedI
   r.require("words")
       .integer("words", out.words, 2, kMaxSecAggVectorLength + 1)
       .require("word_bytes")
-      .integer("word_bytes", out.word_bytes, 4, 8);
-  if (r.status().ok()) {
-    check(r, out.word_bytes == 4 || out.word_bytes == 8, "word_bytes", "must be 4 or 8");
-  }
+      .integer("word_bytes", out.word_bytes, 1, 8);
   read_ids(r, "refused_shares", out.refused_shares);
   return finish(r, keys);
 }
@@ -388,8 +385,8 @@ nlohmann::json write_secagg_unmask_response(const SecAggUnmaskResponse& m) {
 }
 
 Status check_masked_vector(const SecAggMaskedInput& header, size_t body_bytes) {
-  if (header.word_bytes != 4 && header.word_bytes != 8) {
-    return invalid_argument("secagg_masked_input.word_bytes must be 4 or 8");
+  if (header.word_bytes < 1 || header.word_bytes > 8) {
+    return invalid_argument("secagg_masked_input.word_bytes must be in [1, 8]");
   }
   if (header.words > std::numeric_limits<size_t>::max() / header.word_bytes ||
       header.words * header.word_bytes != body_bytes) {

@@ -166,7 +166,7 @@ struct SecAggMaskedInput {
   RoundIndex round = 1;
   ClientId client = 0;
   uint64_t words = 1;       // params.vector_length + 1 (the weight), in [2, 2^32 + 1]
-  uint32_t word_bytes = 4;  // 4 (bits <= 32) or 8
+  uint32_t word_bytes = 4;  // the fewest bytes that hold params.bits, in [1, 8]
   // Neighbours whose forwarded share the client could not decrypt: it holds no share of their
   // secrets (at most kMaxSecAggClients).
   std::vector<ClientId> refused_shares;

@@ -328,18 +328,19 @@ Result<JobConfig> parse_job_config(const json& j) {
   if (c.mode != "sync" && c.mode != "async") {
     return invalid_argument("job.mode must be \"sync\" or \"async\"");
   }
-  if (secure && c.compression) {
+  if (secure && c.compression && c.compression->kind == "top_k") {
     return invalid_argument(
-        c.compression->kind == "top_k"
-            ? "job.compression \"top_k\" cannot go with secure_aggregation: masks cancel only in "
-              "a sum of every value of every client, and a sparse update leaves most out"
-            : "job.compression \"q8\" does not apply with secure_aggregation: a masked input "
-              "is already quantised, to secure_aggregation's fixed-point bits, before masking");
+        "job.compression \"top_k\" cannot go with secure_aggregation: masks cancel only in a "
+        "sum of every value of every client, and a sparse update leaves most out");
   }
   if (secure) {
     auto secure_config = parse_secure(*secure, c);
     if (!secure_config.ok()) return secure_config.status();
     c.secure_aggregation = *secure_config;
+    // q8 in a secure job: the masked input is already fixed-point; each client's coordinate
+    // takes 8 signed bits of it (one scale for every client, so that the sum decodes), and
+    // the words carry only the bits the round's sum needs (docs/secure_aggregation.md).
+    if (c.compression) c.secure_aggregation->client_bits = 8;
   }
   if (!c.asynchronous()) {
     if (j.is_object() && j.contains("async")) {

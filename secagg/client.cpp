@@ -203,9 +203,9 @@ class MaskingState : public ClientState {
                       vector.data() + begin);
     }));
     vector[count] = w;
+    FEDCASE_RETURN_IF_ERROR(apply_streams(streams, vector.size(), lane_bytes(params_.bits),
+                                          *binding_.pool, vector.data()));
     const uint32_t bytes = word_bytes(params_.bits);
-    FEDCASE_RETURN_IF_ERROR(
-        apply_streams(streams, vector.size(), bytes, *binding_.pool, vector.data()));
 
     SecAggMaskedVector out;
     out.header = {binding_.job, binding_.round, binding_.self, vector.size(), bytes, refused};

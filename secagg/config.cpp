@@ -1,5 +1,6 @@
 #include "secagg/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -90,6 +91,15 @@ Result<protocol::SecAggParams> round_params(const SecureAggregationConfig& c, ui
   Result<double> scale = max_scale(invitees, c.clip, c.max_weight, c.bits);
   if (!scale.ok()) return scale.status();
   p.scale = *scale;
+  if (c.client_bits > 0) {
+    // A client's clipped coordinate spans [-levels, levels] steps, and the sum of `invitees`
+    // of them (and of their weights) needs only so many bits: fewer bytes a word.
+    const double levels = std::exp2(double(c.client_bits) - 1) - 1;
+    p.scale = std::min(p.scale, levels / c.clip);
+    Result<uint32_t> bits = modulus_bits(invitees, c.clip, p.scale, c.max_weight);
+    if (!bits.ok()) return bits.status();
+    p.bits = *bits;
+  }
   FEDCASE_RETURN_IF_ERROR(validate_params(p, invitees));
   return p;
 }

@@ -34,6 +34,10 @@ struct SecureAggregationConfig {
   double clip = 0;
   uint32_t bits = 32;             // arithmetic mod 2^bits, [16, 64]
   uint64_t max_weight = 1 << 16;  // a client's FedAvg weight (its samples) is clipped to this
+  // > 0: each client's coordinate is quantised to this many signed bits (the job's
+  // compression "q8" sets 8; never read from the section), and a round's modulus is the fewest
+  // bits the sum of its clients needs, at most `bits`. 0: the finest scale `bits` allows.
+  uint32_t client_bits = 0;
   // The longest the key-advertising, key-sharing and unmasking stages each wait for the
   // clients that have not answered yet (a stage also closes once every client has).
   double stage_seconds = 10;
@@ -46,7 +50,9 @@ nlohmann::json write_secure_aggregation(const SecureAggregationConfig& config);
 
 // The parameters of a round with `invitees` clients over a model of `vector_length`
 // parameters: the derived (or complete) graph's degree and threshold for that many clients,
-// config.bits, config.clip, config.max_weight, and the finest scale that fits. kInvalidArgument
+// config.clip, config.max_weight, and the finest scale that fits config.bits with config.bits
+// (with client_bits: the coarser of that scale and 2^(client_bits - 1) - 1 steps per clip, and
+// the fewest bits that sum needs). kInvalidArgument
 // saying why when no graph or scale fits (too few invitees for the threshold or the fractions).
 Result<protocol::SecAggParams> round_params(const SecureAggregationConfig& config,
                                             uint64_t invitees, uint64_t vector_length);

@@ -64,8 +64,12 @@ Result<uint32_t> modulus_bits(uint64_t clients, double clip, double scale, uint6
 // (kInvalidArgument when there is none).
 Result<double> max_scale(uint64_t clients, double clip, uint64_t max_weight, uint32_t bits);
 
-// Bytes per word of the masked vector: 4 when bits <= 32, else 8.
-inline uint32_t word_bytes(uint32_t bits) { return bits <= 32 ? 4 : 8; }
+// Bytes per word of a masked vector as it travels and is stored: the fewest that hold `bits`
+// (1 to 8), as every sum is taken mod 2^bits.
+inline uint32_t word_bytes(uint32_t bits) { return (bits + 7) / 8; }
+// Bytes per word of the mask streams and of the running sums in memory: 4 when bits <= 32,
+// else 8 (a sum mod 2^32 or 2^64 is also the sum mod 2^bits).
+inline uint32_t lane_bytes(uint32_t bits) { return bits <= 32 ? 4 : 8; }
 
 // Checks `params` for a round of `participants` clients summed: the protocol reader's ranges,
 // a threshold of at least 1 and at most the degree, a degree the graph can have (<=

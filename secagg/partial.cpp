@@ -14,7 +14,7 @@ MaskedPartial::MaskedPartial(uint64_t words, uint32_t word_bytes, size_t threads
     : words_(words),
       word_bytes_(word_bytes),
       pool_(std::make_unique<aggregation::WorkerPool>(threads)) {
-  if (word_bytes_ == 4) {
+  if (word_bytes_ <= 4) {
     sum32_.assign(words_, 0);
   } else {
     sum64_.assign(words_, 0);
@@ -26,8 +26,8 @@ Status MaskedPartial::fold(const protocol::SecAggMaskedInput& header, std::strin
     return invalid_argument("a masked vector of " + std::to_string(words_) + " words of " +
                             std::to_string(word_bytes_) + " bytes is expected");
   }
-  FEDCASE_RETURN_IF_ERROR(word_bytes_ == 4 ? fold_words(sum32_, body, *pool_)
-                                           : fold_words(sum64_, body, *pool_));
+  FEDCASE_RETURN_IF_ERROR(word_bytes_ <= 4 ? fold_words(sum32_, body, word_bytes_, *pool_)
+                                           : fold_words(sum64_, body, word_bytes_, *pool_));
   inputs_.emplace_back(header.client, header.refused_shares);
   return ok_status();
 }
@@ -36,14 +36,11 @@ std::string MaskedPartial::encode() const {
   nlohmann::json inputs = nlohmann::json::array();
   for (const auto& [client, refused] : inputs_) inputs.push_back({client, refused});
   const std::string header = nlohmann::json{{"inputs", inputs}}.dump();
-  const size_t sum_bytes = words_ * word_bytes_;
-  std::string out(kLengthBytes + header.size() + sum_bytes, '\0');
-  uint64_t length = header.size();
+  std::string out(kLengthBytes, '\0');
+  const uint64_t length = header.size();
   for (size_t i = 0; i < kLengthBytes; ++i) out[i] = static_cast<char>((length >> (8 * i)) & 0xff);
-  std::memcpy(out.data() + kLengthBytes, header.data(), header.size());
-  const void* sum = word_bytes_ == 4 ? static_cast<const void*>(sum32_.data())
-                                     : static_cast<const void*>(sum64_.data());
-  std::memcpy(out.data() + kLengthBytes + header.size(), sum, sum_bytes);  // little-endian host
+  out += header;
+  out += word_bytes_ <= 4 ? pack_words(sum32_, word_bytes_) : pack_words(sum64_, word_bytes_);
   return out;
 }
 

@@ -352,7 +352,7 @@ Status SecAggServer::receive_masked_input(ClientId sender, const protocol::SecAg
                                           std::string_view body) {
   MutexLock lock(mu_);
   FEDCASE_RETURN_IF_ERROR(check_input(sender, h, body.size()));
-  FEDCASE_RETURN_IF_ERROR(with_sum([&](auto& sum) { return fold_words(sum, body, *pool_); }));
+  FEDCASE_RETURN_IF_ERROR(with_sum([&](auto& sum) { return fold_words(sum, body, word_bytes_, *pool_); }));
   survivors_.insert(sender);
   for (ClientId refused : h.refused_shares) refusers_[refused].insert(sender);
   return ok_status();
@@ -374,7 +374,7 @@ Result<std::vector<ClientId>> SecAggServer::merge_masked_partial(std::string_vie
     for (ClientId refused : refused_shares) refusers[refused].insert(sender);
   }
   FEDCASE_RETURN_IF_ERROR(
-      with_sum([&](auto& sum) { return fold_words(sum, partial->sum, *pool_); }));
+      with_sum([&](auto& sum) { return fold_words(sum, partial->sum, word_bytes_, *pool_); }));
   survivors_ = std::move(survivors);
   refusers_ = std::move(refusers);
   std::vector<ClientId> senders;

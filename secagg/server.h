@@ -163,11 +163,11 @@ class SecAggServer {
   // Calls f(sum32_) or f(sum64_), whichever the round's bits use.
   template <class F>
   auto with_sum(F&& f) FEDCASE_REQUIRES(mu_) {
-    return word_bytes_ == 4 ? f(sum32_) : f(sum64_);
+    return word_bytes_ <= 4 ? f(sum32_) : f(sum64_);
   }
   template <class F>
   auto with_sum(F&& f) const FEDCASE_REQUIRES(mu_) {
-    return word_bytes_ == 4 ? f(sum32_) : f(sum64_);
+    return word_bytes_ <= 4 ? f(sum32_) : f(sum64_);
   }
   void free_sum() FEDCASE_REQUIRES(mu_);
   // Clients among `candidates` that hold a valid share of `owner`'s secrets.

@@ -488,25 +488,32 @@ TEST_CASE("SDK sessions train with secure aggregation, with DP and a server opti
       {"rule", "fedavg"}, {"clip_norm", 20}, {"dp_noise_multiplier", 0.1}};
   private_job["server_optimizer"] = {{"name", "fedadam"}, {"lr", 0.01}};
   private_job["secure_aggregation"] = {{"threshold", 3}};
-  for (const json& config : {plain_mean, private_job}) {
+  // 8-bit clients: the masked words carry only the bits the sum of 5 clients needs.
+  json q8_job = plain_mean;
+  q8_job["name"] = "secure-q8";
+  q8_job["compression"] = {{"kind", "q8"}};
+  q8_job["secure_aggregation"]["max_weight"] = 255;
+  q8_job["secure_aggregation"]["clip"] = 5;
+  for (const json& config : {plain_mean, private_job, q8_job}) {
     Reply created = admin.post("/v1/admin/jobs", config);
     REQUIRE_MESSAGE(created.status == 201, created.raw);
   }
-  json first, second;
+  json first, second, third;
   const bool finished = wait_until(
       [&] {
         first = admin.get("/v1/admin/jobs/1").body;
         second = admin.get("/v1/admin/jobs/2").body;
+        third = admin.get("/v1/admin/jobs/3").body;
         const auto done = [](const json& d) {
           auto rounds = committed_rounds(d);
           return d.value("state", "") == "finished" && !rounds.empty() &&
                  rounds.back()["metrics"].contains("test_accuracy");
         };
-        return done(first) && done(second);
+        return done(first) && done(second) && done(third);
       },
       400);
   (*fleet)->stop();
-  REQUIRE_MESSAGE(finished, first.dump() << "\n" << second.dump());
+  REQUIRE_MESSAGE(finished, first.dump() << "\n" << second.dump() << "\n" << third.dump());
   auto rounds = committed_rounds(first);
   REQUIRE(rounds.size() == 3);
   for (const json& r : rounds) {
@@ -528,6 +535,18 @@ TEST_CASE("SDK sessions train with secure aggregation, with DP and a server opti
   for (const json& r : rounds) inputs += r["metrics"]["updates"].get<uint64_t>();
   for (const json& r : private_rounds) inputs += r["metrics"]["updates"].get<uint64_t>();
   CHECK(answers >= inputs);
+  // max(ceil(log2(2 x 5 x 127 + 2)), ceil(log2(5 x 255 + 1))) = 11 bits: 2-byte words.
+  auto q8_rounds = committed_rounds(third);
+  REQUIRE(q8_rounds.size() == 3);
+  for (const json& r : q8_rounds) {
+    CHECK(r["metrics"]["updates"] == 5);
+    CHECK(r["metrics"]["secure_aggregation"]["bits"] == 11);
+    CHECK(r["metrics"]["secure_aggregation"]["scale"].get<double>() == doctest::Approx(127.0 / 5));
+  }
+  const double q8_accuracy = q8_rounds.back()["metrics"]["test_accuracy"];
+  MESSAGE("secure 8-bit rounds' accuracy " << q8_rounds[0]["metrics"]["test_accuracy"] << " -> "
+                                           << q8_accuracy);
+  CHECK(q8_accuracy > 0.5);
 }
 
 TEST_CASE("the demo job with secure aggregation reaches 80% test accuracy (short variant)") {

@@ -79,8 +79,12 @@ TEST_CASE("secure-aggregation readers refuse what breaks their rules, naming the
   CHECK_FALSE(read_secagg_shares(write_secagg_shares(shares)).ok());
 
   json masked = write_secagg_masked_input({1, 2, 3, 11, 4, {}});
-  masked["word_bytes"] = 5;
+  masked["word_bytes"] = 9;
   CHECK_FALSE(read_secagg_masked_input(masked).ok());
+  masked["word_bytes"] = 0;
+  CHECK_FALSE(read_secagg_masked_input(masked).ok());
+  masked["word_bytes"] = 3;  // a 17- to 24-bit modulus
+  CHECK(read_secagg_masked_input(masked).ok());
   masked["word_bytes"] = 8;
   masked["words"] = 1;
   CHECK_FALSE(read_secagg_masked_input(masked).ok());
@@ -102,7 +106,9 @@ TEST_CASE("a masked vector's body must be exactly what its header announces") {
   header.word_bytes = 8;
   CHECK(check_masked_vector(header, 88).ok());
   header.word_bytes = 3;
-  CHECK(check_masked_vector(header, 33).code() == Code::kInvalidArgument);
+  CHECK(check_masked_vector(header, 33).ok());
+  header.word_bytes = 9;
+  CHECK(check_masked_vector(header, 99).code() == Code::kInvalidArgument);
   header.word_bytes = 8;
   header.words = UINT64_MAX;  // words x word_bytes overflows: never equal to a body size
   CHECK(check_masked_vector(header, 8).code() == Code::kUnprocessable);

@@ -288,7 +288,7 @@ TEST_CASE("a model with buffers cannot have DP or secure aggregation, and is tol
         std::string::npos);
 }
 
-TEST_CASE("compression: q8 or top_k, read as the task reads it, and never with secure aggregation") {
+TEST_CASE("compression: q8 or top_k, read as the task reads it; top_k never with secure aggregation") {
   auto parsed = parse_job_config({{"name", "j"}, {"compression", {{"kind", "top_k"}, {"fraction", 0.05}}}});
   REQUIRE_MESSAGE(parsed.ok(), parsed.status().to_string());
   REQUIRE(parsed->compression);
@@ -308,8 +308,15 @@ TEST_CASE("compression: q8 or top_k, read as the task reads it, and never with s
         "job.compression.fraction must be a number in (0, 1]");
   CHECK(message({{"kind", "top_k"}}, {{"secure_aggregation", {{"clip", 1}}}}).find("masks cancel") !=
         std::string::npos);
-  CHECK(message({{"kind", "q8"}}, {{"secure_aggregation", {{"clip", 1}}}}).find("already quantised") !=
-        std::string::npos);
+  // q8 with secure aggregation: each client's masked coordinate takes 8 bits.
+  auto secure_q8 = parse_job_config({{"name", "j"},
+                                     {"compression", {{"kind", "q8"}}},
+                                     {"secure_aggregation", {{"clip", 1}}}});
+  REQUIRE_MESSAGE(secure_q8.ok(), secure_q8.status().to_string());
+  CHECK(secure_q8->secure_aggregation->client_bits == 8);
+  auto secure = parse_job_config({{"name", "j"}, {"secure_aggregation", {{"clip", 1}}}});
+  REQUIRE(secure.ok());
+  CHECK(secure->secure_aggregation->client_bits == 0);
 }
 
 TEST_CASE("trainable names tensors or modules of an uploaded model") {

@@ -54,5 +54,33 @@ TEST_CASE("a round's parameters: the derived graph, or the complete one with a t
   CHECK_FALSE(round_params(c, 3, 10).ok());  // 5% of 3 rounds up to one client: no graph fits
 }
 
+TEST_CASE("8-bit clients: 127 steps per clip each, and a modulus of the bits their sum needs") {
+  SecureAggregationConfig c;
+  c.clip = 10;
+  c.client_bits = 8;
+  c.max_weight = 255;
+  for (const auto& [invitees, bits] : {std::pair<uint64_t, uint32_t>{10, 12}, {100, 15},
+                                       {1000, 18}}) {
+    CAPTURE(invitees);
+    auto p = round_params(c, invitees, 1000);
+    REQUIRE_MESSAGE(p.ok(), p.status().to_string());
+    CHECK(p->scale == doctest::Approx(12.7));  // a coordinate at the clip is 127 steps
+    // max(ceil(log2(2 K 127 + 2)), ceil(log2(255 K + 1))): 2 or 3 bytes a word, not 4.
+    CHECK(p->bits == bits);
+    CHECK(word_bytes(p->bits) == (bits + 7) / 8);
+    CHECK(validate_params(*p, invitees).ok());
+  }
+  // The default max_weight (2^16) makes the weights' sum the widest part.
+  c.max_weight = 1 << 16;
+  CHECK(round_params(c, 100, 1000)->bits == 23);
+  // Bits too few for 8-bit clients: the scale coarsens to fit them, as without client_bits.
+  c.bits = 16;
+  c.max_weight = 15;
+  auto coarse = round_params(c, 1000, 1000);
+  REQUIRE(coarse.ok());
+  CHECK(coarse->bits <= 16);
+  CHECK(coarse->scale < 12.7);
+}
+
 }  // namespace
 }  // namespace fedcase::secagg

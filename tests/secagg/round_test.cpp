@@ -145,19 +145,25 @@ TEST_CASE("the unmasked sum is the plaintext weighted sum, for K = 3, 10, 50 and
   }
 }
 
-TEST_CASE("64-bit words: a modulus above 32 bits gives the same sum") {
-  RoundOptions o = options(10, 4, 3);
-  o.bits = 48;
-  TestRound round(o);
-  const Inputs in = make_inputs(round);
-  Result<SecAggSum> sum = full_round(round, in);
-  REQUIRE_MESSAGE(sum.ok(), sum.status().to_string());
-  CHECK(round.masked_of(round.invitees()[0]).header.word_bytes == 8);
-  check_sum(round, in, *sum, round.invitees());
+TEST_CASE("a modulus of any width gives the same sum, its words in the fewest bytes") {
+  for (const auto& [bits, bytes] : {std::pair<uint32_t, uint32_t>{16, 2}, {20, 3}, {32, 4},
+                                    {40, 5}, {48, 6}, {64, 8}}) {
+    CAPTURE(bits);
+    RoundOptions o = options(10, 4, 3);
+    o.bits = bits;
+    TestRound round(o);
+    const Inputs in = make_inputs(round);
+    Result<SecAggSum> sum = full_round(round, in);
+    REQUIRE_MESSAGE(sum.ok(), sum.status().to_string());
+    const SecAggMaskedVector& masked = round.masked_of(round.invitees()[0]);
+    CHECK(masked.header.word_bytes == bytes);
+    CHECK(masked.body.size() == (o.length + 1) * bytes);
+    check_sum(round, in, *sum, round.invitees());
+  }
 }
 
 TEST_CASE("masked inputs folded into other replicas' partials give the same sum, or none") {
-  for (uint32_t bits : {32u, 48u}) {
+  for (uint32_t bits : {20u, 32u, 48u}) {
     CAPTURE(bits);
     RoundOptions o = options(12, 6, 4);
     o.bits = bits;
@@ -166,8 +172,7 @@ TEST_CASE("masked inputs folded into other replicas' partials give the same sum,
     round.advertise();
     round.share();
     // A third of the inputs reach the owner, the others two replicas' partials, in turn.
-    const uint32_t word_bytes = bits <= 32 ? 4 : 8;
-    MaskedPartial b(o.length + 1, word_bytes, 2), c(o.length + 1, word_bytes, 2);
+    MaskedPartial b(o.length + 1, word_bytes(bits), 2), c(o.length + 1, word_bytes(bits), 2);
     size_t n = 0;
     const std::set<ClientId> sent = round.mask(
         in.updates, in.weights, {}, [&](ClientId client, const SecAggMaskedVector& m) {
