@@ -243,6 +243,14 @@ uint32_t index_at(const char* indices, size_t k) {
 
 }  // namespace
 
+uint64_t blob_values_offset(const ModelLayout& layout) {
+  // magic, format, version, encoding, tensor count; per tensor its name's length and bytes,
+  // rank, dims and kind; then the element count.
+  uint64_t bytes = 4 + 4 + 8 + 4 + 4 + 8;
+  for (const TensorSpec& t : layout.tensors) bytes += 2 + t.name.size() + 4 + 8 * t.shape.size() + 1;
+  return bytes;
+}
+
 std::string encode_blob(const ModelBlob& blob) {
   std::string out =
       blob_header(blob, ValueEncoding::kFloat32, blob.data.size() * sizeof(float));

@@ -2,8 +2,10 @@
 // coordinator receives it with a chunk (docs/protocol.md, "Uploads in chunks"), read by
 // protocol::parse_content_range and then placed by rounds::place_chunk in a few sessions. A
 // range that reads must write back the same text; a chunk that is placed must lie inside its
-// update, on the grid, no further than the next chunk to store.
+// update, on the grid, no further than the next chunk to store; checking a chunk of that
+// range's values (rounds::check_chunk) reads only inside the chunk (under ASan).
 
+#include <algorithm>
 #include <string>
 
 #include "fuzz/fuzz_target.h"
@@ -32,6 +34,14 @@ FEDCASE_FUZZ_TARGET(upload_chunk) {
         fedcase::fuzz::fuzz_fail("placed a chunk where it does not go");
       }
     }
+  }
+  const fedcase::ModelLayout layout{
+      {{"w", {1000}}, {"b", {3}, fedcase::TensorKind::kFloatBuffer}}};
+  fedcase::rounds::JobConfig config;
+  config.max_update_norm = 1;
+  const std::string chunk(std::min<uint64_t>(range->length(), 8192), '\x01');  // tiny finite floats
+  if (!fedcase::rounds::check_chunk(layout, config, range->first, chunk).ok()) {
+    fedcase::fuzz::fuzz_fail("refused a chunk of finite values within the bound");
   }
   return 0;
 }

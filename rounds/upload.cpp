@@ -78,6 +78,38 @@ scheduling::RoundReport completion_report(const protocol::UpdateMeta& meta, uint
   return report;
 }
 
+Status check_chunk(const ModelLayout& carried, const JobConfig& config, uint64_t offset,
+                   std::string_view chunk) {
+  if (config.compression) return ok_status();
+  constexpr uint64_t kValueBytes = sizeof(float);
+  const uint64_t values_start = blob_values_offset(carried);
+  const uint64_t values_end = values_start + carried.element_count() * kValueBytes;
+  const uint64_t chunk_end = offset + chunk.size();
+  if (chunk_end <= values_start || offset >= values_end) return ok_status();
+  // The values [first, last) lie whole in the chunk.
+  const uint64_t first =
+      (std::max(offset, values_start) - values_start + kValueBytes - 1) / kValueBytes;
+  const uint64_t last = (std::min(chunk_end, values_end) - values_start) / kValueBytes;
+  if (first >= last) return ok_status();
+  const auto* values = reinterpret_cast<const UnalignedFloat*>(
+      chunk.data() + (values_start + first * kValueBytes - offset));
+  const size_t bad = first_non_finite(values, last - first);
+  if (bad < last - first) {
+    return unprocessable("update value " + std::to_string(first + bad) + " is not finite");
+  }
+  const uint64_t parameters_end = std::min<uint64_t>(last, carried.parameter_count());
+  if (config.max_update_norm > 0 && first < parameters_end) {
+    const double norm = aggregation::l2_norm(values, parameters_end - first);
+    if (norm > config.max_update_norm) {
+      return unprocessable("update L2 norm exceeds the bound " +
+                           std::to_string(config.max_update_norm) + " in values " +
+                           std::to_string(first) + " to " + std::to_string(parameters_end - 1) +
+                           " alone (" + std::to_string(norm) + ")");
+    }
+  }
+  return ok_status();
+}
+
 Status check_chunked_upload(const JobConfig& config) {
   if (config.secure_aggregation) {
     return conflict("the job uses secure aggregation: its masked inputs are sent whole");

@@ -56,6 +56,15 @@ scheduling::RoundReport completion_report(const protocol::UpdateMeta& meta, uint
 // for an asynchronous one (a task carries over from buffer to buffer; a session lives in one).
 Status check_chunked_upload(const JobConfig& config);
 
+// The checks a chunk of an update in an upload session passes as it arrives, before the update
+// is whole (check_upload runs on the whole one): each value of a float32 update `carried`
+// (check_upload's) that lies whole in the chunk is finite, and the parameters among them do
+// not already exceed config.max_update_norm (the whole update's norm is at least theirs).
+// `offset` is the chunk's first byte in the update. A job whose updates are compressed gets
+// them checked at the end only. kUnprocessable naming the first value or the norm at fault.
+Status check_chunk(const ModelLayout& carried, const JobConfig& config, uint64_t offset,
+                   std::string_view chunk);
+
 // Where a chunk of an upload session goes. The update's `bytes` are cut in chunks of
 // `chunk_bytes` (the last one shorter, maybe), and the first `stored` chunks are held; a chunk
 // arrives as bytes [range.first, range.last] of range.total.

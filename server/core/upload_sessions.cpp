@@ -86,6 +86,11 @@ Result<Coordinator::ChunkAnswer> Coordinator::put_upload_chunk(
     }
     return ChunkAnswer{progress_of(*upload), std::nullopt};
   }
+  // A bad value is refused with the chunk that carries it, not once the update is whole.
+  auto entry = s.find_job(job);
+  if (!entry.ok()) return entry.status();
+  FEDCASE_RETURN_IF_ERROR(rounds::check_chunk((*entry)->update.layout, (*entry)->config,
+                                              range->first, bytes));
   FEDCASE_RETURN_IF_ERROR(
       s.store->put_upload_chunk(job, round, id, place->index, bytes, receive_seconds));
   upload->chunks = place->index + 1;

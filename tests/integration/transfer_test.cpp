@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "client_sdk/fleet.h"
 #include "common/blob.h"
 #include "common/crypto.h"
@@ -211,6 +213,26 @@ TEST_CASE("a chunked upload: malformed chunks change nothing, the whole update f
   CHECK(last.status == 422);
   CHECK(b.get("/v1/jobs/1/rounds/1/status").body["needed"] == true);
   CHECK(store_snapshot(db) == before);  // its session and chunks were stored, then dropped
+
+  // A value that is not finite is refused with the chunk that carries it, before the update is
+  // whole: the session stands where it was.
+  std::vector<float> poisoned_delta = delta;
+  const size_t poisoned_at = (2 * kChunk + 100 - blob_values_offset(global.layout)) / 4;
+  poisoned_delta[poisoned_at] = std::nanf("");
+  const std::string poisoned = update_body(poisoned_delta, 0, global.layout);
+  Reply bad_session = open_session(b, uploads_url, poisoned, sha256_hex(poisoned));
+  REQUIRE(bad_session.status == 201);
+  const std::string bad_url = bad_session.body["url"];
+  REQUIRE(put_chunk(b, bad_url, poisoned, 0, kChunk).status == 200);
+  REQUIRE(put_chunk(b, bad_url, poisoned, kChunk, kChunk).status == 200);
+  before = store_snapshot(db);
+  Reply nan_chunk = put_chunk(b, bad_url, poisoned, 2 * kChunk, kChunk);
+  CHECK(nan_chunk.status == 422);
+  CHECK_MESSAGE(nan_chunk.raw.find("update value " + std::to_string(poisoned_at) +
+                                   " is not finite") != std::string::npos,
+                nan_chunk.raw);
+  CHECK(store_snapshot(db) == before);
+  CHECK(b.get(bad_url).body["received"] == 2 * kChunk);
 
   // C's upload is half-done when B's update fills the round: its next chunk is told the
   // round no longer needs it, and nothing of it is left.

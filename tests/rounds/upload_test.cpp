@@ -5,6 +5,9 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <string>
+
 namespace fedcase::rounds {
 namespace {
 
@@ -98,6 +101,49 @@ TEST_CASE("a chunk goes at its place in the grid, in order, or is refused saying
   CHECK(chunk_count(10, 4) == 3);
   CHECK(chunk_count(8, 4) == 2);
   CHECK(chunk_count(1, 4) == 1);
+}
+
+TEST_CASE("a chunk's whole values are finite and its parameters within the norm bound") {
+  // Parameters w[6], then a buffer b[2]: values 0-5 are counted in the norm, 6-7 are not.
+  const ModelLayout layout{{{"w", {6}}, {"b", {2}, TensorKind::kFloatBuffer}}};
+  ModelBlob update{3, layout, {1, 1, 1, 1, 1, 1, 50, 50}};
+  std::string body = encode_blob(update);
+  const uint64_t start = blob_values_offset(layout);
+  CHECK(body.size() == start + 8 * sizeof(float) + 4);  // the header, the values, the CRC
+  JobConfig config;
+  // Chunks of 10 bytes: whatever value lies whole in a chunk is checked there.
+  auto check_all = [&](const std::string& bytes) -> Status {
+    for (size_t offset = 0; offset < bytes.size(); offset += 10) {
+      FEDCASE_RETURN_IF_ERROR(
+          check_chunk(layout, config, offset, std::string_view(bytes).substr(offset, 10)));
+    }
+    return ok_status();
+  };
+  CHECK(check_all(body).ok());
+  for (size_t bad = 0; bad < 8; ++bad) {
+    CAPTURE(bad);
+    ModelBlob poisoned = update;
+    poisoned.data[bad] = std::nanf("");
+    const std::string bytes = encode_blob(poisoned);
+    // In its own chunk, whole or not: a value cut by a chunk's edge is checked at the end.
+    const uint64_t at = start + bad * sizeof(float);
+    const bool whole = at / 10 == (at + 3) / 10;
+    const Status s = check_chunk(layout, config, at / 10 * 10,
+                                 std::string_view(bytes).substr(at / 10 * 10, 10));
+    CHECK(s.ok() == !whole);
+    if (whole) CHECK(s.message() == "update value " + std::to_string(bad) + " is not finite");
+  }
+  // The norm: the buffer's 50s count for nothing; one chunk's parameters over the bound are.
+  config.max_update_norm = 1.5;
+  CHECK(check_chunk(layout, config, start, std::string_view(body).substr(start, 8)).ok());
+  const Status over = check_chunk(layout, config, start, std::string_view(body).substr(start, 12));
+  CHECK(over.code() == Code::kUnprocessable);
+  CHECK(over.message().find("in values 0 to 2 alone") != std::string::npos);
+  CHECK(check_chunk(layout, config, start + 24, std::string_view(body).substr(start + 24, 8)).ok());
+  // A compressed update's values are checked whole, at the end.
+  config.compression = protocol::Compression{};
+  update.data[0] = std::nanf("");
+  CHECK(check_all(encode_blob(update)).ok());
 }
 
 TEST_CASE("updates go in chunks for plain synchronous jobs only") {
