@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <new>
 #include <random>
 #include <utility>
 
@@ -13,6 +12,7 @@
 #include "aggregation/validation.h"
 #include "aggregation/vector_ops.h"
 #include "common/json_read.h"
+#include "common/spool_file.h"
 
 namespace fedcase::aggregation {
 namespace {
@@ -191,7 +191,7 @@ class BufferedAggregator : public Aggregator {
     auto copy = allocate_update();
     if (!copy.ok()) return copy.status();
     const float a = static_cast<float>(*factor);
-    float* out = copy->get();
+    float* out = copy->values;
     pool_.for_ranges(count, kMinParallelRange, [&](size_t, size_t begin, size_t end) {
       for_each_piece(values, begin, end, [&](size_t from, size_t to, const UnalignedFloat* x) {
         const size_t middle = std::clamp(parameters_, from, to);
@@ -205,10 +205,8 @@ class BufferedAggregator : public Aggregator {
 
   Result<EncodedPartial> partial() const override {
     if (buffers_.empty()) return conflict("no update was added");
-    std::vector<const float*> updates;
-    for (const auto& b : buffers_) updates.push_back(b.get());
     // Robust rules ignore weights: each update weighs 1.
-    return EncodedPartial{encode_partial_updates(updates, parameter_count_),
+    return EncodedPartial{encode_partial_updates(buffered_values(), parameter_count_),
                           double(buffers_.size()), buffers_.size()};
   }
 
@@ -219,11 +217,11 @@ class BufferedAggregator : public Aggregator {
     const size_t held = values->size() / parameter_count_;
     FEDCASE_RETURN_IF_ERROR(check_partial_count(held, updates));
     FEDCASE_RETURN_IF_ERROR(check_room(held));
-    std::vector<std::unique_ptr<float[]>> copies;
+    std::vector<Buffered> copies;
     for (size_t i = 0; i < held; ++i) {
       auto copy = allocate_update();
       if (!copy.ok()) return copy.status();
-      std::copy_n(values->data() + i * parameter_count_, parameter_count_, copy->get());
+      std::copy_n(values->data() + i * parameter_count_, parameter_count_, copy->values);
       copies.push_back(std::move(copy).value());
     }
     for (auto& copy : copies) buffers_.push_back(std::move(copy));
@@ -234,7 +232,7 @@ class BufferedAggregator : public Aggregator {
     UpdateBatch batch;
     batch.parameter_count = parameter_count_;
     batch.compared_count = parameters_;
-    for (const auto& b : buffers_) batch.updates.push_back(b.get());
+    batch.updates = buffered_values();
     switch (rule_) {
       case Rule::kMedian:
         return coordinate_median(batch, pool_);
@@ -263,10 +261,29 @@ class BufferedAggregator : public Aggregator {
                               " (max_buffered_updates)");
   }
 
-  Result<std::unique_ptr<float[]>> allocate_update() const {
-    std::unique_ptr<float[]> copy(new (std::nothrow) float[parameter_count_]);
-    if (copy == nullptr) return resource_exhausted("no memory to buffer another update");
-    return copy;
+  // One update's copy, in a file rather than on the heap: the kernel writes it out and drops
+  // it from memory when memory is short, and reads it back when the rule runs.
+  struct Buffered {
+    std::unique_ptr<SpoolFile> file;
+    float* values = nullptr;
+  };
+
+  Result<Buffered> allocate_update() const {
+    auto file = SpoolFile::create(config_.buffer_dir);
+    if (!file.ok()) {
+      return resource_exhausted("no room to buffer another update: " + file.status().message());
+    }
+    auto mapped = (*file)->map_writable(parameter_count_ * sizeof(float));
+    if (!mapped.ok()) {
+      return resource_exhausted("no room to buffer another update: " + mapped.status().message());
+    }
+    return Buffered{std::move(file).value(), reinterpret_cast<float*>(*mapped)};
+  }
+
+  std::vector<const float*> buffered_values() const {
+    std::vector<const float*> out;
+    for (const Buffered& b : buffers_) out.push_back(b.values);
+    return out;
   }
 
   AggregatorConfig config_;
@@ -274,7 +291,7 @@ class BufferedAggregator : public Aggregator {
   size_t parameter_count_;  // every value of an update
   size_t parameters_;       // its leading values that are parameters
   mutable WorkerPool pool_;  // result() is logically const; the pool is scratch machinery
-  std::vector<std::unique_ptr<float[]>> buffers_;
+  std::vector<Buffered> buffers_;
 };
 
 }  // namespace

@@ -126,6 +126,10 @@ struct AggregatorConfig {
   // fedavg with DP: the noise seed. Set a fresh one every round (for example derived from the
   // job's seed and the round index) to replay a round exactly; absent, the OS RNG picks one.
   std::optional<uint64_t> dp_seed;
+  // median, trimmed_mean, krum, multi_krum: the folder of the files that hold their copies of
+  // the updates, one file with no name per update (common/spool_file.h); empty: the system's
+  // temporary folder. Never read from JSON: the coordinator sets its spool_dir.
+  std::string buffer_dir;
 };
 
 // kInvalidArgument, naming the key, for a malformed config.

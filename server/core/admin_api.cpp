@@ -184,7 +184,7 @@ Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
                               ") created: " + config.model + ", " +
                               std::to_string(model->params.size()) + " parameters";
   auto job = make_job(record, std::move(parts).value(), model, std::move(module), std::string(), 0,
-                      {}, s.config.datasets_dir);
+                      {}, s.config);
   if (!job.ok()) return job.status();
   // A replica drives the job once it acquires its lease, like any other replica may.
   job->status.owned = s.config.lease_s <= 0;

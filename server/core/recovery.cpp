@@ -19,7 +19,7 @@ Status recover_job(const CoordinatorParts& t, const storage::JobRecord& record) 
   const bool leased = t.config.lease_s > 0;
   std::vector<storage::RoundRecord> rounds;
   auto job =
-      load_job(t.store, record, t.config.datasets_dir, /*fail_open=*/!leased, storage::kUnleased,
+      load_job(t.store, record, t.config, /*fail_open=*/!leased, storage::kUnleased,
                "coordinator restarted while the round was open", t.clock(), rounds);
   if (!job.ok()) return job.status();
   // A replica drives no job before it acquires the job's lease (replica/ownership.h).

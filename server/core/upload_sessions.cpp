@@ -4,8 +4,8 @@
 
 #include "common/crypto.h"
 #include "common/json_read.h"
+#include "common/spool_file.h"
 #include "rounds/upload.h"
-#include "server/core/base/spool_file.h"
 #include "server/core/coordinator.h"
 #include "server/core/coordinator_state.h"
 #include "storage/errors.h"

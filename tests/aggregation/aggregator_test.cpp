@@ -7,9 +7,15 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "aggregation/fedavg.h"
 #include "aggregation/robust.h"
 #include "test_util.h"
+#include "tests/support/temp_dir.h"
 
 using namespace fedcase;
 using namespace fedcase::aggregation;
@@ -295,6 +301,66 @@ TEST_CASE("buffered rules refuse updates beyond max_buffered_updates") {
   CHECK(full.message().find("max_buffered_updates") != std::string::npos);
   CHECK(agg->updates() == 3);
   CHECK(agg->result().ok());
+}
+
+namespace {
+
+// The files this process holds open in `dir` (a file with no name shows as "dir/#123 (deleted)").
+size_t files_open_in(const std::filesystem::path& dir) {
+  size_t n = 0;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code error;
+    const std::string target = std::filesystem::read_symlink(fd.path(), error).string();
+    if (!error && target.rfind(dir.string() + "/", 0) == 0) ++n;
+  }
+  return n;
+}
+
+// This process's anonymous resident memory (the heap's), in bytes.
+uint64_t anonymous_rss() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("RssAnon:", 0) == 0) return std::stoull(line.substr(8)) * 1024;
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("buffered rules keep their copies of the updates in files, not on the heap") {
+  fedcase::testing::TempDir dir;
+  AggregatorConfig config;
+  config.rule = "median";
+  config.buffer_dir = dir.path().string();
+  constexpr size_t kValues = 1 << 20;  // 4 MiB an update
+  auto agg = make_aggregator(config, kValues);
+  REQUIRE(agg.ok());
+  std::vector<float> update(kValues);
+  const uint64_t heap_before = anonymous_rss();
+  for (int i = 0; i < 8; ++i) {
+    std::fill(update.begin(), update.end(), float(i));
+    REQUIRE((*agg)->add(update.data(), kValues, 1).ok());
+  }
+  const uint64_t heap_after = anonymous_rss();
+  const uint64_t heap_growth = heap_after > heap_before ? heap_after - heap_before : 0;
+  CHECK(files_open_in(dir.path()) == 8);
+  MESSAGE("heap growth for 8 buffered updates of 4 MiB: " << heap_growth / 1024 << " KiB");
+  CHECK(heap_growth < 8 << 20);  // on the heap they were 32 MiB
+  auto median = (*agg)->result();
+  REQUIRE(median.ok());
+  CHECK((*median)[0] == 3.5f);
+  CHECK((*median)[kValues - 1] == 3.5f);
+  agg->reset();
+  CHECK(files_open_in(dir.path()) == 0);  // gone with the aggregate
+  // A folder it cannot write in: the update is refused and nothing is held.
+  config.buffer_dir = dir.file("missing");
+  auto nowhere = make_aggregator(config, 4);
+  REQUIRE(nowhere.ok());
+  std::vector<float> small{1, 2, 3, 4};
+  const Status refused = (*nowhere)->add(small.data(), 4, 1);
+  CHECK(refused.code() == Code::kResourceExhausted);
+  CHECK(refused.message().find(dir.file("missing")) != std::string::npos);
+  CHECK((*nowhere)->updates() == 0);
 }
 
 TEST_CASE("aggregators refuse bad updates without changing the aggregate") {

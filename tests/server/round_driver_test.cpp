@@ -151,7 +151,8 @@ struct Rig {
     auto id = store->create_job(record, {0, 0, model->blob, model->checksum, "", now}, "");
     REQUIRE(id.ok());
     record.id = *id;
-    auto job = make_job(record, std::move(parts).value(), model, nullptr, "", 0, {}, "");
+    auto job = make_job(record, std::move(parts).value(), model, nullptr, "", 0, {},
+                        CoordinatorConfig{});
     REQUIRE(job.ok());
     job->status.owned = owned;
     JobEntry& entry = *job->entry;

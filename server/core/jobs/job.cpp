@@ -33,9 +33,10 @@ Result<InstalledJob> make_job(const storage::JobRecord& record, rounds::JobParts
                               std::shared_ptr<const std::string> module,
                               const std::string& optimizer_state, RoundIndex last_round,
                               const std::vector<storage::RoundRecord>& history,
-                              const std::string& datasets_dir) {
+                              const CoordinatorConfig& coordinator) {
   auto dp_secret = random_u64();
   if (!dp_secret.ok()) return dp_secret.status();
+  parts.config.aggregation.buffer_dir = coordinator.spool_dir;
   auto runtime = rounds::JobRuntime::create(std::move(parts), model, record.policy_state,
                                             optimizer_state, last_round, *dp_secret | 1);
   if (!runtime.ok()) return runtime.status();
@@ -67,7 +68,7 @@ Result<InstalledJob> make_job(const storage::JobRecord& record, rounds::JobParts
                     job->module,
                     job->module_checksum,
                     config.loss,
-                    server_dataset_dir(datasets_dir, config),
+                    server_dataset_dir(coordinator.datasets_dir, config),
                     config.evaluation.input_shape};
   job->policy_name = r.policy_name();
   job->optimizer_name = r.optimizer_name();

@@ -18,6 +18,7 @@
 #include "common/status.h"
 #include "rounds/job_runtime.h"
 #include "rounds/lifecycle.h"
+#include "server/core/base/config.h"
 #include "server/core/base/evaluator.h"
 #include "storage/store.h"
 
@@ -133,7 +134,8 @@ struct InstalledJob {
 // record.config, `model` its latest committed model with the optimizer state saved with it,
 // `module` its archive (null: none), `last_round` the highest round index used and `history`
 // its rounds so far (the privacy they spent is replayed, the newest recorded accuracy kept).
-// `datasets_dir` is the coordinator's folder of server datasets. Each job gets a fresh DP
+// `coordinator`'s datasets_dir is its folder of server datasets, and its spool_dir where the
+// buffered aggregation rules keep their copies of the updates. Each job gets a fresh DP
 // secret, so its noise cannot be regenerated from its config. kInvalidArgument for a saved
 // state the policy or optimizer cannot load, kInternal when no secret can be drawn.
 Result<InstalledJob> make_job(const storage::JobRecord& record, rounds::JobParts parts,
@@ -141,7 +143,7 @@ Result<InstalledJob> make_job(const storage::JobRecord& record, rounds::JobParts
                               std::shared_ptr<const std::string> module,
                               const std::string& optimizer_state, RoundIndex last_round,
                               const std::vector<storage::RoundRecord>& history,
-                              const std::string& datasets_dir);
+                              const CoordinatorConfig& coordinator);
 // The folder of a job's server dataset under `datasets_dir`, or "" without one.
 std::string server_dataset_dir(const std::string& datasets_dir, const rounds::JobConfig& job);
 

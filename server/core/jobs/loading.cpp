@@ -45,7 +45,8 @@ Result<std::shared_ptr<const rounds::GlobalModel>> stored_model(
 }
 
 Result<InstalledJob> load_job(storage::Store& store, const storage::JobRecord& record,
-                              const std::string& datasets_dir, bool fail_open, storage::Epoch epoch,
+                              const CoordinatorConfig& coordinator, bool fail_open,
+                              storage::Epoch epoch,
                               const std::string& why, double now,
                               std::vector<storage::RoundRecord>& rounds) {
   const JobId id = record.id;
@@ -67,7 +68,7 @@ Result<InstalledJob> load_job(storage::Store& store, const storage::JobRecord& r
     module = std::make_shared<const std::string>(std::move(stored).value());
   }
   auto job = make_job(record, std::move(parts).value(), *model, std::move(module),
-                      latest->optimizer_state, *last_round, rounds, datasets_dir);
+                      latest->optimizer_state, *last_round, rounds, coordinator);
   if (!job.ok()) return job.status();
   job->status.epoch = epoch;
   log_info("job " + std::to_string(id) + " (" + record.name + ") at model version " +

@@ -14,10 +14,11 @@ namespace fedcase::server {
 // `record`'s job as `store` holds it now, owned at `epoch`: its latest committed model with
 // the optimizer and policy state saved with it, its module, and `rounds`, its rounds (filled
 // in), of which those left open are first marked failed at `epoch`, closed at `now`, for
-// `why` when `fail_open`. `datasets_dir` as make_job's. kInternal / kInvalidArgument when a
+// `why` when `fail_open`. `coordinator` as make_job's. kInternal / kInvalidArgument when a
 // stored record cannot be used, and the store's errors (kConflict: `epoch` is stale).
 Result<InstalledJob> load_job(storage::Store& store, const storage::JobRecord& record,
-                              const std::string& datasets_dir, bool fail_open, storage::Epoch epoch,
+                              const CoordinatorConfig& coordinator, bool fail_open,
+                              storage::Epoch epoch,
                               const std::string& why, double now,
                               std::vector<storage::RoundRecord>& rounds);
 

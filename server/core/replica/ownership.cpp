@@ -118,7 +118,7 @@ void Ownership::follow(const std::map<JobId, storage::JobRecord>& stored) {
 
 void Ownership::load_followed(const storage::JobRecord& record) {
   std::vector<storage::RoundRecord> rounds;
-  auto loaded = load_job(t_.store, record, t_.config.datasets_dir, /*fail_open=*/false,
+  auto loaded = load_job(t_.store, record, t_.config, /*fail_open=*/false,
                          storage::kUnleased, "", t_.clock(), rounds);
   if (!loaded.ok()) {
     log_warn(job_name(record.id) + ": cannot load: " + loaded.status().to_string());
@@ -162,7 +162,7 @@ void Ownership::take_over(const std::vector<storage::LeaseRecord>& leases,
   }
   std::vector<storage::RoundRecord> rounds;
   auto loaded =
-      load_job(t_.store, stored.at(id), t_.config.datasets_dir, /*fail_open=*/true, lease->epoch,
+      load_job(t_.store, stored.at(id), t_.config, /*fail_open=*/true, lease->epoch,
                "the job's owner changed while the round was open", t_.clock(), rounds);
   if (!loaded.ok()) {
     log_warn(job_name(id) + ": acquired at epoch " + std::to_string(lease->epoch) +

@@ -1,4 +1,4 @@
-#include "server/core/base/spool_file.h"
+#include "common/spool_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
-namespace fedcase::server {
+namespace fedcase {
 namespace {
 
 Status failed(const std::string& what, const std::string& dir) {
@@ -49,6 +49,17 @@ Status SpoolFile::append(std::string_view bytes) {
   return ok_status();
 }
 
+Result<char*> SpoolFile::map_writable(size_t bytes) {
+  if (size_ != 0 || mapped_ != nullptr) return internal_error("a spool file is mapped once");
+  if (bytes == 0) return nullptr;
+  if (::ftruncate(fd_, static_cast<off_t>(bytes)) != 0) return failed("size", dir_);
+  void* mapped = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  if (mapped == MAP_FAILED) return failed("map", dir_);
+  size_ = bytes;
+  mapped_ = mapped;
+  return static_cast<char*>(mapped);
+}
+
 Result<std::string_view> SpoolFile::map() {
   if (size_ == 0) return std::string_view();
   if (mapped_ == nullptr) {
@@ -60,4 +71,4 @@ Result<std::string_view> SpoolFile::map() {
   return std::string_view(static_cast<const char*>(mapped_), size_);
 }
 
-}  // namespace fedcase::server
+}  // namespace fedcase

@@ -1,0 +1,46 @@
+#pragma once
+// A file with no name from its creation on (O_TMPFILE, or created and unlinked at once), so
+// that nothing of it outlives the object or the process, used in one of two ways:
+//  - written once, a piece at a time, then read in place (append, then map): an upload
+//    session's update assembled from its chunks for its checks and its fold (docs/protocol.md,
+//    "Uploads in chunks"), so that no allocation ever holds a whole update;
+//  - as memory (map_writable): a buffered aggregation rule's copy of an update
+//    (docs/aggregation.md, "Memory"), which the kernel may write to the file and drop under
+//    memory pressure.
+// Its pages are the kernel's page cache, not the process's heap.
+//
+// Not thread-safe: one user at a time. Errors are kInternal naming the directory and why.
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace fedcase {
+
+class SpoolFile {
+ public:
+  // A new empty file in `dir` (empty: the system's temporary directory).
+  static Result<std::unique_ptr<SpoolFile>> create(const std::string& dir);
+  ~SpoolFile();  // unmaps and closes: the file is gone
+  SpoolFile(const SpoolFile&) = delete;
+  SpoolFile& operator=(const SpoolFile&) = delete;
+
+  // Appends `bytes`; not after map().
+  Status append(std::string_view bytes);
+  // Everything appended, mapped read-only; valid until the object is destroyed.
+  Result<std::string_view> map();
+  // `bytes` of zeros, mapped readable and writable; valid until the object is destroyed. Only
+  // on a new file, instead of append() and map().
+  Result<char*> map_writable(size_t bytes);
+
+ private:
+  SpoolFile(int fd, std::string dir) : fd_(fd), dir_(std::move(dir)) {}
+  int fd_;
+  std::string dir_;
+  size_t size_ = 0;
+  void* mapped_ = nullptr;
+};
+
+}  // namespace fedcase
