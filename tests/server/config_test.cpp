@@ -48,6 +48,18 @@ TEST_CASE("coordinator config fills defaults and names the bad key") {
                        doctest::Contains("cannot read"), std::runtime_error);
 }
 
+TEST_CASE("a chunk is at most a plain upload: by default 8 MiB, or max_upload_bytes below that") {
+  CHECK(parse_coordinator_config(kTokens).upload_chunk_bytes == 8u << 20);
+  json small = kTokens;
+  small["max_upload_bytes"] = 2 << 20;  // a coordinator with this alone refused to start
+  CHECK(parse_coordinator_config(small).upload_chunk_bytes == 2u << 20);
+  small["upload_chunk_bytes"] = 1 << 20;
+  CHECK(parse_coordinator_config(small).upload_chunk_bytes == 1u << 20);
+  small["upload_chunk_bytes"] = 4 << 20;  // given, it must fit
+  CHECK_THROWS_WITH_AS(parse_coordinator_config(small), doctest::Contains("upload_chunk_bytes"),
+                       std::runtime_error);
+}
+
 TEST_CASE("environment tokens override the config file") {
   setenv("FEDCASE_ADMIN_TOKEN", "from-environment-0123456789", 1);
   CoordinatorConfig c = parse_coordinator_config(kTokens);

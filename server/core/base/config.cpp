@@ -99,6 +99,11 @@ CoordinatorConfig parse_coordinator_config(const json& j) {
   if (s.ok()) s = check_range("max_upload_bodies", c.max_upload_bodies, 1, 4096);
   if (s.ok()) s = check_range("max_json_bytes", c.max_json_bytes, 1024, 64 << 20);
   if (s.ok()) s = check_range("max_upload_bytes", c.max_upload_bytes, 1024, 4.0 * (1ull << 30));
+  // A chunk is never larger than a plain upload (an update up to a chunk goes plain); the
+  // default chunk shrinks to a smaller max_upload_bytes, a chunk size given must fit it.
+  if (s.ok() && !(j.is_object() && j.contains("upload_chunk_bytes"))) {
+    c.upload_chunk_bytes = std::min(c.upload_chunk_bytes, c.max_upload_bytes);
+  }
   if (s.ok()) {
     s = check_range("upload_chunk_bytes", c.upload_chunk_bytes, 4096, double(c.max_upload_bytes));
   }
