@@ -65,6 +65,7 @@ struct Database {
   std::map<RoundKey, Round> rounds FEDCASE_GUARDED_BY(mu);
   std::map<std::pair<JobId, uint64_t>, ModelRecord> models FEDCASE_GUARDED_BY(mu);
   uint64_t next_client FEDCASE_GUARDED_BY(mu) = 1;
+  uint64_t next_client_change FEDCASE_GUARDED_BY(mu) = 1;
   uint64_t next_job FEDCASE_GUARDED_BY(mu) = 1;
   uint64_t next_tenant FEDCASE_GUARDED_BY(mu) = 1;
   const std::shared_ptr<LocalBus> bus = std::make_shared<LocalBus>();
@@ -84,6 +85,7 @@ class MemoryStore : public Store {
     if (db_->tokens.count(c.token_hash)) return conflict("another client holds that token hash");
     ClientRecord stored = c;
     stored.id = db_->next_client++;
+    stored.change = db_->next_client_change++;
     db_->tokens[c.token_hash] = stored.id;
     db_->clients[stored.id] = stored;
     return stored.id;
@@ -103,9 +105,17 @@ class MemoryStore : public Store {
     return db_->clients.at(it->second);
   }
 
-  Result<std::vector<ClientRecord>> list_clients() override {
+  Result<std::vector<ClientRecord>> clients_changed_after(uint64_t after,
+                                                          size_t limit) override {
     MutexLock lock(db_->mu);
-    return values(db_->clients);
+    std::vector<ClientRecord> changed;
+    for (const auto& [id, c] : db_->clients) {
+      if (c.change > after) changed.push_back(c);
+    }
+    std::sort(changed.begin(), changed.end(),
+              [](const ClientRecord& a, const ClientRecord& b) { return a.change < b.change; });
+    if (changed.size() > limit) changed.resize(limit);
+    return changed;
   }
 
   Status update_clients(const std::vector<ClientRecord>& clients) override {
@@ -119,6 +129,7 @@ class MemoryStore : public Store {
       ClientRecord& stored = db_->clients.at(c.id);
       stored.profile = c.profile;
       stored.last_seen = c.last_seen;
+      stored.change = db_->next_client_change++;
     }
     return ok_status();
   }

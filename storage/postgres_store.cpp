@@ -30,6 +30,9 @@ using sql::Rows;
 
 // The advisory lock that migrations take: "fedcase1" in ASCII.
 constexpr int64_t kSchemaLock = 0x6665646361736531;
+// Held by every transaction that changes clients, so that they commit in the order of the
+// change numbers they take.
+constexpr int64_t kClientChangesLock = 0x6665646361736532;
 // The one channel wake-ups travel on; the payload is "<channel name> <id>".
 constexpr const char* kNotifyChannel = "fedcase";
 
@@ -463,6 +466,10 @@ class PgDriver : public sql::Driver {
     const int found = version.next() ? static_cast<int>(version.int64(0)) : 0;
     FEDCASE_RETURN_IF_ERROR(version.status());
     return found;
+  }
+
+  Status order_client_changes(sql::Connection& c) override {
+    return c.query("SELECT pg_advisory_xact_lock($1)", Params().add(kClientChangesLock)).status();
   }
 
   Status record_schema(sql::Connection& c, int version) override {

@@ -157,6 +157,13 @@ const std::vector<Migration>& migrations() {
         data {bytes} NOT NULL,
         PRIMARY KEY (job_id, round_idx, upload_id, idx));
       )sql"},
+      // Replicas read the clients that changed since their last reading, not the whole table:
+      // each client carries the number of its latest change (Store::clients_changed_after).
+      {9, R"sql(
+      ALTER TABLE clients ADD COLUMN change_seq {int} NOT NULL DEFAULT 0;
+      UPDATE clients SET change_seq=id;
+      CREATE INDEX clients_by_change ON clients(change_seq);
+      )sql"},
   };
   return kMigrations;
 }

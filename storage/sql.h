@@ -174,6 +174,10 @@ class Driver {
   virtual Result<int> lock_schema(Connection& connection) = 0;
   // Records `version` as the database's schema version (in the migration's transaction).
   virtual Status record_schema(Connection& connection, int version) = 0;
+  // Inside a transaction that changes clients, before it numbers its changes: keeps every
+  // other such transaction out until the commit, so that changes commit in the order of their
+  // numbers (Store::clients_changed_after).
+  virtual Status order_client_changes(Connection& connection) = 0;
   virtual Result<std::unique_ptr<Listener>> listen() = 0;
 };
 

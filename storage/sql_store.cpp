@@ -210,7 +210,8 @@ const Status& status_of(const Result<T>& r) {
   return r.status();
 }
 
-constexpr const char* kClientColumns = "id, token_hash, info, profile, registered_at, last_seen";
+constexpr const char* kClientColumns =
+    "id, token_hash, info, profile, registered_at, last_seen, change_seq";
 constexpr const char* kJobColumns = "id, name, config, state, policy_state, created_at, tenant_id";
 constexpr const char* kRoundColumns =
     "job_id, idx, state, base_version, selected, opened_at, deadline, closed_at, metrics, target, "
@@ -283,7 +284,7 @@ struct Statements {
 constexpr size_t kProfileChunk = 128;
 
 ClientRecord read_client(Rows& r) {
-  return {r.uint64(0), r.bytes(1), r.json(2), r.json(3), r.real(4), r.real(5)};
+  return {r.uint64(0), r.bytes(1), r.json(2), r.json(3), r.real(4), r.real(5), r.uint64(6)};
 }
 
 JobRecord read_job(Rows& r) {
@@ -381,15 +382,18 @@ class SqlStore : public Store {
 
   Result<ClientId> add_client(const ClientRecord& c) override {
     return write(Durability::kSynced, [&](Txn& t) -> Result<ClientId> {
+      auto change = next_client_change(t);
+      if (!change.ok()) return change.status();
       auto id =
           inserted_id(t.query("INSERT INTO clients(token_hash, info, profile, registered_at, "
-                              "last_seen) VALUES($1, $2, $3, $4, $5) RETURNING id",
+                              "last_seen, change_seq) VALUES($1, $2, $3, $4, $5, $6) RETURNING id",
                               Params()
                                   .text(c.token_hash)
                                   .json(c.info)
                                   .json(c.profile)
                                   .add(c.registered_at)
-                                  .add(c.last_seen)));
+                                  .add(c.last_seen)
+                                  .add(*change)));
       if (!id.ok()) return conflict_as(id.status(), "another client holds that token hash");
       return id;
     });
@@ -408,8 +412,16 @@ class SqlStore : public Store {
     });
   }
 
-  Result<std::vector<ClientRecord>> list_clients() override {
-    return every<ClientRecord>(kClientColumns, "clients", read_client);
+  Result<std::vector<ClientRecord>> clients_changed_after(uint64_t after,
+                                                          size_t limit) override {
+    const uint64_t rows = std::min<uint64_t>(limit, std::numeric_limits<int64_t>::max());
+    return read([&](Connection& c) {
+      return all<ClientRecord>(
+          c.query(std::string("SELECT ") + kClientColumns +
+                      " FROM clients WHERE change_seq>$1 ORDER BY change_seq LIMIT $2",
+                  Params().add(after).add(rows)),
+          read_client);
+    });
   }
 
   // One statement per chunk of up to kProfileChunk clients (a round trip each on PostgreSQL),
@@ -420,12 +432,17 @@ class SqlStore : public Store {
     std::vector<const ClientRecord*> rows;
     for (const auto& [id, record] : last) rows.push_back(record);
     return write(Durability::kSynced, [&](Txn& t) -> Status {
+      auto first_change = next_client_change(t);
+      if (!first_change.ok()) return first_change.status();
       for (size_t done = 0; done < rows.size();) {
         size_t n = kProfileChunk;  // then halves: few statement texts to prepare
         while (n > rows.size() - done) n /= 2;
         Params params;
         for (size_t i = done; i < done + n; ++i) {
-          params.add(rows[i]->id).json(rows[i]->profile).add(rows[i]->last_seen);
+          params.add(rows[i]->id)
+              .json(rows[i]->profile)
+              .add(rows[i]->last_seen)
+              .add(*first_change + i);
         }
         Rows updated = t.query(profiles_update(n), params);
         FEDCASE_RETURN_IF_ERROR(updated.status());
@@ -1063,15 +1080,29 @@ class SqlStore : public Store {
     });
   }
 
-  // UPDATE of `n` clients' profiles and last_seen, from parameters (id, profile, last_seen)...
+  // UPDATE of `n` clients' profiles, last_seen and change numbers, from parameters (id,
+  // profile, last_seen, change_seq)...
   static std::string profiles_update(size_t n) {
     std::string values;
     for (size_t i = 0; i < n; ++i) {
-      values += (i ? ", ($" : "($") + std::to_string(3 * i + 1) + ", $" +
-                std::to_string(3 * i + 2) + ", $" + std::to_string(3 * i + 3) + ")";
+      values += i ? ", (" : "(";
+      for (size_t column = 1; column <= 4; ++column) {
+        values += (column > 1 ? ", $" : "$") + std::to_string(4 * i + column);
+      }
+      values += ")";
     }
-    return "UPDATE clients SET profile=v.column2, last_seen=v.column3 FROM (VALUES " + values +
-           ") AS v WHERE clients.id=v.column1";
+    return "UPDATE clients SET profile=v.column2, last_seen=v.column3, change_seq=v.column4 "
+           "FROM (VALUES " + values + ") AS v WHERE clients.id=v.column1";
+  }
+
+  // The number the transaction's first change of a client takes (the next ones follow it),
+  // once no other transaction that changes clients can commit before this one.
+  Result<uint64_t> next_client_change(Txn& t) {
+    FEDCASE_RETURN_IF_ERROR(driver_->order_client_changes(t.connection()));
+    Rows last = t.query("SELECT COALESCE(MAX(change_seq), 0) FROM clients", Params());
+    const uint64_t number = last.next() ? last.uint64(0) + 1 : 1;
+    FEDCASE_RETURN_IF_ERROR(last.status());
+    return number;
   }
 
   // kNotFound naming the first of rows[done, done + n) that the store does not hold.

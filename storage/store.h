@@ -59,6 +59,7 @@
 // which decides admission in its memory) stores each update's metadata without a check of its
 // own.
 
+#include <limits>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -85,6 +86,9 @@ struct ClientRecord {
   nlohmann::json profile;    // scheduling profile, owned by the scheduler
   double registered_at = 0;  // unix seconds
   double last_seen = 0;
+  // The number of its latest change (add_client, update_clients), set by the store: changes
+  // are numbered from 1 in the order they commit (clients_changed_after).
+  uint64_t change = 0;
 };
 
 struct JobRecord {
@@ -279,7 +283,15 @@ class Store {
   virtual Result<ClientRecord> get_client(ClientId id) = 0;
   // The client whose token hashes to `token_hash` (an indexed lookup); kNotFound for none.
   virtual Result<ClientRecord> find_client(const std::string& token_hash) = 0;
-  virtual Result<std::vector<ClientRecord>> list_clients() = 0;
+  // The clients whose latest change has a number above `after` (0: every client), at most
+  // `limit`, in the order of those numbers. Changes are numbered in the order they commit, so
+  // a reader that goes on from the last number it read misses no change and reads each
+  // changed client once: what it reads grows with the changes, not with the fleet.
+  virtual Result<std::vector<ClientRecord>> clients_changed_after(uint64_t after,
+                                                                  size_t limit) = 0;
+  Result<std::vector<ClientRecord>> list_clients() {
+    return clients_changed_after(0, std::numeric_limits<size_t>::max());
+  }
   // Saves the profile and last_seen of each record (its other fields are ignored), in one
   // transaction; kNotFound (nothing saved) if any id is unknown.
   virtual Status update_clients(const std::vector<ClientRecord>& clients) = 0;

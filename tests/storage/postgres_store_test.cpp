@@ -27,7 +27,7 @@ namespace {
 
 // The schema version of this build's PostgreSQL store (kMigrations in
 // storage/postgres_store.cpp), the same as SQLite's.
-constexpr int kSchemaVersion = 8;
+constexpr int kSchemaVersion = 9;
 
 // A database of its own on the shared server.
 class PostgresBackend : public contract::Backend {
@@ -47,6 +47,10 @@ class PostgresBackend : public contract::Backend {
   void rewind_schema(int version) override {
     REQUIRE(version >= 1);
     REQUIRE(version < kSchemaVersion);
+    if (version < 9) {
+      server_.query(database_,
+                    "DROP INDEX clients_by_change; ALTER TABLE clients DROP COLUMN change_seq");
+    }
     if (version < 8) {
       // The contract's models are one piece each: back into models.blob.
       server_.query(database_,

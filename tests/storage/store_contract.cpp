@@ -64,12 +64,35 @@ void clients(const BackendFactory& factory) {
   CHECK(store->update_clients({faster, unknown}).code() == Code::kNotFound);
   CHECK(store->get_client(a)->profile == json{{"speed", 3}});
 
+  // Every client, in the order of their latest changes: b, then a (saved after b was added;
+  // the refused save above numbered nothing).
   auto all = store->list_clients();
   REQUIRE(all.ok());
   REQUIRE(all->size() == 2);
-  CHECK(all->at(0).id == a);
-  CHECK(all->at(1).id == b);
-  CHECK(all->at(1).token_hash == "hash-b");
+  CHECK(all->at(0).id == b);
+  CHECK(all->at(0).token_hash == "hash-b");
+  CHECK(all->at(1).id == a);
+  CHECK(all->at(1).profile == json{{"speed", 3}});
+  CHECK(all->at(0).change >= 1);
+  CHECK(all->at(0).change < all->at(1).change);
+  // What changed after a number: the later changes only, at most `limit` of them.
+  auto after_b = store->clients_changed_after(all->at(0).change, 10);
+  REQUIRE(after_b.ok());
+  REQUIRE(after_b->size() == 1);
+  CHECK(after_b->at(0).id == a);
+  CHECK(store->clients_changed_after(all->at(1).change, 10)->empty());
+  auto first = store->clients_changed_after(0, 1);
+  REQUIRE(first.ok());
+  REQUIRE(first->size() == 1);
+  CHECK(first->at(0).id == b);
+  const ClientId c = add(*store, "hash-c");
+  REQUIRE(store->update_clients({ClientRecord{b, "", {}, {{"speed", 7}}, 0, 40}}).ok());
+  auto latest = store->clients_changed_after(all->at(1).change, 10);
+  REQUIRE(latest.ok());
+  REQUIRE(latest->size() == 2);
+  CHECK(latest->at(0).id == c);
+  CHECK(latest->at(1).id == b);
+  CHECK(latest->at(1).last_seen == 40);
 }
 
 void jobs(const BackendFactory& factory) {

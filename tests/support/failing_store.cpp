@@ -23,8 +23,9 @@ class FailingStore : public Store {
   Result<ClientRecord> find_client(const std::string& token_hash) override {
     return call(StoreMethod::kFindClient, [&] { return store_->find_client(token_hash); });
   }
-  Result<std::vector<ClientRecord>> list_clients() override {
-    return call(StoreMethod::kListClients, [&] { return store_->list_clients(); });
+  Result<std::vector<ClientRecord>> clients_changed_after(uint64_t after, size_t limit) override {
+    return call(StoreMethod::kListClients,
+                [&] { return store_->clients_changed_after(after, limit); });
   }
   Status update_clients(const std::vector<ClientRecord>& clients) override {
     return call(StoreMethod::kUpdateClients, [&] { return store_->update_clients(clients); });

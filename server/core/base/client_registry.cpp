@@ -55,7 +55,9 @@ Status ClientRegistry::load() {
   auto records = store_.list_clients();
   if (!records.ok()) return records.status();
   MutexLock lock(mu_);
+  rows_read_ += records->size();
   for (auto& record : *records) {
+    read_up_to_ = std::max(read_up_to_, record.change);
     auto entry = entry_of(std::move(record));
     if (!entry.ok()) return entry.status();
     token_hashes_[entry->record.token_hash] = entry->record.id;
@@ -65,13 +67,27 @@ Status ClientRegistry::load() {
   return ok_status();
 }
 
+uint64_t ClientRegistry::rows_read() const {
+  MutexLock lock(mu_);
+  return rows_read_;
+}
+
 Status ClientRegistry::refresh() {
-  auto records = store_.list_clients();
-  if (!records.ok()) return records.status();
+  constexpr size_t kPage = 1000;  // clients read at once
   bool changed = false;
-  {
+  for (size_t read = kPage; read == kPage;) {
+    uint64_t after;
+    {
+      MutexLock lock(mu_);
+      after = read_up_to_;
+    }
+    auto records = store_.clients_changed_after(after, kPage);
+    if (!records.ok()) return records.status();
+    read = records->size();
     MutexLock lock(mu_);
+    rows_read_ += records->size();
     for (auto& record : *records) {
+      read_up_to_ = std::max(read_up_to_, record.change);
       auto known = clients_.find(record.id);
       if (known == clients_.end()) {
         auto entry = entry_of(std::move(record));

@@ -49,11 +49,15 @@ class ClientRegistry {
 
   // Loads every stored client. kInternal / kInvalidArgument for an unreadable store or profile.
   [[nodiscard]] Status load();
-  // Reads the stored clients again, for replicas sharing the database: adds those registered
-  // through another replica, and takes a contact saved by another replica (a later stored
-  // last_seen) as a heartbeat. Profiles of known clients stay as this registry has them.
-  // Errors as load()'s; calls `changed` when it learned something.
+  // Reads the clients that changed in the store since the last reading (load() or refresh()),
+  // for replicas sharing the database: adds those registered through another replica, and
+  // takes a contact saved by another replica (a later stored last_seen) as a heartbeat.
+  // Profiles of known clients stay as this registry has them. What it reads grows with the
+  // changes, not with the fleet: nothing when nothing changed. Errors as load()'s; calls
+  // `changed` when it learned something. One caller at a time.
   [[nodiscard]] Status refresh();
+  // Client rows read from the store by load() and refresh() so far.
+  uint64_t rows_read() const;
 
   // The client whose token hashes to `token_hash`, if any.
   std::optional<ClientId> identify(const std::string& token_hash) const;
@@ -122,6 +126,8 @@ class ClientRegistry {
   std::unordered_map<std::string, ClientId> token_hashes_ FEDCASE_GUARDED_BY(mu_);
   std::map<ClientId, Entry> clients_ FEDCASE_GUARDED_BY(mu_);
   std::set<ClientId> unsaved_ FEDCASE_GUARDED_BY(mu_);  // contacts not yet saved
+  uint64_t read_up_to_ FEDCASE_GUARDED_BY(mu_) = 0;  // the last change load/refresh read
+  uint64_t rows_read_ FEDCASE_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace fedcase::server

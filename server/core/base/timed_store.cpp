@@ -29,7 +29,9 @@ class TimedStore : public Store {
   Result<ClientRecord> find_client(const std::string& token_hash) override {
     return store_->find_client(token_hash);
   }
-  Result<std::vector<ClientRecord>> list_clients() override { return store_->list_clients(); }
+  Result<std::vector<ClientRecord>> clients_changed_after(uint64_t after, size_t limit) override {
+    return store_->clients_changed_after(after, limit);
+  }
   Status update_clients(const std::vector<ClientRecord>& clients) override {
     return timed_write(metrics_, "update_clients", [&] { return store_->update_clients(clients); });
   }
