@@ -4,7 +4,9 @@
 // second (one token bucket per direction, shared by every connection: the link's capacity, as
 // a tbf qdisc shapes an interface) and cuts the connection in flight each time `cut_every`
 // more bytes crossed it one way (it forwards up to the boundary, then closes both ends). It
-// counts the bytes each way and times the transfer begun each way. Thread-safe.
+// counts the bytes each way and times the transfer begun each way: from the first to the last
+// byte of its large messages (a model's body, an update's chunks), so that the small messages
+// around it (a task poll, a chunk's answer) do not stretch it. Thread-safe.
 
 #include <algorithm>
 #include <atomic>
@@ -26,9 +28,9 @@ class ShapedLink {
   ShapedLink(uint16_t target, double rate, uint64_t cut_every)
       : rate_(rate),
         cut_every_(cut_every),
-        relay_(target, [this](Relay::Direction way, size_t, size_t n) {
+        relay_(target, [this](Relay::Direction way, size_t at, size_t n) {
           bool cut = false;
-          const size_t now = admit(Direction(way), n, cut);
+          const size_t now = admit(Direction(way), at, n, cut);
           return Relay::Verdict{now, cut};
         }) {}
 
@@ -38,17 +40,17 @@ class ShapedLink {
     std::lock_guard<std::mutex> lock(mu_);
     return way_[d].bytes;
   }
-  // Marks the start of a transfer in direction `d`: it counts from its first byte after `skip`
-  // more bytes (past the small messages before it: a registration, a task poll).
-  void begin(Direction d, uint64_t skip) {
+  // Marks the start of a transfer in direction `d`: it counts from the next byte of a large
+  // message.
+  void begin(Direction d) {
     std::lock_guard<std::mutex> lock(mu_);
     Way& w = way_[d];
-    w.mark = w.bytes + skip;
+    w.mark = w.bytes;
     w.started = w.ended = false;
   }
-  // The seconds of the transfer begun in direction `d`: from its first byte to its last, as the
-  // link carried them (0 before its first). One transfer at a time: it ends when one begins the
-  // other way.
+  // The seconds of the transfer begun in direction `d`: from the first to the last byte of its
+  // large messages, as the link carried them (0 before its first). One transfer at a time: it
+  // ends when one begins the other way.
   double seconds(Direction d) const {
     std::lock_guard<std::mutex> lock(mu_);
     const Way& w = way_[d];
@@ -65,9 +67,12 @@ class ShapedLink {
     Clock::time_point first{}, last{};
   };
 
-  // How many of `n` bytes go in direction `d` (up to the next cut), once the bucket lets them
-  // through; `cut` tells that the connection ends after them.
-  size_t admit(Direction d, size_t n, bool& cut) {
+  // A message longer than this is a transfer's payload; shorter ones are what goes around it.
+  static constexpr size_t kSmallMessage = 16 << 10;
+
+  // How many of `n` bytes, at byte `at` of their message, go in direction `d` (up to the next
+  // cut), once the bucket lets them through; `cut` tells that the connection ends after them.
+  size_t admit(Direction d, size_t at, size_t n, bool& cut) {
     Clock::time_point until;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -80,7 +85,7 @@ class ShapedLink {
                                            std::chrono::duration<double>(double(n) / rate_));
       until = w.next;
       w.bytes += n;
-      if (w.bytes > w.mark && !w.ended) {
+      if (w.bytes > w.mark && !w.ended && at + n > kSmallMessage) {
         if (!w.started) {
           w.started = true;
           w.first = now;

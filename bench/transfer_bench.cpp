@@ -239,8 +239,8 @@ json run_devices(bench::Channel& coordinator, const Plan& plan) {
   // (a) one device through the shaped link.
   const double rate = plan.rate_mbit * 1e6 / 8;
   ShapedLink link(port, rate, plan.cut_every_mb * 1000 * 1000);
-  link.begin(ShapedLink::kDown, 64 << 10);
-  link.begin(ShapedLink::kUp, 64 << 10);
+  link.begin(ShapedLink::kDown);
+  link.begin(ShapedLink::kUp);
   const auto a_start = std::chrono::steady_clock::now();
   double down_s = 0, up_s = 0;
   run_session(link.port(), {}, 1, 7200, [&](uint64_t) {
