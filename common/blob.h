@@ -113,8 +113,8 @@ void decode_values(const BlobView& view, size_t begin, size_t end, float* out);
 
 // Serialises `blob`. Precondition: blob.data.size() == blob.layout.element_count().
 std::string encode_blob(const ModelBlob& blob);
-// The byte at which the values of a blob of `layout` start (the size of its header, up to and
-// including the element count), whatever its version and encoding.
+// The byte at which the values of a blob of `layout` start in format kBlobFormatVersion (the
+// size of its header, up to and including the element count), whatever its encoding.
 uint64_t blob_values_offset(const ModelLayout& layout);
 
 // Serialises `blob` with its values quantised to 8 bits (kQuantized8) in blocks of `block`

@@ -35,7 +35,7 @@ Result<std::unique_ptr<SpoolFile>> SpoolFile::create(const std::string& dir_conf
 
 SpoolFile::~SpoolFile() {
   if (mapped_ != nullptr) ::munmap(mapped_, size_);
-  ::close(fd_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 Status SpoolFile::append(std::string_view bytes) {
@@ -52,11 +52,20 @@ Status SpoolFile::append(std::string_view bytes) {
 Result<char*> SpoolFile::map_writable(size_t bytes) {
   if (size_ != 0 || mapped_ != nullptr) return internal_error("a spool file is mapped once");
   if (bytes == 0) return nullptr;
-  if (::ftruncate(fd_, static_cast<off_t>(bytes)) != 0) return failed("size", dir_);
+  // The blocks are taken now: writing to a sparse file's mapping on a full disk kills the
+  // process (SIGBUS), where a full disk here is an error.
+  if (const int error = ::posix_fallocate(fd_, 0, static_cast<off_t>(bytes)); error != 0) {
+    errno = error;
+    return failed("reserve " + std::to_string(bytes) + " bytes for", dir_);
+  }
   void* mapped = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
   if (mapped == MAP_FAILED) return failed("map", dir_);
   size_ = bytes;
   mapped_ = mapped;
+  // The mapping keeps the file; the descriptor is not needed any more (one per buffered
+  // update would count against the process's open files).
+  ::close(fd_);
+  fd_ = -1;
   return static_cast<char*>(mapped);
 }
 

@@ -32,7 +32,9 @@ class SpoolFile {
   // Everything appended, mapped read-only; valid until the object is destroyed.
   Result<std::string_view> map();
   // `bytes` of zeros, mapped readable and writable; valid until the object is destroyed. Only
-  // on a new file, instead of append() and map().
+  // on a new file, instead of append() and map(). The file's blocks are reserved first (an
+  // error when the disk is full, never a fault on a later write); the file then holds no
+  // open descriptor.
   Result<char*> map_writable(size_t bytes);
 
  private:

@@ -1,6 +1,7 @@
 #include "rounds/upload.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "aggregation/validation.h"
@@ -80,6 +81,16 @@ scheduling::RoundReport completion_report(const protocol::UpdateMeta& meta, uint
 
 Status check_chunk(const ModelLayout& carried, const JobConfig& config, uint64_t offset,
                    std::string_view chunk) {
+  // Chunks come in order, so the header's format is known from the first one on.
+  if (offset == 0 && chunk.size() >= 8) {
+    uint32_t format = 0;
+    std::memcpy(&format, chunk.data() + 4, sizeof(format));  // little-endian hosts
+    if (format != kBlobFormatVersion) {
+      return unprocessable("an update sent in chunks is a blob of format " +
+                           std::to_string(kBlobFormatVersion) + ", not " +
+                           std::to_string(format));
+    }
+  }
   if (config.compression) return ok_status();
   constexpr uint64_t kValueBytes = sizeof(float);
   const uint64_t values_start = blob_values_offset(carried);

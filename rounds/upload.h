@@ -60,8 +60,10 @@ Status check_chunked_upload(const JobConfig& config);
 // is whole (check_upload runs on the whole one): each value of a float32 update `carried`
 // (check_upload's) that lies whole in the chunk is finite, and the parameters among them do
 // not already exceed config.max_update_norm (the whole update's norm is at least theirs).
-// `offset` is the chunk's first byte in the update. A job whose updates are compressed gets
-// them checked at the end only. kUnprocessable naming the first value or the norm at fault.
+// `offset` is the chunk's first byte in the update; the first chunk must hold a blob of the
+// current format (kBlobFormatVersion: its values start at blob_values_offset). A job whose
+// updates are compressed gets their values checked at the end only. kUnprocessable naming the
+// format, the first value or the norm at fault.
 Status check_chunk(const ModelLayout& carried, const JobConfig& config, uint64_t offset,
                    std::string_view chunk);
 

@@ -140,6 +140,11 @@ TEST_CASE("a chunk's whole values are finite and its parameters within the norm 
   CHECK(over.code() == Code::kUnprocessable);
   CHECK(over.message().find("in values 0 to 2 alone") != std::string::npos);
   CHECK(check_chunk(layout, config, start + 24, std::string_view(body).substr(start + 24, 8)).ok());
+  // An update sent in chunks is a blob of the current format: its first chunk says so.
+  std::string older = body;
+  older[4] = 1;  // format 1 had no tensor kinds: its values start elsewhere
+  CHECK(check_chunk(layout, config, 0, std::string_view(older).substr(0, 10)).message() ==
+        "an update sent in chunks is a blob of format 2, not 1");
   // A compressed update's values are checked whole, at the end.
   config.compression = protocol::Compression{};
   update.data[0] = std::nanf("");

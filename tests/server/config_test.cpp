@@ -55,6 +55,10 @@ TEST_CASE("a chunk is at most a plain upload: by default 8 MiB, or max_upload_by
   CHECK(parse_coordinator_config(small).upload_chunk_bytes == 2u << 20);
   small["upload_chunk_bytes"] = 1 << 20;
   CHECK(parse_coordinator_config(small).upload_chunk_bytes == 1u << 20);
+  json tiny = kTokens;
+  tiny["max_upload_bytes"] = 2048;  // not even a chunk's least: the key at fault is named
+  CHECK_THROWS_WITH_AS(parse_coordinator_config(tiny), doctest::Contains("max_upload_bytes"),
+                       std::runtime_error);
   small["upload_chunk_bytes"] = 4 << 20;  // given, it must fit
   CHECK_THROWS_WITH_AS(parse_coordinator_config(small), doctest::Contains("upload_chunk_bytes"),
                        std::runtime_error);

@@ -98,7 +98,7 @@ CoordinatorConfig parse_coordinator_config(const json& j) {
   if (s.ok()) s = check_range("max_connections_per_ip", c.max_connections_per_ip, 1, 1e7);
   if (s.ok()) s = check_range("max_upload_bodies", c.max_upload_bodies, 1, 4096);
   if (s.ok()) s = check_range("max_json_bytes", c.max_json_bytes, 1024, 64 << 20);
-  if (s.ok()) s = check_range("max_upload_bytes", c.max_upload_bytes, 1024, 4.0 * (1ull << 30));
+  if (s.ok()) s = check_range("max_upload_bytes", c.max_upload_bytes, 4096, 4.0 * (1ull << 30));
   // A chunk is never larger than a plain upload (an update up to a chunk goes plain); the
   // default chunk shrinks to a smaller max_upload_bytes, a chunk size given must fit it.
   if (s.ok() && !(j.is_object() && j.contains("upload_chunk_bytes"))) {
