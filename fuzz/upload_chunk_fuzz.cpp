@@ -6,6 +6,7 @@
 // range's values (rounds::check_chunk) reads only inside the chunk (under ASan).
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "fuzz/fuzz_target.h"
@@ -39,7 +40,12 @@ FEDCASE_FUZZ_TARGET(upload_chunk) {
       {{"w", {1000}}, {"b", {3}, fedcase::TensorKind::kFloatBuffer}}};
   fedcase::rounds::JobConfig config;
   config.max_update_norm = 1;
-  const std::string chunk(std::min<uint64_t>(range->length(), 8192), '\x01');  // tiny finite floats
+  std::string chunk(std::min<uint64_t>(range->length(), 8192), '\x01');  // tiny finite floats
+  if (range->first == 0 && chunk.size() >= 8) {  // a blob's start: its magic and format
+    const uint32_t format = fedcase::kBlobFormatVersion;
+    chunk.replace(0, 4, "FCMB");
+    std::memcpy(chunk.data() + 4, &format, sizeof(format));
+  }
   if (!fedcase::rounds::check_chunk(layout, config, range->first, chunk).ok()) {
     fedcase::fuzz::fuzz_fail("refused a chunk of finite values within the bound");
   }
