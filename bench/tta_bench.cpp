@@ -5,13 +5,14 @@
 // controller and Oort at FedScale's defaults; --async adds asynchronous training (FedBuff:
 // mode "async" with the job's K as the buffer and its default concurrency) with each policy's
 // slot selection on the none and importance pipelines; --compression adds FedCaSe on the
-// importance pipeline with 8-bit and with top-1% updates (the job's `compression`). Every run
+// importance pipeline with 8-bit and with top-1% updates (the job's `compression`); --steered
+// runs every fleet pace-steered (only the checked-in pool is available: docs/simulator.md). Every run
 // also reports the fleet's client-seconds, the updates it sent for nothing (refused or not
 // kept) and the bytes its finished tasks moved (models down, updates up) until the target.
 //
 //   tta_bench [--configs A,B,...] [--fleet-draws D] [--seeds N] [--settings FILE]
 //             [--repetition R|adaptive] [--eval-samples N] [--variants V,...] [--extended]
-//             [--async] [--compression] [--bootstrap B] [--threads N] [--out DIR]
+//             [--async] [--compression] [--steered] [--bootstrap B] [--threads N] [--out DIR]
 //             [--root DIR] [--full]
 //   tta_bench --tune [--configs A,B,...] [--seeds N] [--tune-pipeline P] [--threads N]
 //             [--out DIR] [--root DIR]
@@ -256,6 +257,7 @@ struct Args {
   bool extended = false;
   bool async = false;
   bool compression = false;  // FedCaSe/importance with each update compressor
+  bool steered = false;      // every fleet pace-steered (sim "pace" at its defaults)
   size_t bootstrap = 10000;
   unsigned threads = 2;
   bool full = false;
@@ -303,6 +305,7 @@ Args parse_args(int argc, char** argv) {
                 : flag == "--extended" ? &a.extended
                 : flag == "--async"    ? &a.async
                 : flag == "--compression" ? &a.compression
+                : flag == "--steered"  ? &a.steered
                                        : nullptr;
     if (set) {
       *set = true;
@@ -609,6 +612,7 @@ Fleet load_fleet(const Args& args, const std::string& config_path, const Dataset
   if (args.full)
     f.base.merge_patch({{"fleet", {{"clients", 5000}}}, {"job", {{"clients_per_round", 50}}}});
   if (args.eval_samples) f.base["eval_samples"] = *args.eval_samples;
+  if (args.steered) f.base["pace"] = nlohmann::json::object();
   if (fleet_seed) f.base["fleet"]["seed"] = *fleet_seed;
   f.config = or_die(parse_sim_config(f.base));
   resolve_paths(f.config, args.root);
@@ -1053,6 +1057,7 @@ int run(const Args& args) {
   j["model"] = fleets.front().config.job.model;
   j["job_seeds"] = args.seeds;
   j["fleet_draws"] = args.fleet_draws;
+  j["steered"] = args.steered;
   j["settings"] = {{"file", args.settings},
                    {"oort", {{"name", settings.oort_name}, {"selection", settings.oort}}},
                    {"fedcase", {{"name", settings.fedcase_name}, {"selection", settings.fedcase}}}};

@@ -182,6 +182,8 @@ HttpClient::HttpClient(ConnectionOptions options) : impl_(std::make_unique<Impl>
 
 HttpClient::~HttpClient() = default;
 
+void HttpClient::disconnect() { impl_->disconnect(); }
+
 namespace {
 
 // What `parser` read: the status, the headers (lower-case names) and the body.

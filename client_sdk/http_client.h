@@ -59,6 +59,9 @@ class HttpClient {
                                const std::map<std::string, std::string>& headers, double timeout_s,
                                bool keep_partial = false);
 
+  // Closes the connection, if one is open; the next request opens a new one.
+  void disconnect();
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

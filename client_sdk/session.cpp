@@ -8,6 +8,7 @@
 #include <random>
 #include <thread>
 
+#include "client_sdk/check_in_pacer.h"
 #include "client_sdk/http_client.h"
 #include "client_sdk/local_data.h"
 #include "client_sdk/secure_task.h"
@@ -16,6 +17,7 @@
 #include "common/crypto.h"
 #include "common/json_read.h"
 #include "common/log.h"
+#include "protocol/check_in.h"
 #include "protocol/error_reply.h"
 #include "protocol/registration.h"
 #include "protocol/task_offer.h"
@@ -103,9 +105,11 @@ struct Session::Impl {
   protocol::DeviceInfo device;  // config.device, read once
   std::mt19937_64 rng;
   double backoff_s = 0.1;
+  CheckInPacer pacer;
   const std::atomic<bool>* stop = nullptr;  // run()'s
 
-  explicit Impl(SessionConfig c) : config(std::move(c)), rng(config.seed) {
+  explicit Impl(SessionConfig c)
+      : config(std::move(c)), rng(config.seed), pacer(config.reconnect_window_s, config.seed) {
     http.push_back(std::make_unique<HttpClient>(config.coordinator));
     for (const ConnectionOptions& replica : config.replicas) {
       http.push_back(std::make_unique<HttpClient>(replica));
@@ -116,13 +120,30 @@ struct Session::Impl {
     log_message(level, config.name + ": " + message);
   }
 
+  // Seconds on the steady clock, the pacer's time.
+  static double now_s() {
+    return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  }
+
+  // Sleeps until `until_s` (now_s's clock), unless stopping.
+  static void sleep_until(double until_s, const std::atomic<bool>& stop) {
+    while (!stop && now_s() < until_s) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(std::min(0.02, until_s - now_s())));
+    }
+  }
+
   // Sleeps for the current backoff (with jitter) and doubles it, unless stopping.
   void back_off(const std::atomic<bool>& stop) {
     std::uniform_real_distribution<double> jitter(0.5, 1.0);
-    auto until = Clock::now() + std::chrono::duration<double>(backoff_s * jitter(rng));
-    while (!stop && Clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    sleep_until(now_s() + backoff_s * jitter(rng), stop);
     backoff_s = std::min(config.max_backoff_s, backoff_s * 2);
+  }
+
+  // No coordinator answered a check-in: waits for the pacer's next try (a fleet cut off at
+  // once comes back spread over the reconnect window).
+  void wait_for_coordinator(const std::atomic<bool>& stop) {
+    stats.reconnects++;
+    sleep_until(pacer.unreachable(now_s()), stop);
   }
 
   // One request, to the current coordinator or, when it cannot be reached, to the next of
@@ -581,35 +602,57 @@ struct Session::Impl {
     return ok_status();
   }
 
+  // A task poll answered 204: sleeps until the point of its check-in window the pacer drew,
+  // with no connection open (pace steering); polls again at once without a window (a
+  // coordinator that does not steer). A malformed window is logged and taken as none.
+  void check_in_later(const HttpResponse& answer, const std::atomic<bool>& stop_flag) {
+    std::optional<protocol::CheckIn> window;
+    const std::string header = answer.header("fedcase-check-in");
+    if (!header.empty()) {
+      auto read = protocol::read_check_in(header);
+      if (read.ok()) {
+        window = *read;
+      } else {
+        log(LogLevel::kWarn, read.status().message());
+      }
+    }
+    const double now = now_s();
+    const double next = pacer.answered(now, window);
+    if (next <= now) return;
+    for (auto& client : http) client->disconnect();
+    sleep_until(next, stop_flag);
+  }
+
   void run(const std::atomic<bool>& stop_flag) {
     stop = &stop_flag;
     while (!stop_flag) {
       if (token.empty()) {
         Status s = register_client();
-        if (!s.ok()) {
+        if (!s.ok()) {  // unreachable, or refused (told again later, spread like a return)
           log(LogLevel::kDebug, "register: " + s.to_string());
-          back_off(stop_flag);
+          wait_for_coordinator(stop_flag);
           continue;
         }
       }
       auto r = call("GET", "/v1/task?wait=" + std::to_string(config.poll_wait_s), "", {},
                     config.poll_wait_s + config.request_timeout_s);
       if (!r.ok()) {
-        stats.reconnects++;
         log(LogLevel::kDebug, r.status().to_string());
-        back_off(stop_flag);
+        wait_for_coordinator(stop_flag);
         continue;
       }
+      if (r->status == 204) {
+        backoff_s = 0.1;
+        check_in_later(*r, stop_flag);
+        continue;
+      }
+      pacer.answered(now_s(), std::nullopt);
       if (r->status == 401) {  // the coordinator no longer knows us: enroll again
         token.clear();
         continue;
       }
       if (r->status == 429) {
         back_off(stop_flag);
-        continue;
-      }
-      if (r->status == 204) {
-        backoff_s = 0.1;
         continue;
       }
       if (r->status != 200) {

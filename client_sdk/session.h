@@ -64,6 +64,10 @@ struct SessionConfig {
   double poll_wait_s = 10;  // long-poll wait per task request
   double request_timeout_s = 60;
   double max_backoff_s = 5;
+  // Without a coordinator (an outage), when to try again: at a random point of this window,
+  // then a window apart, so a fleet's returns spread over it (check_in_pacer.h). The
+  // coordinator's answers replace it with the operator's (docs/protocol.md, "Pace steering").
+  double reconnect_window_s = 30;
 };
 
 struct SessionStats {

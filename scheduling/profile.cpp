@@ -48,7 +48,8 @@ Status availability_from_json(ObjectReader& parent, Availability& out) {
   r.number("last_seen_s", a.last_seen_s, 0, kInf)
       .number("online_since_s", a.online_since_s, 0, kInf)
       .merge(smoothed_from_json(r, "session_s", a.session_s))
-      .merge(smoothed_from_json(r, "offline_s", a.offline_s));
+      .merge(smoothed_from_json(r, "offline_s", a.offline_s))
+      .number("steered_back_by_s", a.steered_back_by_s, 0, kInf);
   FEDCASE_RETURN_IF_ERROR(r.status());
   out = a;
   return ok_status();
@@ -87,9 +88,12 @@ Status observe_registration(ClientProfile& profile, const DeviceReport& report,
 void observe_heartbeat(ClientProfile& profile, double now_s, const ProfileParams& params) {
   Availability& a = profile.availability;
   if (!(now_s > 0) || now_s < a.last_seen_s) return;
+  const bool steered_back =
+      a.steered_back_by_s > 0 && now_s <= a.steered_back_by_s + params.offline_gap_s;
+  a.steered_back_by_s = 0;
   if (a.last_seen_s == 0) {
     a.online_since_s = now_s;
-  } else if (now_s - a.last_seen_s > params.offline_gap_s) {
+  } else if (now_s - a.last_seen_s > params.offline_gap_s && !steered_back) {
     a.session_s.fold(a.last_seen_s - a.online_since_s, params.alpha);
     a.offline_s.fold(now_s - a.last_seen_s, params.alpha);
     a.online_since_s = now_s;
@@ -97,9 +101,16 @@ void observe_heartbeat(ClientProfile& profile, double now_s, const ProfileParams
   a.last_seen_s = now_s;
 }
 
+void observe_steered(ClientProfile& profile, double now_s, double back_by_s,
+                     const ProfileParams& params) {
+  observe_heartbeat(profile, now_s, params);
+  if (back_by_s >= now_s) profile.availability.steered_back_by_s = back_by_s;
+}
+
 bool is_online(const ClientProfile& profile, double now_s, const ProfileParams& params) {
-  const double last = profile.availability.last_seen_s;
-  return last > 0 && now_s - last <= params.offline_gap_s;
+  const Availability& a = profile.availability;
+  return a.last_seen_s > 0 && now_s - a.last_seen_s <= params.offline_gap_s &&
+         a.steered_back_by_s == 0;
 }
 
 double survival_probability(const ClientProfile& profile, double duration_s) {
@@ -180,7 +191,8 @@ nlohmann::json profile_to_json(const ClientProfile& p) {
        {{"last_seen_s", a.last_seen_s},
         {"online_since_s", a.online_since_s},
         {"session_s", smoothed_to_json(a.session_s)},
-        {"offline_s", smoothed_to_json(a.offline_s)}}},
+        {"offline_s", smoothed_to_json(a.offline_s)},
+        {"steered_back_by_s", a.steered_back_by_s}}},
       {"utility", p.utility},
       {"utility_round", p.utility_round},
       {"feedback_round", p.feedback_round},

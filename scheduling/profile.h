@@ -41,6 +41,11 @@ struct Availability {
   double online_since_s = 0;  // first contact of the current online spell
   Smoothed session_s;         // length of finished online spells (first to last contact)
   Smoothed offline_s;         // length of the silences between spells
+  // While the device sleeps as the coordinator told it (pace steering: scheduling/pace.h),
+  // the end of the window it was given to check in again; 0 = awake. A sleeping device is
+  // not available (it holds no connection a task could reach), and its sleep is not a
+  // silence: a check-in within its window (or client_timeout after) continues its spell.
+  double steered_back_by_s = 0;
 };
 
 struct ClientProfile {
@@ -127,12 +132,19 @@ struct NotKeptReport {
 Status observe_registration(ClientProfile& profile, const DeviceReport& report,
                             const ProfileParams& params = {});
 
-// Any contact from the client at `now_s` (heartbeat, task fetch, upload). A silence longer
-// than params.offline_gap_s since the last contact closes the previous online spell and
-// records the gap. Contacts older than the last one (or at a time <= 0) are ignored.
+// Any contact from the client at `now_s` (heartbeat, task fetch, upload): it is awake. A
+// silence longer than params.offline_gap_s since the last contact closes the previous online
+// spell and records the gap, unless the client was told to sleep and is back within its
+// window (plus offline_gap_s). Contacts older than the last one (or at a time <= 0) are
+// ignored.
 void observe_heartbeat(ClientProfile& profile, double now_s, const ProfileParams& params = {});
 
-// Whether the client was heard from within params.offline_gap_s before `now_s`.
+// The client, in contact at `now_s`, was told to sleep and check in again by `back_by_s`.
+void observe_steered(ClientProfile& profile, double now_s, double back_by_s,
+                     const ProfileParams& params = {});
+
+// Whether the client is awake (not sleeping as told) and was heard from within
+// params.offline_gap_s before `now_s`.
 bool is_online(const ClientProfile& profile, double now_s, const ProfileParams& params = {});
 
 // Probability that the client stays online for `duration_s` more seconds, modelling online

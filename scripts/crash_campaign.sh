@@ -86,7 +86,8 @@ check() {  # check <description> <command...>: counts the outcome, reports a fai
 # Starts the coordinator on $port; returns 1 when it exits without listening.
 start_coordinator() {
   jq --arg db "$db" --arg pf "$dir/port" --argjson port "$port" \
-    '.port = $port | .port_file = $pf | .database = $db | .eval_samples = 1000' \
+    '.port = $port | .port_file = $pf | .database = $db | .eval_samples = 1000 |
+     .pace = {max_period_s: 2, reconnect_window_s: 2}' \
     configs/coordinator.json > "$dir/coordinator.json"
   rm -f "$dir/port"
   "$dir/fedcase-coordinator" --config "$dir/coordinator.json" >> "$dir/coordinator.log" 2>&1 &

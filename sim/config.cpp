@@ -9,6 +9,20 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+Result<SimPace> parse_pace(const nlohmann::json& json) {
+  SimPace pace;
+  ObjectReader r(json, "sim.pace");
+  r.number("pool_factor", pace.rule.pool_factor, 1, 1e6)
+      .number("min_period_s", pace.rule.min_period_s, 0, 86400)
+      .number("max_period_s", pace.rule.max_period_s, 0, 86400)
+      .number("jitter", pace.rule.jitter, 0, 1)
+      .number("value_spread", pace.rule.value_spread, 0, 1)
+      .number("awake_s", pace.awake_s, 1e-3, 3600);
+  FEDCASE_RETURN_IF_ERROR(r.strict_status());
+  FEDCASE_RETURN_IF_ERROR(scheduling::check_pace_config(pace.rule));
+  return pace;
+}
+
 }  // namespace
 
 Result<SimConfig> parse_sim_config(const nlohmann::json& config) {
@@ -39,6 +53,11 @@ Result<SimConfig> parse_sim_config(const nlohmann::json& config) {
     auto parsed = parse_fleet_params(*fleet);
     if (!parsed.ok()) return parsed.status();
     c.fleet = *parsed;
+  }
+  if (const nlohmann::json* pace = r.member("pace")) {
+    auto parsed = parse_pace(*pace);
+    if (!parsed.ok()) return parsed.status();
+    c.pace = *parsed;
   }
   FEDCASE_RETURN_IF_ERROR(r.strict_status());
   auto job = rounds::build_job(*r.member("job"));

@@ -6,15 +6,26 @@
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "client_sdk/importance_sampler.h"
 #include "common/ids.h"
 #include "common/status.h"
 #include "rounds/job_config.h"
+#include "scheduling/pace.h"
 #include "sim/fleet.h"
 
 namespace fedcase::sim {
+
+// Pace steering of the virtual fleet (scheduling/pace.h, docs/scaling.md "Pace steering"): an
+// online client checks in, stays checked in (available) for awake_s, and then sleeps until a
+// uniform point of the window the coordinator's rule gives it, instead of heartbeating every
+// heartbeat_s; a client offline at its check-in checks in when it comes back online.
+struct SimPace {
+  scheduling::PaceConfig rule;
+  double awake_s = 10;  // a task poll's wait (the SDK's poll_wait_s)
+};
 
 struct SimConfig {
   // Inputs. Relative paths are resolved by the caller (see resolve_paths).
@@ -41,6 +52,7 @@ struct SimConfig {
   double heartbeat_s = 30;      // clients' heartbeat period while online
   double idle_wait_s = 60;      // wait when too few clients are available to open a round
   double duration_sigma = 0.1;  // per-task log-normal jitter of the modelled duration
+  std::optional<SimPace> pace;  // set: the fleet is steered ("pace" in the config)
 };
 
 // Parses a simulation config. kInvalidArgument naming the key for an unknown key or a bad

@@ -212,6 +212,10 @@ double Spells::online_until(double t) const {
   return next == toggles_.end() ? kInf : *next;
 }
 
+double Spells::online_from(double t) const {
+  return online_at(t) ? t : online_until(t);  // offline: its next flip brings it online
+}
+
 Result<std::vector<SimClient>> build_fleet(const std::vector<DeviceRow>& rows,
                                            const FleetParams& params,
                                            const std::vector<uint8_t>& labels) {

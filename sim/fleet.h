@@ -103,6 +103,9 @@ class Spells {
   // End of the online spell containing t (infinity when it lasts past the horizon).
   // Precondition: online_at(t).
   double online_until(double t) const;
+  // The first time at or after t the client is online: t itself when online at t, infinity
+  // when it stays offline past the horizon.
+  double online_from(double t) const;
   const std::vector<double>& toggles() const { return toggles_; }
 
  private:

@@ -15,7 +15,9 @@
 #include "common/blob.h"
 #include "ml/model.h"
 #include "rounds/job_runtime.h"
+#include "scheduling/pace.h"
 #include "scheduling/profile.h"
+#include "scheduling/selection.h"
 #include "sim/random.h"
 
 namespace fedcase::sim {
@@ -67,7 +69,8 @@ struct Simulator::State {
         test(te),
         fleet(std::move(f)),
         model(std::move(m)),
-        jitter(config.job.seed * 0x2545F4914F6CDD1Dull + 7) {}
+        jitter(config.job.seed * 0x2545F4914F6CDD1Dull + 7),
+        pacing(config.job.seed * 0x9E3779B97F4A7C15ull + 11) {}
 
   SimConfig config;
   const ml::Dataset& train;
@@ -82,6 +85,9 @@ struct Simulator::State {
   double heard_until = -1;  // contacts are emulated up to here
   ml::EvalResult last_eval;
   Rng jitter;
+  // A steered fleet (config.pace): each client's next check-in (virtual time), its draws.
+  std::vector<double> next_check_in;
+  Rng pacing;
   UpdateObserver on_update;
   // Asynchronous jobs: the open buffer, the tasks in flight by client, and the model versions
   // they train from.
@@ -89,8 +95,14 @@ struct Simulator::State {
   std::map<ClientId, Flight> flights;
   std::map<uint64_t, std::shared_ptr<const rounds::GlobalModel>> versions;
 
-  // Every online client contacts the coordinator at each multiple of heartbeat_s up to `t`.
+  // The fleet's contacts up to `t`: every online client at each multiple of heartbeat_s, or
+  // with config.pace, the check-ins of a steered fleet (check_in_until).
   void hear_until(double t);
+  // Each client checks in at its next check-in up to `t` (when online, else once it is back),
+  // is available for pace.awake_s, and is then told to sleep until a point of its window.
+  void check_in_until(double t);
+  // The steered fleet's period for the job's rounds (scheduling::check_in_period).
+  double check_in_period() const;
   // Opens the job's next round at the current time, or nullopt when the engine declines.
   Result<std::optional<rounds::Round>> try_open();
   Status apply(const std::vector<rounds::ProfileChange>& changes);
@@ -185,7 +197,48 @@ Status Simulator::State::refill() {
   return ok_status();
 }
 
+double Simulator::State::check_in_period() const {
+  const SimPace& pace = *config.pace;
+  const rounds::JobConfig& j = job->config();
+  const double wanted =
+      pace.rule.pool_factor * double(scheduling::invited_count(j.clients_per_round, j.overcommit));
+  return scheduling::check_in_period(pace.rule, fleet.size(), wanted, pace.awake_s);
+}
+
+void Simulator::State::check_in_until(double t) {
+  const SimPace& pace = *config.pace;
+  const double period = check_in_period();
+  std::vector<double> utilities;
+  for (const auto& p : profiles) {
+    if (p.utility_round > 0) utilities.push_back(p.utility);
+  }
+  std::sort(utilities.begin(), utilities.end());
+  for (size_t i = 0; i < fleet.size(); ++i) {
+    scheduling::ClientProfile& profile = profiles[i];
+    for (double& next = next_check_in[i]; next <= t;) {
+      const double at = fleet[i].spells.online_from(next);
+      if (at > t) {
+        next = at;
+        break;
+      }
+      scheduling::observe_heartbeat(profile, at + kClockOrigin);
+      const double asleep_at = at + pace.awake_s;
+      if (asleep_at > t) {  // checked in now: available
+        next = at;
+        break;
+      }
+      const double value =
+          profile.utility_round > 0 ? scheduling::rank_among(utilities, profile.utility) : 0.5;
+      const scheduling::CheckInWindow w = scheduling::check_in_window(pace.rule, period, value);
+      scheduling::observe_steered(profile, asleep_at + kClockOrigin,
+                                  asleep_at + w.latest_s + kClockOrigin);
+      next = asleep_at + w.earliest_s + pacing.unit() * (w.latest_s - w.earliest_s);
+    }
+  }
+}
+
 void Simulator::State::hear_until(double t) {
+  if (config.pace) return check_in_until(t);
   const double step = config.heartbeat_s;
   for (double at = (std::floor(heard_until / step) + 1) * step; at <= t; at += step) {
     for (size_t i = 0; i < fleet.size(); ++i) {
@@ -322,6 +375,13 @@ Result<std::unique_ptr<Simulator>> Simulator::create(const SimConfig& config,
   auto s = std::make_unique<State>(config, train, test, std::move(fleet), std::move(model).value());
   s->job = std::move(job).value();
   s->profiles.resize(s->fleet.size());
+  if (config.pace) {
+    // A steered fleet starts at random points of its cycle, as one running for a while.
+    const double period = s->check_in_period();
+    for (size_t i = 0; i < s->fleet.size(); ++i) {
+      s->next_check_in.push_back(s->pacing.unit() * (period + config.pace->awake_s));
+    }
+  }
   s->devices.reserve(s->fleet.size());
   for (size_t i = 0; i < s->fleet.size(); ++i) {
     const SimClient& c = s->fleet[i];

@@ -88,6 +88,7 @@ class MemoryStore : public Store {
     stored.change = db_->next_client_change++;
     db_->tokens[c.token_hash] = stored.id;
     db_->clients[stored.id] = stored;
+    wake(Channel::kClient, stored.id);
     return stored.id;
   }
 

@@ -395,6 +395,7 @@ class SqlStore : public Store {
                                   .add(c.last_seen)
                                   .add(*change)));
       if (!id.ok()) return conflict_as(id.status(), "another client holds that token hash");
+      t.wake(Channel::kClient, *id);
       return id;
     });
   }

@@ -249,7 +249,7 @@ enum class Channel {
   kJob,     // id: a job; created, or its state changed
   kRound,   // id: a job; one of its rounds opened, closed to admission, got a partial, concluded
   kLease,   // id: a job; acquired or released
-  kClient,  // id: a client (e.g. its token revoked); published with notify()
+  kClient,  // id: a client; registered (add_client), or e.g. its token revoked (notify())
   kTenant,  // id: a tenant; added (or changed, through notify())
 };
 const char* channel_name(Channel channel);  // "job", "round", "lease", "client", "tenant"

@@ -62,7 +62,8 @@ cluster_start() {
     cluster_replica_ports[i]=$(free_port)
     jq --arg db "$cluster_database" --arg pf "$dir/replica-$i.port" --arg id "replica-$i" \
       --argjson port "${cluster_replica_ports[i]}" \
-      '.port = $port | .port_file = $pf | .database = $db | .replica_id = $id | .lease_s = 5' \
+      '.port = $port | .port_file = $pf | .database = $db | .replica_id = $id | .lease_s = 5 |
+       .pace = {max_period_s: 2, reconnect_window_s: 2}' \
       configs/coordinator.json > "$dir/replica-$i.json"
     cluster_start_replica "$i" || return 1
     servers+="  server replica-$i 127.0.0.1:${cluster_replica_ports[i]} check"$'\n'

@@ -11,6 +11,7 @@
 #include "common/crypto.h"
 #include "common/json_read.h"
 #include "common/log.h"
+#include "protocol/check_in.h"
 #include "protocol/error_reply.h"
 #include "protocol/secagg.h"
 #include "protocol/upload_session.h"
@@ -371,12 +372,24 @@ Reply heartbeat(Coordinator& coordinator, const Call& call) {
 // What a long poll asks once at its start and again at each wake-up (on an I/O thread): the
 // answer (from the original request's `head`), or nullopt while there is none. May throw.
 using PollAnswer = std::function<std::optional<Response>(const Request& head)>;
+// What a long poll answers when its wait of `waited_s` seconds ends with nothing (on an I/O
+// thread). May throw.
+using EmptyAnswer = std::function<Response(const Request& head, double waited_s)>;
+
+// 204 No Content.
+Response no_content(const Request& head) {
+  Response empty{http::status::no_content, head.version()};
+  empty.keep_alive(head.keep_alive());
+  empty.prepare_payload();
+  return empty;
+}
 
 // A long poll: answered at once when `look` has an answer, else when `watch` wakes it and
-// `look` has one, or empty (204) when `wait=S` seconds pass (at most long_poll_max_s).
+// `look` has one, or with `empty` (no_content when not given) when `wait=S` seconds pass (at
+// most long_poll_max_s; at once when `hold` is false: nothing could come).
 Reply long_poll(Coordinator& coordinator, const Call& call, PollAnswer look,
                 std::function<uint64_t(std::function<void()>)> watch,
-                std::function<void(uint64_t)> unwatch) {
+                std::function<void(uint64_t)> unwatch, EmptyAnswer empty = {}, bool hold = true) {
   const Request& req = call.request;
   double wait = 0;
   const auto params = query_params(call.query);
@@ -386,35 +399,46 @@ Reply long_poll(Coordinator& coordinator, const Call& call, PollAnswer look,
     if (w->second.empty() || *end != '\0' || !std::isfinite(wait) || wait < 0) {
       return error_reply(invalid_argument("wait must be a number of seconds >= 0"), req);
     }
-    wait = std::min(wait, coordinator.config().long_poll_max_s);
+    wait = hold ? std::min(wait, coordinator.config().long_poll_max_s) : 0;
   }
   Request head;  // only version and keep-alive are needed to answer later
   head.version(req.version());
   head.keep_alive(req.keep_alive());
-  // Runs on an I/O thread, at the start of the wait and at each wake-up: nothing may escape.
-  auto poll = [look = std::move(look), head]() -> std::optional<Response> {
+  // Run on an I/O thread, at the start of the wait, at each wake-up and at its end: nothing
+  // may escape.
+  auto internal = [head](const std::exception& e) {
+    log_error(std::string("long poll failed: ") + e.what());
+    return error_response(internal_error(std::string(kInternalErrorMessage)), head.version(),
+                          head.keep_alive());
+  };
+  auto poll = [look = std::move(look), internal, head]() -> std::optional<Response> {
     try {
       return look(head);
     } catch (const std::exception& e) {
-      log_error(std::string("long poll failed: ") + e.what());
-      return error_response(internal_error(std::string(kInternalErrorMessage)), head.version(),
-                            head.keep_alive());
+      return internal(e);
     }
   };
-  Response empty{http::status::no_content, req.version()};
-  empty.keep_alive(req.keep_alive());
-  empty.prepare_payload();
+  auto nothing = [empty = std::move(empty), internal, head, wait]() -> Response {
+    try {
+      return empty ? empty(head, wait) : no_content(head);
+    } catch (const std::exception& e) {
+      return internal(e);
+    }
+  };
   if (auto first = poll()) return answer(std::move(*first));
-  if (wait <= 0) return answer(std::move(empty));
-  Reply waiting = answer(std::move(empty));
+  if (wait <= 0) return answer(nothing());
+  Reply waiting;
   waiting.poll = poll;
+  waiting.empty = nothing;
   waiting.wait_s = wait;
   waiting.watch = std::move(watch);
   waiting.unwatch = std::move(unwatch);
   return waiting;
 }
 
-// A task poll: answered as soon as a round that invites the client opens.
+// A task poll: answered as soon as a round that invites the client opens. Without one by the
+// end of its wait, the client is told when to check in again (pace steering: 204 with
+// Fedcase-Check-In); when no running job wants clients it is told at once.
 Reply next_task(Coordinator& coordinator, const Call& call) {
   const ClientId id = call.caller.client;
   return long_poll(
@@ -428,7 +452,16 @@ Reply next_task(Coordinator& coordinator, const Call& call) {
       [&coordinator, id](std::function<void()> wake) {
         return coordinator.watch_tasks(id, std::move(wake));
       },
-      [&coordinator, id](uint64_t handle) { coordinator.unwatch_tasks(id, handle); });
+      [&coordinator, id](uint64_t handle) { coordinator.unwatch_tasks(id, handle); },
+      [&coordinator, id](const Request& head, double waited_s) {
+        Response empty = no_content(head);
+        auto later = coordinator.check_in_later(id, waited_s);
+        if (later.ok()) {
+          empty.set(std::string(protocol::kCheckInHeader), protocol::write_check_in(*later));
+        }
+        return empty;
+      },
+      coordinator.wants_clients());
 }
 
 // ---- secure aggregation's stages (docs/protocol.md, "Secure aggregation") ----

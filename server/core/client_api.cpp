@@ -114,6 +114,7 @@ Result<std::optional<TaskOffer>> Coordinator::next_task(ClientId client) {
       r.hand_out(client, now);
       offer = task_offer(s.config, job, r, client, *task);
     });
+    if (offer) s.metrics.add(metric::kCheckIns, {{"answer", "task"}});
     if (!ask) return offer;
     // Read: a store that cannot answer hands the task out (the upload's admission decides).
     JobEntry* job = ask->first;
@@ -128,6 +129,22 @@ Result<std::optional<TaskOffer>> Coordinator::next_task(ClientId client) {
       if (status.round && status.round->index() == round) status.round->admitted_elsewhere(client);
     });
   }
+}
+
+bool Coordinator::wants_clients() const { return state_->jobs.invitations_per_round() > 0; }
+
+Result<protocol::CheckIn> Coordinator::check_in_later(ClientId client, double awake_s) {
+  State& s = *state_;
+  const scheduling::PaceConfig& pace = s.config.pace;
+  const double wanted = pace.pool_factor * double(s.jobs.invitations_per_round());
+  const double period = scheduling::check_in_period(pace, s.clients.size(), wanted, awake_s);
+  const scheduling::CheckInWindow window =
+      scheduling::check_in_window(pace, period, s.clients.utility_rank(client));
+  const double now = s.clock();
+  FEDCASE_RETURN_IF_ERROR(s.clients.steer(client, now, now + window.latest_s));
+  s.metrics.add(metric::kCheckIns, {{"answer", "later"}});
+  s.metrics.set(metric::kCheckInPeriod, {}, period);
+  return protocol::CheckIn{window.earliest_s, window.latest_s, pace.reconnect_window_s};
 }
 
 uint64_t Coordinator::watch_tasks(ClientId client, std::function<void()> wake) {

@@ -75,6 +75,7 @@ void Coordinator::State::collect(Metrics& m) {
   const ClientRegistry::Census census = clients.census(clock());
   m.set(metric::kClientsRegistered, {}, double(census.registered));
   m.set(metric::kClientsConnected, {}, double(census.available));
+  m.set_count(metric::kClientRowsRead, {}, double(clients.rows_read()));
   std::map<std::string, double> by_state;
   for (JobState state :
        {JobState::kRunning, JobState::kPaused, JobState::kCancelled, JobState::kFinished}) {
@@ -140,7 +141,12 @@ Result<std::unique_ptr<Coordinator>> Coordinator::open(const CoordinatorConfig& 
     s.driver.set_pass([&ownership = *s.ownership](double now) { return ownership.pass(now); });
     // A wake-up (a job created, a lease changed, a round opened, filled, closed or committed,
     // a partial or a stage message written) makes the next tick read what it is about.
-    s.wakeups = std::make_unique<WakeupThread>(*s.store, [&s] { s.catch_up(); });
+    s.wakeups = std::make_unique<WakeupThread>(
+        *s.store, [&s] { s.catch_up(); },
+        [&s] {
+          s.ownership->clients_changed();
+          s.driver.wake();
+        });
     s.token_lookups = std::make_unique<TokenLookups>(
         [&clients = s.clients](const std::string& hash) { return clients.learn(hash); });
     log_info("replica " + s.replica_id + ": drives the jobs whose lease it holds (" +

@@ -30,6 +30,7 @@
 #include "common/ids.h"
 #include "common/states.h"
 #include "common/status.h"
+#include "protocol/check_in.h"
 #include "protocol/update_meta.h"
 #include "protocol/upload_session.h"
 #include "rounds/job_config.h"
@@ -220,6 +221,15 @@ class Coordinator {
   // Returns a handle for unwatch_tasks. Long polls wait on this instead of re-checking.
   uint64_t watch_tasks(ClientId client, std::function<void()> wake);
   void unwatch_tasks(ClientId client, uint64_t handle);
+  // Whether a running job may want clients: if none does, a task poll is answered at once
+  // (a device with nothing to do holds no connection open).
+  bool wants_clients() const;
+  // Pace steering (docs/scaling.md): `client`'s task poll ends without a task after it was
+  // held `awake_s` seconds. Returns when it should check in again, for the fleet's size, the
+  // running jobs' invitations and the client's utility rank (scheduling::check_in_window),
+  // and marks it asleep until then (not available to selection). kNotFound for an unknown
+  // client.
+  Result<protocol::CheckIn> check_in_later(ClientId client, double awake_s);
 
   // Whether the round still wants `client`'s update (kWanted), and if not why. A client asks
   // before uploading, so a straggler learns that its work is no longer needed without sending

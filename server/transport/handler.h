@@ -22,8 +22,8 @@ using Response = http::response<http::string_body>;
 
 // What the handler answers. When `poll` is set the request is a long poll: for up to `wait_s`
 // seconds the session calls poll() once at the start and again whenever `watch` wakes it (no
-// periodic re-check), and sends its first response, or `response` (204 No Content) when the
-// wait ends empty.
+// periodic re-check), and sends its first response, or empty() when the wait ends with
+// nothing (or the server drains).
 struct Reply {
   Response response;
   // When set, the body sent with `response`'s header instead of its own: an immutable blob
@@ -33,6 +33,7 @@ struct Reply {
   size_t shared_offset = 0;
   size_t shared_length = SIZE_MAX;
   std::function<std::optional<Response>()> poll;
+  std::function<Response()> empty;  // set with `poll`
   double wait_s = 0;
   // watch(wake) arranges one call of `wake` when poll() may have an answer (from another
   // thread) and returns a handle for unwatch(); set with `poll`.

@@ -179,7 +179,7 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
     net::post(executor_, [self = this->shared_from_this()] {
       self->draining_ = true;
       if (self->idle_) return self->close();
-      if (self->pending_) self->finish_poll(std::move(self->pending_->response));
+      if (self->pending_) self->finish_poll(self->pending_->empty());
     });
   }
 
@@ -409,14 +409,14 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
     // A long poll: answered when the coordinator wakes it with a task, or empty at the end of
     // its wait (or at once when the server drains). Nothing runs in between.
     pending_ = std::move(reply);
-    if (draining_) return finish_poll(std::move(pending_->response));
+    if (draining_) return finish_poll(pending_->empty());
     ++polls_;
     poll_waiting_ = true;
     ++frontend_.waiting_polls;
     timer_.expires_after(to_ms(pending_->wait_s));
     timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
       if (ec == net::error::operation_aborted || !self->pending_) return;  // answered already
-      self->finish_poll(std::move(self->pending_->response));
+      self->finish_poll(self->pending_->empty());
     });
     watch_and_poll();
   }

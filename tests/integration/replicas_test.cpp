@@ -95,14 +95,48 @@ std::vector<storage::RoundRecord> committed_rounds(storage::Store& db, JobId job
   return out;
 }
 
-// The value of the metric line that starts with `series` in a /metrics page, or -1.
-double metric_value(const std::string& page, const std::string& series) {
-  const size_t at = page.find("\n" + series + " ");
-  if (at == std::string::npos) return -1;
-  return std::stod(page.substr(at + series.size() + 2));
-}
-
 }  // namespace
+
+TEST_CASE(
+    "a client registered through one replica is known to another within a second, which "
+    "reads that row alone") {
+  PostgresServer& server = PostgresServer::shared();
+  const std::string url = server.url(server.create_database());
+  TempDir dir;
+  const json many_registrations = {{"requests_per_second", 1e4}};  // one enrollment token
+  CoordinatorProcess a(write_replica_config(dir, "a", url, many_registrations), dir.file("a.log"));
+  CoordinatorProcess b(write_replica_config(dir, "b", url), dir.file("b.log"));
+  const uint16_t a_port = wait_for_port(dir.file("a.port"), dir.file("a.log"));
+  const uint16_t b_port = wait_for_port(dir.file("b.port"), dir.file("b.log"));
+  REQUIRE(a_port != 0);
+  REQUIRE(b_port != 0);
+  Caller enroll(a_port, kEnrollmentToken);
+  Caller admin_b(b_port, kAdminToken);
+  auto known_to_b = [&] { return admin_b.get("/v1/admin/clients").body.value("total", 0); };
+  constexpr int kFleet = 300;
+  for (int i = 0; i < kFleet; ++i) {
+    REQUIRE(enroll.post("/v1/clients/register", {{"dataset_size", 100}}).status == 201);
+  }
+  REQUIRE(wait_until([&] { return known_to_b() == kFleet; }, 30));
+
+  // Nothing changes: B reads no client row, however many there are.
+  auto rows_read = [&] {
+    return metric_value(admin_b.get("/metrics").raw, "fedcase_client_rows_read_total");
+  };
+  const double idle_from = rows_read();
+  std::this_thread::sleep_for(std::chrono::seconds(6));  // past B's 5 s reading
+  CHECK(rows_read() == idle_from);
+
+  // One registration through A: its wake-up makes B read what changed at once, one row.
+  const auto registered = std::chrono::steady_clock::now();
+  REQUIRE(enroll.post("/v1/clients/register", {{"dataset_size", 100}}).status == 201);
+  REQUIRE(wait_until([&] { return known_to_b() == kFleet + 1; }, 10));
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - registered).count();
+  MESSAGE("replica B knew of the new client after " << took << " s");
+  CHECK(took < 1.5);  // the bound: 0.5 s between readings, and the driver's tick
+  CHECK(rows_read() == idle_from + 1);
+}
 
 TEST_CASE("a frozen owner is replaced; let go again, it commits nothing and steps down") {
   PostgresServer& server = PostgresServer::shared();

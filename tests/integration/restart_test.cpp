@@ -27,7 +27,8 @@ void write_config(const std::string& path, const TempDir& dir, const std::string
                  {"enrollment_token", kEnrollmentToken},
                  {"eval_data_dir", FEDCASE_FMNIST_DIR},
                  {"eval_samples", 500},
-                 {"long_poll_max_s", 2}};
+                 {"long_poll_max_s", 2},
+                 {"pace", kTestPace}};
   std::ofstream(path) << config.dump(2);
   std::remove(dir.file("port").c_str());
 }

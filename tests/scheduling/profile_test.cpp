@@ -195,6 +195,31 @@ TEST_CASE("heartbeats track online spells and silences") {
   CHECK(p.availability.last_seen_s == 400);
 }
 
+TEST_CASE("a device sleeping as steered is not available, and its sleep is not a silence") {
+  ClientProfile p;
+  const ProfileParams params{0.3, 90};
+  observe_heartbeat(p, 100, params);
+  observe_steered(p, 130, 730, params);  // sleep, back by 730
+  CHECK_FALSE(is_online(p, 131, params));
+  CHECK(p.availability.last_seen_s == 130);
+  observe_heartbeat(p, 700, params);  // back within its window: the spell goes on
+  CHECK(is_online(p, 701, params));
+  CHECK_FALSE(p.availability.session_s.known());
+  CHECK(p.availability.online_since_s == 100);
+  CHECK(p.availability.steered_back_by_s == 0);
+  observe_steered(p, 710, 800, params);
+  observe_heartbeat(p, 1000, params);  // 110 s past its window: a real silence
+  CHECK(p.availability.session_s.mean == 610);
+  CHECK(p.availability.offline_s.mean == 290);
+  CHECK(is_online(p, 1001, params));
+  // Stored and read back, a sleeping device still sleeps.
+  observe_steered(p, 1010, 1500, params);
+  Result<ClientProfile> back = profile_from_json(profile_to_json(p));
+  REQUIRE(back.ok());
+  CHECK(back->availability.steered_back_by_s == 1500);
+  CHECK_FALSE(is_online(*back, 1011, params));
+}
+
 TEST_CASE("participation counters") {
   ClientProfile p;
   observe_selected(p, 4);

@@ -115,3 +115,24 @@ TEST_CASE("lease_s is 0 for a single coordinator, or a replica's lease of at lea
                          std::runtime_error);
   }
 }
+
+TEST_CASE("pace steering is configured in its own block, every field checked") {
+  CoordinatorConfig c = parse_coordinator_config(kTokens);
+  CHECK(c.pace.pool_factor == 4);
+  CHECK(c.pace.max_period_s == 60);
+  CHECK(c.pace.reconnect_window_s == 30);
+  json given = kTokens;
+  given["pace"] = {{"max_period_s", 600}, {"reconnect_window_s", 120}};
+  c = parse_coordinator_config(given);
+  CHECK(c.pace.max_period_s == 600);
+  CHECK(c.pace.reconnect_window_s == 120);
+  CHECK(c.pace.jitter == 0.5);  // the rest stay the defaults
+  for (const json& bad :
+       {json{{"pool_factor", 0.5}}, json{{"min_period_s", 100}}, json{{"jitter", 1.5}},
+        json{{"reconnect_window_s", -1}}, json{{"max_period", 10}}, json("fast")}) {
+    json config = kTokens;
+    config["pace"] = bad;
+    CHECK_THROWS_WITH_AS(parse_coordinator_config(config), doctest::Contains("pace"),
+                         std::runtime_error);
+  }
+}

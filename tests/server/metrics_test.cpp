@@ -37,6 +37,12 @@ TEST_CASE("a counter never goes down and kinds are not mixed up") {
   m.observe(metric::kUpdatesAccepted, {}, 1);    // not a histogram: ignored
   m.add("fedcase_no_such_family_total", {}, 1);  // undeclared: ignored
   CHECK(m.value(metric::kUpdatesAccepted, {}) == 2);
+  // A count copied from elsewhere only raises the counter.
+  m.set_count(metric::kUpdatesAccepted, {}, 5);
+  m.set_count(metric::kUpdatesAccepted, {}, 4);
+  m.set_count(metric::kClientsConnected, {}, 7);  // a gauge: ignored
+  CHECK(m.value(metric::kUpdatesAccepted, {}) == 5);
+  CHECK(m.value(metric::kClientsConnected, {}) == 0);
   CHECK(m.render().find("fedcase_no_such_family") == std::string::npos);
 }
 

@@ -236,4 +236,50 @@ TEST_CASE("the sustained target is the start of the first streak that lasts") {
 }
 
 }  // namespace
+TEST_CASE("a steered fleet: rounds choose among the checked-in pool, and fill as unsteered") {
+  // 400 clients, online most of the time; rounds of K = 5 invite 7 (overcommit 1.3), so the
+  // job wants 4 x 7 = 28 checked in, each for 10 s of a cycle of 10 * (400 / 28 - 1) + 10 s.
+  nlohmann::json j = {{"eval_samples", 200},
+                      {"stop_at_target", false},
+                      {"fleet",
+                       {{"clients", 400},
+                        {"min_samples", 20},
+                        {"max_samples", 60},
+                        {"availability", {{"median_online_s", 36000}, {"median_offline_s", 600}}}}},
+                      {"job",
+                       {{"name", "sim-steered"},
+                        {"model", "mlp"},
+                        {"seed", 3},
+                        {"clients_per_round", 5},
+                        {"rounds", 12},
+                        {"selection", {{"policy", "oort"}, {"overcommit", 1.3}}},
+                        {"training", {{"sample_budget", 20}, {"batch_size", 10}}}}}};
+  // Mean clients available at a round's open, and mean updates kept, over 12 rounds.
+  auto run = [&](const nlohmann::json& config) {
+    auto parsed = parse_sim_config(config);
+    REQUIRE(parsed.ok());
+    auto sim = make_simulator(*parsed);
+    double available = 0, kept = 0;
+    for (const RoundRecord& r : run_rounds(*sim, 12)) {
+      available += double(r.available) / 12;
+      kept += double(r.participants) / 12;
+    }
+    return std::make_pair(available, kept);
+  };
+  const auto [all_available, all_kept] = run(j);
+  j["pace"] = {{"awake_s", 10}, {"max_period_s", 3600}};
+  const auto [pool, pool_kept] = run(j);
+  MESSAGE("at a round's open: " << pool << " of 400 clients checked in (unsteered: "
+                                << all_available << " available); updates kept " << pool_kept
+                                << " (unsteered: " << all_kept << ")");
+  CHECK(pool == doctest::Approx(28).epsilon(0.5));  // about the pool the rounds want
+  CHECK(all_available > 300);
+  CHECK(pool_kept >= 0.8 * all_kept);  // rounds fill from the pool as from the fleet
+  // A pace that is not a pace is refused, naming it.
+  j["pace"] = {{"jitter", 1}};
+  auto bad = parse_sim_config(j);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("pace") != std::string::npos);
+}
+
 }  // namespace fedcase::sim

@@ -665,9 +665,12 @@ void wakeups(const BackendFactory& factory) {
   auto tenant = writer->add_tenant({0, "team", "hash-t", 1, json::object(), 1});
   REQUIRE(tenant.ok());
   CHECK(hears(listener, {Channel::kTenant, *tenant}));
+  // A registration wakes the other replicas, which read the clients that changed.
+  const ClientId registered = add(*writer, "hash-a");
+  CHECK(hears(listener, {Channel::kClient, registered}));
   // A refused write wakes no one; nor do the admission's many small writes.
   CHECK(writer->open_round(open_round_record(job, 2)).code() == Code::kConflict);  // epoch 0
-  add(*writer, "hash-a");
+  CHECK(writer->add_client(client("hash-a")).status().code() == Code::kConflict);
   REQUIRE(writer->charge_tenant({*tenant, 1, 1, 0}).ok());
   CHECK_FALSE(heard(listener, 0.3).has_value());
   // Wake-ups come in the order of their commits, the writer's own listener's too.

@@ -22,6 +22,10 @@ namespace fedcase::testing {
 inline constexpr const char* kAdminToken = "test-admin-token-0123456789";
 inline constexpr const char* kEnrollmentToken = "test-enrollment-token-0123456789";
 
+// Pace steering for tests: devices with no job to serve check in again within a second or
+// two (not the production minute), and come back within a second of an outage.
+inline const nlohmann::json kTestPace = {{"max_period_s", 1}, {"reconnect_window_s", 1}};
+
 // A coordinator config for tests: port 0, database in `dir`, small evaluation set.
 inline server::CoordinatorConfig test_config(const TempDir& dir) {
   nlohmann::json j = {{"port", 0},
@@ -30,7 +34,8 @@ inline server::CoordinatorConfig test_config(const TempDir& dir) {
                       {"enrollment_token", kEnrollmentToken},
                       {"eval_data_dir", FEDCASE_FMNIST_DIR},
                       {"eval_samples", 1000},
-                      {"long_poll_max_s", 5}};
+                      {"long_poll_max_s", 5},
+                      {"pace", kTestPace}};
   return server::parse_coordinator_config(j);
 }
 
@@ -135,6 +140,14 @@ inline bool wait_until(const std::function<bool()>& done, double timeout_s) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return done();
+}
+
+// The value of the metric line that starts with `series` (a family's name, with its labels
+// if it has any) in a /metrics page, or -1.
+inline double metric_value(const std::string& page, const std::string& series) {
+  const size_t at = page.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(page.substr(at + series.size() + 2));
 }
 
 // Committed rounds of a job detail reply, in order.

@@ -62,7 +62,8 @@ inline std::string write_replica_config(const TempDir& dir, const std::string& n
                            {"enrollment_token", kEnrollmentToken},
                            {"eval_data_dir", FEDCASE_FMNIST_DIR},
                            {"eval_samples", 500},
-                           {"long_poll_max_s", 2}};
+                           {"long_poll_max_s", 2},
+                           {"pace", kTestPace}};
   config.update(settings);
   std::ofstream(path) << config.dump(2);
   return path;

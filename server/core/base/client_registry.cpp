@@ -5,6 +5,7 @@
 #include "common/crypto.h"
 #include "common/log.h"
 #include "rounds/job_config.h"
+#include "scheduling/pace.h"
 
 namespace fedcase::server {
 namespace {
@@ -64,7 +65,16 @@ Status ClientRegistry::load() {
     const ClientId id = entry->record.id;
     clients_[id] = std::move(entry).value();
   }
+  order_utilities();
   return ok_status();
+}
+
+void ClientRegistry::order_utilities() {
+  utilities_.clear();
+  for (const auto& [id, c] : clients_) {
+    if (c.profile.utility_round > 0) utilities_.push_back(c.profile.utility);
+  }
+  std::sort(utilities_.begin(), utilities_.end());
 }
 
 uint64_t ClientRegistry::rows_read() const {
@@ -97,9 +107,15 @@ Status ClientRegistry::refresh() {
         clients_[id] = std::move(entry).value();
         changed = true;
       } else if (record.last_seen > known->second.record.last_seen) {
+        // A contact saved by another replica: a heartbeat, and if that replica told the
+        // client to sleep, it sleeps here too.
         Entry& c = known->second;
         c.record.last_seen = record.last_seen;
         scheduling::observe_heartbeat(c.profile, record.last_seen, params_);
+        auto stored = scheduling::profile_from_json(record.profile);
+        if (stored.ok()) {
+          c.profile.availability.steered_back_by_s = stored->availability.steered_back_by_s;
+        }
         changed = true;
       }
     }
@@ -177,6 +193,34 @@ Status ClientRegistry::touch(ClientId client, double now) {
   return ok_status();
 }
 
+Status ClientRegistry::steer(ClientId client, double now, double back_by) {
+  bool changed = false;
+  {
+    MutexLock lock(mu_);
+    auto it = clients_.find(client);
+    if (it == clients_.end()) return not_found("client not found");
+    Entry& c = it->second;
+    changed = unsaved_.empty();
+    c.record.last_seen = std::max(c.record.last_seen, now);
+    scheduling::observe_steered(c.profile, now, back_by, params_);
+    unsaved_.insert(client);
+  }
+  if (changed && changed_) changed_();
+  return ok_status();
+}
+
+double ClientRegistry::utility_rank(ClientId client) const {
+  MutexLock lock(mu_);
+  auto it = clients_.find(client);
+  if (it == clients_.end() || it->second.profile.utility_round == 0) return 0.5;
+  return scheduling::rank_among(utilities_, it->second.profile.utility);
+}
+
+size_t ClientRegistry::size() const {
+  MutexLock lock(mu_);
+  return clients_.size();
+}
+
 void ClientRegistry::flush() {
   std::vector<ClientId> due;
   {
@@ -246,6 +290,7 @@ void ClientRegistry::apply(const std::vector<rounds::ProfileChange>& changes) {
     Status s = rounds::apply_profile_change(change, it->second.profile, params_);
     if (!s.ok()) log_warn("client " + std::to_string(change.client) + ": " + s.to_string());
   }
+  order_utilities();
 }
 
 void ClientRegistry::save(const std::vector<ClientId>& ids) {

@@ -79,6 +79,17 @@ class ClientRegistry {
 
   // A contact from `client` at `now`, in memory only. kNotFound for an unknown client.
   [[nodiscard]] Status touch(ClientId client, double now);
+  // `client`, in contact at `now`, was told to sleep until its check-in window that ends at
+  // `back_by` (scheduling::observe_steered): unavailable until it checks in again. In memory,
+  // saved by flush(); kNotFound for an unknown client.
+  [[nodiscard]] Status steer(ClientId client, double now, double back_by);
+  // The rank in [0, 1] of the client's statistical utility among the utilities of the clients
+  // that reported one (the measure the selection policies rank by: pace steering brings the
+  // higher ones back sooner); 0.5 for a client without one, or an unknown client. O(log n):
+  // the order is kept as round decisions change utilities (apply()).
+  double utility_rank(ClientId client) const;
+  // How many clients are registered. O(1).
+  size_t size() const;
   // Saves, in one transaction, every last contact not yet saved (logged on failure).
   void flush();
   // Whether some last contact waits for flush().
@@ -118,6 +129,8 @@ class ClientRegistry {
 
   // A stored client as an entry; errors as load()'s.
   static Result<Entry> entry_of(storage::ClientRecord record);
+  // Sorts the utilities of the clients that reported one into utilities_.
+  void order_utilities() FEDCASE_REQUIRES(mu_);
 
   storage::Store& store_;
   const scheduling::ProfileParams params_;
@@ -126,6 +139,7 @@ class ClientRegistry {
   std::unordered_map<std::string, ClientId> token_hashes_ FEDCASE_GUARDED_BY(mu_);
   std::map<ClientId, Entry> clients_ FEDCASE_GUARDED_BY(mu_);
   std::set<ClientId> unsaved_ FEDCASE_GUARDED_BY(mu_);  // contacts not yet saved
+  std::vector<double> utilities_ FEDCASE_GUARDED_BY(mu_);  // ascending (order_utilities)
   uint64_t read_up_to_ FEDCASE_GUARDED_BY(mu_) = 0;  // the last change load/refresh read
   uint64_t rows_read_ FEDCASE_GUARDED_BY(mu_) = 0;
 };

@@ -36,6 +36,18 @@ Status parse_tls(const json& j, TlsConfig& tls) {
   return s;
 }
 
+Status parse_pace(const json& j, scheduling::PaceConfig& pace) {
+  ObjectReader r(j, "pace");
+  r.number("pool_factor", pace.pool_factor, 1, 1e6)
+      .number("min_period_s", pace.min_period_s, 0, 86400)
+      .number("max_period_s", pace.max_period_s, 0, 86400)
+      .number("jitter", pace.jitter, 0, 1)
+      .number("value_spread", pace.value_spread, 0, 1)
+      .number("reconnect_window_s", pace.reconnect_window_s, 0, 3600);
+  Status s = r.strict_status();
+  return s.ok() ? scheduling::check_pace_config(pace) : s;
+}
+
 Status check_replica_id(const std::string& id) {
   const bool fits =
       id.size() <= 64 && std::all_of(id.begin(), id.end(), [](char ch) {
@@ -51,6 +63,7 @@ CoordinatorConfig parse_coordinator_config(const json& j) {
   CoordinatorConfig c;
   ObjectReader r(j, "config");
   if (const json* tls = r.member("tls")) r.merge(parse_tls(*tls, c.tls));
+  if (const json* pace = r.member("pace")) r.merge(parse_pace(*pace, c.pace));
   r.text("listen_address", c.listen_address)
       .integer("port", c.port)
       .text("port_file", c.port_file)

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "scheduling/pace.h"
 
 namespace fedcase::server {
 
@@ -67,6 +68,8 @@ struct CoordinatorConfig {
   double drain_timeout_s = 30;      // on stop: longest wait for requests in flight
   double long_poll_max_s = 30;      // longest wait a task poll may ask for
   double client_timeout_s = 30;     // a client silent this long is offline (unavailable)
+  // When devices that get no task check in again (docs/scaling.md, "Pace steering").
+  scheduling::PaceConfig pace;
   double requests_per_second = 50;  // per caller; beyond it 429 with Retry-After
   // Requests without a known token, per address; beyond it 429 (guesses at tokens).
   double unauthenticated_per_second = 10;

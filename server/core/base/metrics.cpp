@@ -1,5 +1,6 @@
 #include "server/core/base/metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +39,14 @@ const std::vector<Declaration>& declarations() {
        {}},
       {kHttpOpenConnections, kGauge, "Open client connections.", {}},
       {kLongPollsWaiting, kGauge, "Task long polls waiting for a task.", {}},
+      {kCheckIns,
+       kCounter,
+       "Task polls answered, by answer: a task, or later (told when to check in again).",
+       {}},
+      {kCheckInPeriod,
+       kGauge,
+       "The mean period between check-ins pace steering gave the latest device without a task.",
+       {}},
       {kUpdatesAccepted, kCounter, "Model updates accepted into a round.", {}},
       {kUpdatesRefused, kCounter, "Model updates refused, by reason (the error code).", {}},
       {kFoldSeconds, kHistogram, "Time to fold one accepted update into its round's aggregate.",
@@ -53,6 +62,10 @@ const std::vector<Declaration>& declarations() {
       {kStoreWriteSeconds, kHistogram, "Latency of store writes, by operation.", kFastBuckets},
       {kClientsRegistered, kGauge, "Registered clients.", {}},
       {kClientsConnected, kGauge, "Clients seen recently enough to be selected.", {}},
+      {kClientRowsRead,
+       kCounter,
+       "Client rows read from the store: all at start, then those that changed (replicas).",
+       {}},
       {kJobs, kGauge, "Jobs, by state.", {}},
       {kJobTestAccuracy, kGauge, "Test accuracy of a job's newest evaluated model.", {}},
       {kJobPrivacyEpsilon, kGauge, "Privacy spent (epsilon) by a job with central DP.", {}},
@@ -178,6 +191,14 @@ void Metrics::add(std::string_view family, const Labels& labels, double delta) {
 void Metrics::set(std::string_view family, const Labels& labels, double value) {
   MutexLock lock(mu_);
   if (Family* f = find(family, kGauge)) f->series[labels].value = value;
+}
+
+void Metrics::set_count(std::string_view family, const Labels& labels, double count) {
+  MutexLock lock(mu_);
+  if (Family* f = find(family, kCounter)) {
+    double& value = f->series[labels].value;
+    value = std::max(value, count);
+  }
 }
 
 void Metrics::clear(std::string_view family) {

@@ -39,6 +39,9 @@ inline constexpr const char* kHttpReceivedBytes = "fedcase_http_received_bytes_t
 inline constexpr const char* kHttpSentBytes = "fedcase_http_sent_bytes_total";
 inline constexpr const char* kHttpOpenConnections = "fedcase_http_open_connections";
 inline constexpr const char* kLongPollsWaiting = "fedcase_long_polls_waiting";
+inline constexpr const char* kCheckIns = "fedcase_check_ins_total";
+inline constexpr const char* kCheckInPeriod = "fedcase_check_in_period_seconds";
+inline constexpr const char* kClientRowsRead = "fedcase_client_rows_read_total";
 inline constexpr const char* kUpdatesAccepted = "fedcase_updates_accepted_total";
 inline constexpr const char* kUpdatesRefused = "fedcase_updates_refused_total";
 inline constexpr const char* kFoldSeconds = "fedcase_aggregation_fold_seconds";
@@ -74,6 +77,9 @@ class Metrics {
   void add(std::string_view family, const Labels& labels, double delta = 1);
   // Gauges: sets the series' value.
   void set(std::string_view family, const Labels& labels, double value);
+  // Counters counted elsewhere (a collector copies their count): raises the series to
+  // `count`; a lower count is ignored, so a counter never goes down.
+  void set_count(std::string_view family, const Labels& labels, double count);
   // Gauges: removes every series of the family (a collector does this before setting the
   // current ones, so that a series that went away is not reported forever).
   void clear(std::string_view family);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "scheduling/selection.h"
 
 namespace fedcase::server {
 
@@ -77,6 +78,17 @@ std::map<TenantId, size_t> JobTable::active_jobs_per_tenant() const {
     if (slot.status.active()) active[slot.job->tenant] += 1;
   }
   return active;
+}
+
+size_t JobTable::invitations_per_round() const {
+  size_t invitations = 0;
+  MutexLock lock(mu_);
+  for (const auto& [id, slot] : slots_) {
+    if (slot.status.state != JobState::kRunning) continue;
+    const rounds::JobConfig& config = slot.job->config;
+    invitations += scheduling::invited_count(config.clients_per_round, config.overcommit);
+  }
+  return invitations;
 }
 
 std::optional<double> JobTable::next_deadline(double now) const {

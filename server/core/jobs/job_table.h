@@ -68,6 +68,9 @@ class JobTable {
   std::set<ClientId> busy_clients() const FEDCASE_EXCLUDES(mu_);
   // Running jobs this coordinator owns with no round here (rounds::Phase::kIdle).
   std::vector<JobEntry*> waiting_jobs() const FEDCASE_EXCLUDES(mu_);
+  // The clients a round of each running job invites (ceil(K * overcommit)), summed: what the
+  // jobs want to choose among at their rounds' opening (pace steering's demand).
+  size_t invitations_per_round() const FEDCASE_EXCLUDES(mu_);
   // Running or paused jobs, per owner (every owner with one is listed).
   std::map<TenantId, size_t> active_jobs_per_tenant() const FEDCASE_EXCLUDES(mu_);
   // The earliest deadline after `now` of an open round.

@@ -14,6 +14,8 @@ namespace {
 // this replica's own contacts saved as often, so that an owner sees a client that talks to
 // another replica as available within about twice this.
 constexpr double kClientsEvery = 5.0;
+constexpr double kClientsAtMostEvery = 0.5;
+constexpr double kTenantsEvery = 5.0;
 
 std::string job_name(JobId id) { return "job " + std::to_string(id); }
 
@@ -29,15 +31,27 @@ Ownership::Ownership(const CoordinatorParts& parts, std::string replica)
       period_s_(parts.config.lease_s / 4),
       random_(std::random_device{}()) {}
 
-double Ownership::pass(double now) {
-  // The driver ticks on every event: passes are paced, unless woken.
-  if (now < next_pass_ && !woken_.exchange(false)) return next_pass_;
-  next_pass_ = now + period_s_;
-  if (now >= next_client_refresh_) {
+double Ownership::refresh_clients(double now) {
+  const bool changed = clients_changed_ && now >= last_client_refresh_ + kClientsAtMostEvery;
+  if (now >= next_client_refresh_ || changed) {
+    clients_changed_ = false;
+    last_client_refresh_ = now;
     next_client_refresh_ = now + kClientsEvery;
     t_.clients.flush();
     Status clients = t_.clients.refresh();
     if (!clients.ok()) log_warn("cannot read the clients again: " + clients.to_string());
+  }
+  if (!clients_changed_) return next_client_refresh_;
+  return std::min(next_client_refresh_, last_client_refresh_ + kClientsAtMostEvery);
+}
+
+double Ownership::pass(double now) {
+  const double clients_due = refresh_clients(now);
+  // The driver ticks on every event: passes are paced, unless woken.
+  if (now < next_pass_ && !woken_.exchange(false)) return std::min(next_pass_, clients_due);
+  next_pass_ = now + period_s_;
+  if (now >= next_tenant_refresh_) {
+    next_tenant_refresh_ = now + kTenantsEvery;
     Status tenants = t_.tenants.refresh();
     if (!tenants.ok()) log_warn("cannot read the tenants again: " + tenants.to_string());
   }
@@ -49,7 +63,7 @@ double Ownership::pass(double now) {
     log_warn("cannot read the jobs: " + records.status().to_string());
   }
   renew(stored);
-  if (!records.ok()) return next_pass_;
+  if (!records.ok()) return std::min(next_pass_, clients_due);
   follow(stored);
   auto leases = t_.store.list_leases();
   if (leases.ok()) {
@@ -57,7 +71,7 @@ double Ownership::pass(double now) {
   } else {
     log_warn("cannot read the leases: " + leases.status().to_string());
   }
-  return next_pass_;
+  return std::min(next_pass_, clients_due);
 }
 
 void Ownership::renew(const std::map<JobId, storage::JobRecord>& stored) {

@@ -154,8 +154,12 @@ std::optional<double> SharedReplication::next_reading(double now) const {
   return next;
 }
 
-WakeupThread::WakeupThread(storage::Store& store, std::function<void()> woken)
-    : store_(store), woken_(std::move(woken)), thread_([this] { run(); }) {}
+WakeupThread::WakeupThread(storage::Store& store, std::function<void()> rounds,
+                           std::function<void()> clients)
+    : store_(store),
+      rounds_(std::move(rounds)),
+      clients_(std::move(clients)),
+      thread_([this] { run(); }) {}
 
 WakeupThread::~WakeupThread() { stop(); }
 
@@ -177,19 +181,23 @@ void WakeupThread::run() {
         continue;
       }
       listener = std::move(listening).value();
-      woken_();  // whatever happened before it listened
+      clients_();  // whatever happened before it listened
+      rounds_();
       continue;
     }
     auto heard = listener->next(0.5);
-    if (!heard.ok()) {
-      woken_();  // wake-ups may have been missed; the next call reconnects
+    if (!heard.ok()) {  // wake-ups may have been missed; the next call reconnects
+      clients_();
+      rounds_();
       continue;
     }
     if (!*heard) continue;
     const storage::Channel channel = (*heard)->channel;
     if (channel == storage::Channel::kRound || channel == storage::Channel::kLease ||
         channel == storage::Channel::kJob) {
-      woken_();
+      rounds_();
+    } else if (channel == storage::Channel::kClient) {
+      clients_();
     }
   }
 }

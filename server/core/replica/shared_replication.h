@@ -88,13 +88,14 @@ class SharedReplication final : public RoundReplication {
 };
 
 // The store's wake-ups (Store::listen) on a thread of its own: `woken` runs on that thread for
-// every kRound, kLease or kJob wake-up, and whenever some may have been missed (the listener
-// lost its connection: re-read everything), and must be quick. A store that cannot listen now
-// is asked again every second; the replicas' paced reads cover the meantime.
+// every kRound, kLease or kJob wake-up (`rounds`), for every kClient one (`clients`: a client
+// registered), and for both whenever some may have been missed (the listener lost its
+// connection: re-read everything); each must be quick. A store that cannot listen now is
+// asked again every second; the replicas' paced reads cover the meantime.
 class WakeupThread {
  public:
   // `store` must outlive the object.
-  WakeupThread(storage::Store& store, std::function<void()> woken);
+  WakeupThread(storage::Store& store, std::function<void()> rounds, std::function<void()> clients);
   ~WakeupThread();  // stop()
   // Stops and joins the thread (within about half a second). Idempotent.
   void stop();
@@ -103,7 +104,7 @@ class WakeupThread {
   void run();
 
   storage::Store& store_;
-  const std::function<void()> woken_;
+  const std::function<void()> rounds_, clients_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
