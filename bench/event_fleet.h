@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "bench/http_bench_util.h"
+#include "bench/http_wire.h"
 
 namespace fedcase::bench {
 
@@ -128,10 +129,8 @@ class EventFleet {
     size_t written = 0;  // of head + body
     bool writing = false;
     int retries = 0;  // of the request being made
-    // The answer being read: the head (and a small body) kept, a large body only counted.
-    std::string in;
-    size_t head_end = 0, content_length = 0, body_read = 0;
-    int status = 0;
+    // The answer being read: a small body kept, a large one only counted.
+    AnswerReader answer{kKeptBody};
     // TLS records not sent yet: out from out_sent on.
     std::string out;
     size_t out_sent = 0;
@@ -278,15 +277,10 @@ class EventFleet {
     c.writing = true;
     ready_.push_back(&c);
   }
-  std::string request_head(const Connection& c, const std::string& method,
-                           const std::string& target) const {
-    return method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
-           c.token + "\r\n";
-  }
   void send_poll(Connection& c) {
     c.stage = Stage::kPolling;
     c.poll_sent = unix_now();
-    begin(c, request_head(c, "GET", "/v1/task?wait=600") + "\r\n");
+    begin(c, request_head("GET", "/v1/task?wait=600", c.token) + "\r\n");
   }
 
   // Writes what it can, then reads what has come; an answer may start the next request.
@@ -319,32 +313,9 @@ class EventFleet {
 
   // Feeds answer bytes in; completes the answer when it is whole.
   void take(Connection& c, const char* data, size_t n) {
-    if (c.head_end == 0) {
-      c.in.append(data, n);
-      const size_t end = c.in.find("\r\n\r\n");
-      if (end == std::string::npos) return;
-      c.head_end = end + 4;
-      c.status = std::atoi(c.in.c_str() + 9);  // "HTTP/1.1 200"
-      std::string head = c.in.substr(0, c.head_end);
-      std::transform(head.begin(), head.end(), head.begin(), ::tolower);
-      if (head.find("transfer-encoding:") != std::string::npos) die(bench_, "chunked answer");
-      const size_t length = head.find("\r\ncontent-length:");
-      c.content_length = length == std::string::npos ? 0 : std::stoull(head.substr(length + 17));
-      c.body_read = std::min(c.in.size() - c.head_end, c.content_length);
-      if (c.in.size() - c.head_end > c.content_length) die(bench_, "bytes after an answer");
-      if (c.content_length > kKeptBody) c.in.resize(c.head_end);
-    } else {
-      const size_t take = std::min(n, c.content_length - c.body_read);
-      if (take != n) die(bench_, "bytes after an answer");
-      if (c.content_length <= kKeptBody) c.in.append(data, take);
-      c.body_read += take;
-    }
-    if (c.body_read < c.content_length) return;
-    const int status = c.status;
-    std::string body = c.content_length <= kKeptBody ? c.in.substr(c.head_end) : std::string();
-    c.in.clear();
-    c.head_end = c.content_length = c.body_read = 0;
-    answered(c, status, body);
+    auto answer = c.answer.take(data, n);
+    if (!answer.ok()) die(bench_, answer.status().message());
+    if (*answer) answered(c, (*answer)->status, (*answer)->body);
   }
 
   void answered(Connection& c, int status, const std::string& body) {
@@ -372,7 +343,8 @@ class EventFleet {
         }
         c.upload_url = task["upload_url"];
         c.stage = Stage::kDownloading;
-        return begin(c, request_head(c, "GET", task["model_url"]) + "\r\n");
+        const std::string model_url = task["model_url"];
+        return begin(c, request_head("GET", model_url, c.token) + "\r\n");
       }
       case Stage::kDownloading:
         if (status == 403) return retry_later(c, "download: 403 " + body);
@@ -429,12 +401,7 @@ class EventFleet {
     const std::string& delta = deltas_[round];
     for (Connection& c : connections_) {
       c.stage = Stage::kUploading;
-      begin(c,
-            request_head(c, "POST", c.upload_url) +
-                "Content-Type: application/octet-stream\r\nX-Fedcase-Meta: {\"samples\":10}\r\n"
-                "Content-Length: " +
-                std::to_string(delta.size()) + "\r\n\r\n",
-            delta);
+      begin(c, upload_head(c.upload_url, c.token, delta.size()), delta);
     }
   }
 

@@ -1,10 +1,7 @@
 #pragma once
 // What the benchmarks that drive a real coordinator over HTTP share: their tokens, latency
-// percentiles, the loopback address, fatal errors, a caller with a bearer token, and jobs whose
-// model is one large tensor.
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
+// percentiles, fatal errors, a caller with a bearer token, and jobs whose model is one large
+// tensor (addresses and hand-written requests: http_wire.h).
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/http_wire.h"
 #include "client_sdk/http_client.h"
 #include "common/blob.h"
 #include "storage/store.h"
@@ -33,15 +31,6 @@ inline double percentile(std::vector<double> values, double q) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
   return values[std::min(values.size() - 1, size_t(q * double(values.size() - 1) + 0.5))];
-}
-
-// 127.0.0.1:`port` (0: any port, for bind).
-inline sockaddr_in loopback_address(uint16_t port) {
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  return address;
 }
 
 // Prints "<bench>: <what>" and exits 1: a benchmark that cannot run has no figures.
