@@ -49,6 +49,7 @@ Result<ClientRegistry::Entry> ClientRegistry::entry_of(storage::ClientRecord rec
   }
   profile.id = record.id;
   auto labels = labels_of(record.info);
+  record.profile = nlohmann::json();  // `profile` holds it (Entry)
   return Entry{std::move(record), std::move(profile), std::move(labels)};
 }
 
@@ -168,6 +169,7 @@ Result<ClientRegistry::Registration> ClientRegistry::register_client(
   auto id = store_.add_client(record);
   if (!id.ok()) return id.status();
   record.id = profile.id = *id;
+  record.profile = nlohmann::json();  // `profile` holds it (Entry)
   {
     MutexLock lock(mu_);
     token_hashes_[record.token_hash] = *id;

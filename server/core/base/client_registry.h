@@ -122,6 +122,8 @@ class ClientRegistry {
 
  private:
   struct Entry {
+    // Its profile is `profile`: record.profile stays null in memory (a JSON tree per client
+    // costs several KiB), and save() writes the profile out.
     storage::ClientRecord record;
     scheduling::ClientProfile profile;
     std::map<std::string, std::string> labels;  // from record.info
