@@ -52,6 +52,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdarg>
 #include <cstdio>
 #include <filesystem>
@@ -119,12 +120,17 @@ struct Plan {
 
 // ---- The coordinator: a child process, and what it shows -------------------------------------
 
-// The one coordinator child of this process, killed at exit (a benchmark that dies leaves
-// none behind).
-pid_t coordinator_pid = -1;
+// The one coordinator child of this process, killed at exit and on a signal that ends this
+// process (a benchmark that dies leaves none behind).
+volatile sig_atomic_t coordinator_pid = -1;
 void kill_coordinator() {
   fedcase::testing::kill_process(coordinator_pid);
   coordinator_pid = -1;
+}
+void kill_coordinator_and_end(int signal_number) {
+  if (coordinator_pid > 0) kill(coordinator_pid, SIGKILL);
+  std::signal(signal_number, SIG_DFL);
+  std::raise(signal_number);
 }
 
 bool healthy(uint16_t port) {
@@ -432,6 +438,8 @@ json run_fleet(const Plan& plan, size_t devices) {
                      {"connection_failures", c.connection_failures},
                      {"local_failures", c.local_failures},
                      {"peak_open_connections", c.peak_open_connections}};
+  // Every figure of this size now, should a later size not end.
+  progress("  figures: %s", out.dump().c_str());
   return out;
 }
 
@@ -495,6 +503,8 @@ int main(int argc, char** argv) {
   rlimit files{};
   getrlimit(RLIMIT_NOFILE, &files);
   std::atexit(kill_coordinator);
+  for (int signal_number : {SIGTERM, SIGINT, SIGHUP})
+    std::signal(signal_number, kill_coordinator_and_end);
 
   const auto start = std::chrono::steady_clock::now();
   json fleets = json::array();
