@@ -12,6 +12,11 @@ namespace {
 
 using nlohmann::json;
 
+// online_until_ keeps a client this long past its availability's lapse, which is
+// is_online()'s to decide exactly (last contact + gap, computed the other way round, may
+// round differently).
+constexpr double kLapseSlackS = 1.0;
+
 // Registration facts for the profile; `device` may carry probe measurements.
 scheduling::DeviceReport device_report(const protocol::Registration& r) {
   scheduling::DeviceReport d;
@@ -62,12 +67,44 @@ Status ClientRegistry::load() {
     read_up_to_ = std::max(read_up_to_, record.change);
     auto entry = entry_of(std::move(record));
     if (!entry.ok()) return entry.status();
-    token_hashes_[entry->record.token_hash] = entry->record.id;
     const ClientId id = entry->record.id;
-    clients_[id] = std::move(entry).value();
+    insert(id, std::move(entry).value());
   }
   order_utilities();
   return ok_status();
+}
+
+void ClientRegistry::insert(ClientId id, Entry entry) {
+  token_hashes_[entry.record.token_hash] = id;
+  Entry& c = clients_[id];
+  if (c.online_until > 0) online_until_.erase({c.online_until, id});
+  c = std::move(entry);
+  c.online_until = 0;
+  index_availability(id, c);
+}
+
+void ClientRegistry::index_availability(ClientId id, Entry& c) {
+  if (c.online_until > 0) online_until_.erase({c.online_until, id});
+  const scheduling::Availability& a = c.profile.availability;
+  c.online_until =
+      a.last_seen_s > 0 && a.steered_back_by_s == 0 ? a.last_seen_s + params_.offline_gap_s : 0;
+  if (c.online_until > 0) online_until_.insert({c.online_until, id});
+}
+
+void ClientRegistry::forget_lapsed(double now) {
+  while (!online_until_.empty() && online_until_.begin()->first < now - kLapseSlackS) {
+    clients_.at(online_until_.begin()->second).online_until = 0;
+    online_until_.erase(online_until_.begin());
+  }
+}
+
+template <typename F>
+void ClientRegistry::for_each_available(double now, F f) const {
+  for (auto it = online_until_.lower_bound({now - kLapseSlackS, 0}); it != online_until_.end();
+       ++it) {
+    const Entry& c = clients_.at(it->second);
+    if (scheduling::is_online(c.profile, now, params_)) f(it->second, c);
+  }
 }
 
 void ClientRegistry::order_utilities() {
@@ -103,9 +140,8 @@ Status ClientRegistry::refresh() {
       if (known == clients_.end()) {
         auto entry = entry_of(std::move(record));
         if (!entry.ok()) return entry.status();
-        token_hashes_[entry->record.token_hash] = entry->record.id;
         const ClientId id = entry->record.id;
-        clients_[id] = std::move(entry).value();
+        insert(id, std::move(entry).value());
         changed = true;
       } else if (record.last_seen > known->second.record.last_seen) {
         // A contact saved by another replica: a heartbeat, and if that replica told the
@@ -117,6 +153,7 @@ Status ClientRegistry::refresh() {
         if (stored.ok()) {
           c.profile.availability.steered_back_by_s = stored->availability.steered_back_by_s;
         }
+        index_availability(record.id, c);
         changed = true;
       }
     }
@@ -145,8 +182,7 @@ Result<std::optional<ClientId>> ClientRegistry::learn(const std::string& token_h
   {
     MutexLock lock(mu_);
     if (clients_.count(id)) return std::optional<ClientId>(id);  // added meanwhile
-    token_hashes_[entry->record.token_hash] = id;
-    clients_[id] = std::move(entry).value();
+    insert(id, std::move(entry).value());
   }
   if (changed_) changed_();
   return std::optional<ClientId>(id);
@@ -172,8 +208,7 @@ Result<ClientRegistry::Registration> ClientRegistry::register_client(
   record.profile = nlohmann::json();  // `profile` holds it (Entry)
   {
     MutexLock lock(mu_);
-    token_hashes_[record.token_hash] = *id;
-    clients_[*id] = {std::move(record), std::move(profile), registration.labels};
+    insert(*id, {std::move(record), std::move(profile), registration.labels});
   }
   if (changed_) changed_();
   return Registration{*id, *std::move(token)};
@@ -189,6 +224,8 @@ Status ClientRegistry::touch(ClientId client, double now) {
     changed = unsaved_.empty() || !scheduling::is_online(c.profile, now, params_);
     c.record.last_seen = std::max(c.record.last_seen, now);
     scheduling::observe_heartbeat(c.profile, now, params_);
+    index_availability(client, c);
+    forget_lapsed(now);
     unsaved_.insert(client);
   }
   if (changed && changed_) changed_();
@@ -205,6 +242,8 @@ Status ClientRegistry::steer(ClientId client, double now, double back_by) {
     changed = unsaved_.empty();
     c.record.last_seen = std::max(c.record.last_seen, now);
     scheduling::observe_steered(c.profile, now, back_by, params_);
+    index_availability(client, c);
+    forget_lapsed(now);
     unsaved_.insert(client);
   }
   if (changed && changed_) changed_();
@@ -263,8 +302,7 @@ ClientRegistry::Census ClientRegistry::census(double now) const {
   MutexLock lock(mu_);
   Census census;
   census.registered = clients_.size();
-  for (const auto& [id, c] : clients_)
-    census.available += scheduling::is_online(c.profile, now, params_);
+  for_each_available(now, [&](ClientId, const Entry&) { ++census.available; });
   return census;
 }
 
@@ -273,26 +311,28 @@ ClientRegistry::Eligible ClientRegistry::eligible(double now,
                                                   const std::set<ClientId>& busy) const {
   MutexLock lock(mu_);
   Eligible out;
-  for (const auto& [id, c] : clients_) {
-    if (!scheduling::is_online(c.profile, now, params_) ||
-        !rounds::labels_match(c.labels, labels)) {
-      continue;
-    }
+  for_each_available(now, [&](ClientId id, const Entry& c) {
+    if (!rounds::labels_match(c.labels, labels)) return;
     ++out.available;
     out.free += !busy.count(id);
-  }
+  });
   return out;
 }
 
 void ClientRegistry::apply(const std::vector<rounds::ProfileChange>& changes) {
   MutexLock lock(mu_);
+  bool utilities_changed = false;
   for (const auto& change : changes) {
     auto it = clients_.find(change.client);
     if (it == clients_.end()) continue;
-    Status s = rounds::apply_profile_change(change, it->second.profile, params_);
+    scheduling::ClientProfile& profile = it->second.profile;
+    const double utility = profile.utility;
+    const RoundIndex utility_round = profile.utility_round;
+    Status s = rounds::apply_profile_change(change, profile, params_);
     if (!s.ok()) log_warn("client " + std::to_string(change.client) + ": " + s.to_string());
+    utilities_changed |= profile.utility != utility || profile.utility_round != utility_round;
   }
-  order_utilities();
+  if (utilities_changed) order_utilities();
 }
 
 void ClientRegistry::save(const std::vector<ClientId>& ids) {

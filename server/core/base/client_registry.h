@@ -100,7 +100,10 @@ class ClientRegistry {
   std::vector<ClientSnapshot> snapshot(double now) const;
   std::vector<ClientSnapshot> profiles(double now) const;
 
-  // How many clients are registered, and how many of them are available at `now`.
+  // How many clients are registered, and how many of them are available at `now`. Like
+  // eligible(), it reads only the clients heard from within the offline gap and not told to
+  // sleep (kept ordered by when that lapses): its cost grows with the available clients, not
+  // with the fleet, so a steered fleet's check-ins can each wake the round driver.
   struct Census {
     size_t registered = 0;
     size_t available = 0;
@@ -127,12 +130,22 @@ class ClientRegistry {
     storage::ClientRecord record;
     scheduling::ClientProfile profile;
     std::map<std::string, std::string> labels;  // from record.info
+    double online_until = 0;  // its key in online_until_; 0: not there
   };
 
   // A stored client as an entry; errors as load()'s.
   static Result<Entry> entry_of(storage::ClientRecord record);
   // Sorts the utilities of the clients that reported one into utilities_.
   void order_utilities() FEDCASE_REQUIRES(mu_);
+  // Adds `entry` as client `id`, or replaces the one there, with its token and availability.
+  void insert(ClientId id, Entry entry) FEDCASE_REQUIRES(mu_);
+  // Puts client `id` in online_until_ as its availability now says (after every change to it).
+  void index_availability(ClientId id, Entry& c) FEDCASE_REQUIRES(mu_);
+  // Drops from online_until_ the clients whose availability lapsed long before `now`.
+  void forget_lapsed(double now) FEDCASE_REQUIRES(mu_);
+  // Calls f(id, entry) for every client available at `now`, in no particular order.
+  template <typename F>
+  void for_each_available(double now, F f) const FEDCASE_REQUIRES(mu_);
 
   storage::Store& store_;
   const scheduling::ProfileParams params_;
@@ -142,6 +155,9 @@ class ClientRegistry {
   std::map<ClientId, Entry> clients_ FEDCASE_GUARDED_BY(mu_);
   std::set<ClientId> unsaved_ FEDCASE_GUARDED_BY(mu_);  // contacts not yet saved
   std::vector<double> utilities_ FEDCASE_GUARDED_BY(mu_);  // ascending (order_utilities)
+  // Every client that may be available, by the time its availability lapses (its last contact
+  // plus the offline gap; a client told to sleep is not here until it checks in again).
+  std::set<std::pair<double, ClientId>> online_until_ FEDCASE_GUARDED_BY(mu_);
   uint64_t read_up_to_ FEDCASE_GUARDED_BY(mu_) = 0;  // the last change load/refresh read
   uint64_t rows_read_ FEDCASE_GUARDED_BY(mu_) = 0;
 };
