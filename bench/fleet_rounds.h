@@ -82,10 +82,14 @@ inline pid_t fork_clients(const char* bench, Channel& channel,
   return pid;
 }
 
-// Lifts this process's open-file limit to its hard limit (a fleet holds a socket per client).
-inline void raise_open_files_limit() {
+// Lifts this process's open-file limit (its children inherit it: a fleet holds a socket per
+// client, in the fleet and in the coordinator) to `wanted` when the process may raise its hard
+// limit (root, up to fs.nr_open), else to its hard limit.
+inline void raise_open_files_limit(rlim_t wanted = 0) {
   rlimit files{};
   getrlimit(RLIMIT_NOFILE, &files);
+  const rlimit raised{wanted, wanted};
+  if (wanted > files.rlim_max && setrlimit(RLIMIT_NOFILE, &raised) == 0) return;
   files.rlim_cur = files.rlim_max;
   setrlimit(RLIMIT_NOFILE, &files);
 }

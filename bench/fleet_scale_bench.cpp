@@ -1,15 +1,19 @@
-// A large steered fleet against one coordinator process, over real sockets on 127.0.0.1: does
-// pace steering (docs/scaling.md, "Pace steering") keep the coordinator's load, memory and
+// A large steered fleet against a coordinator service, over real sockets on 127.0.0.1: does
+// pace steering (docs/scaling.md, "Pace steering") keep the coordinators' load, memory and
 // rounds flat as the fleet grows, and spread the fleet's return after an outage?
 //
-//   fleet_scale_bench [--devices 10000,30000,100000] [--coordinator PATH] [--rounds R]
-//                     [--reconnect-window S] [--outage S] [--quick]
+//   fleet_scale_bench [--devices 10000,30000,100000] [--setups sqlite_1,postgres_3]
+//                     [--coordinator PATH] [--rounds R] [--reconnect-window S] [--outage S]
+//                     [--quick]
 //
-// For each fleet size F, the coordinator binary (default build/server/fedcase-coordinator,
-// copied first so that one build serves the whole run) runs as a child process on a fresh
-// SQLite file: request-rate and connection limits lifted (every
-// device is on 127.0.0.0/8), task polls held up to 10 s, clients silent 30 s offline, pace
-// steering's defaults but for its reconnect window (default 30 s). It serves one job whose
+// For each setup and fleet size F, the coordinator binary (default
+// build/server/fedcase-coordinator, copied first so that one build serves the whole run) runs
+// as child processes: sqlite_1 is one coordinator on a fresh SQLite file; postgres_3 is three
+// replicas (lease_s 5) on a fresh database of a private PostgreSQL server, behind HAProxy
+// (configs/haproxy.cfg, its connection limits raised to the fleet's). Each coordinator has its
+// request-rate and connection limits lifted (every device is on 127.0.0.0/8), task polls held
+// up to 10 s, clients silent 30 s offline, pace steering's defaults but for its reconnect
+// window (default 30 s). It serves one job whose
 // model is one tensor of 1,000 floats: K = 1% of F, overcommit 1.3, a fixed 120 s deadline.
 // The devices are a DeviceEmulator (bench/device_emulator.h) on a thread of this process:
 // each registers, then polls for tasks with ?wait=10, sleeps as each 204 tells it, trains a
@@ -17,7 +21,7 @@
 //   enrolment: the job paused (a fleet enrolling before its job, and no 10 s poll held per
 //     new device), every device registers, at most 64 at once: registrations per second,
 //     overall and over the first and the last tenth (the rate as the registry grows), and the
-//     coordinator's RSS once all are registered. A fleet not enrolled within 20 minutes is
+//     largest coordinator's RSS once all are registered. A fleet not enrolled within 20 minutes is
 //     reported as such ("incomplete"), its other phases not run: at that pace the coordinator
 //     is still enrolling, and would be measured doing so;
 //   rounds: the job resumed, R rounds (default 3) commit: each round's open-to-close seconds
@@ -43,8 +47,6 @@
 // the machine's load average after each phase (the coordinator shares two cores with the
 // fleet, and with whatever else runs). Progress on stderr, a table on stdout, and as the last
 // line one JSON object.
-//
-// Replicas on PostgreSQL behind HAProxy are not measured here (bench/cluster_bench.cpp).
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -69,6 +71,7 @@
 #include "bench/http_bench_util.h"
 #include "client_sdk/http_client.h"
 #include "tests/support/child_process.h"
+#include "tests/support/postgres_server.h"
 #include "tests/support/temp_dir.h"
 
 namespace {
@@ -80,6 +83,8 @@ constexpr const char* kAdmin = fedcase::bench::kAdminToken;
 constexpr const char* kJob = "/v1/admin/jobs/1";
 constexpr double kPollWaitS = 10;  // the coordinator's long_poll_max_s and the devices' ?wait=
 constexpr double kClientTimeoutS = 30;
+constexpr double kLeaseS = 5;           // docs/scaling.md's and scripts/lib/cluster.sh's lease
+constexpr rlim_t kOpenFiles = 1 << 18;  // for every device's socket, here and in a coordinator
 constexpr double kDeadlineS = 120;
 constexpr double kOvercommit = 1.3;
 constexpr double kBinS = 1;
@@ -107,6 +112,7 @@ void sleep_s(double seconds) {
 
 struct Plan {
   std::vector<size_t> fleets = {10'000, 30'000, 100'000};
+  std::vector<std::string> setups = {"sqlite_1", "postgres_3"};
   std::string coordinator = "build/server/fedcase-coordinator";
   int rounds = 3;
   double reconnect_window_s = 30;
@@ -118,17 +124,36 @@ struct Plan {
   bool quick = false;
 };
 
-// ---- The coordinator: a child process, and what it shows -------------------------------------
+// ---- The service: child processes, and what they show ---------------------------------------
 
-// The one coordinator child of this process, killed at exit and on a signal that ends this
-// process (a benchmark that dies leaves none behind).
-volatile sig_atomic_t coordinator_pid = -1;
-void kill_coordinator() {
-  fedcase::testing::kill_process(coordinator_pid);
-  coordinator_pid = -1;
+// The child processes of this benchmark (0: a free place), killed at exit and on a signal that
+// ends this process (a benchmark that dies leaves none behind).
+constexpr size_t kMaxChildren = 8;
+volatile sig_atomic_t children[kMaxChildren] = {};
+void track_child(pid_t pid) {
+  for (volatile sig_atomic_t& child : children) {
+    if (child == 0) {
+      child = pid;
+      return;
+    }
+  }
+  die("more child processes than kMaxChildren");
 }
-void kill_coordinator_and_end(int signal_number) {
-  if (coordinator_pid > 0) kill(coordinator_pid, SIGKILL);
+void end_child(pid_t pid) {
+  fedcase::testing::kill_process(pid);
+  for (volatile sig_atomic_t& child : children) {
+    if (child == pid) child = 0;
+  }
+}
+void end_children() {
+  for (volatile sig_atomic_t& child : children) {
+    if (child > 0) end_child(child);
+  }
+}
+void end_children_and_end(int signal_number) {
+  for (volatile sig_atomic_t& child : children) {
+    if (child > 0) kill(child, SIGKILL);
+  }
   std::signal(signal_number, SIG_DFL);
   std::raise(signal_number);
 }
@@ -139,17 +164,6 @@ bool healthy(uint16_t port) {
   return r.ok() && r->status == 200;
 }
 
-// Starts the coordinator with `config` and waits (up to 5 minutes: a large fleet's store to
-// load) until it answers on `port`.
-void start_coordinator(const Plan& plan, const std::string& config, const std::string& log,
-                       uint16_t port) {
-  coordinator_pid = fedcase::testing::start_process({plan.coordinator, "--config", config}, log);
-  for (const auto start = std::chrono::steady_clock::now(); !healthy(port);) {
-    if (fedcase::bench::seconds_since(start) > 300) die("the coordinator does not answer; " + log);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-}
-
 // VmRSS of process `pid` in bytes (its /proc status gives kB); 0 if it is gone.
 double rss_bytes(pid_t pid) {
   std::ifstream status("/proc/" + std::to_string(pid) + "/status");
@@ -157,6 +171,101 @@ double rss_bytes(pid_t pid) {
     if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) * 1024;
   }
   return 0;
+}
+
+// One child process that answers GET /healthz on `port` once it has started.
+struct Process {
+  std::string name;
+  std::vector<std::string> argv;
+  std::string log;
+  uint16_t port = 0;
+  pid_t pid = 0;
+};
+
+// What the fleet checks in with: one coordinator, or replicas behind HAProxy (`proxy`), all
+// on one database. Ports stay the same across kill() and start().
+struct Service {
+  std::vector<Process> coordinators;
+  std::optional<Process> proxy;
+
+  uint16_t entry() const { return proxy ? proxy->port : coordinators.front().port; }
+
+  // Starts every process, each once the one before answers (up to 5 minutes: a large fleet's
+  // store to load).
+  void start() {
+    auto start_one = [](Process& p) {
+      p.pid = fedcase::testing::start_process(p.argv, p.log);
+      track_child(p.pid);
+      for (const auto start = std::chrono::steady_clock::now(); !healthy(p.port);) {
+        if (fedcase::bench::seconds_since(start) > 300) {
+          die(p.name + " does not answer; see " + p.log);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    };
+    for (Process& c : coordinators) start_one(c);
+    if (proxy) start_one(*proxy);
+  }
+  // SIGKILL to every process.
+  void kill() {
+    if (proxy) end_child(proxy->pid);
+    for (Process& c : coordinators) end_child(c.pid);
+  }
+  // Each coordinator's VmRSS, in bytes.
+  std::vector<double> rss() const {
+    std::vector<double> out;
+    for (const Process& c : coordinators) out.push_back(rss_bytes(c.pid));
+    return out;
+  }
+};
+
+// The service of `setup` on a fresh database holding the job, its files in `dir`; not started.
+Service make_service(const Plan& plan, const std::string& setup, const json& job, size_t devices,
+                     fedcase::testing::TempDir& dir,
+                     std::unique_ptr<fedcase::testing::PostgresServer>& postgres) {
+  const bool replicas = setup == "postgres_3";
+  std::string database = dir.file("fleet.db");
+  if (replicas) {
+    if (!postgres) postgres = std::make_unique<fedcase::testing::PostgresServer>();
+    database = postgres->tcp_url(postgres->create_database());
+  }
+  fedcase::bench::store_large_job(kBench, database, job, plan.parameters);
+  Service service;
+  std::vector<uint16_t> ports;
+  for (size_t i = 0; i < (replicas ? 3 : 1); ++i) {
+    Process c;
+    c.name = replicas ? "replica-" + std::to_string(i + 1) : "coordinator";
+    c.port = fedcase::testing::free_local_port();
+    json config = fedcase::bench::unthrottled_config(c.port, database, plan.parameters, kPollWaitS);
+    config["client_timeout_s"] = kClientTimeoutS;
+    config["pace"] = {{"reconnect_window_s", plan.reconnect_window_s}};
+    if (replicas) {
+      config["replica_id"] = c.name;
+      config["lease_s"] = kLeaseS;
+    }
+    const std::string path = dir.file(c.name + ".json");
+    std::ofstream(path) << config.dump(2);
+    c.argv = {plan.coordinator, "--config", path};
+    c.log = dir.file(c.name + ".log");
+    ports.push_back(c.port);
+    service.coordinators.push_back(std::move(c));
+  }
+  if (replicas) {
+    Process proxy;
+    proxy.name = "HAProxy";
+    proxy.port = fedcase::testing::free_local_port();
+    // Every device may hold a connection (a poll) at once, all through HAProxy.
+    fedcase::testing::HaproxySettings settings;
+    settings.max_connections = int(devices + 1000);
+    settings.replica_max_connections = int(devices);
+    settings.max_connections_per_client = int(devices);
+    const std::string path = dir.file("haproxy.cfg");
+    std::ofstream(path) << fedcase::testing::haproxy_config(proxy.port, ports, settings);
+    proxy.argv = {fedcase::testing::kHaproxyBin, "-db", "-f", path};
+    proxy.log = dir.file("haproxy.log");
+    service.proxy = std::move(proxy);
+  }
+  return service;
 }
 
 fedcase::bench::Caller admin(uint16_t port) {
@@ -175,18 +284,39 @@ double metric(const std::string& page, const std::string& series) {
   return at == std::string::npos ? 0 : std::stod(page.substr(at + series.size() + 2));
 }
 
+// What each coordinator of a service shows in /metrics.
 struct Scrape {
-  double check_ins = 0, rows_read = 0, connected = 0, open_connections = 0, period_s = 0;
+  struct Coordinator {
+    double check_ins = 0, rows_read = 0, connected = 0, open_connections = 0, period_s = 0;
+  };
+  std::vector<Coordinator> coordinators;
+
+  double check_ins() const {
+    double sum = 0;
+    for (const Coordinator& c : coordinators) sum += c.check_ins;
+    return sum;
+  }
+  // The largest of `field` over the coordinators.
+  double largest(double Coordinator::*field) const {
+    double most = 0;
+    for (const Coordinator& c : coordinators) most = std::max(most, c.*field);
+    return most;
+  }
 };
-Scrape scrape(uint16_t port) {
-  const auto r = admin(port).call("GET", "/metrics");
-  if (r.status != 200) die("/metrics: " + std::to_string(r.status));
-  const std::string page = "\n" + r.body;
-  return {metric(page, "fedcase_check_ins_total{answer=\"task\"}") +
-              metric(page, "fedcase_check_ins_total{answer=\"later\"}"),
-          metric(page, "fedcase_client_rows_read_total"), metric(page, "fedcase_clients_connected"),
-          metric(page, "fedcase_http_open_connections"),
-          metric(page, "fedcase_check_in_period_seconds")};
+Scrape scrape(const Service& service) {
+  Scrape out;
+  for (const Process& c : service.coordinators) {
+    const auto r = admin(c.port).call("GET", "/metrics");
+    if (r.status != 200) die(c.name + " /metrics: " + std::to_string(r.status));
+    const std::string page = "\n" + r.body;
+    out.coordinators.push_back({metric(page, "fedcase_check_ins_total{answer=\"task\"}") +
+                                    metric(page, "fedcase_check_ins_total{answer=\"later\"}"),
+                                metric(page, "fedcase_client_rows_read_total"),
+                                metric(page, "fedcase_clients_connected"),
+                                metric(page, "fedcase_http_open_connections"),
+                                metric(page, "fedcase_check_in_period_seconds")});
+  }
+  return out;
 }
 
 // The job's committed rounds' open-to-close seconds, in order.
@@ -239,8 +369,7 @@ bool wait_for(double timeout_s, double every_s, Done done) {
 struct FleetRun {
   const Plan& plan;
   size_t devices;
-  uint16_t port;
-  std::string config_path, log;
+  Service& service;
   fedcase::bench::DeviceEmulator& fleet;
   json& out;
   double resumed_s = 0;  // when the job was resumed after enrolment (the fleet's clock)
@@ -269,19 +398,20 @@ bool enrol(FleetRun& run) {
   const double last_tenth_from =
       answered.size() > tenth ? answered[answered.size() - 1 - tenth] : first_sent;
   run.out["registrations_per_s_last_tenth"] = double(tenth) / (answered.back() - last_tenth_from);
-  run.out["rss_enrolled_mib"] = rss_bytes(coordinator_pid) / (1 << 20);
+  const std::vector<double> rss = run.service.rss();
+  run.out["rss_enrolled_mib"] = *std::max_element(rss.begin(), rss.end()) / (1 << 20);
   run.phase_done("enrolment");
   return enrolled;
 }
 
 // The job resumes; R rounds commit. False if they did not in time.
 bool commit_rounds(FleetRun& run) {
-  control_job(run.port, "resume");
+  control_job(run.service.entry(), "resume");
   run.resumed_s = run.fleet.clock_s();
   std::vector<double> rounds;
   const size_t wanted = size_t(run.plan.rounds);
   const bool committed = wait_for(double(wanted) * (kDeadlineS + 60), 1, [&] {
-    rounds = committed_rounds(run.port);
+    rounds = committed_rounds(run.service.entry());
     progress("  rounds committed: %zu of %zu", std::min(rounds.size(), wanted), wanted);
     return rounds.size() >= wanted;
   });
@@ -294,21 +424,22 @@ bool commit_rounds(FleetRun& run) {
   return true;
 }
 
-// The settled fleet: check-ins, their latency, the coordinator's memory.
-void steady_state(FleetRun& run, double rss_before) {
+// The settled fleet: check-ins, their latency, the coordinators' memory (`rss_before`: each
+// one's before enrolment).
+void steady_state(FleetRun& run, const std::vector<double>& rss_before) {
   sleep_s(run.resumed_s + run.plan.settle_s - run.fleet.clock_s());
   const double from = run.fleet.clock_s();
-  const Scrape before = scrape(run.port);
+  const Scrape before = scrape(run.service);
   sleep_s(run.plan.steady_s);
-  const Scrape after = scrape(run.port);
+  const Scrape after = scrape(run.service);
   const double to = run.fleet.clock_s();
-  const double rss_steady = rss_bytes(coordinator_pid);
+  const std::vector<double> rss_steady = run.service.rss();
   sleep_s(kPollWaitS + 2);  // a poll enters the log once it ends
   const std::vector<fedcase::bench::CheckInRecord> polls = run.fleet.check_ins(from, to);
   const auto latencies = fedcase::bench::check_in_latencies(polls, kPollWaitS);
   json& out = run.out;
   out["check_ins_per_s"] = double(latencies.all.size()) / (to - from);
-  out["coordinator_check_ins_per_s"] = (after.check_ins - before.check_ins) / (to - from);
+  out["coordinator_check_ins_per_s"] = (after.check_ins() - before.check_ins()) / (to - from);
   out["check_in_p99_ms"] = milliseconds_p99(latencies.all);
   out["check_in_at_once_p99_ms"] = milliseconds_p99(latencies.at_once);
   out["check_in_past_wait_p99_ms"] = milliseconds_p99(latencies.past_wait);
@@ -316,13 +447,23 @@ void steady_state(FleetRun& run, double rss_before) {
   out["polls_answered_at_once"] = latencies.at_once.size();
   out["polls_answered_past_wait"] = latencies.past_wait.size();
   out["polls_failed"] = polls.size() - latencies.all.size();
-  out["check_in_period_s"] = after.period_s;
+  const double period_s = after.largest(&Scrape::Coordinator::period_s);
+  out["check_in_period_s"] = period_s;
   // A device is checked in for a poll's wait, then sleeps about a period.
-  out["steady_check_ins_per_s_expected"] = double(run.devices) / (kPollWaitS + after.period_s);
-  out["clients_connected"] = after.connected;
-  out["http_open_connections"] = after.open_connections;
-  out["rss_steady_mib"] = rss_steady / (1 << 20);
-  const double per_device_kib = (rss_steady - rss_before) / 1024 / double(run.devices);
+  out["steady_check_ins_per_s_expected"] = double(run.devices) / (kPollWaitS + period_s);
+  out["clients_connected"] = json::array();
+  out["http_open_connections"] = json::array();
+  for (const Scrape::Coordinator& c : after.coordinators) {
+    out["clients_connected"].push_back(c.connected);
+    out["http_open_connections"].push_back(c.open_connections);
+  }
+  double rss_largest = 0, growth_largest = 0;
+  for (size_t i = 0; i < rss_steady.size(); ++i) {
+    rss_largest = std::max(rss_largest, rss_steady[i]);
+    growth_largest = std::max(growth_largest, rss_steady[i] - rss_before[i]);
+  }
+  out["rss_steady_mib"] = rss_largest / (1 << 20);
+  const double per_device_kib = growth_largest / 1024 / double(run.devices);
   out["rss_per_device_kib"] = per_device_kib;
   progress("  steady: %.0f check-ins/s, p99 %.1f ms past the wait; RSS %.1f KiB per device",
            out["check_ins_per_s"].get<double>(), percentile(latencies.past_wait, 0.99) * 1e3,
@@ -332,29 +473,34 @@ void steady_state(FleetRun& run, double rss_before) {
 
 // The job paused, the fleet still checking in: client rows the registry reads.
 void idle(FleetRun& run) {
-  control_job(run.port, "pause");
-  const Scrape start = scrape(run.port);
+  control_job(run.service.entry(), "pause");
+  const Scrape start = scrape(run.service);
   sleep_s(run.plan.idle_s);
-  const Scrape end = scrape(run.port);
-  const double rows_per_s = (end.rows_read - start.rows_read) / run.plan.idle_s;
+  const Scrape end = scrape(run.service);
+  double rows_per_s = 0;  // the replica that read most
+  for (size_t i = 0; i < end.coordinators.size(); ++i) {
+    rows_per_s =
+        std::max(rows_per_s, end.coordinators[i].rows_read - start.coordinators[i].rows_read);
+  }
+  rows_per_s /= run.plan.idle_s;
   run.out["idle_client_rows_read_per_s"] = rows_per_s;
-  run.out["idle_check_ins_per_s"] = (end.check_ins - start.check_ins) / run.plan.idle_s;
+  run.out["idle_check_ins_per_s"] = (end.check_ins() - start.check_ins()) / run.plan.idle_s;
   progress("  idle: %.1f client rows read/s, %.0f check-ins/s", rows_per_s,
            run.out["idle_check_ins_per_s"].get<double>());
   run.phase_done("idle");
 }
 
-// The coordinator killed under a running job and started again: the fleet's return.
+// The service killed under a running job and started again: the fleet's return.
 void outage(FleetRun& run) {
-  control_job(run.port, "resume");
+  control_job(run.service.entry(), "resume");
   sleep_s(kPollWaitS);  // rounds and held polls under way when it dies
   fedcase::bench::DeviceEmulator& fleet = run.fleet;
   const auto before = fleet.counters();
   const double killed_s = fleet.clock_s();
-  kill_coordinator();
+  run.service.kill();
   sleep_s(run.plan.outage_s);
   const double restarted_s = fleet.clock_s();
-  start_coordinator(run.plan, run.config_path, run.log, run.port);
+  run.service.start();
   const double back_s = fleet.clock_s();
   progress("  outage: killed, started again after %.0f s, answering %.1f s later",
            run.plan.outage_s, back_s - restarted_s);
@@ -385,27 +531,20 @@ void outage(FleetRun& run) {
   run.phase_done("outage");
 }
 
-json run_fleet(const Plan& plan, size_t devices) {
+json run_fleet(const Plan& plan, const std::string& setup, size_t devices,
+               std::unique_ptr<fedcase::testing::PostgresServer>& postgres) {
   const size_t per_round = std::max<size_t>(1, devices / 100);
-  progress("%zu devices, K = %zu", devices, per_round);
+  progress("%s, %zu devices, K = %zu", setup.c_str(), devices, per_round);
   fedcase::testing::TempDir dir;
-  const std::string database = dir.file("fleet.db");
-  fedcase::bench::store_large_job(kBench, database, job_config(per_round), plan.parameters);
-  const uint16_t port = fedcase::testing::free_local_port();
-  json config = fedcase::bench::unthrottled_config(port, database, plan.parameters, kPollWaitS);
-  config["client_timeout_s"] = kClientTimeoutS;
-  config["pace"] = {{"reconnect_window_s", plan.reconnect_window_s}};
-  const std::string config_path = dir.file("coordinator.json");
-  const std::string log = dir.file("coordinator.log");
-  std::ofstream(config_path) << config.dump(2);
-  start_coordinator(plan, config_path, log, port);
-  control_job(port, "pause");
-  const double rss_before = rss_bytes(coordinator_pid);
+  Service service = make_service(plan, setup, job_config(per_round), devices, dir, postgres);
+  service.start();
+  control_job(service.entry(), "pause");
+  const std::vector<double> rss_before = service.rss();
   json out = {{"devices", devices}, {"clients_per_round", per_round}};
-  out["rss_before_mib"] = rss_before / (1 << 20);
+  out["rss_before_mib"] = *std::max_element(rss_before.begin(), rss_before.end()) / (1 << 20);
 
   fedcase::bench::DeviceEmulatorOptions options;
-  options.port = port;
+  options.port = service.entry();
   options.enrollment_token = fedcase::bench::kEnrollmentToken;
   options.devices = devices;
   options.poll_wait_s = kPollWaitS;
@@ -414,7 +553,7 @@ json run_fleet(const Plan& plan, size_t devices) {
   options.seed = devices;
   fedcase::bench::DeviceEmulator fleet(kBench, options);
   fleet.start();
-  FleetRun run{plan, devices, port, config_path, log, fleet, out};
+  FleetRun run{plan, devices, service, fleet, out};
   if (!enrol(run)) {
     out["incomplete"] =
         "enrolment did not end within " + std::to_string(int(kEnrolTimeoutS)) + " s";
@@ -427,7 +566,7 @@ json run_fleet(const Plan& plan, size_t devices) {
   }
   if (out.contains("incomplete")) progress("  %s", out["incomplete"].get<std::string>().c_str());
   fleet.stop();
-  kill_coordinator();
+  service.kill();
 
   const auto c = fleet.counters();
   out["emulator"] = {{"check_ins", c.check_ins},
@@ -443,78 +582,21 @@ json run_fleet(const Plan& plan, size_t devices) {
   return out;
 }
 
-std::vector<size_t> parse_sizes(const std::string& list) {
-  std::vector<size_t> sizes;
+std::vector<std::string> parse_list(const std::string& list) {
+  std::vector<std::string> items;
   std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');) sizes.push_back(std::stoull(item));
-  return sizes;
+  for (std::string item; std::getline(in, item, ',');) items.push_back(item);
+  return items;
 }
 
-}  // namespace
+std::optional<double> number(const json& f, const char* key) {
+  return f.contains(key) && f[key].is_number() ? std::optional<double>(f[key].get<double>())
+                                               : std::nullopt;
+}
 
-int main(int argc, char** argv) {
-  Plan plan;
-  const char* usage =
-      "usage: fleet_scale_bench [--devices 10000,30000,100000] [--coordinator PATH] [--rounds R] "
-      "[--reconnect-window S] [--outage S] [--quick]";
-  bool sizes_given = false, outage_given = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--quick") {
-      plan.quick = true;
-      continue;
-    }
-    if (i + 1 >= argc) die(usage);
-    const std::string value = argv[++i];
-    if (flag == "--devices") {
-      plan.fleets = parse_sizes(value);
-      sizes_given = true;
-    } else if (flag == "--coordinator") {
-      plan.coordinator = value;
-    } else if (flag == "--rounds") {
-      plan.rounds = std::stoi(value);
-    } else if (flag == "--reconnect-window") {
-      plan.reconnect_window_s = std::stod(value);
-    } else if (flag == "--outage") {
-      plan.outage_s = std::stod(value);
-      outage_given = true;
-    } else {
-      die(usage);
-    }
-  }
-  if (plan.quick) {
-    if (!sizes_given) plan.fleets = {2000, 5000};
-    if (!outage_given) plan.outage_s = 10;
-    plan.settle_s = 20;
-    plan.steady_s = 10;
-  }
-  if (plan.fleets.empty() || plan.rounds < 1 || plan.reconnect_window_s < 1) die(usage);
-  if (access(plan.coordinator.c_str(), X_OK) != 0)
-    die("no coordinator binary at " + plan.coordinator);
-  std::sort(plan.fleets.begin(), plan.fleets.end());
-  // One build for the whole run, restarts included, even if the tree is rebuilt meanwhile.
-  fedcase::testing::TempDir binaries;
-  const std::string coordinator = binaries.file("fedcase-coordinator");
-  std::filesystem::copy_file(plan.coordinator, coordinator);
-  plan.coordinator = coordinator;
-  // A fleet's checked-in devices each hold a socket here and in the coordinator (a child, which
-  // inherits the limit).
-  fedcase::bench::raise_open_files_limit();
-  rlimit files{};
-  getrlimit(RLIMIT_NOFILE, &files);
-  std::atexit(kill_coordinator);
-  for (int signal_number : {SIGTERM, SIGINT, SIGHUP})
-    std::signal(signal_number, kill_coordinator_and_end);
-
-  const auto start = std::chrono::steady_clock::now();
-  json fleets = json::array();
-  for (size_t devices : plan.fleets) fleets.push_back(run_fleet(plan, devices));
-
-  // Targets: a figure a fleet did not reach counts as missed.
-  auto number = [](const json& f, const char* key) {
-    return f.contains(key) && f[key].is_number() ? std::optional<double>(f[key].get<double>())
-                                                 : std::nullopt;
-  };
+// The targets of one setup's fleets (each fleet gets its own too); a figure a fleet did not
+// reach counts as missed.
+json targets_of(json& fleets) {
   bool reconnect_met = true, rss_met = true;
   for (json& f : fleets) {
     // A figure not reached: a peak of 0 and an unbounded RSS, both missed.
@@ -548,23 +630,20 @@ int main(int argc, char** argv) {
   }
   const auto rows_smallest = number(smallest, "idle_client_rows_read_per_s");
   const auto rows_largest = number(largest, "idle_client_rows_read_per_s");
-  const json targets = {
-      {"reconnect_peak_to_mean_le_2", {{"met", reconnect_met}}},
-      {"round_open_to_close_largest_within_2x_smallest",
-       {{"ratio", round_ratio},
-        {"met", round_ratio.is_number() && round_ratio.get<double>() <= kRoundTarget}}},
-      {"rss_le_4_kib_per_device",
-       {{"met", rss_met}, {"marginal_kib_per_device_across_steady_fleets", marginal_kib}}},
-      {"idle_rows_read_independent_of_fleet_size",
-       {{"smallest_per_s", rows_smallest ? json(*rows_smallest) : json()},
-        {"largest_per_s", rows_largest ? json(*rows_largest) : json()},
-        {"met", rows_smallest && rows_largest && *rows_largest <= *rows_smallest}}}};
+  return {{"reconnect_peak_to_mean_le_2", {{"met", reconnect_met}}},
+          {"round_open_to_close_largest_within_2x_smallest",
+           {{"ratio", round_ratio},
+            {"met", round_ratio.is_number() && round_ratio.get<double>() <= kRoundTarget}}},
+          {"rss_le_4_kib_per_device",
+           {{"met", rss_met}, {"marginal_kib_per_device_across_steady_fleets", marginal_kib}}},
+          {"idle_rows_read_per_replica_independent_of_fleet_size",
+           {{"smallest_per_s", rows_smallest ? json(*rows_smallest) : json()},
+            {"largest_per_s", rows_largest ? json(*rows_largest) : json()},
+            {"met", rows_smallest && rows_largest && *rows_largest <= *rows_smallest}}}};
+}
 
-  std::printf(
-      "fleet_scale_bench: one coordinator, SQLite, reconnect window %.0f s, outage %.0f s, "
-      "%.0f s%s\n",
-      plan.reconnect_window_s, plan.outage_s, fedcase::bench::seconds_since(start),
-      plan.quick ? " (--quick: not settled)" : "");
+void print_table(const std::string& setup, const json& fleets, const json& targets) {
+  std::printf("%s\n", setup.c_str());
   std::printf("%8s %9s %10s %10s %10s %9s %9s %9s %10s %9s\n", "devices", "reg/s", "checkin/s",
               "p99 ms", "p99 wait", "round s", "RSS MiB", "KiB/dev", "rows/s idl", "reconnect");
   for (const json& f : fleets) {
@@ -590,9 +669,93 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("targets: %s\n", targets.dump().c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Plan plan;
+  const char* usage =
+      "usage: fleet_scale_bench [--devices 10000,30000,100000] [--setups sqlite_1,postgres_3] "
+      "[--coordinator PATH] [--rounds R] [--reconnect-window S] [--outage S] [--quick]";
+  bool sizes_given = false, outage_given = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--quick") {
+      plan.quick = true;
+      continue;
+    }
+    if (i + 1 >= argc) die(usage);
+    const std::string value = argv[++i];
+    if (flag == "--devices") {
+      plan.fleets.clear();
+      for (const std::string& size : parse_list(value)) plan.fleets.push_back(std::stoull(size));
+      sizes_given = true;
+    } else if (flag == "--setups") {
+      plan.setups = parse_list(value);
+    } else if (flag == "--coordinator") {
+      plan.coordinator = value;
+    } else if (flag == "--rounds") {
+      plan.rounds = std::stoi(value);
+    } else if (flag == "--reconnect-window") {
+      plan.reconnect_window_s = std::stod(value);
+    } else if (flag == "--outage") {
+      plan.outage_s = std::stod(value);
+      outage_given = true;
+    } else {
+      die(usage);
+    }
+  }
+  if (plan.quick) {
+    if (!sizes_given) plan.fleets = {2000, 5000};
+    if (!outage_given) plan.outage_s = 10;
+    plan.settle_s = 20;
+    plan.steady_s = 10;
+  }
+  if (plan.fleets.empty() || plan.setups.empty() || plan.rounds < 1 ||
+      plan.reconnect_window_s < 1) {
+    die(usage);
+  }
+  for (const std::string& setup : plan.setups) {
+    if (setup != "sqlite_1" && setup != "postgres_3") die("unknown setup " + setup + "; " + usage);
+  }
+  if (access(plan.coordinator.c_str(), X_OK) != 0)
+    die("no coordinator binary at " + plan.coordinator);
+  std::sort(plan.fleets.begin(), plan.fleets.end());
+  // One build for the whole run, restarts included, even if the tree is rebuilt meanwhile.
+  fedcase::testing::TempDir binaries;
+  const std::string coordinator = binaries.file("fedcase-coordinator");
+  std::filesystem::copy_file(plan.coordinator, coordinator);
+  plan.coordinator = coordinator;
+  // A fleet's checked-in devices each hold a socket here and in the coordinator (a child, which
+  // inherits the limit).
+  fedcase::bench::raise_open_files_limit(kOpenFiles);
+  rlimit files{};
+  getrlimit(RLIMIT_NOFILE, &files);
+  std::atexit(end_children);
+  for (int signal_number : {SIGTERM, SIGINT, SIGHUP})
+    std::signal(signal_number, end_children_and_end);
+
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<fedcase::testing::PostgresServer> postgres;  // for postgres_3, made once
+  json setups = json::object();
+  for (const std::string& setup : plan.setups) {
+    json fleets = json::array();
+    for (size_t devices : plan.fleets) fleets.push_back(run_fleet(plan, setup, devices, postgres));
+    const json targets = targets_of(fleets);
+    setups[setup] = {{"coordinators", setup == "postgres_3" ? 3 : 1},
+                     {"database", setup == "postgres_3" ? "postgresql" : "sqlite"},
+                     {"fleets", fleets},
+                     {"targets", targets}};
+  }
+
+  std::printf("fleet_scale_bench: reconnect window %.0f s, outage %.0f s, %.0f s%s\n",
+              plan.reconnect_window_s, plan.outage_s, fedcase::bench::seconds_since(start),
+              plan.quick ? " (--quick: not settled)" : "");
+  for (const auto& [setup, figures] : setups.items()) {
+    print_table(setup, figures["fleets"], figures["targets"]);
+  }
   const json result = {{"bench", "fleet_scale"},
-                       {"coordinators", 1},
-                       {"database", "sqlite"},
                        {"quick", plan.quick},
                        {"cores", std::thread::hardware_concurrency()},
                        {"open_files_limit", files.rlim_cur},
@@ -602,8 +765,7 @@ int main(int argc, char** argv) {
                        {"rounds", plan.rounds},
                        {"parameters", plan.parameters},
                        {"run_s", fedcase::bench::seconds_since(start)},
-                       {"fleets", fleets},
-                       {"targets", targets}};
+                       {"setups", setups}};
   std::printf("%s\n", result.dump().c_str());
   return 0;
 }

@@ -72,7 +72,8 @@ cluster_start() {
   cluster_port=$(free_port)
   # configs/haproxy.cfg, the template tests/support/haproxy_process.h uses too.
   { sed -e "s/@PORT@/$cluster_port/" -e "s/@CHECK_INTERVAL@/1s/" -e "s/@HTTP_REQUEST_TIMEOUT@/10s/" \
-      -e "s/@MAXCONN_PER_CLIENT@/1000/" configs/haproxy.cfg
+      -e "s/@MAXCONN_PER_CLIENT@/1000/" -e "s/@MAXCONN@/8000/" -e "s/@REPLICA_MAXCONN@/900/" \
+      configs/haproxy.cfg
     printf '%s' "$servers"; } > "$dir/haproxy.cfg"
   haproxy -db -f "$dir/haproxy.cfg" > "$dir/haproxy.log" 2>&1 &
   cluster_proxy_pid=$!

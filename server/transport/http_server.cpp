@@ -35,6 +35,9 @@ using tcp = net::ip::tcp;
 
 constexpr size_t kHeaderLimit = 16 * 1024;
 constexpr auto kLingerTime = std::chrono::seconds(2);
+// A connection's read buffer larger than this (grown by a large request) is given back while
+// the connection waits for its next request: a fleet's idle connections hold little memory.
+constexpr size_t kIdleReadBufferBytes = 16 * 1024;
 constexpr auto kAcceptBackoffMin = std::chrono::milliseconds(10);
 constexpr auto kAcceptBackoffMax = std::chrono::milliseconds(1000);
 // File descriptors kept beyond the connections for the store, logs and the evaluator.
@@ -204,6 +207,8 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
   void do_read_request() {
     if (draining_) return close();
     if (buffer_.size() > 0) return do_read_header();
+    // An idle connection (a device between two requests) keeps no large read buffer.
+    if (buffer_.capacity() > kIdleReadBufferBytes) buffer_.shrink_to_fit();
     idle_ = true;
     tcp().expires_after(to_ms(frontend_.config.idle_timeout_s));
     stream_.async_read_some(buffer_.prepare(4096),
@@ -512,7 +517,8 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
   }
 
   void discard() {
-    tcp().async_read_some(net::buffer(discard_buffer_),
+    if (!discard_buffer_) discard_buffer_ = std::make_unique<std::array<char, 16384>>();
+    tcp().async_read_some(net::buffer(*discard_buffer_),
                           [self = this->shared_from_this()](beast::error_code ec, size_t) {
                             if (ec) return self->close();
                             self->discard();
@@ -543,7 +549,7 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
   bool registered_ = false;
   std::list<std::weak_ptr<Drainable>>::iterator place_;  // in frontend_.sessions
   std::chrono::steady_clock::time_point body_started_;
-  std::array<char, 16384> discard_buffer_;
+  std::unique_ptr<std::array<char, 16384>> discard_buffer_;  // made when lingering
   Frontend& frontend_;
   std::unique_ptr<AddressConnections::Lease> lease_;
   const std::string peer_;

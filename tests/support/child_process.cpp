@@ -86,10 +86,14 @@ std::string haproxy_config(uint16_t port, const std::vector<uint16_t>& replica_p
        {std::pair<std::string, std::string>{"@PORT@", std::to_string(port)},
         {"@CHECK_INTERVAL@", settings.check_interval},
         {"@HTTP_REQUEST_TIMEOUT@", settings.http_request_timeout},
-        {"@MAXCONN_PER_CLIENT@", std::to_string(settings.max_connections_per_client)}}) {
-    const size_t at = config.find(name);
+        {"@MAXCONN_PER_CLIENT@", std::to_string(settings.max_connections_per_client)},
+        {"@MAXCONN@", std::to_string(settings.max_connections)},
+        {"@REPLICA_MAXCONN@", std::to_string(settings.replica_max_connections)}}) {
+    size_t at = config.find(name);
     if (at == std::string::npos) throw std::runtime_error(path + " has no " + name);
-    config.replace(at, name.size(), value);
+    for (; at != std::string::npos; at = config.find(name, at + value.size())) {
+      config.replace(at, name.size(), value);
+    }
   }
   for (size_t i = 0; i < replica_ports.size(); ++i) {
     config += "  server replica-" + std::to_string(i) +

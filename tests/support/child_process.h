@@ -35,6 +35,8 @@ struct HaproxySettings {
   std::string check_interval = "500ms";
   std::string http_request_timeout = "10s";
   int max_connections_per_client = 1000;
+  int max_connections = 8000;         // HAProxy's at once, from every client
+  int replica_max_connections = 900;  // to one replica at once (more requests queue)
 };
 
 // HAProxy's configuration from the template scripts/lib/cluster.sh uses too

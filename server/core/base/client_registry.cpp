@@ -36,6 +36,11 @@ ClientRegistry::ClientRegistry(storage::Store& store, scheduling::ProfileParams 
 
 namespace {
 
+// `info` as JSON text without spaces (a string that is not UTF-8 has U+FFFD in its place).
+std::string compact(const json& info) {
+  return info.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 // The labels a stored client registered with (validated at registration); none when its info
 // does not read as a registration.
 std::map<std::string, std::string> labels_of(const json& info) {
@@ -45,17 +50,19 @@ std::map<std::string, std::string> labels_of(const json& info) {
 
 }  // namespace
 
-Result<ClientRegistry::Entry> ClientRegistry::entry_of(storage::ClientRecord record) {
-  scheduling::ClientProfile profile;
+Result<ClientRegistry::Entry> ClientRegistry::entry_of(const storage::ClientRecord& record) {
+  Entry entry;
   if (record.profile.is_object() && !record.profile.empty()) {
     auto loaded = scheduling::profile_from_json(record.profile);
     if (!loaded.ok()) return loaded.status();
-    profile = std::move(loaded).value();
+    entry.profile = std::move(loaded).value();
   }
-  profile.id = record.id;
-  auto labels = labels_of(record.info);
-  record.profile = nlohmann::json();  // `profile` holds it (Entry)
-  return Entry{std::move(record), std::move(profile), std::move(labels)};
+  entry.profile.id = record.id;
+  entry.info = compact(record.info);
+  entry.registered_at = record.registered_at;
+  entry.last_seen = record.last_seen;
+  entry.labels = labels_of(record.info);
+  return entry;
 }
 
 Status ClientRegistry::load() {
@@ -65,17 +72,16 @@ Status ClientRegistry::load() {
   rows_read_ += records->size();
   for (auto& record : *records) {
     read_up_to_ = std::max(read_up_to_, record.change);
-    auto entry = entry_of(std::move(record));
+    auto entry = entry_of(record);
     if (!entry.ok()) return entry.status();
-    const ClientId id = entry->record.id;
-    insert(id, std::move(entry).value());
+    insert(record.token_hash, record.id, std::move(entry).value());
   }
   order_utilities();
   return ok_status();
 }
 
-void ClientRegistry::insert(ClientId id, Entry entry) {
-  token_hashes_[entry.record.token_hash] = id;
+void ClientRegistry::insert(const std::string& token_hash, ClientId id, Entry entry) {
+  token_hashes_[token_hash] = id;
   Entry& c = clients_[id];
   if (c.online_until > 0) online_until_.erase({c.online_until, id});
   c = std::move(entry);
@@ -138,16 +144,15 @@ Status ClientRegistry::refresh() {
       read_up_to_ = std::max(read_up_to_, record.change);
       auto known = clients_.find(record.id);
       if (known == clients_.end()) {
-        auto entry = entry_of(std::move(record));
+        auto entry = entry_of(record);
         if (!entry.ok()) return entry.status();
-        const ClientId id = entry->record.id;
-        insert(id, std::move(entry).value());
+        insert(record.token_hash, record.id, std::move(entry).value());
         changed = true;
-      } else if (record.last_seen > known->second.record.last_seen) {
+      } else if (record.last_seen > known->second.last_seen) {
         // A contact saved by another replica: a heartbeat, and if that replica told the
         // client to sleep, it sleeps here too.
         Entry& c = known->second;
-        c.record.last_seen = record.last_seen;
+        c.last_seen = record.last_seen;
         scheduling::observe_heartbeat(c.profile, record.last_seen, params_);
         auto stored = scheduling::profile_from_json(record.profile);
         if (stored.ok()) {
@@ -176,13 +181,13 @@ Result<std::optional<ClientId>> ClientRegistry::learn(const std::string& token_h
     if (record.status().code() == Code::kNotFound) return std::optional<ClientId>();
     return record.status();
   }
-  auto entry = entry_of(std::move(record).value());
+  auto entry = entry_of(*record);
   if (!entry.ok()) return entry.status();
-  const ClientId id = entry->record.id;
+  const ClientId id = record->id;
   {
     MutexLock lock(mu_);
     if (clients_.count(id)) return std::optional<ClientId>(id);  // added meanwhile
-    insert(id, std::move(entry).value());
+    insert(record->token_hash, id, std::move(entry).value());
   }
   if (changed_) changed_();
   return std::optional<ClientId>(id);
@@ -204,11 +209,11 @@ Result<ClientRegistry::Registration> ClientRegistry::register_client(
                                now};
   auto id = store_.add_client(record);
   if (!id.ok()) return id.status();
-  record.id = profile.id = *id;
-  record.profile = nlohmann::json();  // `profile` holds it (Entry)
+  profile.id = *id;
+  Entry entry{compact(record.info), now, now, std::move(profile), registration.labels};
   {
     MutexLock lock(mu_);
-    insert(*id, {std::move(record), std::move(profile), registration.labels});
+    insert(record.token_hash, *id, std::move(entry));
   }
   if (changed_) changed_();
   return Registration{*id, *std::move(token)};
@@ -222,7 +227,7 @@ Status ClientRegistry::touch(ClientId client, double now) {
     if (it == clients_.end()) return not_found("client not found");
     Entry& c = it->second;
     changed = unsaved_.empty() || !scheduling::is_online(c.profile, now, params_);
-    c.record.last_seen = std::max(c.record.last_seen, now);
+    c.last_seen = std::max(c.last_seen, now);
     scheduling::observe_heartbeat(c.profile, now, params_);
     index_availability(client, c);
     forget_lapsed(now);
@@ -240,7 +245,7 @@ Status ClientRegistry::steer(ClientId client, double now, double back_by) {
     if (it == clients_.end()) return not_found("client not found");
     Entry& c = it->second;
     changed = unsaved_.empty();
-    c.record.last_seen = std::max(c.record.last_seen, now);
+    c.last_seen = std::max(c.last_seen, now);
     scheduling::observe_steered(c.profile, now, back_by, params_);
     index_availability(client, c);
     forget_lapsed(now);
@@ -262,6 +267,12 @@ size_t ClientRegistry::size() const {
   return clients_.size();
 }
 
+size_t ClientRegistry::available_count(double now) {
+  MutexLock lock(mu_);
+  forget_lapsed(now);
+  return online_until_.size();
+}
+
 void ClientRegistry::flush() {
   std::vector<ClientId> due;
   {
@@ -281,7 +292,10 @@ std::vector<ClientSnapshot> ClientRegistry::snapshot(double now) const {
   std::vector<ClientSnapshot> out;
   out.reserve(clients_.size());
   for (const auto& [id, c] : clients_) {
-    out.push_back({c.record, c.profile, scheduling::is_online(c.profile, now, params_), c.labels});
+    storage::ClientRecord record{id, "", json::parse(c.info, nullptr, false), json(),
+                                 c.registered_at, c.last_seen};
+    out.push_back(
+        {std::move(record), c.profile, scheduling::is_online(c.profile, now, params_), c.labels});
   }
   return out;
 }
@@ -342,8 +356,11 @@ void ClientRegistry::save(const std::vector<ClientId>& ids) {
     for (ClientId id : ids) {
       auto it = clients_.find(id);
       if (it == clients_.end()) continue;
-      storage::ClientRecord record = it->second.record;
-      record.profile = scheduling::profile_to_json(it->second.profile);
+      const Entry& c = it->second;
+      storage::ClientRecord record;
+      record.id = id;
+      record.profile = scheduling::profile_to_json(c.profile);
+      record.last_seen = c.last_seen;
       records.push_back(std::move(record));
       unsaved_.erase(id);
     }

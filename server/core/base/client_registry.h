@@ -90,6 +90,10 @@ class ClientRegistry {
   double utility_rank(ClientId client) const;
   // How many clients are registered. O(1).
   size_t size() const;
+  // How many clients are available at `now`, give or take those whose availability lapsed
+  // in the last second: for decisions that need no exact count (census() is exact). O(1)
+  // amortized.
+  size_t available_count(double now);
   // Saves, in one transaction, every last contact not yet saved (logged on failure).
   void flush();
   // Whether some last contact waits for flush().
@@ -124,21 +128,24 @@ class ClientRegistry {
   void save(const std::vector<ClientId>& ids);
 
  private:
+  // What a stored client record holds, as compact as a large fleet needs: no JSON tree (one
+  // costs about a KiB per client), the token's hash only as token_hashes_'s key.
   struct Entry {
-    // Its profile is `profile`: record.profile stays null in memory (a JSON tree per client
-    // costs several KiB), and save() writes the profile out.
-    storage::ClientRecord record;
-    scheduling::ClientProfile profile;
-    std::map<std::string, std::string> labels;  // from record.info
-    double online_until = 0;  // its key in online_until_; 0: not there
+    std::string info;  // the registration, as compact JSON text (parsed for snapshot())
+    double registered_at = 0;
+    double last_seen = 0;
+    scheduling::ClientProfile profile;          // save() writes it out as JSON
+    std::map<std::string, std::string> labels;  // from the registration
+    double online_until = 0;                    // its key in online_until_; 0: not there
   };
 
   // A stored client as an entry; errors as load()'s.
-  static Result<Entry> entry_of(storage::ClientRecord record);
+  static Result<Entry> entry_of(const storage::ClientRecord& record);
   // Sorts the utilities of the clients that reported one into utilities_.
   void order_utilities() FEDCASE_REQUIRES(mu_);
-  // Adds `entry` as client `id`, or replaces the one there, with its token and availability.
-  void insert(ClientId id, Entry entry) FEDCASE_REQUIRES(mu_);
+  // Adds `entry` as client `id` holding the token that hashes to `token_hash`, or replaces the
+  // one there, with its availability.
+  void insert(const std::string& token_hash, ClientId id, Entry entry) FEDCASE_REQUIRES(mu_);
   // Puts client `id` in online_until_ as its availability now says (after every change to it).
   void index_availability(ClientId id, Entry& c) FEDCASE_REQUIRES(mu_);
   // Drops from online_until_ the clients whose availability lapsed long before `now`.
