@@ -3,6 +3,7 @@
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -39,11 +40,21 @@ void raise_to(std::atomic<uint64_t>& peak, uint64_t value) {
   }
 }
 
+// The open-file limit less what the rest of the process keeps for itself.
+size_t connections_allowed() {
+  constexpr size_t kKept = 1024;
+  rlimit files{};
+  getrlimit(RLIMIT_NOFILE, &files);
+  return files.rlim_cur > 2 * kKept ? size_t(files.rlim_cur) - kKept : size_t(files.rlim_cur) / 2;
+}
+
 }  // namespace
 
 DeviceEmulator::DeviceEmulator(const char* bench, const DeviceEmulatorOptions& options)
     : bench_(bench),
       options_(options),
+      max_connections_(options.max_connections > 0 ? options.max_connections
+                                                    : connections_allowed()),
       epoch_(std::chrono::steady_clock::now()),
       rng_(options.seed) {
   epoll_ = epoll_create1(EPOLL_CLOEXEC);
@@ -228,6 +239,10 @@ void DeviceEmulator::send(uint32_t device, std::string head, std::string_view bo
 
 int32_t DeviceEmulator::open_connection(uint32_t device) {
   const double now = clock_s();
+  if (counters_.open_connections >= max_connections_) {
+    failed(device, now, EMFILE);
+    return -1;
+  }
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     failed(device, now, errno);

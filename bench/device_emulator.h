@@ -64,6 +64,9 @@ struct DeviceEmulatorOptions {
   // Registrations outstanding at once while the fleet enrolls (the others queue), so that
   // enrolment measures the coordinator's registration rate, not a connection flood.
   size_t registrations_in_flight = 64;
+  // Sockets open at once at most; one more is a local failure (EMFILE), so that the rest of
+  // the process keeps descriptors. 0: the open-file limit less 1,024.
+  size_t max_connections = 0;
   uint64_t seed = 1;
 };
 
@@ -164,6 +167,7 @@ class DeviceEmulator {
 
   const char* bench_;
   const DeviceEmulatorOptions options_;
+  const size_t max_connections_;  // options_.max_connections, or the limit it stands for
   const std::chrono::steady_clock::time_point epoch_;
   int epoll_ = -1;
   int wake_fd_ = -1;  // an eventfd: stop() wakes the thread through it

@@ -13,8 +13,12 @@
 // (configs/haproxy.cfg, its connection limits raised to the fleet's). Each coordinator has its
 // request-rate and connection limits lifted (every device is on 127.0.0.0/8), task polls held
 // up to 10 s, clients silent 30 s offline, pace steering's defaults but for its reconnect
-// window (default 30 s). It serves one job whose
-// model is one tensor of 1,000 floats: K = 1% of F, overcommit 1.3, a fixed 120 s deadline.
+// window (default 30 s) and max_period_s 240, so that the rule, not that bound, sets the
+// period at every size (K = 1% of F makes it the same at every size: 10 x (F / (4 x 1.3% F)
+// - 1) = 182 s; with the default bound of 60 s a fleet checks in F / 70 times a second, three
+// times as often, which one coordinator here could not answer at 100,000: docs/scaling.md,
+// "Sizing"). It serves one job whose model is one tensor of 1,000 floats: K = 1% of F,
+// overcommit 1.3, a fixed 120 s deadline.
 // The devices are a DeviceEmulator (bench/device_emulator.h) on a thread of this process:
 // each registers, then polls for tasks with ?wait=10, sleeps as each 204 tells it, trains a
 // task for 1-3 s and uploads. In turn:
@@ -26,8 +30,8 @@
 //     is still enrolling, and would be measured doing so;
 //   rounds: the job resumed, R rounds (default 3) commit: each round's open-to-close seconds
 //     from the admin API's round timing, and their median;
-//   steady state: once the fleet has settled (90 s after the resume: the longest window the
-//     default pace gives, max_period_s 60 x (1 + jitter 0.5)), for 30 s: check-ins per second
+//   steady state: once the fleet has settled (360 s after the resume: the longest window a
+//     device without a reported utility gets, max_period_s 240 x (1 + jitter 0.5)), for 30 s: check-ins per second
 //     and their latency (raw p99; polls answered 204 before their wait was up; those answered
 //     once it was, less the wait: the coordinator's own delay; polls given a task), and the
 //     coordinator's VmRSS: RSS per registered device is its growth over the RSS measured
@@ -117,7 +121,8 @@ struct Plan {
   int rounds = 3;
   double reconnect_window_s = 30;
   double outage_s = 40;
-  double settle_s = 90;
+  double max_period_s = 240;
+  double settle_s = 360;
   double steady_s = 30;
   double idle_s = 20;
   size_t parameters = 1000;
@@ -238,7 +243,8 @@ Service make_service(const Plan& plan, const std::string& setup, const json& job
     c.port = fedcase::testing::free_local_port();
     json config = fedcase::bench::unthrottled_config(c.port, database, plan.parameters, kPollWaitS);
     config["client_timeout_s"] = kClientTimeoutS;
-    config["pace"] = {{"reconnect_window_s", plan.reconnect_window_s}};
+    config["pace"] = {{"reconnect_window_s", plan.reconnect_window_s},
+                      {"max_period_s", plan.max_period_s}};
     if (replicas) {
       config["replica_id"] = c.name;
       config["lease_s"] = kLeaseS;
@@ -733,7 +739,7 @@ int main(int argc, char** argv) {
   rlimit files{};
   getrlimit(RLIMIT_NOFILE, &files);
   std::atexit(end_children);
-  for (int signal_number : {SIGTERM, SIGINT, SIGHUP})
+  for (int signal_number : {SIGTERM, SIGINT, SIGHUP, SIGABRT})
     std::signal(signal_number, end_children_and_end);
 
   const auto start = std::chrono::steady_clock::now();
@@ -761,6 +767,7 @@ int main(int argc, char** argv) {
                        {"open_files_limit", files.rlim_cur},
                        {"poll_wait_s", kPollWaitS},
                        {"reconnect_window_s", plan.reconnect_window_s},
+                       {"max_period_s", plan.max_period_s},
                        {"outage_s", plan.outage_s},
                        {"rounds", plan.rounds},
                        {"parameters", plan.parameters},
