@@ -54,7 +54,7 @@ DeviceEmulator::DeviceEmulator(const char* bench, const DeviceEmulatorOptions& o
     : bench_(bench),
       options_(options),
       max_connections_(options.max_connections > 0 ? options.max_connections
-                                                    : connections_allowed()),
+                                                   : connections_allowed()),
       epoch_(std::chrono::steady_clock::now()),
       rng_(options.seed) {
   epoll_ = epoll_create1(EPOLL_CLOEXEC);

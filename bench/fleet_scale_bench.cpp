@@ -10,7 +10,8 @@
 // build/server/fedcase-coordinator, copied first so that one build serves the whole run) runs
 // as child processes: sqlite_1 is one coordinator on a fresh SQLite file; postgres_3 is three
 // replicas (lease_s 5) on a fresh database of a private PostgreSQL server, behind HAProxy
-// (configs/haproxy.cfg, its connection limits raised to the fleet's). Each coordinator has its
+// (configs/haproxy.cfg, its connection limits raised to the fleet's as far as the open-file
+// limit allows). Each coordinator has its
 // request-rate and connection limits lifted (every device is on 127.0.0.0/8), task polls held
 // up to 10 s, clients silent 30 s offline, pace steering's defaults but for its reconnect
 // window (default 30 s) and max_period_s 240, so that the rule, not that bound, sets the
@@ -31,10 +32,10 @@
 //   rounds: the job resumed, R rounds (default 3) commit: each round's open-to-close seconds
 //     from the admin API's round timing, and their median;
 //   steady state: once the fleet has settled (360 s after the resume: the longest window a
-//     device without a reported utility gets, max_period_s 240 x (1 + jitter 0.5)), for 30 s: check-ins per second
-//     and their latency (raw p99; polls answered 204 before their wait was up; those answered
-//     once it was, less the wait: the coordinator's own delay; polls given a task), and the
-//     coordinator's VmRSS: RSS per registered device is its growth over the RSS measured
+//     device without a reported utility gets, max_period_s 240 x (1 + jitter 0.5)), for 30 s:
+//     check-ins per second and their latency (raw p99; polls answered 204 before their wait was up;
+//     those answered once it was, less the wait: the coordinator's own delay; polls given a task),
+//     and the coordinator's VmRSS: RSS per registered device is its growth over the RSS measured
 //     before enrolment, divided by F;
 //   idle: the job paused, for 20 s, the fleet still checking in: fedcase_client_rows_read_total
 //     per second (a single coordinator reads its clients once, at start: expected 0);
@@ -260,9 +261,12 @@ Service make_service(const Plan& plan, const std::string& setup, const json& job
     Process proxy;
     proxy.name = "HAProxy";
     proxy.port = fedcase::testing::free_local_port();
-    // Every device may hold a connection (a poll) at once, all through HAProxy.
+    // Every device may hold a connection (a poll) at once, all through HAProxy, as far as
+    // HAProxy's descriptors allow (two per connection; it cannot raise its limit here).
+    rlimit files{};
+    getrlimit(RLIMIT_NOFILE, &files);
     fedcase::testing::HaproxySettings settings;
-    settings.max_connections = int(devices + 1000);
+    settings.max_connections = int(std::min<rlim_t>(devices + 1000, (files.rlim_cur - 1000) / 2));
     settings.replica_max_connections = int(devices);
     settings.max_connections_per_client = int(devices);
     const std::string path = dir.file("haproxy.cfg");
