@@ -72,36 +72,50 @@ TEST_CASE("available: heard from within the offline gap and not told to sleep") 
   ClientRegistry clients(*store, params);
   std::vector<ClientId> ids;
   for (size_t i = 0; i < 5; ++i) {
-    auto added = clients.register_client(device(100 + i), 10.0);
+    protocol::Registration r = device(100 + i);
+    if (i == 2) r.labels = {{"region", "eu"}};
+    auto added = clients.register_client(r, 10.0);
     REQUIRE(added.ok());
     ids.push_back(added->id);
   }
-  CHECK(clients.census(10.0).available == 5);
-  CHECK(clients.census(100.0).available == 5);  // the gap's last instant
-  CHECK(clients.census(100.5).available == 0);
+  // available_count() agrees with the census wherever it is asked.
+  auto available = [&](double now) {
+    const size_t count = clients.census(now).available;
+    CHECK(clients.available_count(now) == count);
+    return count;
+  };
+  CHECK(available(10.0) == 5);
+  CHECK(available(100.0) == 5);  // the gap's last instant
+  CHECK(available(100.5) == 0);
 
   // Heard from again; one of them is told to sleep until 300, another checks in later.
   REQUIRE(clients.touch(ids[0], 150.0).ok());
   REQUIRE(clients.touch(ids[1], 150.0).ok());
   REQUIRE(clients.steer(ids[1], 150.0, 300.0).ok());
   REQUIRE(clients.touch(ids[2], 200.0).ok());
-  CHECK(clients.census(200.0).available == 2);
+  // Told to sleep until a time already past: that changes nothing, it stays available.
+  REQUIRE(clients.touch(ids[3], 200.0).ok());
+  REQUIRE(clients.steer(ids[3], 200.0, 150.0).ok());
+  CHECK(available(200.0) == 3);
   const ClientRegistry::Eligible free = clients.eligible(200.0, {}, {ids[0]});
-  CHECK(free.available == 2);
-  CHECK(free.free == 1);
-  CHECK(clients.eligible(200.0, {{"region", "eu"}}, {}).available == 0);
-  CHECK(clients.census(260.0).available == 1);  // ids[0]'s gap lapsed
+  CHECK(free.available == 3);
+  CHECK(free.free == 2);
+  const ClientRegistry::Eligible eu = clients.eligible(200.0, {{"region", "eu"}}, {});
+  CHECK(eu.available == 1);
+  CHECK(eu.free == 1);
+  CHECK(clients.eligible(200.0, {{"region", "us"}}, {}).available == 0);
+  CHECK(available(260.0) == 2);  // ids[0]'s gap lapsed
 
   // The sleeper checks in: available again, until its own gap lapses; a contact older than the
   // last one changes nothing.
   REQUIRE(clients.touch(ids[1], 280.0).ok());
   REQUIRE(clients.touch(ids[2], 100.0).ok());
-  CHECK(clients.census(285.0).available == 2);
-  CHECK(clients.census(295.0).available == 1);
-  CHECK(clients.census(400.0).available == 0);
+  CHECK(available(285.0) == 3);
+  CHECK(available(295.0) == 1);
+  CHECK(available(400.0) == 0);
   // Contacts long after every other lapsed leave the census right.
   REQUIRE(clients.touch(ids[3], 1000.0).ok());
   REQUIRE(clients.touch(ids[4], 1001.0).ok());
-  CHECK(clients.census(1001.0).available == 2);
+  CHECK(available(1001.0) == 2);
   CHECK(clients.census(1001.0).registered == 5);
 }

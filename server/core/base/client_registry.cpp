@@ -12,10 +12,10 @@ namespace {
 
 using nlohmann::json;
 
-// online_until_ keeps a client this long past its availability's lapse, which is
-// is_online()'s to decide exactly (last contact + gap, computed the other way round, may
-// round differently).
-constexpr double kLapseSlackS = 1.0;
+// online_until_ keeps a client this long past its availability's lapse: is_online() decides
+// exactly (last contact + gap, computed the other way round, may round differently), and the
+// round driver may ask about a `now` a tick older than a request's.
+constexpr double kLapseSlackS = 10.0;
 
 // Registration facts for the profile; `device` may carry probe measurements.
 scheduling::DeviceReport device_report(const protocol::Registration& r) {
@@ -113,6 +113,12 @@ void ClientRegistry::for_each_available(double now, F f) const {
   }
 }
 
+void ClientRegistry::add_utility(const scheduling::ClientProfile& profile) {
+  if (profile.utility_round == 0) return;
+  utilities_.insert(std::upper_bound(utilities_.begin(), utilities_.end(), profile.utility),
+                    profile.utility);
+}
+
 void ClientRegistry::order_utilities() {
   utilities_.clear();
   for (const auto& [id, c] : clients_) {
@@ -146,6 +152,7 @@ Status ClientRegistry::refresh() {
       if (known == clients_.end()) {
         auto entry = entry_of(record);
         if (!entry.ok()) return entry.status();
+        add_utility(entry->profile);
         insert(record.token_hash, record.id, std::move(entry).value());
         changed = true;
       } else if (record.last_seen > known->second.last_seen) {
@@ -187,6 +194,7 @@ Result<std::optional<ClientId>> ClientRegistry::learn(const std::string& token_h
   {
     MutexLock lock(mu_);
     if (clients_.count(id)) return std::optional<ClientId>(id);  // added meanwhile
+    add_utility(entry->profile);
     insert(record->token_hash, id, std::move(entry).value());
   }
   if (changed_) changed_();
@@ -270,7 +278,11 @@ size_t ClientRegistry::size() const {
 size_t ClientRegistry::available_count(double now) {
   MutexLock lock(mu_);
   forget_lapsed(now);
-  return online_until_.size();
+  size_t lapsed = 0;  // within the slack
+  for (auto it = online_until_.begin(); it != online_until_.end() && it->first < now; ++it) {
+    lapsed += !scheduling::is_online(clients_.at(it->second).profile, now, params_);
+  }
+  return online_until_.size() - lapsed;
 }
 
 void ClientRegistry::flush() {

@@ -90,9 +90,8 @@ class ClientRegistry {
   double utility_rank(ClientId client) const;
   // How many clients are registered. O(1).
   size_t size() const;
-  // How many clients are available at `now`, give or take those whose availability lapsed
-  // in the last second: for decisions that need no exact count (census() is exact). O(1)
-  // amortized.
+  // How many clients are available at `now`, as census(now).available, in O(1) amortized plus
+  // the clients whose availability lapsed in the last few seconds.
   size_t available_count(double now);
   // Saves, in one transaction, every last contact not yet saved (logged on failure).
   void flush();
@@ -107,7 +106,9 @@ class ClientRegistry {
   // How many clients are registered, and how many of them are available at `now`. Like
   // eligible(), it reads only the clients heard from within the offline gap and not told to
   // sleep (kept ordered by when that lapses): its cost grows with the available clients, not
-  // with the fleet, so a steered fleet's check-ins can each wake the round driver.
+  // with the fleet, so a steered fleet's check-ins can each wake the round driver. Exact for
+  // a `now` at most kLapseSlackS (10 s) before the latest time a contact or available_count()
+  // was given: a client whose availability lapsed before that is no longer looked at.
   struct Census {
     size_t registered = 0;
     size_t available = 0;
@@ -143,6 +144,9 @@ class ClientRegistry {
   static Result<Entry> entry_of(const storage::ClientRecord& record);
   // Sorts the utilities of the clients that reported one into utilities_.
   void order_utilities() FEDCASE_REQUIRES(mu_);
+  // Puts the utility of `profile`, if it reported one, in its place in utilities_ (O(n), for
+  // a client added one at a time).
+  void add_utility(const scheduling::ClientProfile& profile) FEDCASE_REQUIRES(mu_);
   // Adds `entry` as client `id` holding the token that hashes to `token_hash`, or replaces the
   // one there, with its availability.
   void insert(const std::string& token_hash, ClientId id, Entry entry) FEDCASE_REQUIRES(mu_);
