@@ -55,7 +55,7 @@ Coordinator::State::State(const CoordinatorConfig& c, std::unique_ptr<storage::S
       replica_id(c.replica_id.empty() ? default_replica_id() : c.replica_id),
       store(timed_store(std::move(s), metrics)),
       clock(std::move(k)),
-      clients(*store, profile_params(c), [this] { driver.clients_changed(); }),
+      clients(*store, profile_params(c), [this] { driver.wake(); }),
       tenants(*store),
       jobs(*store),
       evaluator(std::move(e)),

@@ -234,7 +234,7 @@ Status ClientRegistry::touch(ClientId client, double now) {
     auto it = clients_.find(client);
     if (it == clients_.end()) return not_found("client not found");
     Entry& c = it->second;
-    changed = !scheduling::is_online(c.profile, now, params_);
+    changed = unsaved_.empty() || !scheduling::is_online(c.profile, now, params_);
     c.last_seen = std::max(c.last_seen, now);
     scheduling::observe_heartbeat(c.profile, now, params_);
     index_availability(client, c);
@@ -246,17 +246,20 @@ Status ClientRegistry::touch(ClientId client, double now) {
 }
 
 Status ClientRegistry::steer(ClientId client, double now, double back_by) {
+  bool changed = false;
   {
     MutexLock lock(mu_);
     auto it = clients_.find(client);
     if (it == clients_.end()) return not_found("client not found");
     Entry& c = it->second;
+    changed = unsaved_.empty();
     c.last_seen = std::max(c.last_seen, now);
     scheduling::observe_steered(c.profile, now, back_by, params_);
     index_availability(client, c);
     forget_lapsed(now);
     unsaved_.insert(client);
   }
+  if (changed && changed_) changed_();
   return ok_status();
 }
 
@@ -289,6 +292,11 @@ void ClientRegistry::flush() {
     due.assign(unsaved_.begin(), unsaved_.end());
   }
   if (!due.empty()) save(due);
+}
+
+bool ClientRegistry::has_unsaved() const {
+  MutexLock lock(mu_);
+  return !unsaved_.empty();
 }
 
 std::vector<ClientSnapshot> ClientRegistry::snapshot(double now) const {

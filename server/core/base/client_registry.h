@@ -7,7 +7,7 @@
 // publish under it), so a registration's fsync never delays a heartbeat. A contact never
 // writes to the store: flush(), called by the round driver, saves last contacts in batches.
 // The registry's `changed` callback tells the driver when a client may have become free to
-// take a task.
+// take a task, or when contacts wait to be saved.
 
 #include <functional>
 #include <map>
@@ -41,9 +41,9 @@ class ClientRegistry {
  public:
   // `store` must outlive the registry. `params` say how profiles smooth observations and when
   // a silent client counts as offline. `changed` (may be empty) is called, on the caller's
-  // thread and outside the registry's lock, after a registration and after a contact from a
-  // client that was offline (a client that may have become free to take a task); it must
-  // only hand the work elsewhere.
+  // thread and outside the registry's lock, after a registration, after a contact from a
+  // client that was offline, and after the first contact left unsaved since the last flush;
+  // it must only hand the work elsewhere.
   ClientRegistry(storage::Store& store, scheduling::ProfileParams params,
                  std::function<void()> changed = {});
 
@@ -95,6 +95,8 @@ class ClientRegistry {
   size_t available_count(double now);
   // Saves, in one transaction, every last contact not yet saved (logged on failure).
   void flush();
+  // Whether some last contact waits for flush().
+  bool has_unsaved() const;
 
   // Copies of every client, ordered by id: with their records for the admin views, or only
   // their profiles, availability and labels for selection (cheaper).

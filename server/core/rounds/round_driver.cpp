@@ -127,10 +127,6 @@ void RoundDriver::wake() {
   wake_cv_.notify_one();
 }
 
-void RoundDriver::clients_changed() {
-  if (waits_for_clients_) wake();
-}
-
 std::optional<double> RoundDriver::tick() {
   MutexLock serial(tick_mu_);
   const double now = clock_();
@@ -161,16 +157,14 @@ std::optional<double> RoundDriver::tick() {
   }
   next = earliest(next, earliest(jobs_.next_deadline(now), tenants_.throttle_ends(now)));
   next = earliest(next, earliest(secure_.next_deadline(now), replication_.next_reading(now)));
-  if (now - last_flush_ >= kSaveContactsEvery) {
-    clients_.flush();
-    last_flush_ = now;
+  if (clients_.has_unsaved()) {
+    if (now - last_flush_ >= kSaveContactsEvery) {
+      clients_.flush();
+      last_flush_ = now;
+    } else {
+      next = earliest(next, last_flush_ + kSaveContactsEvery);
+    }
   }
-  next = earliest(next, last_flush_ + kSaveContactsEvery);
-  bool waiting = false;
-  jobs_.update_each([&](JobEntry&, const JobStatus& s) {
-    waiting |= s.owned && s.state == JobState::kRunning && (!s.round || s.round->buffered());
-  });
-  waits_for_clients_ = waiting;
   return next;
 }
 

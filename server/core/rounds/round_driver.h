@@ -29,10 +29,8 @@
 // The thread runs on events, never on a fixed tick: it sleeps until the next thing that is due
 // (a round's or a stage's deadline, a tenant's round-start window freeing, the replication's
 // next reading, contacts to save) or until wake() says something changed (an upload accepted
-// or refused, a job created or controlled, an evaluation done, a store wake-up). A client
-// registered or back online matters only while a job waits for clients (clients_changed()):
-// a steered fleet returns hundreds of times a second, and a tick for each would be wasted
-// while every job's round is under way.
+// or refused, a client registered or back online, a job created or controlled, an evaluation
+// done, a store wake-up).
 //
 // Thread safety: start, stop, wake and tick may be called from any thread; tick runs on the
 // driver thread when started (tests without a thread may call it directly, one at a time).
@@ -74,9 +72,6 @@ class RoundDriver {
   void start();
   void stop();
   void wake();
-  // A client registered or came back online: wakes the driver if, as of its last tick, a
-  // running job it drives waits for clients (it has no round, or a buffer with slots).
-  void clients_changed();
   // Advances every job's round as far as it goes now, and saves contacts when due. Returns
   // when the next tick is due if nothing wakes the driver first (nullopt: only an event can
   // make one useful).
@@ -239,8 +234,6 @@ class RoundDriver {
   CondVar wake_cv_;
   bool stop_ FEDCASE_GUARDED_BY(wake_mu_) = false;
   bool woken_ FEDCASE_GUARDED_BY(wake_mu_) = false;
-  // Whether clients_changed() wakes the driver (set at the end of each tick).
-  std::atomic<bool> waits_for_clients_{true};
   std::thread thread_;
 };
 
