@@ -441,8 +441,7 @@ Reply long_poll(Coordinator& coordinator, const Call& call, PollAnswer look,
 
 // A task poll: answered as soon as a round that invites the client opens. Without one by the
 // end of its wait, the client is told when to check in again (pace steering: 204 with
-// Fedcase-Check-In); when no running job wants more clients checked in
-// (Coordinator::wants_clients) it is told at once.
+// Fedcase-Check-In); when no running job wants clients it is told at once.
 Reply next_task(Coordinator& coordinator, const Call& call) {
   const ClientId id = call.caller.client;
   return long_poll(

@@ -221,11 +221,8 @@ class Coordinator {
   // Returns a handle for unwatch_tasks. Long polls wait on this instead of re-checking.
   uint64_t watch_tasks(ClientId client, std::function<void()> wake);
   void unwatch_tasks(ClientId client, uint64_t handle);
-  // Whether the running jobs want more clients checked in than there are: some job invites
-  // clients and fewer are available than pace steering's pool (pool_factor x the rounds'
-  // invitations). If not, a task poll is answered at once (after a task, if it has one): a
-  // device with nothing to do holds no connection open, and the connections held stay about
-  // the pool, however large the fleet or the storm of its return.
+  // Whether a running job may want clients: if none does, a task poll is answered at once
+  // (a device with nothing to do holds no connection open).
   bool wants_clients() const;
   // Pace steering (docs/scaling.md): `client`'s task poll ends without a task; it asked to be
   // held `awake_s` seconds (its awake time in the rule, also when it was answered at once).

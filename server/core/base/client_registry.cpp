@@ -275,16 +275,6 @@ size_t ClientRegistry::size() const {
   return clients_.size();
 }
 
-size_t ClientRegistry::available_count(double now) {
-  MutexLock lock(mu_);
-  forget_lapsed(now);
-  size_t lapsed = 0;  // within the slack
-  for (auto it = online_until_.begin(); it != online_until_.end() && it->first < now; ++it) {
-    lapsed += !scheduling::is_online(clients_.at(it->second).profile, now, params_);
-  }
-  return online_until_.size() - lapsed;
-}
-
 void ClientRegistry::flush() {
   std::vector<ClientId> due;
   {

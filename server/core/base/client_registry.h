@@ -90,9 +90,6 @@ class ClientRegistry {
   double utility_rank(ClientId client) const;
   // How many clients are registered. O(1).
   size_t size() const;
-  // How many clients are available at `now`, as census(now).available, in O(1) amortized plus
-  // the clients whose availability lapsed in the last few seconds.
-  size_t available_count(double now);
   // Saves, in one transaction, every last contact not yet saved (logged on failure).
   void flush();
   // Whether some last contact waits for flush().
@@ -107,8 +104,8 @@ class ClientRegistry {
   // eligible(), it reads only the clients heard from within the offline gap and not told to
   // sleep (kept ordered by when that lapses): its cost grows with the available clients, not
   // with the fleet, so a steered fleet's check-ins can each wake the round driver. Exact for
-  // a `now` at most kLapseSlackS (10 s) before the latest time a contact or available_count()
-  // was given: a client whose availability lapsed before that is no longer looked at.
+  // a `now` at most 10 s before the latest contact's: a client whose availability lapsed
+  // before that is no longer looked at.
   struct Census {
     size_t registered = 0;
     size_t available = 0;
