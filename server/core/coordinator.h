@@ -224,9 +224,8 @@ class Coordinator {
   // Whether a running job may want clients: if none does, a task poll is answered at once
   // (a device with nothing to do holds no connection open).
   bool wants_clients() const;
-  // Pace steering (docs/scaling.md): `client`'s task poll ends without a task; it asked to be
-  // held `awake_s` seconds (its awake time in the rule, also when it was answered at once).
-  // Returns when it should check in again, for the fleet's size, the
+  // Pace steering (docs/scaling.md): `client`'s task poll ends without a task after it was
+  // held `awake_s` seconds. Returns when it should check in again, for the fleet's size, the
   // running jobs' invitations and the client's utility rank (scheduling::check_in_window),
   // and marks it asleep until then (not available to selection). kNotFound for an unknown
   // client.
