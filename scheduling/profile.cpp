@@ -104,7 +104,7 @@ void observe_heartbeat(ClientProfile& profile, double now_s, const ProfileParams
 void observe_steered(ClientProfile& profile, double now_s, double back_by_s,
                      const ProfileParams& params) {
   observe_heartbeat(profile, now_s, params);
-  if (back_by_s >= now_s) profile.availability.steered_back_by_s = back_by_s;
+  if (back_by_s > now_s) profile.availability.steered_back_by_s = back_by_s;
 }
 
 bool is_online(const ClientProfile& profile, double now_s, const ProfileParams& params) {

@@ -139,7 +139,8 @@ Status observe_registration(ClientProfile& profile, const DeviceReport& report,
 // ignored.
 void observe_heartbeat(ClientProfile& profile, double now_s, const ProfileParams& params = {});
 
-// The client, in contact at `now_s`, was told to sleep and check in again by `back_by_s`.
+// The client, in contact at `now_s`, was told to sleep and check in again by `back_by_s`. Told
+// to check in again at once (back_by_s <= now_s: the jobs want every device), it stays awake.
 void observe_steered(ClientProfile& profile, double now_s, double back_by_s,
                      const ProfileParams& params = {});
 

@@ -218,6 +218,11 @@ TEST_CASE("a device sleeping as steered is not available, and its sleep is not a
   REQUIRE(back.ok());
   CHECK(back->availability.steered_back_by_s == 1500);
   CHECK_FALSE(is_online(*back, 1011, params));
+  // Told to check in again at once (the jobs want every device): it does not sleep.
+  observe_heartbeat(p, 1400, params);
+  observe_steered(p, 1402, 1402, params);
+  CHECK(p.availability.steered_back_by_s == 0);
+  CHECK(is_online(p, 1402.5, params));
 }
 
 TEST_CASE("participation counters") {
