@@ -83,9 +83,13 @@ struct HttpClient::Impl {
   // No connection, or a plain or TLS one.
   std::variant<std::monostate, beast::tcp_stream, TlsStream> stream;
   beast::flat_buffer buffer;
+  size_t pending = 0;  // requests sent whose answers are not read yet
 
   bool connected() const { return !std::holds_alternative<std::monostate>(stream); }
-  void disconnect() { stream.emplace<std::monostate>(); }
+  void disconnect() {
+    stream.emplace<std::monostate>();
+    pending = 0;  // their answers are lost with the connection
+  }
   beast::tcp_stream& tcp() {
     if (auto* plain = std::get_if<beast::tcp_stream>(&stream)) return *plain;
     return beast::get_lowest_layer(std::get<TlsStream>(stream));
@@ -150,28 +154,40 @@ struct HttpClient::Impl {
     return ok_status();
   }
 
-  beast::error_code exchange(Request& req, http::response_parser<http::string_body>& parser,
-                             double timeout_s) {
+  // Writes `req` on the connection, within `timeout_s`.
+  beast::error_code write(Request& req, double timeout_s) {
     beast::error_code ec;
     bool done = false;
+    on_stream([&](auto& s) {
+      http::async_write(s, req, [&](beast::error_code e, size_t) {
+        ec = e;
+        done = true;
+      });
+    });
+    return run(done, ec, timeout_s);
+  }
+
+  // Reads the next answer on the connection into `parser`, within `timeout_s`.
+  beast::error_code read(http::response_parser<http::string_body>& parser, double timeout_s) {
+    beast::error_code ec;
+    bool done = false;
+    on_stream([&](auto& s) {
+      http::async_read(s, buffer, parser, [&](beast::error_code e, size_t) {
+        ec = e;
+        done = true;
+      });
+    });
+    return run(done, ec, timeout_s);
+  }
+
+  // Calls f(stream) on the open plain or TLS stream.
+  template <typename F>
+  void on_stream(F f) {
     std::visit(
         [&](auto& s) {
-          if constexpr (!std::is_same_v<std::decay_t<decltype(s)>, std::monostate>) {
-            http::async_write(s, req, [&](beast::error_code e, size_t) {
-              if (e) {
-                ec = e;
-                done = true;
-                return;
-              }
-              http::async_read(s, buffer, parser, [&](beast::error_code e2, size_t) {
-                ec = e2;
-                done = true;
-              });
-            });
-          }
+          if constexpr (!std::is_same_v<std::decay_t<decltype(s)>, std::monostate>) f(s);
         },
         stream);
-    return run(done, ec, timeout_s);
   }
 };
 
@@ -203,26 +219,48 @@ HttpResponse response_of(http::response_parser<http::string_body>& parser) {
 
 }  // namespace
 
+namespace {
+
+// The request, its body read from the caller's `body` (not copied).
+Request make_request(const ConnectionOptions& options, const std::string& method,
+                     const std::string& target, std::string_view body,
+                     const std::map<std::string, std::string>& headers) {
+  Request req{http::string_to_verb(method), target, 11};
+  req.set(http::field::host, options.host);
+  req.set(http::field::user_agent, "fedcase-client");
+  for (const auto& [k, v] : headers) req.set(k, v);
+  req.body() = {body.data(), body.size()};
+  req.prepare_payload();
+  return req;
+}
+
+double seconds_left(std::chrono::steady_clock::time_point deadline) {
+  const double left =
+      std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+  return std::max(left, 0.001);
+}
+
+}  // namespace
+
 Result<HttpResponse> HttpClient::request(const std::string& method, const std::string& target,
                                          const std::string& body,
                                          const std::map<std::string, std::string>& headers,
                                          double timeout_s, bool keep_partial) {
   Impl& s = *impl_;
   if (!s.tls.ok()) return s.tls.status();
-  Request req{http::string_to_verb(method), target, 11};
-  req.set(http::field::host, s.options.host);
-  req.set(http::field::user_agent, "fedcase-client");
-  for (const auto& [k, v] : headers) req.set(k, v);
-  req.body() = {body.data(), body.size()};  // sent from the caller's string, not a copy
-  req.prepare_payload();
+  if (s.pending > 0) return internal_error("request() while pipelined answers are pending");
+  Request req = make_request(s.options, method, target, body, headers);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(timeout_s * 1000));
 
   // A kept-alive connection may have been closed by the server: retry once on a fresh one.
   for (int attempt = 0; attempt < 2; ++attempt) {
     bool reused = s.connected();
-    if (!reused) FEDCASE_RETURN_IF_ERROR(s.connect(timeout_s));
+    if (!reused) FEDCASE_RETURN_IF_ERROR(s.connect(seconds_left(deadline)));
     http::response_parser<http::string_body> parser;
     parser.body_limit(1ull << 32);
-    auto ec = s.exchange(req, parser, timeout_s);
+    auto ec = s.write(req, seconds_left(deadline));
+    if (!ec) ec = s.read(parser, seconds_left(deadline));
     if (ec) {
       s.disconnect();
       if (keep_partial && parser.is_header_done()) {
@@ -241,5 +279,51 @@ Result<HttpResponse> HttpClient::request(const std::string& method, const std::s
   }
   return unavailable("request " + method + " " + target + " failed");
 }
+
+Status HttpClient::send(const std::string& method, const std::string& target,
+                        std::string_view body,
+                        const std::map<std::string, std::string>& headers, double timeout_s) {
+  Impl& s = *impl_;
+  if (!s.tls.ok()) return s.tls.status();
+  Request req = make_request(s.options, method, target, body, headers);
+  // A kept-alive connection with no answer pending may have been closed by the server: as
+  // request(), try once more on a fresh one.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const bool reused = s.connected();
+    const bool answers_pending = s.pending > 0;
+    if (!reused) FEDCASE_RETURN_IF_ERROR(s.connect(timeout_s));
+    const auto ec = s.write(req, timeout_s);
+    if (!ec) {
+      ++s.pending;
+      return ok_status();
+    }
+    s.disconnect();
+    if (reused && !answers_pending && ec != net::error::timed_out) continue;
+    return unavailable("request " + method + " " + target + " failed: " + ec.message() +
+                       (s.options.tls() ? tls_hint(ec) : ""));
+  }
+  return unavailable("request " + method + " " + target + " failed");
+}
+
+Result<HttpResponse> HttpClient::receive(double timeout_s) {
+  Impl& s = *impl_;
+  if (s.pending == 0) {
+    return unavailable("no answer is pending: the connection its request went on was closed");
+  }
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(1ull << 32);
+  if (const auto ec = s.read(parser, timeout_s)) {
+    s.disconnect();
+    return unavailable("reading an answer failed: " + ec.message() +
+                       (s.options.tls() ? tls_hint(ec) : ""));
+  }
+  --s.pending;
+  const bool keep_alive = parser.get().keep_alive();
+  HttpResponse out = response_of(parser);
+  if (!keep_alive) s.disconnect();
+  return out;
+}
+
+size_t HttpClient::pending() const { return impl_->pending; }
 
 }  // namespace fedcase::client

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
@@ -58,6 +59,21 @@ class HttpClient {
                                const std::string& body,
                                const std::map<std::string, std::string>& headers, double timeout_s,
                                bool keep_partial = false);
+
+  // HTTP/1.1 pipelining, for requests whose bodies should keep a slow link busy (an update's
+  // chunks): send() writes a request on the connection (opening one when there is none)
+  // without reading its answer; receive() reads the answer of the oldest request sent and not
+  // answered yet. The coordinator takes a connection's requests in order, so the link carries
+  // the next body while it handles the previous one. A failed send() or receive() closes the
+  // connection, and the answers of the requests still unanswered on it are lost (receive()
+  // then fails until send() opens a new one). request() may not be called while answers are
+  // pending (kInternal). `body` must outlive the send() call only. Errors as
+  // request()'s.
+  Status send(const std::string& method, const std::string& target, std::string_view body,
+              const std::map<std::string, std::string>& headers, double timeout_s);
+  Result<HttpResponse> receive(double timeout_s);
+  // Requests sent by send() whose answers receive() has not read.
+  size_t pending() const;
 
   // Closes the connection, if one is open; the next request opens a new one.
   void disconnect();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <optional>
 #include <random>
@@ -42,6 +43,9 @@ constexpr int kDownloadResumes = 8;
 // The same for an update sent in chunks (Session::upload_in_chunks): cut chunks in a row
 // without one stored in between.
 constexpr int kChunkResumes = 8;
+// An update's chunks sent ahead of their answers: two keep a slow link busy while the
+// coordinator stores one (docs/deployment.md, "Large models over a flaky link").
+constexpr size_t kChunksInFlight = 2;
 // What the session tells the coordinator it is, besides its protocol version.
 constexpr const char* kSdkVersion = "fedcase-sdk/1";
 
@@ -149,10 +153,15 @@ struct Session::Impl {
   // One request, to the current coordinator or, when it cannot be reached, to the next of
   // the replicas. An answer 503 (a replica catching up with the store, a round between two
   // versions) is asked again after its Retry-After, a few times, before it is returned.
+  // The Authorization header's value: the client's token, the enrollment token until it has one.
+  std::string authorization() const {
+    return "Bearer " + (token.empty() ? config.enrollment_token : token);
+  }
+
   Result<HttpResponse> call(const std::string& method, const std::string& target,
                             const std::string& body, std::map<std::string, std::string> headers,
                             double timeout_s, bool keep_partial = false) {
-    headers["Authorization"] = "Bearer " + (token.empty() ? config.enrollment_token : token);
+    headers["Authorization"] = authorization();
     Result<HttpResponse> r = reach(method, target, body, headers, timeout_s, keep_partial);
     for (int again = 0; again < kBusyRetries && r.ok() && r->status == 503; ++again) {
       const double wait_s = std::clamp(std::atof(r->header("retry-after").c_str()), 0.1, 2.0);
@@ -207,10 +216,12 @@ struct Session::Impl {
 
   // Sends `body`, an encoded update, as an upload session (docs/protocol.md, "Uploads in
   // chunks"): opens it (the coordinator resumes one opened for the same bytes), then PUTs each
-  // chunk from the byte the coordinator has. A chunk cut off by a dropped connection is
-  // followed by a GET of where the session stands, and the upload goes on from there, until
-  // kChunkResumes cuts in a row stored nothing. Returns the last chunk's answer (a plain upload's), or the first
-  // answer that is neither progress nor the session opening (a 409, a 410 "no longer needed").
+  // chunk from the byte the coordinator has, kChunksInFlight at a time on one connection
+  // (HttpClient::send): the next chunk travels while the coordinator stores the one before. A
+  // chunk cut off by a dropped connection is followed by a GET of where the session stands,
+  // and the upload goes on from there, until kChunkResumes cuts in a row stored nothing.
+  // Returns the last chunk's answer (a plain upload's), or the first answer that is neither
+  // progress nor the session opening (a 409, a 410 "no longer needed").
   Result<HttpResponse> upload_in_chunks(const protocol::TaskOffer& task, const std::string& body,
                                         std::map<std::string, std::string> headers) {
     headers["Content-Type"] = "application/json";
@@ -220,26 +231,61 @@ struct Session::Impl {
     if (!opened.ok() || opened->status != 201) return opened;
     auto state = read_answer(opened->body, protocol::read_upload_state);
     if (!state.ok()) return state.status();
+    const auto chunk_length = [&](uint64_t first) {
+      return std::min<uint64_t>(state->chunk_bytes, body.size() - first);
+    };
+    std::deque<uint64_t> in_flight;  // the first bytes of the chunks sent, oldest first
+    uint64_t next = state->received;  // the first byte of the next chunk to send
+    uint64_t tried_up_to = 0;         // the end of the furthest chunk sent, or tried
+    int busy = 0;
     for (int fruitless = 0;;) {
-      const uint64_t first = state->received;
-      const uint64_t length = std::min<uint64_t>(state->chunk_bytes, body.size() - first);
-      const std::map<std::string, std::string> chunk_headers = {
-          {"Content-Type", "application/octet-stream"},
-          {"Content-Range",
-           protocol::write_content_range({first, first + length - 1, body.size()})}};
-      auto put = call("PUT", state->url, body.substr(first, length), chunk_headers,
-                      config.request_timeout_s);
-      stats.chunk_bytes_sent += length;
+      HttpClient& link = *http[current];
+      Status sent = ok_status();
+      while (sent.ok() && in_flight.size() < kChunksInFlight && next < body.size()) {
+        const uint64_t length = chunk_length(next);
+        tried_up_to = std::max(tried_up_to, next + length);
+        const std::map<std::string, std::string> chunk_headers = {
+            {"Authorization", authorization()},
+            {"Content-Type", "application/octet-stream"},
+            {"Content-Range",
+             protocol::write_content_range({next, next + length - 1, body.size()})}};
+        sent = link.send("PUT", state->url, std::string_view(body).substr(next, length),
+                         chunk_headers, config.request_timeout_s);
+        stats.chunk_bytes_sent += length;
+        if (sent.ok()) {
+          in_flight.push_back(next);
+          next += length;
+        }
+      }
+      Result<HttpResponse> put = sent.ok() ? link.receive(config.request_timeout_s)
+                                           : Result<HttpResponse>(sent);
+      const uint64_t first = in_flight.empty() ? next : in_flight.front();
       if (put.ok() && put->status == 200) {
-        auto next = read_answer(put->body, protocol::read_upload_state);
-        if (!next.ok()) return put;  // the last chunk: the update's answer
-        if (next->received <= first || next->received >= body.size()) {
+        in_flight.pop_front();
+        auto stands = read_answer(put->body, protocol::read_upload_state);
+        if (!stands.ok()) return put;  // the last chunk: the update's answer
+        if (stands->received <= first || stands->received >= body.size()) {
           return internal_error("upload session " + state->url + " went from byte " +
                                 std::to_string(first) + " to byte " +
-                                std::to_string(next->received));
+                                std::to_string(stands->received));
         }
-        state = std::move(next);
-        fruitless = 0;
+        if (stands->received != first + chunk_length(first)) {
+          // Not where the chunks sent after it start: send again from there.
+          link.disconnect();
+          in_flight.clear();
+          next = stands->received;
+        }
+        state = std::move(stands);
+        fruitless = busy = 0;
+        continue;
+      }
+      // Any other answer ends what was sent after the chunk: those chunks are sent again.
+      link.disconnect();
+      in_flight.clear();
+      next = first;
+      if (put.ok() && put->status == 503 && busy++ < kBusyRetries) {
+        const double wait_s = std::clamp(std::atof(put->header("retry-after").c_str()), 0.1, 2.0);
+        std::this_thread::sleep_for(std::chrono::duration<double>(wait_s));
         continue;
       }
       if (put.ok() || put.status().code() != Code::kUnavailable) return put;
@@ -252,7 +298,7 @@ struct Session::Impl {
                                 " was cut off: asking where the upload stands");
       auto asked = call("GET", state->url, "", {}, config.request_timeout_s);
       if (!asked.ok()) continue;  // sent again from where it was
-      if (asked->status == 404 && first + length == body.size()) {
+      if (asked->status == 404 && tried_up_to == body.size()) {
         // The last chunk arrived and the session ended; its answer was lost. The task's
         // status says whether the update was taken.
         return last_chunk_outcome(task);
@@ -262,6 +308,7 @@ struct Session::Impl {
       if (!stands.ok()) return stands.status();
       if (stands->received > state->received) fruitless = 0;
       state = std::move(stands);
+      next = state->received;
     }
   }
 

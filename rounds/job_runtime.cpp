@@ -17,10 +17,17 @@ std::shared_ptr<const GlobalModel> make_global_model(uint64_t version, ModelLayo
   auto model = std::make_shared<GlobalModel>();
   model->version = version;
   model->layout = std::move(layout);
-  model->params = std::move(params);
-  model->blob = encode_blob(ModelBlob{version, model->layout, model->params});
+  model->blob = encode_blob(ModelBlob{version, model->layout, std::move(params)});
   model->checksum = blob_checksum(model->blob);
   return model;
+}
+
+std::vector<float> GlobalModel::params() const {
+  BlobView view;
+  if (!view_blob(blob, blob.size(), view).ok()) return {};  // checked when it was made
+  std::vector<float> values(view.count);
+  decode_values(view, 0, view.count, values.data());
+  return values;
 }
 
 JobRuntime::JobRuntime(JobParts parts, std::shared_ptr<const GlobalModel> model)
@@ -479,7 +486,7 @@ Conclusion JobRuntime::conclude(Round& round, double now) {
   auto mean = round.aggregate()->result();
   if (!mean.ok()) return failed("aggregation failed: " + mean.status().to_string());
   if (!all_finite(*mean)) return failed("the aggregate holds non-finite values");
-  std::vector<float> params = model_->params;
+  std::vector<float> params = model_->params();
   c.optimizer_state_before = optimizer_->save_state();
   Status stepped =
       step_model(*optimizer_, update_, config_.local_buffers, params, *mean);

@@ -37,13 +37,17 @@
 
 namespace fedcase::rounds {
 
-// A committed global model: its parameters and its encoded blob (what clients download).
+// A committed global model as its encoded blob (what clients download), which holds its
+// values: a model of several GB is held once, not also as a vector of floats.
 struct GlobalModel {
   uint64_t version = 0;
   ModelLayout layout;
-  std::vector<float> params;
-  std::string blob;      // encode_blob of the above
+  std::string blob;      // a float32 encode_blob of the model, checked (view_blob)
   std::string checksum;  // blob_checksum(blob)
+
+  // The values, decoded from the blob: a copy, for the moments that need one (a commit's
+  // step, an evaluation).
+  std::vector<float> params() const;
 };
 
 // Builds the model of `version` with its blob and checksum.

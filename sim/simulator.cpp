@@ -316,7 +316,7 @@ Status Simulator::State::train_and_add(Attempt& a, const scheduling::ClientTask&
                                        RoundIndex task_round) {
   Device& d = devices[a.client];
   const SimClient& c = fleet[a.client];
-  const std::vector<float>& global = base.params;
+  const std::vector<float> global = base.params();
   FEDCASE_RETURN_IF_ERROR(model.set_parameters(global));
   std::vector<size_t> samples(a.order.size());
   for (size_t k = 0; k < a.order.size(); ++k) samples[k] = c.samples[a.order[k]];
@@ -507,7 +507,7 @@ Result<RoundRecord> Simulator::run_round() {
   rec.committed = conclusion.state == RoundState::kCommitted;
   if (rec.committed) {
     s.job->adopt(conclusion);
-    FEDCASE_RETURN_IF_ERROR(s.model.set_parameters(s.job->model()->params));
+    FEDCASE_RETURN_IF_ERROR(s.model.set_parameters(s.job->model()->params()));
     s.last_eval = s.model.evaluate(s.test, cfg.eval_samples);
   }
   rec.accuracy = s.last_eval.accuracy;
@@ -600,7 +600,7 @@ Result<RoundRecord> Simulator::run_buffer() {
   rec.committed = conclusion.state == RoundState::kCommitted;
   if (rec.committed) {
     s.job->adopt(conclusion);
-    FEDCASE_RETURN_IF_ERROR(s.model.set_parameters(s.job->model()->params));
+    FEDCASE_RETURN_IF_ERROR(s.model.set_parameters(s.job->model()->params()));
     s.last_eval = s.model.evaluate(s.test, cfg.eval_samples);
   }
   rec.accuracy = s.last_eval.accuracy;

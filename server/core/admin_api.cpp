@@ -182,7 +182,7 @@ Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
   record.id = *id;
   const std::string created = "job " + std::to_string(*id) + " (" + config.name +
                               ") created: " + config.model + ", " +
-                              std::to_string(model->params.size()) + " parameters";
+                              std::to_string(model->layout.element_count()) + " parameters";
   auto job = make_job(record, std::move(parts).value(), model, std::move(module), std::string(), 0,
                       {}, s.config);
   if (!job.ok()) return job.status();

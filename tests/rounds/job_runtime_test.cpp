@@ -122,8 +122,8 @@ TEST_CASE("a filled round commits the next model: version = round index, FedAvg 
   REQUIRE(c.model);
   CHECK(c.model->version == 1);
   // x + mean delta: (1 x 10 + 4 x 30) / 40 = 3.25
-  CHECK(c.model->params[0] == doctest::Approx(1.0 + 3.25));
-  CHECK(c.model->params[1] == doctest::Approx(-1.0 + 3.25));
+  CHECK(c.model->params()[0] == doctest::Approx(1.0 + 3.25));
+  CHECK(c.model->params()[1] == doctest::Approx(-1.0 + 3.25));
   CHECK(c.model->checksum == blob_checksum(c.model->blob));
   CHECK(c.metrics["updates"] == 2);
   CHECK(c.metrics["invited"] == 3);
@@ -148,7 +148,7 @@ TEST_CASE("a filled round commits the next model: version = round index, FedAvg 
   CHECK(job->model()->version == 0);  // nothing is current before adopt()
   job->adopt(c);
   CHECK(job->model()->version == 1);
-  CHECK(job->model()->params[0] == doctest::Approx(4.25));
+  CHECK(job->model()->params()[0] == doctest::Approx(4.25));
 }
 
 TEST_CASE("an Oort round closes at the K-th update; the others are explored from its feedback") {
@@ -343,7 +343,7 @@ TEST_CASE("abandon undoes the optimizer step of a conclusion that could not be s
     upload(round, round.tasks()[1].client, 2002, 1.0f, 10);
     Conclusion c = runtime->conclude(round, 2002);
     REQUIRE(c.state == RoundState::kCommitted);
-    steps[i++] = c.model->params;
+    steps[i++] = c.model->params();
   }
   CHECK(steps[0] == steps[1]);
 }
@@ -381,7 +381,7 @@ TEST_CASE("DP rounds get a reproducible seed per round and account their privacy
     CHECK(job->privacy().rounds() == 0);  // spent only once adopted
     job->adopt(c);
     CHECK(job->privacy().rounds() == 1);
-    models[i++] = c.model->params;
+    models[i++] = c.model->params();
   }
   CHECK(models[0] == models[1]);  // same seed, same round: the same noise
 
@@ -510,7 +510,7 @@ TEST_CASE("a buffer fills its slots, flushes every K updates by staleness, and c
   Conclusion c1 = job->conclude(first, 1012);
   REQUIRE(c1.state == RoundState::kCommitted);
   // Both fresh: the sample-weighted mean of 1 and 1 moves [1, -1] to [2, 0].
-  CHECK(c1.model->params == std::vector<float>{2.0f, 0.0f});
+  CHECK(c1.model->params() == std::vector<float>{2.0f, 0.0f});
   CHECK(c1.metrics["staleness"] == json{{"0", 2}});
   CHECK(c1.metrics["in_flight"] == 2);  // a[2] and b[0] carry over
   CHECK(c1.metrics["invited"] == 4);
@@ -536,8 +536,8 @@ TEST_CASE("a buffer fills its slots, flushes every K updates by staleness, and c
   upload_async(*job, second, fresh[0], 1021, 4.0f, 30);
   Conclusion c2 = job->conclude(second, 1021);
   REQUIRE(c2.state == RoundState::kCommitted);
-  CHECK(c2.model->params[0] == doctest::Approx(2 + 3.25));
-  CHECK(c2.model->params[1] == doctest::Approx(0 + 3.25));
+  CHECK(c2.model->params()[0] == doctest::Approx(2 + 3.25));
+  CHECK(c2.model->params()[1] == doctest::Approx(0 + 3.25));
   CHECK(c2.metrics["staleness"] == json{{"0", 1}, {"1", 1}});
   CHECK(c2.metrics["mean_staleness"] == 0.5);
   CHECK(second.accepted_updates().at(a[2]).staleness == 1);

@@ -33,12 +33,15 @@ Result<RoundIndex> close_open_rounds(storage::Store& store, JobId job,
 
 Result<std::shared_ptr<const rounds::GlobalModel>> stored_model(
     const storage::ModelRecord& record) {
-  auto blob = decode_blob(record.blob, record.blob.size());
-  if (!blob.ok()) return blob.status();
+  BlobView view;
+  FEDCASE_RETURN_IF_ERROR(view_blob(record.blob, record.blob.size(), view));
+  if (view.encoding != ValueEncoding::kFloat32) {
+    return invalid_argument("model version " + std::to_string(record.version) +
+                            " is not stored as float32 values");
+  }
   auto model = std::make_shared<rounds::GlobalModel>();
   model->version = record.version;
-  model->layout = std::move(blob->layout);
-  model->params = std::move(blob->data);
+  model->layout = std::move(view.layout);
   model->blob = record.blob;
   model->checksum = record.checksum;
   return std::shared_ptr<const rounds::GlobalModel>(std::move(model));

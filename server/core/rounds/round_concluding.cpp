@@ -326,7 +326,7 @@ void RoundDriver::evaluate(JobEntry& job, std::shared_ptr<const rounds::GlobalMo
   const uint64_t version = model->version;
   const auto submitted = std::chrono::steady_clock::now();
   evaluator_.submit(
-      job.evaluated, model->params,
+      job.evaluated, model->params(),
       [this, &job, version, timing, submitted](const Result<ml::EvalResult>& e) {
         json with_eval = timing;
         with_eval["eval_s"] =
