@@ -18,8 +18,8 @@
 // period at every size (K = 1% of F makes it the same at every size: 10 x (F / (4 x 1.3% F)
 // - 1) = 182 s; with the default bound of 60 s a fleet checks in F / 70 times a second, three
 // times as often, which one coordinator here could not answer at 100,000: docs/scaling.md,
-// "Sizing"). It serves one job whose model is one tensor of 1,000 floats: K = 1% of F,
-// overcommit 1.3, a fixed 120 s deadline.
+// "Sizing"). It serves one job whose model is one tensor of 1,000 floats: K = 1% of F (or the
+// same K at every size: --clients-per-round), overcommit 1.3, a fixed 120 s deadline.
 // The devices are a DeviceEmulator (bench/device_emulator.h) on a thread of this process:
 // each registers, then polls for tasks with ?wait=10, sleeps as each 204 tells it, trains a
 // task for 1-3 s and uploads. In turn:
@@ -127,6 +127,7 @@ struct Plan {
   double steady_s = 30;
   double idle_s = 20;
   size_t parameters = 1000;
+  size_t clients_per_round = 0;  // K; 0: 1% of each fleet
   bool quick = false;
 };
 
@@ -543,7 +544,8 @@ void outage(FleetRun& run) {
 
 json run_fleet(const Plan& plan, const std::string& setup, size_t devices,
                std::unique_ptr<fedcase::testing::PostgresServer>& postgres) {
-  const size_t per_round = std::max<size_t>(1, devices / 100);
+  const size_t per_round =
+      plan.clients_per_round > 0 ? plan.clients_per_round : std::max<size_t>(1, devices / 100);
   progress("%s, %zu devices, K = %zu", setup.c_str(), devices, per_round);
   fedcase::testing::TempDir dir;
   Service service = make_service(plan, setup, job_config(per_round), devices, dir, postgres);
@@ -687,7 +689,8 @@ int main(int argc, char** argv) {
   Plan plan;
   const char* usage =
       "usage: fleet_scale_bench [--devices 10000,30000,100000] [--setups sqlite_1,postgres_3] "
-      "[--coordinator PATH] [--rounds R] [--reconnect-window S] [--outage S] [--quick]";
+      "[--coordinator PATH] [--rounds R] [--clients-per-round K] [--reconnect-window S] "
+      "[--outage S] [--quick]";
   bool sizes_given = false, outage_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -707,6 +710,8 @@ int main(int argc, char** argv) {
       plan.coordinator = value;
     } else if (flag == "--rounds") {
       plan.rounds = std::stoi(value);
+    } else if (flag == "--clients-per-round") {
+      plan.clients_per_round = std::stoull(value);
     } else if (flag == "--reconnect-window") {
       plan.reconnect_window_s = std::stod(value);
     } else if (flag == "--outage") {

@@ -372,9 +372,10 @@ Reply heartbeat(Coordinator& coordinator, const Call& call) {
 // What a long poll asks once at its start and again at each wake-up (on an I/O thread): the
 // answer (from the original request's `head`), or nullopt while there is none. May throw.
 using PollAnswer = std::function<std::optional<Response>(const Request& head)>;
-// What a long poll answers when its wait of `waited_s` seconds ends with nothing (on an I/O
-// thread). May throw.
-using EmptyAnswer = std::function<Response(const Request& head, double waited_s)>;
+// What a long poll that asked to wait `wait_s` seconds (within long_poll_max_s) answers when
+// it ends with nothing: after that wait, or at once when it was not held (on an I/O thread).
+// May throw.
+using EmptyAnswer = std::function<Response(const Request& head, double wait_s)>;
 
 // 204 No Content.
 Response no_content(const Request& head) {
@@ -399,8 +400,10 @@ Reply long_poll(Coordinator& coordinator, const Call& call, PollAnswer look,
     if (w->second.empty() || *end != '\0' || !std::isfinite(wait) || wait < 0) {
       return error_reply(invalid_argument("wait must be a number of seconds >= 0"), req);
     }
-    wait = hold ? std::min(wait, coordinator.config().long_poll_max_s) : 0;
+    wait = std::min(wait, coordinator.config().long_poll_max_s);
   }
+  const double asked = wait;
+  if (!hold) wait = 0;
   Request head;  // only version and keep-alive are needed to answer later
   head.version(req.version());
   head.keep_alive(req.keep_alive());
@@ -418,9 +421,9 @@ Reply long_poll(Coordinator& coordinator, const Call& call, PollAnswer look,
       return internal(e);
     }
   };
-  auto nothing = [empty = std::move(empty), internal, head, wait]() -> Response {
+  auto nothing = [empty = std::move(empty), internal, head, asked]() -> Response {
     try {
-      return empty ? empty(head, wait) : no_content(head);
+      return empty ? empty(head, asked) : no_content(head);
     } catch (const std::exception& e) {
       return internal(e);
     }
@@ -438,7 +441,8 @@ Reply long_poll(Coordinator& coordinator, const Call& call, PollAnswer look,
 
 // A task poll: answered as soon as a round that invites the client opens. Without one by the
 // end of its wait, the client is told when to check in again (pace steering: 204 with
-// Fedcase-Check-In); when no running job wants clients it is told at once.
+// Fedcase-Check-In); when no running job wants more clients checked in
+// (Coordinator::wants_clients) it is told at once.
 Reply next_task(Coordinator& coordinator, const Call& call) {
   const ClientId id = call.caller.client;
   return long_poll(
@@ -453,9 +457,9 @@ Reply next_task(Coordinator& coordinator, const Call& call) {
         return coordinator.watch_tasks(id, std::move(wake));
       },
       [&coordinator, id](uint64_t handle) { coordinator.unwatch_tasks(id, handle); },
-      [&coordinator, id](const Request& head, double waited_s) {
+      [&coordinator, id](const Request& head, double wait_s) {
         Response empty = no_content(head);
-        auto later = coordinator.check_in_later(id, waited_s);
+        auto later = coordinator.check_in_later(id, wait_s);
         if (later.ok()) {
           empty.set(std::string(protocol::kCheckInHeader), protocol::write_check_in(*later));
         }

@@ -131,7 +131,13 @@ Result<std::optional<TaskOffer>> Coordinator::next_task(ClientId client) {
   }
 }
 
-bool Coordinator::wants_clients() const { return state_->jobs.invitations_per_round() > 0; }
+bool Coordinator::wants_clients() const {
+  State& s = *state_;
+  const size_t invitations = s.jobs.invitations_per_round();
+  if (invitations == 0) return false;
+  const double pool = s.config.pace.pool_factor * double(invitations);
+  return double(s.clients.available_count(s.clock())) < pool;
+}
 
 Result<protocol::CheckIn> Coordinator::check_in_later(ClientId client, double awake_s) {
   State& s = *state_;

@@ -221,11 +221,15 @@ class Coordinator {
   // Returns a handle for unwatch_tasks. Long polls wait on this instead of re-checking.
   uint64_t watch_tasks(ClientId client, std::function<void()> wake);
   void unwatch_tasks(ClientId client, uint64_t handle);
-  // Whether a running job may want clients: if none does, a task poll is answered at once
-  // (a device with nothing to do holds no connection open).
+  // Whether the running jobs want more clients checked in than there are: some job invites
+  // clients and fewer are available than pace steering's pool (pool_factor x the rounds'
+  // invitations). If not, a task poll is answered at once (after a task, if it has one): a
+  // device with nothing to do holds no connection open, and the connections held stay about
+  // the pool, however large the fleet or the storm of its return.
   bool wants_clients() const;
-  // Pace steering (docs/scaling.md): `client`'s task poll ends without a task after it was
-  // held `awake_s` seconds. Returns when it should check in again, for the fleet's size, the
+  // Pace steering (docs/scaling.md): `client`'s task poll ends without a task; it asked to be
+  // held `awake_s` seconds (its awake time in the rule, also when it was answered at once).
+  // Returns when it should check in again, for the fleet's size, the
   // running jobs' invitations and the client's utility rank (scheduling::check_in_window),
   // and marks it asleep until then (not available to selection). kNotFound for an unknown
   // client.

@@ -104,7 +104,8 @@ TEST_CASE(
   // Steady, once the fleet's first check-ins (all at its start) have spread: the job wants
   // 4 x 26 = 104 devices checked in, its polls held 1 s, so a period of 1 x (2000 / 104 - 1)
   // = 18.2 s and about 2000 / 19.2 = 104 check-ins a second answered "later"; the devices
-  // sleep in between and hold no connection.
+  // sleep in between and hold no connection. A poll that finds the pool full is answered at
+  // once: about the pool is available (the round's invitees training aside).
   std::this_thread::sleep_until(started + std::chrono::seconds(45));
   const std::string first_page = admin.get("/metrics").raw;
   std::this_thread::sleep_for(std::chrono::seconds(10));
@@ -119,8 +120,8 @@ TEST_CASE(
                      << " check-ins a second told to come back later");
   CHECK(period == doctest::Approx(1.0 * (kDevices / 104.0 - 1)).epsilon(0.05));
   CHECK(later_per_s == doctest::Approx(kDevices / (period + 1)).epsilon(0.35));
-  CHECK(connected < kDevices / 5);
-  CHECK(open < kDevices / 5);
+  CHECK(connected <= 1.25 * 104);
+  CHECK(open <= 1.25 * 104);
 
   // The outage: every device that checks in meanwhile finds nobody.
   first->kill_now();

@@ -78,7 +78,12 @@ TEST_CASE("available: heard from within the offline gap and not told to sleep") 
     REQUIRE(added.ok());
     ids.push_back(added->id);
   }
-  auto available = [&](double now) { return clients.census(now).available; };
+  // available_count() agrees with the census wherever it is asked.
+  auto available = [&](double now) {
+    const size_t count = clients.census(now).available;
+    CHECK(clients.available_count(now) == count);
+    return count;
+  };
   CHECK(available(10.0) == 5);
   CHECK(available(100.0) == 5);  // the gap's last instant
   CHECK(available(100.5) == 0);
@@ -113,4 +118,45 @@ TEST_CASE("available: heard from within the offline gap and not told to sleep") 
   REQUIRE(clients.touch(ids[4], 1001.0).ok());
   CHECK(available(1001.0) == 2);
   CHECK(clients.census(1001.0).registered == 5);
+}
+
+TEST_CASE("a client's utility rank follows its completions, one at a time or many at once") {
+  testing::TempDir dir;
+  auto store = open(dir);
+  ClientRegistry clients(*store, scheduling::ProfileParams{});
+  std::vector<ClientId> ids;
+  for (size_t i = 0; i < 4; ++i) {
+    auto added = clients.register_client(device(1000), 10.0);
+    REQUIRE(added.ok());
+    ids.push_back(added->id);
+  }
+  // A completion whose losses give utility samples * |loss|: client i reports loss i + 1.
+  auto completed = [&](ClientId id, RoundIndex round, double loss) {
+    rounds::ProfileChange change;
+    change.kind = rounds::ProfileChange::Kind::kCompleted;
+    change.client = id;
+    change.round = round;
+    change.report.round = round;
+    change.report.samples = 100;
+    change.report.loss_sum = 100 * loss;
+    change.report.loss_sq_sum = 100 * loss * loss;
+    change.report.compute_s = 1;
+    return change;
+  };
+  CHECK(clients.utility_rank(ids[0]) == 0.5);  // none reported yet
+  clients.apply({completed(ids[0], 1, 1), completed(ids[1], 1, 2), completed(ids[2], 1, 3)});
+  CHECK(clients.utility_rank(ids[0]) == doctest::Approx(0.5 / 3));
+  CHECK(clients.utility_rank(ids[2]) == doctest::Approx(2.5 / 3));
+  CHECK(clients.utility_rank(ids[3]) == 0.5);
+  // Client 0 becomes the most useful, then 3 joins below everyone: each value moves alone.
+  clients.apply({completed(ids[0], 2, 4)});
+  CHECK(clients.utility_rank(ids[0]) == doctest::Approx(2.5 / 3));
+  CHECK(clients.utility_rank(ids[1]) == doctest::Approx(0.5 / 3));
+  clients.apply({completed(ids[3], 2, 0.5)});
+  CHECK(clients.utility_rank(ids[3]) == doctest::Approx(0.5 / 4));
+  CHECK(clients.utility_rank(ids[0]) == doctest::Approx(3.5 / 4));
+  // A client's second completion in one batch replaces its first.
+  clients.apply({completed(ids[1], 3, 5), completed(ids[1], 3, 0.1)});
+  CHECK(clients.utility_rank(ids[1]) == doctest::Approx(0.5 / 4));
+  CHECK(clients.utility_rank(ids[3]) == doctest::Approx(1.5 / 4));
 }

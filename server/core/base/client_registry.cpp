@@ -94,12 +94,12 @@ void ClientRegistry::index_availability(ClientId id, Entry& c) {
   const scheduling::Availability& a = c.profile.availability;
   c.online_until =
       a.last_seen_s > 0 && a.steered_back_by_s == 0 ? a.last_seen_s + params_.offline_gap_s : 0;
-  if (c.online_until > 0) online_until_.insert({c.online_until, id});
+  if (c.online_until > 0) online_until_.emplace(std::make_pair(c.online_until, id), &c);
 }
 
 void ClientRegistry::forget_lapsed(double now) {
-  while (!online_until_.empty() && online_until_.begin()->first < now - kLapseSlackS) {
-    clients_.at(online_until_.begin()->second).online_until = 0;
+  while (!online_until_.empty() && online_until_.begin()->first.first < now - kLapseSlackS) {
+    online_until_.begin()->second->online_until = 0;
     online_until_.erase(online_until_.begin());
   }
 }
@@ -108,8 +108,8 @@ template <typename F>
 void ClientRegistry::for_each_available(double now, F f) const {
   for (auto it = online_until_.lower_bound({now - kLapseSlackS, 0}); it != online_until_.end();
        ++it) {
-    const Entry& c = clients_.at(it->second);
-    if (scheduling::is_online(c.profile, now, params_)) f(it->second, c);
+    const Entry& c = *it->second;
+    if (scheduling::is_online(c.profile, now, params_)) f(it->first.second, c);
   }
 }
 
@@ -117,6 +117,11 @@ void ClientRegistry::add_utility(const scheduling::ClientProfile& profile) {
   if (profile.utility_round == 0) return;
   utilities_.insert(std::upper_bound(utilities_.begin(), utilities_.end(), profile.utility),
                     profile.utility);
+}
+
+void ClientRegistry::remove_utility(double utility) {
+  const auto at = std::lower_bound(utilities_.begin(), utilities_.end(), utility);
+  if (at != utilities_.end() && *at == utility) utilities_.erase(at);
 }
 
 void ClientRegistry::order_utilities() {
@@ -275,6 +280,16 @@ size_t ClientRegistry::size() const {
   return clients_.size();
 }
 
+size_t ClientRegistry::available_count(double now) {
+  MutexLock lock(mu_);
+  forget_lapsed(now);
+  size_t lapsed = 0;  // within the slack
+  for (auto it = online_until_.begin(); it != online_until_.end() && it->first.first < now; ++it) {
+    lapsed += !scheduling::is_online(it->second->profile, now, params_);
+  }
+  return online_until_.size() - lapsed;
+}
+
 void ClientRegistry::flush() {
   std::vector<ClientId> due;
   {
@@ -337,7 +352,6 @@ ClientRegistry::Eligible ClientRegistry::eligible(double now,
 
 void ClientRegistry::apply(const std::vector<rounds::ProfileChange>& changes) {
   MutexLock lock(mu_);
-  bool utilities_changed = false;
   for (const auto& change : changes) {
     auto it = clients_.find(change.client);
     if (it == clients_.end()) continue;
@@ -346,9 +360,12 @@ void ClientRegistry::apply(const std::vector<rounds::ProfileChange>& changes) {
     const RoundIndex utility_round = profile.utility_round;
     Status s = rounds::apply_profile_change(change, profile, params_);
     if (!s.ok()) log_warn("client " + std::to_string(change.client) + ": " + s.to_string());
-    utilities_changed |= profile.utility != utility || profile.utility_round != utility_round;
+    if (profile.utility != utility || profile.utility_round != utility_round) {
+      // One value moves in utilities_: a round's completions re-sort nothing.
+      if (utility_round > 0) remove_utility(utility);
+      add_utility(profile);
+    }
   }
-  if (utilities_changed) order_utilities();
 }
 
 void ClientRegistry::save(const std::vector<ClientId>& ids) {

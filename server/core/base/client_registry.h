@@ -90,6 +90,9 @@ class ClientRegistry {
   double utility_rank(ClientId client) const;
   // How many clients are registered. O(1).
   size_t size() const;
+  // How many clients are available at `now`, as census(now).available, in O(1) amortized plus
+  // the clients whose availability lapsed in the last few seconds.
+  size_t available_count(double now);
   // Saves, in one transaction, every last contact not yet saved (logged on failure).
   void flush();
   // Whether some last contact waits for flush().
@@ -104,8 +107,8 @@ class ClientRegistry {
   // eligible(), it reads only the clients heard from within the offline gap and not told to
   // sleep (kept ordered by when that lapses): its cost grows with the available clients, not
   // with the fleet, so a steered fleet's check-ins can each wake the round driver. Exact for
-  // a `now` at most 10 s before the latest contact's: a client whose availability lapsed
-  // before that is no longer looked at.
+  // a `now` at most kLapseSlackS (10 s) before the latest time a contact or available_count()
+  // was given: a client whose availability lapsed before that is no longer looked at.
   struct Census {
     size_t registered = 0;
     size_t available = 0;
@@ -144,6 +147,8 @@ class ClientRegistry {
   // Puts the utility of `profile`, if it reported one, in its place in utilities_ (O(n), for
   // a client added one at a time).
   void add_utility(const scheduling::ClientProfile& profile) FEDCASE_REQUIRES(mu_);
+  // Takes one `utility` out of utilities_ (a client's, before it changed; O(n)).
+  void remove_utility(double utility) FEDCASE_REQUIRES(mu_);
   // Adds `entry` as client `id` holding the token that hashes to `token_hash`, or replaces the
   // one there, with its availability.
   void insert(const std::string& token_hash, ClientId id, Entry entry) FEDCASE_REQUIRES(mu_);
@@ -164,8 +169,9 @@ class ClientRegistry {
   std::set<ClientId> unsaved_ FEDCASE_GUARDED_BY(mu_);  // contacts not yet saved
   std::vector<double> utilities_ FEDCASE_GUARDED_BY(mu_);  // ascending (order_utilities)
   // Every client that may be available, by the time its availability lapses (its last contact
-  // plus the offline gap; a client told to sleep is not here until it checks in again).
-  std::set<std::pair<double, ClientId>> online_until_ FEDCASE_GUARDED_BY(mu_);
+  // plus the offline gap; a client told to sleep is not here until it checks in again), with
+  // its entry in clients_ (whose nodes stay put): a scan reads no other map.
+  std::map<std::pair<double, ClientId>, Entry*> online_until_ FEDCASE_GUARDED_BY(mu_);
   uint64_t read_up_to_ FEDCASE_GUARDED_BY(mu_) = 0;  // the last change load/refresh read
   uint64_t rows_read_ FEDCASE_GUARDED_BY(mu_) = 0;
 };

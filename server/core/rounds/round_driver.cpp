@@ -8,6 +8,11 @@
 namespace fedcase::server {
 namespace {
 
+// Whether the job's round is a buffer (an asynchronous job's) with slots free for new tasks.
+bool buffer_has_free_slots(const JobEntry& job, const JobStatus& status) {
+  return status.round && status.round->buffered() && job.runtime->free_slots(*status.round) > 0;
+}
+
 using rounds::Action;
 using rounds::Event;
 using rounds::Phase;
@@ -208,7 +213,15 @@ RoundDriver::Observations RoundDriver::observe(double now) {
 }
 
 std::vector<RoundDriver::Task> RoundDriver::decide(const Observations& seen, double now) {
-  const bool clients_free = clients_.eligible(now, {}, jobs_.busy_clients()).free > 0;
+  // Whether an available client holds no task: only a buffer with free slots asks, and only
+  // then is it worked out (it reads every available client, and a steered fleet's returning
+  // devices wake a tick each, hundreds a second).
+  bool buffers_want_clients = false;
+  jobs_.update_each([&](JobEntry& job, const JobStatus& status) {
+    buffers_want_clients |= buffer_has_free_slots(job, status);
+  });
+  const bool clients_free =
+      buffers_want_clients && clients_.eligible(now, {}, jobs_.busy_clients()).free > 0;
   std::vector<Task> tasks;
   std::vector<rounds::ProfileChange> changes;
   jobs_.update_each([&](JobEntry& job, JobStatus& status) {
@@ -264,7 +277,7 @@ rounds::Facts RoundDriver::facts_of(JobEntry& job, const JobStatus& status, cons
     f.due = r.due(now);
     f.uploads_in_flight = r.uploads_in_flight();
     f.task_deadline_passed = r.buffered() && r.next_deadline() && *r.next_deadline() <= now;
-    f.slots_free = r.buffered() && clients_free && job.runtime->free_slots(r) > 0;
+    f.slots_free = clients_free && buffer_has_free_slots(job, status);
   }
   std::shared_ptr<SecureRound> secure = f.secure ? secure_.find(job.id) : nullptr;
   if (secure && status.round && secure->index() == status.round->index()) {
