@@ -21,26 +21,44 @@ MaskedPartial::MaskedPartial(uint64_t words, uint32_t word_bytes, size_t threads
   }
 }
 
+Status MaskedPartial::can_take(const protocol::SecAggMaskedInput& header) const {
+  if (must_hold(header.client, header.refused_shares, refused_by_held_) &&
+      held_.size() >= kMaxHeldInputs) {
+    return resource_exhausted("client " + std::to_string(header.client) +
+                              "'s input would be held whole (it refused a share, or its share "
+                              "was refused), and " +
+                              std::to_string(kMaxHeldInputs) + " inputs are held already");
+  }
+  return ok_status();
+}
+
 Status MaskedPartial::fold(const protocol::SecAggMaskedInput& header, std::string_view body) {
   if (body.size() != words_ * word_bytes_) {
     return invalid_argument("a masked vector of " + std::to_string(words_) + " words of " +
                             std::to_string(word_bytes_) + " bytes is expected");
   }
+  FEDCASE_RETURN_IF_ERROR(can_take(header));
+  if (must_hold(header.client, header.refused_shares, refused_by_held_)) {
+    held_.push_back({header.client, header.refused_shares, std::string(body)});
+    refused_by_held_.insert(header.refused_shares.begin(), header.refused_shares.end());
+    return ok_status();
+  }
   FEDCASE_RETURN_IF_ERROR(word_bytes_ <= 4 ? fold_words(sum32_, body, word_bytes_, *pool_)
                                            : fold_words(sum64_, body, word_bytes_, *pool_));
-  inputs_.emplace_back(header.client, header.refused_shares);
+  folded_.push_back(header.client);
   return ok_status();
 }
 
 std::string MaskedPartial::encode() const {
-  nlohmann::json inputs = nlohmann::json::array();
-  for (const auto& [client, refused] : inputs_) inputs.push_back({client, refused});
-  const std::string header = nlohmann::json{{"inputs", inputs}}.dump();
+  nlohmann::json held = nlohmann::json::array();
+  for (const HeldInput& h : held_) held.push_back({h.client, h.refused});
+  const std::string header = nlohmann::json{{"inputs", folded_}, {"held", held}}.dump();
   std::string out(kLengthBytes, '\0');
   const uint64_t length = header.size();
   for (size_t i = 0; i < kLengthBytes; ++i) out[i] = static_cast<char>((length >> (8 * i)) & 0xff);
   out += header;
   out += word_bytes_ <= 4 ? pack_words(sum32_, word_bytes_) : pack_words(sum64_, word_bytes_);
+  for (const HeldInput& h : held_) out += h.body;
   return out;
 }
 
@@ -54,32 +72,47 @@ Result<DecodedPartial> decode_masked_partial(std::string_view bytes, uint64_t wo
   for (size_t i = 0; i < kLengthBytes; ++i) {
     length |= uint64_t(static_cast<unsigned char>(bytes[i])) << (8 * i);
   }
-  const uint64_t sum_bytes = words * word_bytes;
-  if (length > bytes.size() - kLengthBytes || bytes.size() - kLengthBytes - length != sum_bytes) {
-    return malformed("its length does not match " + std::to_string(words) + " words of " +
-                     std::to_string(word_bytes) + " bytes");
-  }
+  if (length > bytes.size() - kLengthBytes) return malformed("its header runs past its end");
   const auto header = nlohmann::json::parse(bytes.substr(kLengthBytes, length), nullptr, false);
-  if (!header.is_object() || !header.contains("inputs") || !header["inputs"].is_array()) {
-    return malformed("no list of inputs");
+  if (!header.is_object() || !header.contains("inputs") || !header["inputs"].is_array() ||
+      !header.contains("held") || !header["held"].is_array()) {
+    return malformed("no lists of inputs");
   }
   DecodedPartial out;
   std::set<ClientId> senders;
+  const auto new_sender = [&](const nlohmann::json& id) {
+    return id.is_number_unsigned() && senders.insert(id.get<ClientId>()).second;
+  };
   for (const auto& input : header["inputs"]) {
-    if (!input.is_array() || input.size() != 2 || !input[0].is_number_unsigned() ||
-        !input[1].is_array()) {
-      return malformed("an input is not [client, [refused, ...]]");
+    if (!new_sender(input)) return malformed("an input's sender is not a new client id");
+    out.folded.push_back(input.get<ClientId>());
+  }
+  if (header["held"].size() > kMaxHeldInputs) {
+    return malformed("more than " + std::to_string(kMaxHeldInputs) + " inputs held");
+  }
+  for (const auto& input : header["held"]) {
+    if (!input.is_array() || input.size() != 2 || !new_sender(input[0]) || !input[1].is_array()) {
+      return malformed("a held input is not [new client, [refused, ...]]");
     }
-    PartialInput parsed{input[0].get<ClientId>(), {}};
+    HeldInput held{input[0].get<ClientId>(), {}, {}};
     for (const auto& refused : input[1]) {
       if (!refused.is_number_unsigned()) return malformed("a refused share is not a client id");
-      parsed.second.push_back(refused.get<ClientId>());
+      held.refused.push_back(refused.get<ClientId>());
     }
-    if (!senders.insert(parsed.first).second) return malformed("a sender appears twice");
-    out.inputs.push_back(std::move(parsed));
+    out.held.push_back(std::move(held));
   }
-  if (out.inputs.empty()) return malformed("no input");
-  out.sum = bytes.substr(kLengthBytes + length);
+  if (senders.empty()) return malformed("no input");
+  const uint64_t vector_bytes = words * word_bytes;
+  if (bytes.size() - kLengthBytes - length != vector_bytes * (1 + out.held.size())) {
+    return malformed("its length does not match " + std::to_string(1 + out.held.size()) +
+                     " vectors of " + std::to_string(words) + " words of " +
+                     std::to_string(word_bytes) + " bytes");
+  }
+  std::string_view vectors = bytes.substr(kLengthBytes + length);
+  out.sum = vectors.substr(0, vector_bytes);
+  for (size_t i = 0; i < out.held.size(); ++i) {
+    out.held[i].body = std::string(vectors.substr((1 + i) * vector_bytes, vector_bytes));
+  }
   return out;
 }
 

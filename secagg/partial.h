@@ -1,20 +1,26 @@
 #pragma once
 // A replica's partial sum of a secure round's masked inputs (docs/scaling.md, "Secure rounds on
-// every replica"): the masked vectors it received, added word by word mod 2^bits,
-// and who sent them with the shares each refused. The owner's SecAggServer merges it
-// (merge_masked_partial) as if it had received those inputs itself. A partial is masked as its
-// inputs are: the masks of its senders cancel only against those of the other replicas' and
-// the owner's inputs, and the self-masks only at the unmasking.
+// every replica"): the masked vectors it received, added word by word mod 2^bits, and who sent
+// them. An input that refused a neighbour's share, or whose share an input before it refused,
+// is held whole beside the sum instead (HeldInput): whether it joins the sum is the owner's
+// decision when the stage closes, with every replica's inputs known (secagg/server.h, "Refusal
+// conflicts"), so no input the owner must leave out is ever inside a partial's sum. The owner's
+// SecAggServer merges a partial (merge_masked_partial) as if it had received those inputs
+// itself. A partial is masked as its inputs are: the masks of its senders cancel only against
+// those of the other replicas' and the owner's inputs, and the self-masks only at the
+// unmasking.
 //
 // Encoding: 8 bytes (little-endian) giving the header's length, the header (JSON:
-// {"inputs": [[client, [refused, ...]], ...]}), then the running sum as a masked vector's body
-// (words little-endian words of word_bytes bytes, each the sum mod 2^(8 word_bytes)).
+// {"inputs": [client, ...], "held": [[client, [refused, ...]], ...]}), then the running sum as a
+// masked vector's body (words little-endian words of word_bytes bytes, each the sum mod
+// 2^(8 word_bytes)), then each held input's body in the header's order.
 //
 // Thread safety: a MaskedPartial is used by one thread at a time; the functions are pure.
 
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -63,8 +69,26 @@ std::string pack_words(const std::vector<Word>& sum, uint32_t word_bytes) {
   return out;
 }
 
-// One input of a partial: its sender and the shares it refused (SecAggMaskedInput).
-using PartialInput = std::pair<ClientId, std::vector<ClientId>>;
+// The most inputs a SecAggServer or a MaskedPartial holds whole (each is one masked vector in
+// memory): one bad client's neighbours, who all refuse its share, and the client itself fit in
+// a round of degree up to 31. An input that would be held past it is refused (kResourceExhausted)
+// and its sender counts as dropped.
+constexpr size_t kMaxHeldInputs = 32;
+
+// An input held whole until the masked input stage closes: its sender refused a neighbour's
+// share, or an input that came before refused its sender's share.
+struct HeldInput {
+  ClientId client = 0;
+  std::vector<ClientId> refused;  // SecAggMaskedInput::refused_shares
+  std::string body;               // the masked vector
+};
+
+// Whether an input from `sender` that refused the shares of `refused` is held whole rather than
+// folded, when the inputs held before it refused the shares of `refused_before`.
+inline bool must_hold(ClientId sender, const std::vector<ClientId>& refused,
+                      const std::set<ClientId>& refused_before) {
+  return !refused.empty() || refused_before.count(sender) != 0;
+}
 
 class MaskedPartial {
  public:
@@ -72,10 +96,15 @@ class MaskedPartial {
   // folded over `threads` threads.
   MaskedPartial(uint64_t words, uint32_t word_bytes, size_t threads);
 
+  // Whether fold() would take this input: kResourceExhausted when it would be held and
+  // kMaxHeldInputs are held already.
+  Status can_take(const protocol::SecAggMaskedInput& header) const;
   // Adds a masked vector whose header the caller checked (its sender, length and word size:
-  // `body` holds words() words); kInvalidArgument for a body of another size.
+  // `body` holds words() words): folded into the sum, or held whole (must_hold). kInvalidArgument
+  // for a body of another size; kResourceExhausted as can_take().
   Status fold(const protocol::SecAggMaskedInput& header, std::string_view body);
-  size_t inputs() const { return inputs_.size(); }
+  // The inputs taken, folded or held.
+  size_t inputs() const { return folded_.size() + held_.size(); }
   uint64_t words() const { return words_; }
   std::string encode() const;
 
@@ -85,15 +114,18 @@ class MaskedPartial {
   std::unique_ptr<aggregation::WorkerPool> pool_;
   std::vector<uint32_t> sum32_;  // word_bytes <= 4
   std::vector<uint64_t> sum64_;  // word_bytes > 4
-  std::vector<PartialInput> inputs_;
+  std::vector<ClientId> folded_;  // the senders in the sum
+  std::vector<HeldInput> held_;
+  std::set<ClientId> refused_by_held_;  // whose shares the held inputs refused
 };
 
-// A partial as encoded: its inputs, and its sum as a masked vector's body (a view into
-// `bytes`). kInvalidArgument unless it is well formed with `words` words of `word_bytes`, at
-// least one input and no sender twice.
+// A partial as encoded: the senders in its sum, its sum as a masked vector's body (a view into
+// `bytes`), and its held inputs. kInvalidArgument unless it is well formed with `words` words of
+// `word_bytes`, at least one input, no sender twice and at most kMaxHeldInputs held.
 struct DecodedPartial {
-  std::vector<PartialInput> inputs;
+  std::vector<ClientId> folded;
   std::string_view sum;
+  std::vector<HeldInput> held;
 };
 Result<DecodedPartial> decode_masked_partial(std::string_view bytes, uint64_t words,
                                              uint32_t word_bytes);

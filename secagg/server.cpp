@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include "secagg/params.h"
 #include "secagg/partial.h"
@@ -295,51 +296,48 @@ Result<protocol::SecAggForwardedShares> SecAggServer::forwarded_shares(ClientId 
 Status SecAggServer::check_input(ClientId sender, const protocol::SecAggMaskedInput& h,
                                  size_t body_bytes) const {
   FEDCASE_RETURN_IF_ERROR(check_message(Stage::kMaskedInput, sender, h.client, h.job, h.round));
-  FEDCASE_RETURN_IF_ERROR(check_sender(sender, survivors_));
+  FEDCASE_RETURN_IF_ERROR(check_sender(sender));
   if (h.words != params_.vector_length + 1 || h.word_bytes != word_bytes(params_.bits)) {
     return unprocessable("the masked vector must hold " +
                          std::to_string(params_.vector_length + 1) + " words of " +
                          std::to_string(word_bytes(params_.bits)) + " bytes");
   }
   FEDCASE_RETURN_IF_ERROR(protocol::check_masked_vector(h, body_bytes));
-  return check_refusals(sender, h.refused_shares, survivors_, refusers_);
+  FEDCASE_RETURN_IF_ERROR(check_refused_neighbours(sender, h.refused_shares));
+  if (must_hold(sender, h.refused_shares, refused_by_held_) && held_.size() >= kMaxHeldInputs) {
+    return resource_exhausted(client_name(sender) +
+                              "'s input would be held whole (it refused a share, or its share "
+                              "was refused), and " +
+                              std::to_string(kMaxHeldInputs) + " inputs are held already");
+  }
+  return ok_status();
 }
 
-Status SecAggServer::check_sender(ClientId sender, const std::set<ClientId>& survivors) const {
+Status SecAggServer::check_sender(ClientId sender) const {
   if (shares_.count(sender) == 0) {
     return permission_denied(client_name(sender) + " did not complete the share stage");
   }
-  if (survivors.count(sender) != 0) {
+  if (survivors_.count(sender) != 0 || held_.count(sender) != 0) {
     return conflict(client_name(sender) + " already sent its masked input");
   }
   return ok_status();
 }
 
-Status SecAggServer::check_refusals(ClientId sender, const std::vector<ClientId>& refused_shares,
-                                    const std::set<ClientId>& survivors,
-                                    const std::map<ClientId, std::set<ClientId>>& refusers) const {
+Status SecAggServer::check_refused_neighbours(ClientId sender,
+                                              const std::vector<ClientId>& refused_shares) const {
   for (ClientId refused : refused_shares) {
     if (!graph_->adjacent(sender, refused) || shares_.count(refused) == 0) {
       return invalid_argument(client_name(sender) + " refuses the share of " +
                               client_name(refused) + ", which it was not forwarded");
     }
   }
-  // Two neighbours in the sum must both have masked with each other, and a client masks only
-  // with the neighbours whose shares it could decrypt: of a pair where one refused the other's
-  // share, the second to send its input is refused (it then counts as dropped).
-  auto refused_me = refusers.find(sender);
-  if (refused_me != refusers.end() && !refused_me->second.empty()) {
-    return permission_denied(client_name(sender) + "'s shares were refused by " +
-                             client_name(*refused_me->second.begin()) +
-                             ", whose input is in the sum");
-  }
-  for (ClientId refused : refused_shares) {
-    if (survivors.count(refused) != 0) {
-      return permission_denied(client_name(sender) + " refuses the share of " +
-                               client_name(refused) + ", whose input is in the sum");
-    }
-  }
   return ok_status();
+}
+
+void SecAggServer::hold(HeldInput input) {
+  refused_by_held_.insert(input.refused.begin(), input.refused.end());
+  const ClientId client = input.client;
+  held_.emplace(client, std::move(input));
 }
 
 Status SecAggServer::check_masked_input(ClientId sender, const protocol::SecAggMaskedInput& h,
@@ -352,9 +350,12 @@ Status SecAggServer::receive_masked_input(ClientId sender, const protocol::SecAg
                                           std::string_view body) {
   MutexLock lock(mu_);
   FEDCASE_RETURN_IF_ERROR(check_input(sender, h, body.size()));
+  if (must_hold(sender, h.refused_shares, refused_by_held_)) {
+    hold({sender, h.refused_shares, std::string(body)});
+    return ok_status();
+  }
   FEDCASE_RETURN_IF_ERROR(with_sum([&](auto& sum) { return fold_words(sum, body, word_bytes_, *pool_); }));
   survivors_.insert(sender);
-  for (ClientId refused : h.refused_shares) refusers_[refused].insert(sender);
   return ok_status();
 }
 
@@ -363,23 +364,76 @@ Result<std::vector<ClientId>> SecAggServer::merge_masked_partial(std::string_vie
   if (stage_ != Stage::kMaskedInput) return conflict("the masked input stage is not open");
   auto partial = decode_masked_partial(bytes, params_.vector_length + 1, word_bytes_);
   if (!partial.ok()) return partial.status();
-  // Its inputs pass, in turn, the checks that need the whole round, as if they came here one
-  // by one: all of them, or the partial is refused and changes nothing.
-  std::set<ClientId> survivors = survivors_;
-  std::map<ClientId, std::set<ClientId>> refusers = refusers_;
-  for (const auto& [sender, refused_shares] : partial->inputs) {
-    FEDCASE_RETURN_IF_ERROR(check_sender(sender, survivors));
-    FEDCASE_RETURN_IF_ERROR(check_refusals(sender, refused_shares, survivors, refusers));
-    survivors.insert(sender);
-    for (ClientId refused : refused_shares) refusers[refused].insert(sender);
-  }
+  // The inputs in its sum refused no share and no input before them refused theirs: only a
+  // sender that sent another input (which no replica lets through) can stop them, and then
+  // the sum changes nothing.
+  for (ClientId sender : partial->folded) FEDCASE_RETURN_IF_ERROR(check_sender(sender));
   FEDCASE_RETURN_IF_ERROR(
       with_sum([&](auto& sum) { return fold_words(sum, partial->sum, word_bytes_, *pool_); }));
-  survivors_ = std::move(survivors);
-  refusers_ = std::move(refusers);
-  std::vector<ClientId> senders;
-  for (const auto& input : partial->inputs) senders.push_back(input.first);
+  survivors_.insert(partial->folded.begin(), partial->folded.end());
+  std::vector<ClientId> senders = partial->folded;
+  // Each held input is taken or refused alone, as if it came here.
+  for (HeldInput& input : partial->held) {
+    const ClientId sender = input.client;
+    if (!check_sender(sender).ok() ||
+        !check_refused_neighbours(sender, input.refused).ok() ||
+        held_.size() >= kMaxHeldInputs) {
+      continue;
+    }
+    hold(std::move(input));
+    senders.push_back(sender);
+  }
   return senders;
+}
+
+std::set<ClientId> leave_out(const std::set<ClientId>& folded,
+                             const std::map<ClientId, HeldInput>& held) {
+  std::set<ClientId> present = folded, out;
+  for (const auto& input : held) present.insert(input.first);
+  for (;;) {
+    // The conflicts left: a held input that refused the share of a present one.
+    std::map<ClientId, size_t> conflicts, refused;  // by held input in a conflict
+    std::set<ClientId> against_folded;  // in a conflict with an input of the sum
+    for (const auto& [client, input] : held) {
+      if (present.count(client) == 0) continue;
+      for (ClientId other : input.refused) {
+        if (present.count(other) == 0) continue;
+        ++conflicts[client];
+        if (held.count(other) != 0) {
+          ++conflicts[other];
+          ++refused[other];
+        } else {
+          against_folded.insert(client);
+        }
+      }
+    }
+    if (conflicts.empty()) return out;
+    // Leave out the one that must go (its conflict is with an input already summed), else
+    // the one in most conflicts, else the one refused most, else the smallest id.
+    const auto rank = [&](ClientId c) {
+      return std::make_tuple(against_folded.count(c), conflicts[c], refused[c]);
+    };
+    ClientId worst = conflicts.begin()->first;
+    for (const auto& entry : conflicts) {
+      if (rank(entry.first) > rank(worst)) worst = entry.first;
+    }
+    out.insert(worst);
+    present.erase(worst);
+  }
+}
+
+Status SecAggServer::admit_held() {
+  left_out_ = leave_out(survivors_, held_);
+  for (auto& [client, input] : held_) {
+    if (left_out_.count(client) != 0) continue;
+    FEDCASE_RETURN_IF_ERROR(
+        with_sum([&](auto& sum) { return fold_words(sum, input.body, word_bytes_, *pool_); }));
+    survivors_.insert(client);
+    for (ClientId refused : input.refused) refusers_[refused].insert(client);
+  }
+  held_.clear();
+  refused_by_held_.clear();
+  return ok_status();
 }
 
 std::vector<ClientId> SecAggServer::holders(ClientId owner,
@@ -397,6 +451,7 @@ std::vector<ClientId> SecAggServer::holders(ClientId owner,
 Status SecAggServer::close_masked_inputs() {
   MutexLock lock(mu_);
   if (stage_ != Stage::kMaskedInput) return conflict("the masked input stage is not open");
+  FEDCASE_RETURN_IF_ERROR(admit_held());
   const uint32_t t = params_.threshold;
   if (survivors_.size() < t) {
     return fail(std::to_string(survivors_.size()) +
@@ -432,6 +487,16 @@ Status SecAggServer::close_masked_inputs() {
   }
   stage_ = Stage::kUnmask;
   return ok_status();
+}
+
+std::set<ClientId> SecAggServer::survivors() const {
+  MutexLock lock(mu_);
+  return survivors_;
+}
+
+std::set<ClientId> SecAggServer::left_out() const {
+  MutexLock lock(mu_);
+  return left_out_;
 }
 
 Result<protocol::SecAggUnmaskRequest> SecAggServer::unmask_request(ClientId client) const {
@@ -557,6 +622,7 @@ Result<SecAggSum> SecAggServer::finish() {
   }));
   out.survivors = sorted(survivors_);
   out.dropped = sorted(dropped_);
+  out.left_out = sorted(left_out_);
   out.wrong_shares = sorted(wrong);
   free_sum();
   stage_ = Stage::kDone;
@@ -586,6 +652,7 @@ size_t SecAggServer::memory_bytes() const {
     bytes += in.seed_commitment.size();
     for (const auto& [to, ciphertext] : in.ciphertexts) bytes += sizeof(to) + ciphertext.size();
   }
+  for (const auto& [client, input] : held_) bytes += input.body.size();
   for (const auto* shares : {&seed_shares_, &key_shares_}) {
     for (const auto& [owner, list] : *shares) bytes += list.size() * sizeof(ShamirShare);
   }

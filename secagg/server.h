@@ -20,9 +20,20 @@
 // used before (this round or the earlier rounds the setup lists); kInvalidArgument for a
 // malformed message (shares not exactly one per neighbour, a ciphertext or share of the wrong
 // size, a low-order public key); kUnprocessable for a masked vector of the wrong length or word
-// size. A close_* or finish that finds too few clients left (fewer than t to rebuild a secret)
-// fails the round: it and every later call return kConflict with the reason, and stage() is
-// kFailed.
+// size; kResourceExhausted for an input that would be held past kMaxHeldInputs. A close_* or
+// finish that finds too few clients left (fewer than t to rebuild a secret) fails the round: it
+// and every later call return kConflict with the reason, and stage() is kFailed.
+//
+// Refusal conflicts. A client masks only with the neighbours whose shares it could decrypt,
+// and names the others in its input's refused_shares; two neighbours whose inputs are both in
+// the sum must have masked with each other. So an input that refused a share, or whose share an
+// input before it refused, is held whole (partial.h, HeldInput) instead of folded, and
+// close_masked_inputs decides which held inputs join the sum (leave_out): the others are left
+// out and count as dropped, named in SecAggSum::left_out. A bad client (one that encrypts
+// garbage to its neighbours, or refuses their shares) is thus left out alone when its input
+// came after a refusal of it; when it came first its input is in the sum already, and the
+// neighbours that refused it are left out instead. Replicas hold such inputs too, so a partial
+// never holds in its sum an input the owner must leave out.
 //
 // Thread safety: every method may be called from any thread, concurrently; each runs under the
 // object's lock. receive_masked_input holds it for the fold (O(vector_length), split over the
@@ -45,6 +56,7 @@
 #include "protocol/secagg.h"
 #include "secagg/crypto.h"
 #include "secagg/graph.h"
+#include "secagg/partial.h"
 #include "secagg/round_crypto.h"
 #include "secagg/shamir.h"
 
@@ -69,7 +81,9 @@ struct SecAggSum {
   std::vector<float> weighted_sum;  // sum_i w_i * clip(delta_i), vector_length floats
   double total_weight = 0;          // sum_i w_i (each clipped to max_weight)
   std::vector<ClientId> survivors;  // whose masked input is in the sum, increasing
-  std::vector<ClientId> dropped;    // shared their keys but sent no input, increasing
+  std::vector<ClientId> dropped;    // shared their keys, no input in the sum, increasing
+  // Of the dropped, those whose input arrived but was left out by a refusal conflict, increasing.
+  std::vector<ClientId> left_out;
   // Survivors whose unmask answer held a share off its owner's secret (outvoted by the right
   // shares, which reconstructed it), increasing.
   std::vector<ClientId> wrong_shares;
@@ -111,13 +125,21 @@ class SecAggServer {
   Status receive_masked_input(ClientId sender, const protocol::SecAggMaskedInput& header,
                               std::string_view body);
   // Takes another replica's partial sum of masked inputs (secagg/partial.h) as if its inputs
-  // had come here: each passes the checks that need the whole round (its sender completed the
-  // share stage and sent no input yet, its refusals agree with the inputs in the sum), or the
-  // partial changes nothing. kConflict out of stage or for a sender whose input is in;
-  // kPermissionDenied and kInvalidArgument as receive_masked_input; kInvalidArgument for a
-  // malformed partial. Its senders, in the partial's order.
+  // had come here: its sum with the inputs folded in it, and each held input alone (one whose
+  // sender sent an input already, refused a share it was not forwarded, or would be held past
+  // kMaxHeldInputs is dropped; the others are held here). Returns the senders taken: the
+  // folded ones, then the held ones, in the partial's order. kConflict out of stage, or when
+  // a sender in its sum sent an input already (a replica that let a second input through):
+  // the partial then changes nothing; kPermissionDenied for a sender in its sum that did not
+  // complete the share stage; kInvalidArgument for a malformed partial.
   Result<std::vector<ClientId>> merge_masked_partial(std::string_view bytes);
+  // Decides the refusal conflicts (leave_out) and folds the held inputs that join the sum,
+  // then builds the unmask requests.
   Status close_masked_inputs();
+  // Once the masked inputs closed: the clients whose input is in the sum (U3), and those whose
+  // input was left out by a refusal conflict.
+  std::set<ClientId> survivors() const;
+  std::set<ClientId> left_out() const;
   Result<protocol::SecAggUnmaskRequest> unmask_request(ClientId client) const;
 
   Status receive_unmask_response(ClientId sender, const protocol::SecAggUnmaskResponse& message);
@@ -149,16 +171,16 @@ class SecAggServer {
                        RoundIndex round) const FEDCASE_REQUIRES(mu_);
   Status check_input(ClientId sender, const protocol::SecAggMaskedInput& header,
                      size_t body_bytes) const FEDCASE_REQUIRES(mu_);
-  // Whether `sender` may add its input to a sum of `survivors`' inputs: it completed the share
-  // stage and is not among them.
-  Status check_sender(ClientId sender, const std::set<ClientId>& survivors) const
+  // Whether `sender` may send an input: it completed the share stage and sent none yet.
+  Status check_sender(ClientId sender) const FEDCASE_REQUIRES(mu_);
+  // Whether every share `sender` refused is one it was forwarded (a neighbour's that shared).
+  Status check_refused_neighbours(ClientId sender,
+                                  const std::vector<ClientId>& refused_shares) const
       FEDCASE_REQUIRES(mu_);
-  // Whether its refused shares agree with a sum of `survivors`' inputs whose refusals are
-  // `refusers` (refused client -> those that refused its share).
-  Status check_refusals(ClientId sender, const std::vector<ClientId>& refused_shares,
-                        const std::set<ClientId>& survivors,
-                        const std::map<ClientId, std::set<ClientId>>& refusers) const
-      FEDCASE_REQUIRES(mu_);
+  // Keeps `input` whole until the stage closes (the caller checked there is room).
+  void hold(HeldInput input) FEDCASE_REQUIRES(mu_);
+  // Decides the held inputs (leave_out): folds those that join the sum.
+  Status admit_held() FEDCASE_REQUIRES(mu_);
   Status fail(std::string reason) FEDCASE_REQUIRES(mu_);
   // Calls f(sum32_) or f(sum64_), whichever the round's bits use.
   template <class F>
@@ -200,6 +222,9 @@ class SecAggServer {
   std::vector<uint32_t> sum32_ FEDCASE_GUARDED_BY(mu_);
   std::vector<uint64_t> sum64_ FEDCASE_GUARDED_BY(mu_);
   std::set<ClientId> survivors_ FEDCASE_GUARDED_BY(mu_);                     // U3
+  std::map<ClientId, HeldInput> held_ FEDCASE_GUARDED_BY(mu_);               // until close
+  std::set<ClientId> refused_by_held_ FEDCASE_GUARDED_BY(mu_);  // whose shares held_ refused
+  std::set<ClientId> left_out_ FEDCASE_GUARDED_BY(mu_);
   std::map<ClientId, std::set<ClientId>> refusers_ FEDCASE_GUARDED_BY(mu_);  // owner -> refusers
   std::set<ClientId> dropped_ FEDCASE_GUARDED_BY(mu_);                       // U2 minus U3
   std::map<ClientId, protocol::SecAggUnmaskRequest> requests_ FEDCASE_GUARDED_BY(mu_);
@@ -207,5 +232,12 @@ class SecAggServer {
   std::map<ClientId, std::vector<ShamirShare>> seed_shares_ FEDCASE_GUARDED_BY(mu_);
   std::map<ClientId, std::vector<ShamirShare>> key_shares_ FEDCASE_GUARDED_BY(mu_);
 };
+
+// Which held inputs stay out of a sum that holds `folded`'s inputs, so that no held input in the
+// sum refused the share of another input in it: first every held input that refused the share
+// of a folded one (it cannot be taken out of the sum), then, while a conflict is left, the held
+// input in most conflicts, the one refused most on a tie, then the smaller id. Pure.
+std::set<ClientId> leave_out(const std::set<ClientId>& folded,
+                             const std::map<ClientId, HeldInput>& held);
 
 }  // namespace fedcase::secagg

@@ -63,6 +63,8 @@ struct Database {
   std::map<TenantId, TenantRecord> tenants FEDCASE_GUARDED_BY(mu);
   std::map<TenantId, TenantService> service FEDCASE_GUARDED_BY(mu);
   std::map<RoundKey, Round> rounds FEDCASE_GUARDED_BY(mu);
+  // Per job: each public key a secure round accepted, and that round.
+  std::map<JobId, std::map<std::string, RoundIndex>> used_keys FEDCASE_GUARDED_BY(mu);
   std::map<std::pair<JobId, uint64_t>, ModelRecord> models FEDCASE_GUARDED_BY(mu);
   uint64_t next_client FEDCASE_GUARDED_BY(mu) = 1;
   uint64_t next_client_change FEDCASE_GUARDED_BY(mu) = 1;
@@ -336,6 +338,27 @@ class MemoryStore : public Store {
     for (auto it = round->messages.lower_bound({kind, 0});
          it != round->messages.end() && it->first.first == kind; ++it) {
       out.push_back({job, index, kind, it->first.second, it->second});
+    }
+    return out;
+  }
+
+  Status put_used_keys(JobId job, RoundIndex round, const std::set<std::string>& keys,
+                       uint64_t keep_rounds) override {
+    MutexLock lock(db_->mu);
+    std::map<std::string, RoundIndex>& used = db_->used_keys[job];
+    for (const std::string& key : keys) used.emplace(key, round);
+    for (auto it = used.begin(); it != used.end();) {
+      it = it->second + keep_rounds < round ? used.erase(it) : std::next(it);
+    }
+    return ok_status();
+  }
+
+  Result<std::set<std::string>> list_used_keys(JobId job) override {
+    MutexLock lock(db_->mu);
+    std::set<std::string> out;
+    auto it = db_->used_keys.find(job);
+    if (it != db_->used_keys.end()) {
+      for (const auto& entry : it->second) out.insert(entry.first);
     }
     return out;
   }

@@ -164,6 +164,16 @@ const std::vector<Migration>& migrations() {
       UPDATE clients SET change_seq=id;
       CREATE INDEX clients_by_change ON clients(change_seq);
       )sql"},
+      // Secure rounds' public keys, refused in the job's later rounds whichever replica owns
+      // them (Store::put_used_keys).
+      {10, R"sql(
+      CREATE TABLE used_keys (
+        job_id {int} NOT NULL REFERENCES jobs(id),
+        round_idx {int} NOT NULL,
+        public_key {bytes} NOT NULL,
+        PRIMARY KEY (job_id, public_key));
+      CREATE INDEX used_keys_by_round ON used_keys(job_id, round_idx);
+      )sql"},
   };
   return kMigrations;
 }

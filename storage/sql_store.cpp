@@ -738,6 +738,36 @@ class SqlStore : public Store {
     });
   }
 
+  Status put_used_keys(JobId job, RoundIndex round, const std::set<std::string>& keys,
+                       uint64_t keep_rounds) override {
+    return write(Durability::kSynced, [&](Txn& t) -> Status {
+      for (const std::string& key : keys) {
+        FEDCASE_RETURN_IF_ERROR(
+            t.query("INSERT INTO used_keys(job_id, round_idx, public_key) VALUES($1, $2, $3) "
+                    "ON CONFLICT DO NOTHING",
+                    Params().add(job).add(round).bytes(key))
+                .status());
+      }
+      if (round > keep_rounds) {
+        FEDCASE_RETURN_IF_ERROR(
+            t.query("DELETE FROM used_keys WHERE job_id=$1 AND round_idx<$2",
+                    Params().add(job).add(round - keep_rounds))
+                .status());
+      }
+      return ok_status();
+    });
+  }
+
+  Result<std::set<std::string>> list_used_keys(JobId job) override {
+    return read([&](Connection& c) -> Result<std::set<std::string>> {
+      Rows rows = c.query("SELECT public_key FROM used_keys WHERE job_id=$1", Params().add(job));
+      std::set<std::string> out;
+      while (rows.next()) out.insert(rows.bytes(0));
+      FEDCASE_RETURN_IF_ERROR(rows.status());
+      return out;
+    });
+  }
+
   Result<UploadRecord> open_upload(const UploadRecord& u) override {
     return write(Durability::kRelaxed, [&](Txn& t) -> Result<UploadRecord> {
       auto r = round_row(t.query(sql_.share_round, Params().add(u.job).add(u.round)), u.job,

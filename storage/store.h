@@ -64,6 +64,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -361,6 +362,14 @@ class Store {
   // The round's messages of `kind`, by client; empty once the round concluded.
   virtual Result<std::vector<StageMessage>> list_stage_messages(JobId job, RoundIndex round,
                                                                 const std::string& kind) = 0;
+  // The public keys a secure round of the job accepted (docs/secure_aggregation.md, "Key
+  // reuse"): a later round refuses them, on whichever replica owns it and after any restart.
+  // Stores `keys` as round `round`'s (with those it holds already) and forgets the keys of the
+  // job's rounds before `round - keep_rounds`. Durable as commit_round is.
+  virtual Status put_used_keys(JobId job, RoundIndex round, const std::set<std::string>& keys,
+                               uint64_t keep_rounds) = 0;
+  // Every key stored for the job's rounds.
+  virtual Result<std::set<std::string>> list_used_keys(JobId job) = 0;
   // Upload sessions (UploadRecord), each of one open round and at most one per client there;
   // all of a round's are dropped with its conclusion. Durable as admit_update is; wake no one.
   // Opens `upload` and returns it, or, when the client already has one in the round for the

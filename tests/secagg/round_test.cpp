@@ -202,28 +202,92 @@ TEST_CASE("masked inputs folded into other replicas' partials give the same sum,
   }
 }
 
-TEST_CASE("a partial whose inputs break the round's rules is refused whole") {
+TEST_CASE("a partial's input that refuses the share of an input in the sum is left out alone") {
   RoundOptions o = options(6, 5, 3);
   TestRound round(o);
   const Inputs in = make_inputs(round);
   round.advertise();
   round.share();
   MaskedPartial p(o.length + 1, 4, 1);
-  const ClientId first = round.invitees()[0];
+  const ClientId first = round.invitees()[0], liar = round.invitees().back();
   round.mask(in.updates, in.weights, {}, [&](ClientId client, const SecAggMaskedVector& m) {
     if (client == first) return round.server().receive_masked_input(client, m.header, m.body).ok();
     protocol::SecAggMaskedInput header = m.header;
     // The last one claims it could not decrypt the share of a client whose input is in.
-    if (client == round.invitees().back()) header.refused_shares = {first};
+    if (client == liar) header.refused_shares = {first};
     return p.fold(header, m.body).ok();
   });
-  const std::vector<uint64_t> before = round.server().masked_sum();
-  CHECK(round.server().merge_masked_partial(p.encode()).status().code() ==
-        Code::kPermissionDenied);
-  CHECK(round.server().masked_sum() == before);
+  CHECK(p.inputs() == 5);
   MaskedPartial empty(o.length + 1, 4, 1);
   CHECK(round.server().merge_masked_partial(empty.encode()).status().code() ==
         Code::kInvalidArgument);
+  // The partial is taken: its four honest inputs in its sum, the liar's held whole.
+  auto merged = round.server().merge_masked_partial(p.encode());
+  REQUIRE_MESSAGE(merged.ok(), merged.status().to_string());
+  CHECK(merged->size() == 5);
+  REQUIRE(round.close_inputs());
+  CHECK(round.server().left_out() == std::set<ClientId>{liar});
+  round.unmask();
+  Result<SecAggSum> sum = round.server().finish();
+  REQUIRE_MESSAGE(sum.ok(), sum.status().to_string());
+  check_sum(round, in, *sum, without(round.invitees(), {liar}));
+  CHECK(sum->dropped == std::vector<ClientId>{liar});
+  CHECK(sum->left_out == std::vector<ClientId>{liar});
+}
+
+TEST_CASE("a held input that refuses a share it was not forwarded is dropped alone at the merge") {
+  RoundOptions o = options(10, 4, 3);
+  TestRound round(o);
+  const Inputs in = make_inputs(round);
+  round.advertise();
+  round.share();
+  MaskedPartial p(o.length + 1, 4, 1);
+  const ClientId liar = round.invitees()[0];
+  round.mask(in.updates, in.weights, {}, [&](ClientId client, const SecAggMaskedVector& m) {
+    protocol::SecAggMaskedInput header = m.header;
+    if (client == liar) {
+      // It claims it refused the share of a client that is not its neighbour.
+      std::set<ClientId> strangers(round.invitees().begin() + 1, round.invitees().end());
+      for (const auto& share : round.server().forwarded_shares(liar)->shares) {
+        strangers.erase(share.client);
+      }
+      REQUIRE_FALSE(strangers.empty());
+      header.refused_shares = {*strangers.begin()};
+    }
+    return p.fold(header, m.body).ok();
+  });
+  auto merged = round.server().merge_masked_partial(p.encode());
+  REQUIRE_MESSAGE(merged.ok(), merged.status().to_string());
+  CHECK(merged->size() == round.invitees().size() - 1);
+  CHECK(std::find(merged->begin(), merged->end(), liar) == merged->end());
+  REQUIRE(round.close_inputs());
+  round.unmask();
+  Result<SecAggSum> sum = round.server().finish();
+  REQUIRE_MESSAGE(sum.ok(), sum.status().to_string());
+  check_sum(round, in, *sum, without(round.invitees(), {liar}));
+  CHECK(sum->left_out.empty());  // refused at the merge: it never counted as sent
+}
+
+TEST_CASE("refusal conflicts: held inputs left out, fewest first, never one already summed") {
+  const auto held = [](std::map<ClientId, std::vector<ClientId>> refusals) {
+    std::map<ClientId, HeldInput> out;
+    for (auto& [client, refused] : refusals) out[client] = {client, refused, ""};
+    return out;
+  };
+  // No conflict: a refused client that sent no input.
+  CHECK(leave_out({1, 2}, held({{3, {9}}})).empty());
+  // One refusal of a summed input: the refuser goes.
+  CHECK(leave_out({1, 2}, held({{3, {1}}})) == std::set<ClientId>{3});
+  // A pair of held inputs: the refused one goes.
+  CHECK(leave_out({1}, held({{3, {5}}, {5, {}}})) == std::set<ClientId>{5});
+  // One client refused by four held neighbours: it alone goes.
+  CHECK(leave_out({}, held({{2, {6}}, {3, {6}}, {4, {6}}, {5, {6}}, {6, {}}})) ==
+        std::set<ClientId>{6});
+  // One client refusing four held neighbours: it alone goes.
+  CHECK(leave_out({}, held({{2, {}}, {3, {}}, {4, {}}, {5, {}}, {6, {2, 3, 4, 5}}})) ==
+        std::set<ClientId>{6});
+  // Two that refused each other: the smaller id goes.
+  CHECK(leave_out({}, held({{4, {7}}, {7, {4}}})) == std::set<ClientId>{4});
 }
 
 // The complete graph over 10 clients with t = 6: a secret of one client is held by its 9
@@ -469,7 +533,7 @@ TEST_CASE("replays of a previous round's keys, shares or input are refused") {
         Code::kPermissionDenied);
   std::set<ClientId> folded;
   for (ClientId id : second.invitees()) {
-    if (id == b) continue;  // b goes last: its neighbours have refused its shares by then
+    if (id == b) continue;  // b goes last: its neighbours have refused its share by then
     Result<protocol::SecAggForwardedShares> f = server.forwarded_shares(id);
     REQUIRE(f.ok());
     Result<SecAggMaskedVector> m =
@@ -481,14 +545,16 @@ TEST_CASE("replays of a previous round's keys, shares or input are refused") {
   Result<SecAggMaskedVector> from_b = second.client(b).mask_input(
       *server.forwarded_shares(b), in2.updates.at(b).data(), o.length, in2.weights.at(b));
   REQUIRE(from_b.ok());
-  CHECK(server.receive_masked_input(b, from_b->header, from_b->body).code() ==
-        Code::kPermissionDenied);
+  // Taken, but held: its share was refused. At the close it is left out, alone (refused by
+  // four), and the four that refused it are in the sum.
+  CHECK(server.receive_masked_input(b, from_b->header, from_b->body).ok());
   REQUIRE(second.close_inputs());
   second.unmask();
   Result<SecAggSum> sum = server.finish();
   REQUIRE_MESSAGE(sum.ok(), sum.status().to_string());
   check_sum(second, in2, *sum, without(second.invitees(), {b}));
   CHECK(sum->dropped == std::vector<ClientId>{b});
+  CHECK(sum->left_out == std::vector<ClientId>{b});
 }
 
 TEST_CASE("a client refuses an unmask request that asks for both shares of one neighbour") {

@@ -521,6 +521,28 @@ void survives_reopening(const BackendFactory& factory) {
   CHECK(create(*store, job_record("next")) > job);
 }
 
+void used_keys(const BackendFactory& factory) {
+  auto backend = factory();
+  JobId job = 0, other = 0;
+  {
+    auto store = open(*backend);
+    job = create(*store, job_record("secure"));
+    other = create(*store, job_record("other"));
+    const std::string binary_key("\x00\xff\x01key", 6);
+    REQUIRE(store->put_used_keys(job, 1, {"a1", binary_key}, 64).ok());
+    REQUIRE(store->put_used_keys(job, 2, {"b2", "a1"}, 64).ok());  // a1 stays round 1's
+    REQUIRE(store->put_used_keys(other, 1, {"z"}, 64).ok());
+    CHECK(*store->list_used_keys(job) == std::set<std::string>{"a1", binary_key, "b2"});
+  }
+  // Kept across a reopening (another replica, a restart); the rounds past the window go.
+  auto store = open(*backend);
+  CHECK(store->list_used_keys(job)->size() == 3);
+  REQUIRE(store->put_used_keys(job, 3, {"c3"}, 1).ok());
+  CHECK(*store->list_used_keys(job) == std::set<std::string>{"b2", "c3"});
+  CHECK(*store->list_used_keys(other) == std::set<std::string>{"z"});
+  CHECK(store->list_used_keys(999)->empty());
+}
+
 void second_store_sees_commits(const BackendFactory& factory) {
   auto backend = factory();
   auto writer = open(*backend);
@@ -809,6 +831,7 @@ const Case kCases[] = {
     {"commit_round is all or nothing", commit_round_atomic},
     {"create_job is all or nothing", create_job_atomic},
     {"everything survives reopening", survives_reopening},
+    {"secure rounds' used keys: kept per job, across reopening, for a window of rounds", used_keys},
     {"a second store on the database sees what the first committed", second_store_sees_commits},
     {"an older schema migrates and keeps its records", older_schema_migrates},
     {"a newer schema is refused and left as it was", newer_schema_refused},

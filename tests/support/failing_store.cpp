@@ -118,6 +118,14 @@ class FailingStore : public Store {
     return call(StoreMethod::kListStageMessages,
                 [&] { return store_->list_stage_messages(job, round, kind); });
   }
+  Status put_used_keys(JobId job, RoundIndex round, const std::set<std::string>& keys,
+                       uint64_t keep_rounds) override {
+    return call(StoreMethod::kPutUsedKeys,
+                [&] { return store_->put_used_keys(job, round, keys, keep_rounds); });
+  }
+  Result<std::set<std::string>> list_used_keys(JobId job) override {
+    return call(StoreMethod::kListUsedKeys, [&] { return store_->list_used_keys(job); });
+  }
   Result<UploadRecord> open_upload(const UploadRecord& upload) override {
     return call(StoreMethod::kOpenUpload, [&] { return store_->open_upload(upload); });
   }
@@ -252,6 +260,10 @@ const char* method_name(StoreMethod method) {
       return "put_stage_messages";
     case StoreMethod::kListStageMessages:
       return "list_stage_messages";
+    case StoreMethod::kPutUsedKeys:
+      return "put_used_keys";
+    case StoreMethod::kListUsedKeys:
+      return "list_used_keys";
     case StoreMethod::kOpenUpload:
       return "open_upload";
     case StoreMethod::kGetUpload:

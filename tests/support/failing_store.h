@@ -53,6 +53,8 @@ enum class StoreMethod {
   kListPartials,
   kPutStageMessages,
   kListStageMessages,
+  kPutUsedKeys,
+  kListUsedKeys,
   kOpenUpload,
   kGetUpload,
   kPutUploadChunk,

@@ -113,6 +113,14 @@ class TimedStore : public Store {
                                                         const std::string& kind) override {
     return store_->list_stage_messages(job, round, kind);
   }
+  Status put_used_keys(JobId job, RoundIndex round, const std::set<std::string>& keys,
+                       uint64_t keep_rounds) override {
+    return timed_write(metrics_, "put_used_keys",
+                       [&] { return store_->put_used_keys(job, round, keys, keep_rounds); });
+  }
+  Result<std::set<std::string>> list_used_keys(JobId job) override {
+    return store_->list_used_keys(job);
+  }
   Result<UploadRecord> open_upload(const UploadRecord& upload) override {
     return timed_write(metrics_, "open_upload", [&] { return store_->open_upload(upload); });
   }

@@ -149,6 +149,14 @@ std::vector<rounds::PoolClient> RoundDriver::pool_for(const JobEntry& job,
 }
 
 bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now) {
+  // A secure round refuses the public keys of the job's earlier rounds, wherever they ran.
+  Result<std::set<std::string>> used_keys = std::set<std::string>();
+  if (job.config.secure_aggregation) used_keys = store_.list_used_keys(job.id);
+  if (!used_keys.ok()) {
+    log_error(job_prefix(job) + "cannot read the public keys of its earlier secure rounds: " +
+              used_keys.status().to_string());
+    return false;
+  }
   // The clients' profiles are copied when a job is about to select.
   const std::vector<ClientSnapshot> clients = clients_.profiles(now);
   rounds::JobRuntime& runtime = *job.runtime;
@@ -191,15 +199,26 @@ bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now
   const std::vector<ClientId> invited = round.invited();
   if (const auto& secure = job.config.secure_aggregation) {
     // Before the round is published: its invitees' first messages find their secure round.
-    decltype(SecureRound::Setup::share_messages) share;
+    SecureRound::Setup setup;
+    setup.job = job.id;
+    setup.round = round.index();
+    setup.invitees = invited;
+    setup.vector_length = runtime.update_layout().layout.element_count();
+    setup.opened_at = now;
+    setup.config = *secure;
+    setup.threads = job.config.aggregation.threads;
+    setup.used_public_keys = std::move(used_keys).value();
     if (replication_.shared()) {
-      share = [this, id = job.id, index = round.index()](
-                  const char* kind, const std::map<ClientId, std::string>& messages) {
+      setup.share_messages = [this, id = job.id, index = round.index()](
+                                 const char* kind, const std::map<ClientId, std::string>& messages) {
         return replication_.publish_stage(id, index, kind, messages);
       };
     }
-    secure_.open(job.id, round.index(), *secure, invited, runtime.update_layout().layout.element_count(),
-                 now, job.config.aggregation.threads, std::move(share));
+    setup.record_keys = [this, id = job.id, index = round.index()](
+                            const std::set<std::string>& keys) {
+      return store_.put_used_keys(id, index, keys, SecureRounds::kKeptRounds);
+    };
+    secure_.open(std::move(setup));
   }
   const rounds::Event opened_as =
       job.config.secure_aggregation ? rounds::Event::kOpenedSecure : rounds::Event::kOpened;

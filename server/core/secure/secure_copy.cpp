@@ -1,5 +1,7 @@
 #include "server/core/secure/secure_copy.h"
 
+#include <nlohmann/json.hpp>
+
 #include "common/crash_point.h"
 #include "secagg/params.h"
 
@@ -90,9 +92,33 @@ Status SecureRoundCopy::receive_masked_input(ClientId client, const protocol::Se
                          std::to_string(word_bytes_) + " bytes");
   }
   FEDCASE_RETURN_IF_ERROR(protocol::check_masked_vector(h, body.size()));
+  FEDCASE_RETURN_IF_ERROR(check_refused_forwarded(client, h.refused_shares));
+  FEDCASE_RETURN_IF_ERROR(partial_.can_take(h));
   // A second input of the client is refused by `record` (its round place is taken).
   FEDCASE_RETURN_IF_ERROR(record());
   return partial_.fold(h, body);
+}
+
+Status SecureRoundCopy::check_refused_forwarded(ClientId client,
+                                                const std::vector<ClientId>& refused) const {
+  if (refused.empty()) return ok_status();
+  std::string forwarded;
+  {
+    MutexLock lock(mu_);
+    forwarded = published_.at(stage_kind::kForwarded).at(client);  // check_stage saw both
+  }
+  auto message = protocol::read_secagg_forwarded_shares(
+      nlohmann::json::parse(forwarded, nullptr, false));
+  if (!message.ok()) return message.status();
+  std::set<ClientId> senders;
+  for (const protocol::SecAggCiphertext& share : message->shares) senders.insert(share.client);
+  for (ClientId c : refused) {
+    if (senders.count(c) == 0) {
+      return invalid_argument(client_name(client) + " refuses the share of " + client_name(c) +
+                              ", which it was not forwarded");
+    }
+  }
+  return ok_status();
 }
 
 Result<std::optional<std::string>> SecureRoundCopy::published_message(const char* kind,

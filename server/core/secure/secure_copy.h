@@ -8,8 +8,8 @@
 // closes the round to admission; and the owner's messages to them (the graph and key list, the
 // forwarded shares, the unmask request), which the driver's follower pass reads from the store
 // and publishes here, are served to their long polls. The owner makes every check that needs
-// the whole round when it takes a relayed message or merges the partial; a message it refuses
-// there counts as not sent.
+// the whole round when it takes a relayed message or merges the partial (an input it refuses
+// there counts as not sent, alone: secagg/partial.h).
 //
 // The stage is what the owner's messages tell: keys until the key replies are published here,
 // shares until the forwarded shares are, masked input until the unmask requests are, then
@@ -63,9 +63,12 @@ class SecureRoundCopy : public SecureStages {
   Status receive_shares(ClientId client, const protocol::SecAggShares& message) override;
   Status receive_unmask_response(ClientId client,
                                  const protocol::SecAggUnmaskResponse& message) override;
-  // Checks the header (and kUnprocessable for a vector of the wrong length or word size), runs
-  // `record` (the round's admission, which refuses a client's second input) and folds the
-  // vector into the partial if it succeeds.
+  // Checks the header (and kUnprocessable for a vector of the wrong length or word size), and
+  // every rule that needs no other replica's inputs: kInvalidArgument for a refused share the
+  // client was not forwarded, kResourceExhausted for an input the partial would hold past
+  // secagg::kMaxHeldInputs. Then runs `record` (the round's admission, which refuses a client's
+  // second input) and, if it succeeds, folds the vector into the partial (or holds it there:
+  // secagg/partial.h).
   Status receive_masked_input(ClientId client, const protocol::SecAggMaskedInput& header,
                               std::string_view body,
                               const std::function<Status()>& record) override;
@@ -96,6 +99,8 @@ class SecureRoundCopy : public SecureStages {
   // Checks a client's message of the stage between `after` and `before` and relays it.
   Status receive(const char* kind, const char* after, const char* before, ClientId client,
                  ClientId named, JobId job, RoundIndex round, const std::string& body);
+  // Whether every share in `refused` is one the forwarded shares published for `client` hold.
+  Status check_refused_forwarded(ClientId client, const std::vector<ClientId>& refused) const;
   Result<std::optional<std::string>> published_message(const char* kind, ClientId client,
                                                        const char* missing) const;
 

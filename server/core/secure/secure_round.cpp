@@ -69,7 +69,8 @@ SecureRound::SecureRound(const Setup& setup, TaskNotifier& notifier,
       notifier_(notifier),
       wake_driver_(std::move(wake_driver)),
       metrics_(metrics),
-      share_messages_(setup.share_messages) {}
+      share_messages_(setup.share_messages),
+      record_keys_(setup.record_keys) {}
 
 std::shared_ptr<SecureRound> SecureRound::open(Setup setup, TaskNotifier& notifier,
                                                std::function<void()> wake_driver,
@@ -336,6 +337,12 @@ Status SecureRound::close_keys(double now) {
   wait_for_calls();
   std::map<ClientId, std::string> written;
   Status closed = server_->close_keys();
+  if (closed.ok() && record_keys_) {
+    if (Status kept = record_keys_(server_->public_keys()); !kept.ok()) {
+      closed = unavailable("the round's public keys cannot be kept for the later rounds: " +
+                           kept.message());
+    }
+  }
   Result<protocol::SecAggGraph> graph =
       closed.ok() ? server_->graph() : Result<protocol::SecAggGraph>(closed);
   if (graph.ok()) {
@@ -415,17 +422,16 @@ Status SecureRound::close_inputs(double now) {
   }
   wait_for_calls();
   Status closed = server_->close_masked_inputs();
-  std::set<ClientId> survivors;
-  {
-    MutexLock lock(mu_);
-    survivors = inputs_;
-  }
+  // The clients whose input is in the sum: those that sent one, but the ones a refusal
+  // conflict left out.
+  std::set<ClientId> survivors = server_->survivors();
   std::map<ClientId, std::string> written = write_each(
       survivors, closed, [&](ClientId c) { return server_->unmask_request(c); },
       protocol::write_secagg_unmask_request);
   {
     MutexLock lock(mu_);
     survivors_ = std::move(survivors);
+    left_out_ = server_->left_out();
     for (ClientId c : sharers_) {
       if (survivors_.count(c) == 0) dropped_.push_back(c);
     }
@@ -494,6 +500,7 @@ json SecureRound::summary() const {
                      {"masked_input", missing(sharers_, inputs_)},
                      {"unmask", missing(survivors_, answered_)}};
   out["unmasked_dropped"] = dropped_;
+  out["left_out"] = left_out_;
   out["wrong_shares"] = wrong_shares_;
   out["stage_seconds"] = stage_seconds_;
   if (!failure_.empty()) {

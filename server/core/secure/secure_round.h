@@ -78,7 +78,8 @@ class SecureRound : public SecureStages {
     uint64_t vector_length = 0;  // the model's parameters
     double opened_at = 0;
     secagg::SecureAggregationConfig config;
-    std::set<std::string> used_public_keys;  // of the job's earlier rounds
+    // The keys of the job's earlier rounds (Store::list_used_keys), refused in this one.
+    std::set<std::string> used_public_keys;
     size_t threads = 2;                      // for folds and unmasking
     // A round every replica serves (docs/scaling.md, "Secure rounds on every replica"): called
     // with each client's message of the stage about to open (its kind, stage_kind::kKeysReply,
@@ -86,6 +87,11 @@ class SecureRound : public SecureStages {
     // Null for a round served here alone.
     std::function<Status(const char* kind, const std::map<ClientId, std::string>& messages)>
         share_messages;
+    // Stores the public keys the round accepted (Store::put_used_keys), called when the key
+    // stage closes, before any client learns them: a later round refuses them on whichever
+    // replica owns it, so a key is never used twice, even across a restart. An error fails the
+    // round. Null: the keys are not kept.
+    std::function<Status(const std::set<std::string>& keys)> record_keys;
   };
   // The round's parameters follow from the config and the invitees (secagg::round_params). A
   // round whose parameters or server cannot be made is created failed, saying why.
@@ -210,6 +216,7 @@ class SecureRound : public SecureStages {
   const std::function<void()> wake_driver_;
   Metrics& metrics_;
   const decltype(Setup::share_messages) share_messages_;
+  const decltype(Setup::record_keys) record_keys_;
   std::unique_ptr<secagg::SecAggServer> server_;  // null when the setup failed
   std::optional<protocol::SecAggParams> params_;
 
@@ -235,7 +242,9 @@ class SecureRound : public SecureStages {
   std::set<ClientId> participants_ FEDCASE_GUARDED_BY(mu_);
   std::set<ClientId> sharers_ FEDCASE_GUARDED_BY(mu_);
   std::set<ClientId> survivors_ FEDCASE_GUARDED_BY(mu_);
-  std::vector<ClientId> dropped_ FEDCASE_GUARDED_BY(mu_);  // shared, sent no input (unmasked)
+  std::vector<ClientId> dropped_ FEDCASE_GUARDED_BY(mu_);  // shared, no input in the sum
+  // Sent an input that a refusal conflict left out (secagg/server.h), of dropped_.
+  std::set<ClientId> left_out_ FEDCASE_GUARDED_BY(mu_);
   // Survivors whose unmask answers held wrong shares (outvoted at the unmasking).
   std::vector<ClientId> wrong_shares_ FEDCASE_GUARDED_BY(mu_);
   // Each client's message of the stage reached: the graph and key list, the forwarded

@@ -8,25 +8,9 @@ namespace fedcase::server {
 SecureRounds::SecureRounds(Metrics& metrics, std::function<void()> wake_driver)
     : metrics_(metrics), wake_driver_(std::move(wake_driver)) {}
 
-std::shared_ptr<SecureRound> SecureRounds::open(
-    JobId job, RoundIndex round, const secagg::SecureAggregationConfig& config,
-    std::vector<ClientId> invitees, uint64_t vector_length, double now, size_t threads,
-    decltype(SecureRound::Setup::share_messages) share_messages) {
-  SecureRound::Setup setup;
-  setup.job = job;
-  setup.round = round;
-  setup.invitees = std::move(invitees);
+std::shared_ptr<SecureRound> SecureRounds::open(SecureRound::Setup setup) {
+  const JobId job = setup.job;
   std::sort(setup.invitees.begin(), setup.invitees.end());
-  setup.vector_length = vector_length;
-  setup.opened_at = now;
-  setup.config = config;
-  setup.threads = threads;
-  setup.share_messages = std::move(share_messages);
-  {
-    MutexLock lock(mu_);
-    for (const auto& keys : used_keys_[job])
-      setup.used_public_keys.insert(keys.begin(), keys.end());
-  }
   std::shared_ptr<SecureRound> opened =
       SecureRound::open(std::move(setup), stage_ready_, wake_driver_, metrics_);
   {
@@ -45,13 +29,9 @@ std::shared_ptr<SecureRound> SecureRounds::find(JobId job) const {
 }
 
 void SecureRounds::close(JobId job, const SecureRound& round) {
-  std::set<std::string> keys = round.public_keys();
   MutexLock lock(mu_);
   auto it = rounds_.find(job);
   if (it != rounds_.end() && it->second.get() == &round) rounds_.erase(it);
-  std::vector<std::set<std::string>>& used = used_keys_[job];
-  used.push_back(std::move(keys));
-  if (used.size() > kKeptRounds) used.erase(used.begin());
 }
 
 std::vector<std::shared_ptr<SecureRound>> SecureRounds::all() const {

@@ -1,8 +1,8 @@
 #pragma once
 // The secure rounds of a coordinator, by job: the owner's SecureRound of each secure job's
 // open round (secure_round.h), and on a replica the SecureRoundCopy of each round another
-// replica owns (secure_copy.h); the stages a client's request reaches (SecureStages); the
-// public keys of each job's last rounds; and the notifier that wakes stage long polls.
+// replica owns (secure_copy.h); the stages a client's request reaches (SecureStages); and the
+// notifier that wakes stage long polls.
 //
 // Thread safety: every method may be called from any thread. One mutex guards the maps, a
 // leaf: no round's method is called with it held.
@@ -31,19 +31,16 @@ class SecureRounds {
   // `wake_driver` is called when a round may close a stage early.
   SecureRounds(Metrics& metrics, std::function<void()> wake_driver);
 
-  // Opens the secure round of `round` of `job` (config: the job's section) over `invitees`;
-  // it replaces any earlier one of the job. A round that cannot be set up is opened failed.
-  // `share_messages`: Setup::share_messages (null: a round served here alone).
-  std::shared_ptr<SecureRound> open(
-      JobId job, RoundIndex round, const secagg::SecureAggregationConfig& config,
-      std::vector<ClientId> invitees, uint64_t vector_length, double now, size_t threads,
-      decltype(SecureRound::Setup::share_messages) share_messages = nullptr);
+  // Opens the secure round `setup` describes (its invitees in any order); it replaces any
+  // earlier one of the job. A round that cannot be set up is opened failed.
+  std::shared_ptr<SecureRound> open(SecureRound::Setup setup);
   // The job's secure round, or null.
   std::shared_ptr<SecureRound> find(JobId job) const;
-  // The job's round `round` is over: its public keys join the job's used ones (those of its
-  // last kKeptRounds rounds are kept) and it is forgotten.
+  // The job's round is over: it is forgotten.
   void close(JobId job, const SecureRound& round);
-  static constexpr size_t kKeptRounds = 64;
+  // A job's public keys are refused for this many rounds after the round that used them
+  // (Store::put_used_keys).
+  static constexpr uint64_t kKeptRounds = 64;
 
   // The earliest stage deadline after `now` over every round.
   std::optional<double> next_deadline(double now) const;
@@ -75,8 +72,6 @@ class SecureRounds {
   mutable Mutex mu_;
   std::map<JobId, std::shared_ptr<SecureRound>> rounds_ FEDCASE_GUARDED_BY(mu_);
   std::map<JobId, std::shared_ptr<SecureRoundCopy>> copies_ FEDCASE_GUARDED_BY(mu_);
-  // Per job: the public keys of its last rounds, oldest first.
-  std::map<JobId, std::vector<std::set<std::string>>> used_keys_ FEDCASE_GUARDED_BY(mu_);
 };
 
 }  // namespace fedcase::server
