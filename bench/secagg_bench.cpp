@@ -233,6 +233,11 @@ Json run_round(const Options& o, size_t n, size_t length) {
   setup.graph_seed = require(secagg::random_seed(), "graph seed");
   setup.threads = o.threads;
   for (size_t i = 0; i < n; ++i) setup.invitees.push_back(1000 + i);
+  std::vector<fedcase::secagg::KeyPair> signing(n);
+  for (size_t i = 0; i < n; ++i) {
+    signing[i] = require(fedcase::secagg::generate_signing_key(), "signing key");
+    setup.signing_keys[setup.invitees[i]] = std::string(fedcase::secagg::as_view(signing[i].public_key));
+  }
 
   std::vector<float> update(length);
   const SecAggServer* measured = nullptr;
@@ -244,7 +249,7 @@ Json run_round(const Options& o, size_t n, size_t length) {
   std::vector<std::unique_ptr<SecAggClient>> clients;
   std::vector<ClientMeter> meters(n);
   for (size_t i = 0; i < n; ++i) {
-    clients.push_back(std::make_unique<SecAggClient>(1, 1, setup.invitees[i]));
+    clients.push_back(std::make_unique<SecAggClient>(1, 1, setup.invitees[i], signing[i].private_key));
   }
   const size_t dropped = size_t(std::floor(o.dropout * double(n)));
 

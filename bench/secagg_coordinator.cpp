@@ -22,6 +22,7 @@
 #include "client_sdk/http_client.h"
 #include "client_sdk/secure_task.h"
 #include "common/blob.h"
+#include "protocol/base64.h"
 #include "protocol/task_offer.h"
 #include "protocol/update_meta.h"
 
@@ -122,7 +123,8 @@ client::HttpResponse request(client::HttpClient& http, const std::string& token,
 }
 
 // One client's round: its task, then the plain upload or the secure stages. Its thread's CPU.
-double client_round(uint16_t port, const std::string& token, ClientId id, JobId job,
+double client_round(uint16_t port, const std::string& token, ClientId id,
+                    const secagg::Bytes32& signing_key, JobId job,
                     const std::vector<float>& delta, const std::string& plain_body) {
   client::HttpClient http(client::plain_connection("127.0.0.1", port));
   protocol::TaskOffer task;
@@ -151,7 +153,7 @@ double client_round(uint16_t port, const std::string& token, ClientId id, JobId 
     h["Authorization"] = "Bearer " + token;
     return http.request(method, target, body, h, timeout_s);
   };
-  client::SecureTask secure(task, id, calls, 5, 120, stop);
+  client::SecureTask secure(task, id, signing_key, calls, 5, 120, stop);
   if (Status s = secure.share_keys(); !s.ok()) die("share keys: " + s.to_string());
   auto masked = secure.mask(delta, meta.samples);
   if (!masked.ok()) die("mask: " + masked.status().to_string());
@@ -170,13 +172,25 @@ Json coordinator_round(const std::string& binary, size_t n, size_t params, bool 
   const uint16_t port = coordinator.port();
   client::HttpClient admin(client::plain_connection("127.0.0.1", port));
   // The clients first, so that the round invites all of them.
-  std::vector<std::pair<ClientId, std::string>> clients;
+  struct Client {
+    ClientId id;
+    std::string token;
+    secagg::KeyPair signing;  // registered: it signs the client's round keys
+  };
+  std::vector<Client> clients;
   for (size_t i = 0; i < n; ++i) {
+    auto signing = secagg::generate_signing_key();
+    if (!signing.ok()) die(signing.status().to_string());
+    const Json registration = {
+        {"dataset_size", 100},
+        {"signing_public_key",
+         protocol::encode_base64(std::string(secagg::as_view(signing->public_key)))}};
     client::HttpResponse r =
-        request(admin, kEnrollment, "POST", "/v1/clients/register", R"({"dataset_size": 100})",
+        request(admin, kEnrollment, "POST", "/v1/clients/register", registration.dump(),
                 {{"Content-Type", "application/json"}});
     const auto reply = nlohmann::json::parse(r.body);
-    clients.emplace_back(reply["client_id"].get<ClientId>(), reply["token"].get<std::string>());
+    clients.push_back(
+        {reply["client_id"].get<ClientId>(), reply["token"].get<std::string>(), *signing});
   }
   std::vector<float> delta(params);
   fill_update(delta, 7);
@@ -208,7 +222,8 @@ Json coordinator_round(const std::string& binary, size_t n, size_t params, bool 
   for (size_t i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
       client_cpu[i] =
-          client_round(port, clients[i].second, clients[i].first, id, delta, plain_body);
+          client_round(port, clients[i].token, clients[i].id, clients[i].signing.private_key, id,
+                       delta, plain_body);
     });
   }
   for (std::thread& t : threads) t.join();

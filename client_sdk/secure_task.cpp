@@ -34,15 +34,16 @@ Result<T> read_text(const std::string& body, Result<T> (*read)(const json&)) {
 
 }  // namespace
 
-SecureTask::SecureTask(const protocol::TaskOffer& task, ClientId self, Call call,
-                       double poll_wait_s, double request_timeout_s, const std::atomic<bool>& stop)
+SecureTask::SecureTask(const protocol::TaskOffer& task, ClientId self,
+                       const secagg::Bytes32& signing_key, Call call, double poll_wait_s,
+                       double request_timeout_s, const std::atomic<bool>& stop)
     : task_(task),
       urls_(*task.secure_aggregation),
       call_(std::move(call)),
       poll_wait_s_(poll_wait_s),
       request_timeout_s_(request_timeout_s),
       stop_(stop),
-      client_(task.job, task.round, self) {}
+      client_(task.job, task.round, self, signing_key) {}
 
 Result<std::string> SecureTask::wait_for(const std::string& url, double until) {
   while (!stop_) {

@@ -32,9 +32,11 @@ class SecureTask {
       std::function<Result<HttpResponse>(const std::string&, const std::string&, const std::string&,
                                          std::map<std::string, std::string>, double)>;
 
-  // `task` must carry secure_aggregation. `poll_wait_s` is each long poll's wait.
-  SecureTask(const protocol::TaskOffer& task, ClientId self, Call call, double poll_wait_s,
-             double request_timeout_s, const std::atomic<bool>& stop);
+  // `task` must carry secure_aggregation; `signing_key` is the client's registered Ed25519 key
+  // (secagg::SecAggClient). `poll_wait_s` is each long poll's wait.
+  SecureTask(const protocol::TaskOffer& task, ClientId self, const secagg::Bytes32& signing_key,
+             Call call, double poll_wait_s, double request_timeout_s,
+             const std::atomic<bool>& stop);
 
   // Advertises fresh keys, waits for the graph and the neighbours' keys, sends the encrypted
   // shares. kUnavailable when the coordinator refuses a message or the stage ends without

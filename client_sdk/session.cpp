@@ -97,6 +97,10 @@ struct Session::Impl {
   size_t current = 0;
   std::string token;
   ClientId id = 0;
+  // The client's long-term Ed25519 key, registered with it: it signs the keys the client
+  // advertises in secure rounds (docs/secure_aggregation.md, "Signed keys"). Drawn once per
+  // session; a session registers anew (a new id) on every start.
+  secagg::KeyPair signing;
   std::optional<CachedModel> cached;
   std::optional<CachedModule> module;
   std::string prepared;                    // the model the trainer is prepared for (its key)
@@ -360,6 +364,7 @@ struct Session::Impl {
       registration.device.sample_bytes = double(local->mean_sample_bytes());
     }
     registration.labels = config.labels;
+    registration.signing_public_key = std::string(secagg::as_view(signing.public_key));
     token.clear();
     auto r = call("POST", "/v1/clients/register", protocol::write_registration(registration).dump(),
                   {{"Content-Type", "application/json"}}, config.request_timeout_s);
@@ -550,7 +555,7 @@ struct Session::Impl {
                         double timeout_s) {
       return call(method, target, body, std::move(headers), timeout_s);
     };
-    return std::make_unique<SecureTask>(task, id, calls, config.poll_wait_s,
+    return std::make_unique<SecureTask>(task, id, signing.private_key, calls, config.poll_wait_s,
                                         config.request_timeout_s, *stop);
   }
 
@@ -736,6 +741,9 @@ Result<std::unique_ptr<Session>> Session::create(SessionConfig config) {
     return invalid_argument("a client certificate and key go together, and need a CA file");
   }
   auto impl = std::make_unique<Impl>(std::move(config));
+  auto signing = secagg::generate_signing_key();
+  if (!signing.ok()) return signing.status();
+  impl->signing = *signing;
   FEDCASE_RETURN_IF_ERROR(impl->open_local_data());
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }

@@ -1,5 +1,9 @@
 #include "protocol/registration.h"
 
+#include <optional>
+
+#include "protocol/base64.h"
+
 #include "protocol/internal.h"
 
 namespace fedcase::protocol {
@@ -80,6 +84,14 @@ Status read(const nlohmann::json& value, const std::string& where, Registration&
     r.merge(read.status());
     if (read.ok()) out.labels = std::move(read).value();
   }
+  std::string signing_key;
+  r.text("signing_public_key", signing_key);
+  if (!signing_key.empty()) {
+    std::optional<std::string> raw;
+    if (signing_key.size() <= 44) raw = decode_base64(signing_key);
+    check(r, raw && raw->size() == 32, "signing_public_key", "must be base64 of 32 bytes");
+    if (raw && raw->size() == 32) out.signing_public_key = std::move(*raw);
+  }
   return finish(r, keys);
 }
 
@@ -101,10 +113,14 @@ Result<Registration> read_registration(const nlohmann::json& request) {
 }
 
 nlohmann::json write_registration(const Registration& r) {
-  return {
+  nlohmann::json out = {
       {"protocol_version", r.protocol_version}, {"sdk_version", r.sdk_version},
       {"dataset_size", r.dataset_size},         {"cache_capacity_bytes", r.cache_capacity_bytes},
       {"device", write_device_info(r.device)},  {"labels", write_labels(r.labels)}};
+  if (!r.signing_public_key.empty()) {
+    out["signing_public_key"] = encode_base64(r.signing_public_key);
+  }
+  return out;
 }
 
 Result<DeviceInfo> read_device_info(const nlohmann::json& device, const std::string& where) {

@@ -56,11 +56,15 @@ struct Registration {
   uint64_t cache_capacity_bytes = 0;  // caps the task's cache budget; 0: no cap
   DeviceInfo device;
   std::map<std::string, std::string> labels;  // read_labels; jobs may ask for some
+  // The client's long-term Ed25519 public key (32 raw bytes; base64 in JSON), with which it
+  // signs the keys it advertises in secure rounds (docs/secure_aggregation.md, "Signed keys");
+  // empty: none (such a client cannot take part in secure rounds).
+  std::string signing_public_key;
 
   bool operator==(const Registration& o) const {
     return protocol_version == o.protocol_version && sdk_version == o.sdk_version &&
            dataset_size == o.dataset_size && cache_capacity_bytes == o.cache_capacity_bytes &&
-           device == o.device && labels == o.labels;
+           device == o.device && labels == o.labels && signing_public_key == o.signing_public_key;
   }
   bool operator!=(const Registration& o) const { return !(*this == o); }
 };

@@ -29,6 +29,10 @@ void read_key(ObjectReader& r, const char* key, std::string& out) {
   read_bytes(r, key, out, kSecAggKeyBytes, kSecAggKeyBytes);
 }
 
+void read_signature(ObjectReader& r, const char* key, std::string& out) {
+  read_bytes(r, key, out, kSecAggSignatureBytes, kSecAggSignatureBytes);
+}
+
 void read_blob(ObjectReader& r, const char* key, std::string& out) {
   read_bytes(r, key, out, 1, kMaxSecAggBlobBytes);
 }
@@ -138,6 +142,7 @@ Status read(const nlohmann::json& value, const std::string& where, SecAggAdverti
   read_binding(r, out.job, out.round, &out.client);
   read_key(r, "cipher_public_key", out.cipher_public_key);
   read_key(r, "mask_public_key", out.mask_public_key);
+  read_signature(r, "signature", out.signature);
   return finish(r, keys);
 }
 
@@ -147,6 +152,8 @@ Status read(const nlohmann::json& value, const std::string& where, SecAggPeerKey
   r.require("client_id").integer("client_id", out.client);
   read_key(r, "cipher_public_key", out.cipher_public_key);
   read_key(r, "mask_public_key", out.mask_public_key);
+  read_key(r, "signing_public_key", out.signing_public_key);
+  read_signature(r, "signature", out.signature);
   return finish(r, keys);
 }
 
@@ -266,7 +273,8 @@ nlohmann::json write_secagg_advertise_keys(const SecAggAdvertiseKeys& m) {
           {"round", m.round},
           {"client_id", m.client},
           {"cipher_public_key", encode_base64(m.cipher_public_key)},
-          {"mask_public_key", encode_base64(m.mask_public_key)}};
+          {"mask_public_key", encode_base64(m.mask_public_key)},
+          {"signature", encode_base64(m.signature)}};
 }
 
 Result<SecAggPeerKeys> read_secagg_peer_keys(const nlohmann::json& message,
@@ -277,7 +285,9 @@ Result<SecAggPeerKeys> read_secagg_peer_keys(const nlohmann::json& message,
 nlohmann::json write_secagg_peer_keys(const SecAggPeerKeys& m) {
   return {{"client_id", m.client},
           {"cipher_public_key", encode_base64(m.cipher_public_key)},
-          {"mask_public_key", encode_base64(m.mask_public_key)}};
+          {"mask_public_key", encode_base64(m.mask_public_key)},
+          {"signing_public_key", encode_base64(m.signing_public_key)},
+          {"signature", encode_base64(m.signature)}};
 }
 
 Result<SecAggGraph> read_secagg_graph(const nlohmann::json& message) {

@@ -27,7 +27,8 @@
 
 namespace fedcase::protocol {
 
-inline constexpr size_t kSecAggKeyBytes = 32;        // X25519 public keys, the graph seed
+inline constexpr size_t kSecAggKeyBytes = 32;  // X25519 and Ed25519 public keys, the graph seed
+inline constexpr size_t kSecAggSignatureBytes = 64;  // Ed25519 signatures
 inline constexpr size_t kMaxSecAggBlobBytes = 1024;  // a ciphertext or a share
 inline constexpr size_t kMaxSecAggClients = 100000;  // participants of a round, any id list
 inline constexpr uint64_t kMaxSecAggVectorLength = uint64_t(1) << 32;  // masked parameters
@@ -50,30 +51,37 @@ struct SecAggParams {
   bool operator!=(const SecAggParams& o) const { return !(*this == o); }
 };
 
-// Stage 1, client to coordinator: the client's two fresh X25519 public keys of the round.
+// Stage 1, client to coordinator: the client's two fresh X25519 public keys of the round,
+// signed with its long-term Ed25519 key (secagg::advertised_keys_message).
 struct SecAggAdvertiseKeys {
   JobId job = 0;
   RoundIndex round = 1;           // >= 1
   ClientId client = 0;            // the sender
   std::string cipher_public_key;  // kSecAggKeyBytes: agrees the keys that encrypt shares
   std::string mask_public_key;    // kSecAggKeyBytes: agrees the pairwise masks
+  std::string signature;          // kSecAggSignatureBytes
 
   bool operator==(const SecAggAdvertiseKeys& o) const {
     return job == o.job && round == o.round && client == o.client &&
-           cipher_public_key == o.cipher_public_key && mask_public_key == o.mask_public_key;
+           cipher_public_key == o.cipher_public_key && mask_public_key == o.mask_public_key &&
+           signature == o.signature;
   }
   bool operator!=(const SecAggAdvertiseKeys& o) const { return !(*this == o); }
 };
 
-// One neighbour's public keys in a key list.
+// One neighbour's public keys in a key list, with its registered signing key and its signature
+// over them, which the recipient checks before it encrypts anything to them.
 struct SecAggPeerKeys {
   ClientId client = 0;
-  std::string cipher_public_key;  // kSecAggKeyBytes
-  std::string mask_public_key;    // kSecAggKeyBytes
+  std::string cipher_public_key;   // kSecAggKeyBytes
+  std::string mask_public_key;     // kSecAggKeyBytes
+  std::string signing_public_key;  // kSecAggKeyBytes: Ed25519, registered at enrollment
+  std::string signature;           // kSecAggSignatureBytes
 
   bool operator==(const SecAggPeerKeys& o) const {
     return client == o.client && cipher_public_key == o.cipher_public_key &&
-           mask_public_key == o.mask_public_key;
+           mask_public_key == o.mask_public_key && signing_public_key == o.signing_public_key &&
+           signature == o.signature;
   }
   bool operator!=(const SecAggPeerKeys& o) const { return !(*this == o); }
 };

@@ -57,6 +57,7 @@ struct Binding {
   JobId job = 0;
   RoundIndex round = 0;
   ClientId self = 0;
+  Bytes32 signing_key{};  // the client's long-term Ed25519 key
   std::shared_ptr<aggregation::WorkerPool> pool;  // masks the vector; one stage at a time
 
   Status check(JobId j, RoundIndex r, const char* what) const {
@@ -272,6 +273,11 @@ class SharingState : public ClientState {
           p.mask_public_key.size() != protocol::kSecAggKeyBytes) {
         return invalid_argument("a neighbour's public keys must hold 32 bytes each");
       }
+      // Nothing is encrypted to keys their client did not sign: a key substituted on the way
+      // (by a replica or in the database) ends this client's part in the round here.
+      FEDCASE_RETURN_IF_ERROR(check_keys_signature(binding_.job, binding_.round, p.client,
+                                                   p.cipher_public_key, p.mask_public_key,
+                                                   p.signing_public_key, p.signature));
       peers[p.client] = {to_bytes32(p.cipher_public_key), to_bytes32(p.mask_public_key)};
     }
     const std::vector<ClientId>& expected = mine->neighbours;
@@ -337,7 +343,13 @@ class AdvertiseState : public ClientState {
     if (!mask_key.ok()) return mask_key.status();
     protocol::SecAggAdvertiseKeys out{binding_.job, binding_.round, binding_.self,
                                       std::string(as_view(cipher->public_key)),
-                                      std::string(as_view(mask->public_key))};
+                                      std::string(as_view(mask->public_key)), ""};
+    Result<std::string> signature =
+        sign(binding_.signing_key,
+             advertised_keys_message(out.job, out.round, out.client, out.cipher_public_key,
+                                     out.mask_public_key));
+    if (!signature.ok()) return signature.status();
+    out.signature = std::move(signature).value();
     return Step<protocol::SecAggAdvertiseKeys>{
         std::move(out),
         std::make_unique<SharingState>(binding_, OwnKeys{*cipher, *mask, *cipher_key, *mask_key})};
@@ -359,9 +371,10 @@ Result<Message> advance(std::unique_ptr<ClientState>& state, Handler handler) {
 
 }  // namespace
 
-SecAggClient::SecAggClient(JobId job, RoundIndex round, ClientId self, size_t threads)
+SecAggClient::SecAggClient(JobId job, RoundIndex round, ClientId self,
+                           const Bytes32& signing_key, size_t threads)
     : state_(std::make_unique<AdvertiseState>(
-          Binding{job, round, self,
+          Binding{job, round, self, signing_key,
                   std::make_shared<aggregation::WorkerPool>(std::max<size_t>(1, threads))})) {}
 
 SecAggClient::~SecAggClient() = default;

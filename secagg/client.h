@@ -27,6 +27,7 @@
 #include "common/ids.h"
 #include "common/status.h"
 #include "protocol/secagg.h"
+#include "secagg/crypto.h"
 
 namespace fedcase::secagg {
 
@@ -43,19 +44,24 @@ class SecAggClient {
  public:
   enum class Stage { kAdvertiseKeys, kShareKeys, kMaskedInput, kUnmask };
 
-  // `threads` (>= 1) split the masking of the vector.
-  SecAggClient(JobId job, RoundIndex round, ClientId self, size_t threads = 1);
+  // `signing_key` is the client's long-term Ed25519 private key (generate_signing_key), whose
+  // public key it registered; `threads` (>= 1) split the masking of the vector.
+  SecAggClient(JobId job, RoundIndex round, ClientId self, const Bytes32& signing_key,
+               size_t threads = 1);
   ~SecAggClient();
   SecAggClient(const SecAggClient&) = delete;
   SecAggClient& operator=(const SecAggClient&) = delete;
 
   Stage stage() const;
 
-  // Draws the round's two X25519 key pairs (one for the share cipher, one for the masks).
+  // Draws the round's two X25519 key pairs (one for the share cipher, one for the masks) and
+  // signs them with the client's long-term key.
   Result<protocol::SecAggAdvertiseKeys> advertise_keys();
 
   // Checks the graph and the key list (job, round, parameters, that the key list's neighbours
-  // are the ones the graph's seed draws over its participants), draws the self-mask seed,
+  // are the ones the graph's seed draws over its participants, that each neighbour's keys carry
+  // its signature under the signing key listed: kPermissionDenied, nothing shared, otherwise),
+  // draws the self-mask seed,
   // splits it and the mask key t of k, and encrypts each neighbour's pair of shares to it.
   Result<protocol::SecAggShares> share_keys(const protocol::SecAggGraph& graph,
                                             const protocol::SecAggKeyList& keys);

@@ -107,6 +107,70 @@ Result<Bytes32> X25519Key::agree(const Bytes32& peer_public) const {
   return secret;
 }
 
+namespace {
+
+Pkey signing_key(const Bytes32& raw) {
+  return Pkey(EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, nullptr, raw.data(), raw.size()));
+}
+
+struct MdCtxFree {
+  void operator()(EVP_MD_CTX* p) const { EVP_MD_CTX_free(p); }
+};
+using MdCtx = std::unique_ptr<EVP_MD_CTX, MdCtxFree>;
+
+}  // namespace
+
+Result<KeyPair> generate_signing_key() {
+  KeyPair pair;
+  FEDCASE_RETURN_IF_ERROR(random_bytes(pair.private_key.data(), pair.private_key.size()));
+  Result<Bytes32> pub = signing_public_key_of(pair.private_key);
+  if (!pub.ok()) return pub.status();
+  pair.public_key = *pub;
+  return pair;
+}
+
+Result<Bytes32> signing_public_key_of(const Bytes32& raw) {
+  Pkey key = signing_key(raw);
+  Bytes32 pub{};
+  size_t size = pub.size();
+  if (!key || EVP_PKEY_get_raw_public_key(key.get(), pub.data(), &size) != 1 ||
+      size != pub.size()) {
+    return openssl_failure("Ed25519 public key");
+  }
+  return pub;
+}
+
+Result<std::string> sign(const Bytes32& raw, std::string_view message) {
+  Pkey key = signing_key(raw);
+  MdCtx ctx(EVP_MD_CTX_new());
+  std::string signature(kSignatureBytes, '\0');
+  size_t size = signature.size();
+  if (!key || !ctx || EVP_DigestSignInit(ctx.get(), nullptr, nullptr, nullptr, key.get()) != 1 ||
+      EVP_DigestSign(ctx.get(), reinterpret_cast<unsigned char*>(signature.data()), &size,
+                     bytes(message), message.size()) != 1 ||
+      size != kSignatureBytes) {
+    return openssl_failure("Ed25519 signature");
+  }
+  return signature;
+}
+
+Status verify_signature(std::string_view public_key, std::string_view message,
+                        std::string_view signature) {
+  if (public_key.size() != 32 || signature.size() != kSignatureBytes) {
+    return permission_denied("an Ed25519 signature is 64 bytes under a 32-byte public key");
+  }
+  Pkey key(EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, bytes(public_key),
+                                       public_key.size()));
+  MdCtx ctx(EVP_MD_CTX_new());
+  if (!key || !ctx ||
+      EVP_DigestVerifyInit(ctx.get(), nullptr, nullptr, nullptr, key.get()) != 1 ||
+      EVP_DigestVerify(ctx.get(), bytes(signature), signature.size(), bytes(message),
+                       message.size()) != 1) {
+    return permission_denied("the Ed25519 signature does not verify");
+  }
+  return ok_status();
+}
+
 Result<Bytes32> agree(const Bytes32& own_private, const Bytes32& peer_public) {
   Result<X25519Key> key = X25519Key::load(own_private);
   if (!key.ok()) return key.status();

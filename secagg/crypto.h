@@ -1,7 +1,8 @@
 #pragma once
 // The cryptographic primitives of secure aggregation, each a thin wrapper over OpenSSL 3's EVP
 // interface (no cipher is implemented here): the OS CSPRNG, X25519 key pairs and agreement,
-// HKDF-SHA256, SHA-256 and AES-256-GCM for the shares between clients.
+// Ed25519 signatures (a client's long-term identity), HKDF-SHA256, SHA-256 and AES-256-GCM for
+// the shares between clients.
 //
 // Secrets are plain 32-byte arrays owned by the caller. Pure functions; thread-safe (OpenSSL 3
 // needs no locking set-up). Errors are Status values, never exceptions: kInternal when OpenSSL
@@ -60,6 +61,20 @@ class X25519Key {
 
 // X25519(private_key, peer_public_key), as X25519Key::load(private_key)->agree(...).
 Result<Bytes32> agree(const Bytes32& private_key, const Bytes32& peer_public_key);
+
+// Ed25519 (RFC 8032): a client's long-term signing key, which signs the keys it advertises in
+// each round (docs/secure_aggregation.md, "Signed keys"). The raw 32-byte seed is the private
+// key.
+inline constexpr size_t kSignatureBytes = 64;
+Result<KeyPair> generate_signing_key();
+// The Ed25519 public key of a raw private key (seed).
+Result<Bytes32> signing_public_key_of(const Bytes32& private_key);
+// The signature of `message` (kSignatureBytes).
+Result<std::string> sign(const Bytes32& private_key, std::string_view message);
+// Whether `signature` is `public_key`'s over `message`: OK, or kPermissionDenied (a signature
+// that does not verify, of the wrong size, or a public key that is not a valid point).
+Status verify_signature(std::string_view public_key, std::string_view message,
+                        std::string_view signature);
 
 // HKDF-SHA256 (RFC 5869) of `secret` with an empty salt and `info`: 32 bytes.
 Result<Bytes32> derive_key(const Bytes32& secret, std::string_view info);

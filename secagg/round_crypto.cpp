@@ -21,6 +21,27 @@ std::string binding(const char* domain, JobId job, RoundIndex round, ClientId a,
 
 }  // namespace
 
+std::string advertised_keys_message(JobId job, RoundIndex round, ClientId client,
+                                    std::string_view cipher_public_key,
+                                    std::string_view mask_public_key) {
+  std::string out = binding("fedcase/secagg/keys", job, round, client, 0);
+  out.append(cipher_public_key);
+  out.append(mask_public_key);
+  return out;
+}
+
+Status check_keys_signature(JobId job, RoundIndex round, ClientId client,
+                            std::string_view cipher_public_key, std::string_view mask_public_key,
+                            std::string_view signing_public_key, std::string_view signature) {
+  const Status verified = verify_signature(
+      signing_public_key,
+      advertised_keys_message(job, round, client, cipher_public_key, mask_public_key), signature);
+  if (verified.ok()) return verified;
+  return permission_denied("the keys of client " + std::to_string(client) +
+                           " do not carry its signature (" + verified.message() +
+                           "): they were changed on their way");
+}
+
 std::string share_associated_data(JobId job, RoundIndex round, ClientId sender, ClientId receiver) {
   return binding("fedcase/secagg/share", job, round, sender, receiver);
 }

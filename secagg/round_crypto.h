@@ -28,6 +28,17 @@ namespace fedcase::secagg {
 inline constexpr size_t kSharePlaintextBytes = 2 * kShareBytes;
 inline constexpr size_t kShareCiphertextBytes = kSharePlaintextBytes + kAeadOverhead;
 
+// What a client signs with its long-term key when it advertises its round keys (docs/
+// secure_aggregation.md, "Signed keys"): the keys bound to the job, round and client.
+std::string advertised_keys_message(JobId job, RoundIndex round, ClientId client,
+                                    std::string_view cipher_public_key,
+                                    std::string_view mask_public_key);
+// Whether `keys` carry their client's signature under `signing_public_key`: OK or
+// kPermissionDenied naming the client.
+Status check_keys_signature(JobId job, RoundIndex round, ClientId client,
+                            std::string_view cipher_public_key, std::string_view mask_public_key,
+                            std::string_view signing_public_key, std::string_view signature);
+
 // The AEAD's associated data of a share from `sender` to `receiver`.
 std::string share_associated_data(JobId job, RoundIndex round, ClientId sender, ClientId receiver);
 // The AES-256-GCM key of the shares `sender` sends `receiver`: HKDF of their cipher keys'

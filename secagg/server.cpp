@@ -178,7 +178,16 @@ Status SecAggServer::receive_keys(ClientId sender, const protocol::SecAggAdverti
   if (m.cipher_public_key == m.mask_public_key) {
     return invalid_argument("the cipher and mask public keys must differ");
   }
-  keys_[sender] = {m.cipher_public_key, m.mask_public_key};
+  auto signing_key = setup_.signing_keys.find(sender);
+  if (signing_key == setup_.signing_keys.end()) {
+    return permission_denied(client_name(sender) +
+                             " registered no signing key: secure rounds need an SDK that signs "
+                             "its keys");
+  }
+  FEDCASE_RETURN_IF_ERROR(check_keys_signature(setup_.job, setup_.round, sender,
+                                               m.cipher_public_key, m.mask_public_key,
+                                               signing_key->second, m.signature));
+  keys_[sender] = {m.cipher_public_key, m.mask_public_key, m.signature};
   round_keys_.insert(m.cipher_public_key);
   round_keys_.insert(m.mask_public_key);
   return ok_status();
@@ -226,7 +235,8 @@ Result<protocol::SecAggKeyList> SecAggServer::key_list(ClientId client) const {
   list.round = setup_.round;
   for (ClientId c : graph_->neighbours(client)) {
     const Keys& k = keys_.at(c);
-    list.neighbours.push_back({c, k.cipher_public_key, k.mask_public_key});
+    list.neighbours.push_back(
+        {c, k.cipher_public_key, k.mask_public_key, setup_.signing_keys.at(c), k.signature});
   }
   return list;
 }

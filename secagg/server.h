@@ -73,6 +73,10 @@ struct SecAggRoundSetup {
   // Public keys advertised in earlier rounds of the job (public_keys() of those rounds): a
   // client that advertises one again is refused.
   std::set<std::string> used_public_keys;
+  // Each invitee's registered Ed25519 public key: its advertised keys must carry its signature
+  // under it (an invitee without one cannot advertise), and each key list passes it on with the
+  // signature so that the recipient checks it too.
+  std::map<ClientId, std::string> signing_keys;
   size_t threads = 2;  // for folds and unmasking, >= 1
 };
 
@@ -158,6 +162,7 @@ class SecAggServer {
   struct Keys {
     std::string cipher_public_key;
     std::string mask_public_key;
+    std::string signature;  // the client's, over both (advertised_keys_message)
   };
   struct SharesIn {
     std::string seed_commitment;

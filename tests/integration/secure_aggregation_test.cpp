@@ -17,6 +17,7 @@
 #include "protocol/secagg.h"
 #include "protocol/task_offer.h"
 #include "protocol/update_meta.h"
+#include "protocol/base64.h"
 #include "secagg/client.h"
 #include "storage/store.h"
 #include "tests/support/coordinator_harness.h"
@@ -77,8 +78,16 @@ struct RawClient {
   std::vector<float> delta;
   uint64_t weight = 0;
 
+  secagg::KeyPair signing;  // its long-term key, registered
+
   explicit RawClient(uint16_t port, uint64_t seed) : http(port, kEnrollmentToken) {
-    Reply r = http.post("/v1/clients/register", {{"dataset_size", 100}});
+    auto key = secagg::generate_signing_key();
+    REQUIRE(key.ok());
+    signing = *key;
+    Reply r = http.post("/v1/clients/register",
+                        {{"dataset_size", 100},
+                         {"signing_public_key", protocol::encode_base64(std::string(
+                                                    secagg::as_view(signing.public_key)))}});
     REQUIRE_MESSAGE(r.status == 201, r.raw);
     id = r.body["client_id"];
     http.set_token(r.body["token"]);
@@ -103,7 +112,7 @@ struct RawClient {
         30);
     REQUIRE_MESSAGE(got, "client " << id << " got no task of round " << round);
     REQUIRE(task->secure_aggregation);
-    secure = std::make_unique<secagg::SecAggClient>(task->job, task->round, id);
+    secure = std::make_unique<secagg::SecAggClient>(task->job, task->round, id, signing.private_key);
   }
   const protocol::SecAggTask& urls() const { return *task->secure_aggregation; }
 

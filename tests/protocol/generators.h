@@ -219,6 +219,7 @@ class Generator {
     for (size_t i = 0; i < labels; ++i) {
       r.labels[text(kMaxLabelBytes, 1)] = text(kMaxLabelBytes, 1);
     }
+    if (coin()) r.signing_public_key = key();
     return r;
   }
 
@@ -258,10 +259,11 @@ class Generator {
     p.vector_length = 1 + count(kMaxSecAggVectorLength - 1);
     return p;
   }
+  std::string signature() { return bytes(kSecAggSignatureBytes, kSecAggSignatureBytes); }
   SecAggAdvertiseKeys secagg_advertise_keys() {
-    return {count(), 1 + count(UINT64_MAX - 1), count(), key(), key()};
+    return {count(), 1 + count(UINT64_MAX - 1), count(), key(), key(), signature()};
   }
-  SecAggPeerKeys secagg_peer_keys(ClientId c) { return {c, key(), key()}; }
+  SecAggPeerKeys secagg_peer_keys(ClientId c) { return {c, key(), key(), key(), signature()}; }
   SecAggGraph secagg_graph() {
     return {count(), 1 + count(UINT64_MAX - 1), secagg_params(), key(), ids(30, true)};
   }

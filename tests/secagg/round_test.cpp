@@ -557,6 +557,64 @@ TEST_CASE("replays of a previous round's keys, shares or input are refused") {
   CHECK(sum->left_out == std::vector<ClientId>{b});
 }
 
+TEST_CASE("advertised keys must carry the client's signature under the key it registered") {
+  RoundOptions o = options(5, 4, 3);
+  TestRound round(o);
+  SecAggServer& server = round.server();
+  const ClientId a = round.invitees()[0], b = round.invitees()[1];
+  Result<protocol::SecAggAdvertiseKeys> keys = round.client(a).advertise_keys();
+  REQUIRE(keys.ok());
+  // Another key in place of the signed one, or another client's signature: refused.
+  protocol::SecAggAdvertiseKeys swapped = *keys;
+  auto other = generate_key_pair();
+  REQUIRE(other.ok());
+  swapped.mask_public_key = std::string(as_view(other->public_key));
+  Status refused = server.receive_keys(a, swapped);
+  CHECK(refused.code() == Code::kPermissionDenied);
+  CHECK(refused.message().find("do not carry its signature") != std::string::npos);
+  protocol::SecAggAdvertiseKeys foreign = *keys;
+  foreign.signature = *sign(round.signing_key(b).private_key,
+                            advertised_keys_message(o.job, o.round, a, keys->cipher_public_key,
+                                                    keys->mask_public_key));
+  CHECK(server.receive_keys(a, foreign).code() == Code::kPermissionDenied);
+  // As signed: taken.
+  CHECK(server.receive_keys(a, *keys).ok());
+  // A client that registered no signing key cannot advertise.
+  SecAggRoundSetup setup;
+  setup.job = o.job;
+  setup.round = o.round;
+  setup.invitees = round.invitees();
+  setup.params = server.params();
+  setup.threads = 1;
+  for (ClientId c : round.invitees()) {
+    if (c != b) setup.signing_keys[c] = std::string(as_view(round.signing_key(c).public_key));
+  }
+  auto unsigned_round = SecAggServer::create(setup);
+  REQUIRE(unsigned_round.ok());
+  SecAggClient client_b(o.job, o.round, b, round.signing_key(b).private_key);
+  Status no_key = (*unsigned_round)->receive_keys(b, *client_b.advertise_keys());
+  CHECK(no_key.code() == Code::kPermissionDenied);
+  CHECK(no_key.message().find("registered no signing key") != std::string::npos);
+}
+
+TEST_CASE("a client shares nothing with a key list whose keys its neighbours did not sign") {
+  RoundOptions o = options(5, 4, 3);
+  TestRound round(o);
+  round.advertise();
+  REQUIRE(round.server().close_keys().ok());
+  const ClientId a = round.invitees()[0];
+  Result<protocol::SecAggKeyList> list = round.server().key_list(a);
+  REQUIRE(list.ok());
+  auto other = generate_key_pair();
+  REQUIRE(other.ok());
+  list->neighbours.back().cipher_public_key = std::string(as_view(other->public_key));
+  Result<protocol::SecAggShares> shares = round.client(a).share_keys(*round.server().graph(), *list);
+  CHECK(shares.status().code() == Code::kPermissionDenied);
+  CHECK(round.client(a).stage() == SecAggClient::Stage::kShareKeys);
+  // The list as the coordinator wrote it: shared.
+  CHECK(round.client(a).share_keys(*round.server().graph(), *round.server().key_list(a)).ok());
+}
+
 TEST_CASE("a client refuses an unmask request that asks for both shares of one neighbour") {
   RoundOptions o = options(5, 4, 3);
   TestRound round(o);

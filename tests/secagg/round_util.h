@@ -76,11 +76,17 @@ class TestRound {
     }
     for (int i = 0; i < 32; ++i) setup.graph_seed[i] = uint8_t(o.graph_seed >> (i % 8) * 8);
     setup.used_public_keys = o.used_public_keys;
+    for (ClientId c : setup.invitees) {
+      Result<KeyPair> signing = generate_signing_key();
+      REQUIRE(signing.ok());
+      signing_keys_[c] = *signing;
+      setup.signing_keys[c] = std::string(as_view(signing->public_key));
+    }
     Result<std::unique_ptr<SecAggServer>> server = SecAggServer::create(setup);
     REQUIRE_MESSAGE(server.ok(), server.status().to_string());
     server_ = std::move(*server);
     for (ClientId c : setup.invitees) {
-      clients_[c] = std::make_unique<SecAggClient>(o.job, o.round, c);
+      clients_[c] = std::make_unique<SecAggClient>(o.job, o.round, c, signing_keys_[c].private_key);
     }
     invitees_ = setup.invitees;
   }
@@ -88,6 +94,7 @@ class TestRound {
   SecAggServer& server() { return *server_; }
   const SecAggServer& server() const { return *server_; }
   SecAggClient& client(ClientId c) { return *clients_.at(c); }
+  const KeyPair& signing_key(ClientId c) const { return signing_keys_.at(c); }
   const std::vector<ClientId>& invitees() const { return invitees_; }
   const RoundOptions& options() const { return options_; }
 
@@ -192,6 +199,7 @@ class TestRound {
   RoundOptions options_;
   std::unique_ptr<SecAggServer> server_;
   std::map<ClientId, std::unique_ptr<SecAggClient>> clients_;
+  std::map<ClientId, KeyPair> signing_keys_;  // each client's long-term Ed25519 key
   std::vector<ClientId> invitees_;
   std::map<ClientId, protocol::SecAggAdvertiseKeys> keys_;
   std::map<ClientId, protocol::SecAggShares> shares_;

@@ -13,7 +13,9 @@
 #include <string>
 #include <thread>
 
+#include "protocol/base64.h"
 #include "secagg/client.h"
+#include "secagg/round_crypto.h"
 #include "server/core/coordinator.h"
 #include "tests/server/coordinator_fixture.h"
 #include "tests/support/failing_store.h"
@@ -60,6 +62,37 @@ storage::LeaseRecord lease_of(storage::Store& store, JobId job) {
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
+}
+
+// A secure job of three clients a round on `replica`, and its three clients, each registered
+// with a signing key.
+struct SecureJob {
+  JobId id = 0;
+  std::vector<ClientId> clients;
+  std::map<ClientId, secagg::KeyPair> signing;
+};
+SecureJob create_secure_job(Coordinator& replica) {
+  SecureJob out;
+  for (int i = 0; i < 3; ++i) {
+    auto key = secagg::generate_signing_key();
+    REQUIRE(key.ok());
+    const json registration = {
+        {"dataset_size", 100},
+        {"signing_public_key",
+         protocol::encode_base64(std::string(secagg::as_view(key->public_key)))}};
+    auto registered = replica.register_client(registration);
+    REQUIRE(registered.ok());
+    out.clients.push_back(registered->id);
+    out.signing[registered->id] = *key;
+  }
+  auto created =
+      replica.create_job(job_config({{"clients_per_round", 3},
+                                     {"min_updates", 2},
+                                     {"selection", {{"overcommit", 1.0}}},
+                                     {"secure_aggregation", {{"threshold", 2}, {"clip", 5}}}}));
+  REQUIRE_MESSAGE(created.ok(), created.status().to_string());
+  out.id = created->id;
+  return out;
 }
 
 TEST_CASE("a replaced owner commits nothing and steps down; the new owner goes on") {
@@ -374,22 +407,17 @@ TEST_CASE("the owner serves a secure stage's messages only once the store holds 
   auto a = replica(url, "a", wall_clock, [&](std::unique_ptr<storage::Store> store) {
     return testing::failing_store(std::move(store), faults);
   });
-  std::vector<ClientId> clients;
-  for (int i = 0; i < 3; ++i) clients.push_back(a->register_client({{"dataset_size", 100}})->id);
-  auto created =
-      a->create_job(job_config({{"clients_per_round", 3},
-                                {"min_updates", 2},
-                                {"selection", {{"overcommit", 1.0}}},
-                                {"secure_aggregation", {{"threshold", 2}, {"clip", 5}}}}));
-  REQUIRE_MESSAGE(created.ok(), created.status().to_string());
-  const JobId job = created->id;
+  const SecureJob secure_job = create_secure_job(*a);
+  const std::vector<ClientId>& clients = secure_job.clients;
+  const std::map<ClientId, secagg::KeyPair>& signing = secure_job.signing;
+  const JobId job = secure_job.id;
   a->tick();
   REQUIRE(invitees(*a, clients).size() == 3);
   auto stages = a->secure_round(job, 1);
   REQUIRE_MESSAGE(stages.ok(), stages.status().to_string());
   std::vector<std::unique_ptr<secagg::SecAggClient>> secure;
   for (ClientId c : clients) {
-    secure.push_back(std::make_unique<secagg::SecAggClient>(job, 1, c));
+    secure.push_back(std::make_unique<secagg::SecAggClient>(job, 1, c, signing.at(c).private_key));
     auto keys = secure.back()->advertise_keys();
     REQUIRE(keys.ok());
     REQUIRE((*stages)->receive_keys(c, *keys).ok());
@@ -408,6 +436,57 @@ TEST_CASE("the owner serves a secure stage's messages only once the store holds 
   auto reply = (*a->secure_round(job, 1))->keys_reply(clients[0]);
   REQUIRE(reply.ok());
   CHECK(reply->has_value());
+}
+
+TEST_CASE("a public key of one round is refused in the next by the replica that took the job over") {
+  testing::PostgresServer& server = testing::PostgresServer::shared();
+  const std::string url = server.url(server.create_database());
+  auto reader = storage::open_store(url);
+  REQUIRE(reader.ok());
+  std::atomic<double> a_now{wall_clock()};
+  auto a = replica(url, "a", [&a_now] { return a_now.load(); });
+  const SecureJob secure_job = create_secure_job(*a);
+  const std::vector<ClientId>& clients = secure_job.clients;
+  const std::map<ClientId, secagg::KeyPair>& signing = secure_job.signing;
+  const JobId job = secure_job.id;
+  a->tick();
+  REQUIRE(invitees(*a, clients).size() == 3);
+  auto first = a->secure_round(job, 1);
+  REQUIRE_MESSAGE(first.ok(), first.status().to_string());
+  std::map<ClientId, protocol::SecAggAdvertiseKeys> advertised;
+  for (ClientId c : clients) {
+    secagg::SecAggClient client(job, 1, c, signing.at(c).private_key);
+    auto keys = client.advertise_keys();
+    REQUIRE(keys.ok());
+    REQUIRE((*first)->receive_keys(c, *keys).ok());
+    advertised[c] = *keys;
+  }
+  a->tick();  // every invitee answered: the key stage closes, its keys are stored
+  CHECK((*reader)->list_used_keys(job)->size() == 6);
+
+  // a stops driving the job past its lease; b takes it over and opens round 2.
+  auto b = replica(url, "b", wall_clock);
+  usleep(static_cast<useconds_t>((kLeaseS + 0.5) * 1e6));
+  b->tick();
+  REQUIRE(lease_of(**reader, job).holder == "b");
+  auto second = b->secure_round(job, 2);
+  REQUIRE_MESSAGE(second.ok(), second.status().to_string());
+  // A client advertises its round-1 keys again, signed for round 2: refused.
+  const ClientId c = clients[0];
+  protocol::SecAggAdvertiseKeys replayed = advertised[c];
+  replayed.round = 2;
+  auto signature = secagg::sign(
+      signing.at(c).private_key,
+      secagg::advertised_keys_message(job, 2, c, replayed.cipher_public_key,
+                                      replayed.mask_public_key));
+  REQUIRE(signature.ok());
+  replayed.signature = *signature;
+  Status refused = (*second)->receive_keys(c, replayed);
+  CHECK(refused.code() == Code::kPermissionDenied);
+  CHECK(refused.message().find("replays a public key of an earlier round") != std::string::npos);
+  // Fresh keys are taken.
+  secagg::SecAggClient fresh(job, 2, c, signing.at(c).private_key);
+  CHECK((*second)->receive_keys(c, *fresh.advertise_keys()).ok());
 }
 
 }  // namespace

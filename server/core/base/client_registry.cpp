@@ -275,6 +275,22 @@ double ClientRegistry::utility_rank(ClientId client) const {
   return scheduling::rank_among(utilities_, it->second.profile.utility);
 }
 
+std::map<ClientId, std::string> ClientRegistry::signing_keys(
+    const std::vector<ClientId>& clients) const {
+  std::map<ClientId, std::string> out;
+  MutexLock lock(mu_);
+  for (ClientId id : clients) {
+    auto it = clients_.find(id);
+    if (it == clients_.end()) continue;
+    auto registration =
+        protocol::read_registration(nlohmann::json::parse(it->second.info, nullptr, false));
+    if (registration.ok() && !registration->signing_public_key.empty()) {
+      out[id] = std::move(registration->signing_public_key);
+    }
+  }
+  return out;
+}
+
 size_t ClientRegistry::size() const {
   MutexLock lock(mu_);
   return clients_.size();

@@ -88,6 +88,10 @@ class ClientRegistry {
   // higher ones back sooner); 0.5 for a client without one, or an unknown client. O(log n):
   // the order is kept as round decisions change utilities (apply()).
   double utility_rank(ClientId client) const;
+  // The Ed25519 public key (32 raw bytes) each of `clients` registered, for those that did
+  // (protocol::Registration::signing_public_key): secure rounds check the keys they advertise
+  // against it. Reads each client's registration.
+  std::map<ClientId, std::string> signing_keys(const std::vector<ClientId>& clients) const;
   // How many clients are registered. O(1).
   size_t size() const;
   // How many clients are available at `now`, as census(now).available, in O(1) amortized plus

@@ -84,6 +84,7 @@ bool RoundDriver::follow(JobEntry& job, const storage::RoundRecord& record, uint
     setup.vector_length = vector_length;
     setup.bits = params->bits;
     setup.threads = job.config.aggregation.threads;
+    setup.signing_keys = clients_.signing_keys(invited);
     setup.relay = [this, id = job.id, index = record.index](const char* kind, ClientId client,
                                                             const std::string& body) {
       return replication_.relay(id, index, kind, client, body);
@@ -197,7 +198,11 @@ void RoundDriver::relay_stage_messages(JobEntry& job, bool owned) {
       return;
     }
     if (messages->empty()) return;  // the stages open in turn: the later ones are not out yet
-    copy->publish(kind, std::move(messages).value());
+    if (Status published = copy->publish(kind, std::move(messages).value()); !published.ok()) {
+      log_error(job_prefix(job) + "round " + std::to_string(copy->index()) +
+                " is not served here: " + published.to_string());
+      return;
+    }
   }
 }
 

@@ -208,6 +208,7 @@ bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now
     setup.config = *secure;
     setup.threads = job.config.aggregation.threads;
     setup.used_public_keys = std::move(used_keys).value();
+    setup.signing_keys = clients_.signing_keys(invited);
     if (replication_.shared()) {
       setup.share_messages = [this, id = job.id, index = round.index()](
                                  const char* kind, const std::map<ClientId, std::string>& messages) {

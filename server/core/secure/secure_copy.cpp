@@ -4,6 +4,7 @@
 
 #include "common/crash_point.h"
 #include "secagg/params.h"
+#include "secagg/round_crypto.h"
 
 namespace fedcase::server {
 namespace {
@@ -18,6 +19,7 @@ SecureRoundCopy::SecureRoundCopy(Setup setup, TaskNotifier& notifier)
       invitees_(setup.invitees.begin(), setup.invitees.end()),
       words_(setup.vector_length + 1),
       word_bytes_(secagg::word_bytes(setup.bits)),
+      signing_keys_(std::move(setup.signing_keys)),
       relay_(std::move(setup.relay)),
       behind_(std::move(setup.behind)),
       notifier_(notifier),
@@ -153,13 +155,40 @@ bool SecureRoundCopy::published(const std::string& kind) const {
   return published_.count(kind) != 0;
 }
 
-void SecureRoundCopy::publish(const std::string& kind, std::map<ClientId, std::string> messages) {
+Status SecureRoundCopy::check_key_lists(const std::map<ClientId, std::string>& messages) const {
+  for (const auto& [client, body] : messages) {
+    auto keys = protocol::read_secagg_keys(nlohmann::json::parse(body, nullptr, false));
+    if (!keys.ok()) return keys.status();
+    for (const protocol::SecAggPeerKeys& peer : keys->key_list.neighbours) {
+      auto registered = signing_keys_.find(peer.client);
+      if (registered == signing_keys_.end() || registered->second != peer.signing_public_key) {
+        return permission_denied(client_name(client) + "'s key list gives " +
+                                 client_name(peer.client) +
+                                 " a signing key other than the one it registered");
+      }
+      FEDCASE_RETURN_IF_ERROR(secagg::check_keys_signature(
+          job_, round_, peer.client, peer.cipher_public_key, peer.mask_public_key,
+          peer.signing_public_key, peer.signature));
+    }
+  }
+  return ok_status();
+}
+
+Status SecureRoundCopy::publish(const std::string& kind,
+                                std::map<ClientId, std::string> messages) {
+  if (kind == stage_kind::kKeysReply) {
+    if (Status checked = check_key_lists(messages); !checked.ok()) {
+      end("the key lists in the store fail their check: " + checked.message());
+      return checked;
+    }
+  }
   {
     MutexLock lock(mu_);
-    if (!ended_.empty() || published_.count(kind)) return;
+    if (!ended_.empty() || published_.count(kind)) return ok_status();
     published_[kind] = std::move(messages);
   }
   notifier_.notify(std::vector<ClientId>(invitees_.begin(), invitees_.end()));
+  return ok_status();
 }
 
 size_t SecureRoundCopy::inputs() const {

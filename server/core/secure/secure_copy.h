@@ -44,6 +44,10 @@ class SecureRoundCopy : public SecureStages {
     uint64_t vector_length = 0;  // the model's parameters
     uint32_t bits = 32;          // of the round's arithmetic (secagg::round_params)
     size_t threads = 2;          // for folds
+    // The invitees' registered signing keys, read here (ClientRegistry::signing_keys): the key
+    // lists the owner publishes through the store must carry them, each neighbour's keys
+    // signed under its own.
+    std::map<ClientId, std::string> signing_keys;
     // Passes a client's checked message (its kind, stage_kind::kKeys, kShares or kUnmask) on
     // to the owner; kConflict when the client sent that message already.
     std::function<Status(const char* kind, ClientId client, const std::string& body)> relay;
@@ -82,8 +86,12 @@ class SecureRoundCopy : public SecureStages {
   // Whether the owner's messages of `kind` (stage_kind::kKeysReply, kForwarded,
   // kUnmaskRequest) are published here.
   bool published(const std::string& kind) const;
-  // Publishes the owner's messages of `kind` (by client) and wakes the clients' polls.
-  void publish(const std::string& kind, std::map<ClientId, std::string> messages);
+  // Publishes the owner's messages of `kind` (by client) and wakes the clients' polls. Key
+  // lists (stage_kind::kKeysReply) are checked first: a neighbour's signing key that is not the
+  // one it registered, or keys that do not carry its signature under it (keys substituted in
+  // the store), end the copy (kPermissionDenied, nothing published): no client of this replica
+  // encrypts a share to a key its owner did not sign.
+  Status publish(const std::string& kind, std::map<ClientId, std::string> messages);
   // The masked inputs folded here, and their partial (secagg/partial.h) once none is in flight.
   size_t inputs() const;
   std::string partial() const;
@@ -99,6 +107,8 @@ class SecureRoundCopy : public SecureStages {
   // Checks a client's message of the stage between `after` and `before` and relays it.
   Status receive(const char* kind, const char* after, const char* before, ClientId client,
                  ClientId named, JobId job, RoundIndex round, const std::string& body);
+  // Whether each key list's neighbours carry their registered signing keys and signatures.
+  Status check_key_lists(const std::map<ClientId, std::string>& messages) const;
   // Whether every share in `refused` is one the forwarded shares published for `client` hold.
   Status check_refused_forwarded(ClientId client, const std::vector<ClientId>& refused) const;
   Result<std::optional<std::string>> published_message(const char* kind, ClientId client,
@@ -109,6 +119,7 @@ class SecureRoundCopy : public SecureStages {
   const std::set<ClientId> invitees_;
   const uint64_t words_;
   const uint32_t word_bytes_;
+  const std::map<ClientId, std::string> signing_keys_;
   const decltype(Setup::relay) relay_;
   const decltype(Setup::behind) behind_;
   TaskNotifier& notifier_;

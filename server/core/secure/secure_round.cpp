@@ -93,6 +93,7 @@ std::shared_ptr<SecureRound> SecureRound::open(Setup setup, TaskNotifier& notifi
     s.invitees = setup.invitees;
     s.graph_seed = *seed;
     s.used_public_keys = std::move(setup.used_public_keys);
+    s.signing_keys = std::move(setup.signing_keys);
     s.threads = setup.threads;
     auto server = secagg::SecAggServer::create(std::move(s));
     if (server.ok()) {

@@ -80,6 +80,8 @@ class SecureRound : public SecureStages {
     secagg::SecureAggregationConfig config;
     // The keys of the job's earlier rounds (Store::list_used_keys), refused in this one.
     std::set<std::string> used_public_keys;
+    // The invitees' registered signing keys (secagg::SecAggRoundSetup::signing_keys).
+    std::map<ClientId, std::string> signing_keys;
     size_t threads = 2;                      // for folds and unmasking
     // A round every replica serves (docs/scaling.md, "Secure rounds on every replica"): called
     // with each client's message of the stage about to open (its kind, stage_kind::kKeysReply,
