@@ -434,12 +434,13 @@ std::set<ClientId> leave_out(const std::set<ClientId>& folded,
 
 Status SecAggServer::admit_held() {
   left_out_ = leave_out(survivors_, held_);
-  for (auto& [client, input] : held_) {
-    if (left_out_.count(client) != 0) continue;
+  for (const auto& entry : held_) {
+    const HeldInput& input = entry.second;
+    if (left_out_.count(input.client) != 0) continue;
     FEDCASE_RETURN_IF_ERROR(
         with_sum([&](auto& sum) { return fold_words(sum, input.body, word_bytes_, *pool_); }));
-    survivors_.insert(client);
-    for (ClientId refused : input.refused) refusers_[refused].insert(client);
+    survivors_.insert(input.client);
+    for (ClientId refused : input.refused) refusers_[refused].insert(input.client);
   }
   held_.clear();
   refused_by_held_.clear();

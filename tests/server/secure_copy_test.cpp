@@ -31,8 +31,21 @@ std::map<ClientId, std::string> key_replies(TestRound& round) {
   return out;
 }
 
-// A copy of `round` as a replica would serve it, knowing the registered signing keys.
-std::unique_ptr<SecureRoundCopy> copy_of(TestRound& round, TaskNotifier& notifier) {
+// The registered signing keys of `round`'s clients, all of them known.
+decltype(SecureRoundCopy::Setup::signing_keys) all_known(TestRound& round) {
+  return [&round](const std::vector<ClientId>& clients) {
+    std::map<ClientId, std::string> known;
+    for (ClientId c : clients) {
+      known[c] = std::string(secagg::as_view(round.signing_key(c).public_key));
+    }
+    return known;
+  };
+}
+
+// A copy of `round` as a replica would serve it, reading the signing keys from `signing_keys`.
+std::unique_ptr<SecureRoundCopy> copy_of(TestRound& round, TaskNotifier& notifier,
+                                         decltype(SecureRoundCopy::Setup::signing_keys)
+                                             signing_keys) {
   SecureRoundCopy::Setup setup;
   setup.job = round.options().job;
   setup.round = round.options().round;
@@ -40,9 +53,7 @@ std::unique_ptr<SecureRoundCopy> copy_of(TestRound& round, TaskNotifier& notifie
   setup.vector_length = round.options().length;
   setup.bits = round.options().bits;
   setup.threads = 1;
-  for (ClientId c : round.invitees()) {
-    setup.signing_keys[c] = std::string(secagg::as_view(round.signing_key(c).public_key));
-  }
+  setup.signing_keys = std::move(signing_keys);
   setup.relay = [](const char*, ClientId, const std::string&) { return ok_status(); };
   setup.behind = [] {};
   return std::make_unique<SecureRoundCopy>(std::move(setup), notifier);
@@ -68,8 +79,26 @@ TEST_CASE("a replica serves key lists whose keys carry their clients' registered
   const ClientId victim = round.invitees()[0];
   TaskNotifier notifier;
 
+  SUBCASE("a neighbour whose registration the replica has not read yet: published once it has") {
+    bool read_all = false;
+    const auto known = all_known(round);
+    auto behind = copy_of(round, notifier, [&](const std::vector<ClientId>& clients) {
+      std::map<ClientId, std::string> read = known(clients);
+      if (!read_all) read.erase(round.invitees().back());
+      return read;
+    });
+    CHECK(behind->publish(stage_kind::kKeysReply, replies).code() == Code::kUnavailable);
+    CHECK_FALSE(behind->published(stage_kind::kKeysReply));
+    auto waiting = behind->keys_reply(victim);
+    REQUIRE(waiting.ok());  // not ended: the client's poll waits
+    CHECK_FALSE(waiting->has_value());
+    read_all = true;
+    REQUIRE(behind->publish(stage_kind::kKeysReply, replies).ok());
+    CHECK(**behind->keys_reply(victim) == replies.at(victim));
+  }
+
   SUBCASE("as the owner wrote them: served") {
-    auto copy = copy_of(round, notifier);
+    auto copy = copy_of(round, notifier, all_known(round));
     REQUIRE(copy->publish(stage_kind::kKeysReply, replies).ok());
     auto served = copy->keys_reply(victim);
     REQUIRE(served.ok());
@@ -88,7 +117,7 @@ TEST_CASE("a replica serves key lists whose keys carry their clients' registered
     changed[victim] = tampered(replies.at(victim), [&](protocol::SecAggPeerKeys& p) {
       p.mask_public_key = own_key;
     });
-    auto copy = copy_of(round, notifier);
+    auto copy = copy_of(round, notifier, all_known(round));
     Status published = copy->publish(stage_kind::kKeysReply, changed);
     CHECK(published.code() == Code::kPermissionDenied);
     CHECK(published.message().find("do not carry its signature") != std::string::npos);
@@ -115,7 +144,7 @@ TEST_CASE("a replica serves key lists whose keys carry their clients' registered
       REQUIRE(signature.ok());
       p.signature = *signature;
     });
-    auto copy = copy_of(round, notifier);
+    auto copy = copy_of(round, notifier, all_known(round));
     Status published = copy->publish(stage_kind::kKeysReply, changed);
     CHECK(published.code() == Code::kPermissionDenied);
     CHECK(published.message().find("other than the one it registered") != std::string::npos);

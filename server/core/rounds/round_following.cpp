@@ -84,7 +84,9 @@ bool RoundDriver::follow(JobEntry& job, const storage::RoundRecord& record, uint
     setup.vector_length = vector_length;
     setup.bits = params->bits;
     setup.threads = job.config.aggregation.threads;
-    setup.signing_keys = clients_.signing_keys(invited);
+    setup.signing_keys = [this](const std::vector<ClientId>& clients) {
+      return clients_.signing_keys(clients);
+    };
     setup.relay = [this, id = job.id, index = record.index](const char* kind, ClientId client,
                                                             const std::string& body) {
       return replication_.relay(id, index, kind, client, body);
@@ -198,7 +200,9 @@ void RoundDriver::relay_stage_messages(JobEntry& job, bool owned) {
       return;
     }
     if (messages->empty()) return;  // the stages open in turn: the later ones are not out yet
-    if (Status published = copy->publish(kind, std::move(messages).value()); !published.ok()) {
+    const Status published = copy->publish(kind, std::move(messages).value());
+    if (published.code() == Code::kUnavailable) return;  // the next pass publishes it
+    if (!published.ok()) {
       log_error(job_prefix(job) + "round " + std::to_string(copy->index()) +
                 " is not served here: " + published.to_string());
       return;

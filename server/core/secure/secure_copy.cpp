@@ -156,12 +156,22 @@ bool SecureRoundCopy::published(const std::string& kind) const {
 }
 
 Status SecureRoundCopy::check_key_lists(const std::map<ClientId, std::string>& messages) const {
+  const std::map<ClientId, std::string> registered =
+      signing_keys_(std::vector<ClientId>(invitees_.begin(), invitees_.end()));
   for (const auto& [client, body] : messages) {
     auto keys = protocol::read_secagg_keys(nlohmann::json::parse(body, nullptr, false));
     if (!keys.ok()) return keys.status();
     for (const protocol::SecAggPeerKeys& peer : keys->key_list.neighbours) {
-      auto registered = signing_keys_.find(peer.client);
-      if (registered == signing_keys_.end() || registered->second != peer.signing_public_key) {
+      if (!invitees_.count(peer.client)) {
+        return permission_denied(client_name(client) + "'s key list names " +
+                                 client_name(peer.client) + ", who is not invited");
+      }
+      auto key = registered.find(peer.client);
+      if (key == registered.end()) {
+        return unavailable("the registration of " + client_name(peer.client) +
+                           " is not read here yet");
+      }
+      if (key->second != peer.signing_public_key) {
         return permission_denied(client_name(client) + "'s key list gives " +
                                  client_name(peer.client) +
                                  " a signing key other than the one it registered");
@@ -177,7 +187,9 @@ Status SecureRoundCopy::check_key_lists(const std::map<ClientId, std::string>& m
 Status SecureRoundCopy::publish(const std::string& kind,
                                 std::map<ClientId, std::string> messages) {
   if (kind == stage_kind::kKeysReply) {
-    if (Status checked = check_key_lists(messages); !checked.ok()) {
+    Status checked = check_key_lists(messages);
+    if (checked.code() == Code::kUnavailable) return checked;
+    if (!checked.ok()) {
       end("the key lists in the store fail their check: " + checked.message());
       return checked;
     }

@@ -44,10 +44,10 @@ class SecureRoundCopy : public SecureStages {
     uint64_t vector_length = 0;  // the model's parameters
     uint32_t bits = 32;          // of the round's arithmetic (secagg::round_params)
     size_t threads = 2;          // for folds
-    // The invitees' registered signing keys, read here (ClientRegistry::signing_keys): the key
-    // lists the owner publishes through the store must carry them, each neighbour's keys
-    // signed under its own.
-    std::map<ClientId, std::string> signing_keys;
+    // The registered signing keys of the clients given that this replica knows
+    // (ClientRegistry::signing_keys), asked when the key lists arrive: they must carry them,
+    // each neighbour's keys signed under its own.
+    std::function<std::map<ClientId, std::string>(const std::vector<ClientId>&)> signing_keys;
     // Passes a client's checked message (its kind, stage_kind::kKeys, kShares or kUnmask) on
     // to the owner; kConflict when the client sent that message already.
     std::function<Status(const char* kind, ClientId client, const std::string& body)> relay;
@@ -90,7 +90,9 @@ class SecureRoundCopy : public SecureStages {
   // lists (stage_kind::kKeysReply) are checked first: a neighbour's signing key that is not the
   // one it registered, or keys that do not carry its signature under it (keys substituted in
   // the store), end the copy (kPermissionDenied, nothing published): no client of this replica
-  // encrypts a share to a key its owner did not sign.
+  // encrypts a share to a key its owner did not sign. kUnavailable, nothing published, while
+  // this replica has not read a neighbour's registration yet (it learns new clients within
+  // about a second): publish again later.
   Status publish(const std::string& kind, std::map<ClientId, std::string> messages);
   // The masked inputs folded here, and their partial (secagg/partial.h) once none is in flight.
   size_t inputs() const;
@@ -119,7 +121,7 @@ class SecureRoundCopy : public SecureStages {
   const std::set<ClientId> invitees_;
   const uint64_t words_;
   const uint32_t word_bytes_;
-  const std::map<ClientId, std::string> signing_keys_;
+  const decltype(Setup::signing_keys) signing_keys_;
   const decltype(Setup::relay) relay_;
   const decltype(Setup::behind) behind_;
   TaskNotifier& notifier_;
