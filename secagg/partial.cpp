@@ -10,9 +10,11 @@ constexpr size_t kLengthBytes = 8;
 
 }  // namespace
 
-MaskedPartial::MaskedPartial(uint64_t words, uint32_t word_bytes, size_t threads)
+MaskedPartial::MaskedPartial(uint64_t words, uint32_t word_bytes, size_t threads,
+                             size_t max_held)
     : words_(words),
       word_bytes_(word_bytes),
+      max_held_(max_held),
       pool_(std::make_unique<aggregation::WorkerPool>(threads)) {
   if (word_bytes_ <= 4) {
     sum32_.assign(words_, 0);
@@ -23,11 +25,11 @@ MaskedPartial::MaskedPartial(uint64_t words, uint32_t word_bytes, size_t threads
 
 Status MaskedPartial::can_take(const protocol::SecAggMaskedInput& header) const {
   if (must_hold(header.client, header.refused_shares, refused_by_held_) &&
-      held_.size() >= kMaxHeldInputs) {
+      held_.size() >= max_held_) {
     return resource_exhausted("client " + std::to_string(header.client) +
                               "'s input would be held whole (it refused a share, or its share "
                               "was refused), and " +
-                              std::to_string(kMaxHeldInputs) + " inputs are held already");
+                              std::to_string(max_held_) + " inputs are held already");
   }
   return ok_status();
 }
@@ -63,7 +65,7 @@ std::string MaskedPartial::encode() const {
 }
 
 Result<DecodedPartial> decode_masked_partial(std::string_view bytes, uint64_t words,
-                                             uint32_t word_bytes) {
+                                             uint32_t word_bytes, size_t max_held) {
   const auto malformed = [](const std::string& why) {
     return invalid_argument("malformed masked partial: " + why);
   };
@@ -87,8 +89,8 @@ Result<DecodedPartial> decode_masked_partial(std::string_view bytes, uint64_t wo
     if (!new_sender(input)) return malformed("an input's sender is not a new client id");
     out.folded.push_back(input.get<ClientId>());
   }
-  if (header["held"].size() > kMaxHeldInputs) {
-    return malformed("more than " + std::to_string(kMaxHeldInputs) + " inputs held");
+  if (header["held"].size() > max_held) {
+    return malformed("more than " + std::to_string(max_held) + " inputs held");
   }
   for (const auto& input : header["held"]) {
     if (!input.is_array() || input.size() != 2 || !new_sender(input[0]) || !input[1].is_array()) {

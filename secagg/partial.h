@@ -69,11 +69,11 @@ std::string pack_words(const std::vector<Word>& sum, uint32_t word_bytes) {
   return out;
 }
 
-// The most inputs a SecAggServer or a MaskedPartial holds whole (each is one masked vector in
-// memory): one bad client's neighbours, who all refuse its share, and the client itself fit in
-// a round of degree up to 31. An input that would be held past it is refused (kResourceExhausted)
-// and its sender counts as dropped.
-constexpr size_t kMaxHeldInputs = 32;
+// The most inputs a SecAggServer or a MaskedPartial holds whole in a round of neighbour graph
+// degree `degree` (each is one masked vector in memory): one bad client's neighbours, who all
+// refuse its share, and the client itself. An input that would be held past it is refused
+// (kResourceExhausted) and its sender counts as dropped.
+inline size_t max_held_inputs(uint32_t degree) { return size_t(degree) + 1; }
 
 // An input held whole until the masked input stage closes: its sender refused a neighbour's
 // share, or an input that came before refused its sender's share.
@@ -93,11 +93,11 @@ inline bool must_hold(ClientId sender, const std::vector<ClientId>& refused,
 class MaskedPartial {
  public:
   // A partial of vectors of `words` words (vector_length + 1) of `word_bytes` (1 to 8) bytes,
-  // folded over `threads` threads.
-  MaskedPartial(uint64_t words, uint32_t word_bytes, size_t threads);
+  // folded over `threads` threads, holding at most `max_held` inputs whole (max_held_inputs).
+  MaskedPartial(uint64_t words, uint32_t word_bytes, size_t threads, size_t max_held);
 
   // Whether fold() would take this input: kResourceExhausted when it would be held and
-  // kMaxHeldInputs are held already.
+  // max_held are held already.
   Status can_take(const protocol::SecAggMaskedInput& header) const;
   // Adds a masked vector whose header the caller checked (its sender, length and word size:
   // `body` holds words() words): folded into the sum, or held whole (must_hold). kInvalidArgument
@@ -111,6 +111,7 @@ class MaskedPartial {
  private:
   const uint64_t words_;
   const uint32_t word_bytes_;
+  const size_t max_held_;
   std::unique_ptr<aggregation::WorkerPool> pool_;
   std::vector<uint32_t> sum32_;  // word_bytes <= 4
   std::vector<uint64_t> sum64_;  // word_bytes > 4
@@ -121,13 +122,13 @@ class MaskedPartial {
 
 // A partial as encoded: the senders in its sum, its sum as a masked vector's body (a view into
 // `bytes`), and its held inputs. kInvalidArgument unless it is well formed with `words` words of
-// `word_bytes`, at least one input, no sender twice and at most kMaxHeldInputs held.
+// `word_bytes`, at least one input, no sender twice and at most `max_held` held.
 struct DecodedPartial {
   std::vector<ClientId> folded;
   std::string_view sum;
   std::vector<HeldInput> held;
 };
 Result<DecodedPartial> decode_masked_partial(std::string_view bytes, uint64_t words,
-                                             uint32_t word_bytes);
+                                             uint32_t word_bytes, size_t max_held);
 
 }  // namespace fedcase::secagg

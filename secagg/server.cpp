@@ -100,6 +100,7 @@ SecAggServer::SecAggServer(SecAggRoundSetup setup, X25519Key probe_key)
       invitees_(setup_.invitees.begin(), setup_.invitees.end()),
       probe_key_(std::move(probe_key)),
       word_bytes_(word_bytes(setup_.params.bits)),
+      max_held_(max_held_inputs(setup_.params.degree)),
       pool_(std::make_unique<aggregation::WorkerPool>(setup_.threads)) {
   MutexLock lock(mu_);
   params_ = setup_.params;
@@ -179,7 +180,7 @@ Status SecAggServer::receive_keys(ClientId sender, const protocol::SecAggAdverti
     return invalid_argument("the cipher and mask public keys must differ");
   }
   auto signing_key = setup_.signing_keys.find(sender);
-  if (signing_key == setup_.signing_keys.end()) {
+  if (signing_key == setup_.signing_keys.end() || signing_key->second.empty()) {
     return permission_denied(client_name(sender) +
                              " registered no signing key: secure rounds need an SDK that signs "
                              "its keys");
@@ -314,11 +315,11 @@ Status SecAggServer::check_input(ClientId sender, const protocol::SecAggMaskedIn
   }
   FEDCASE_RETURN_IF_ERROR(protocol::check_masked_vector(h, body_bytes));
   FEDCASE_RETURN_IF_ERROR(check_refused_neighbours(sender, h.refused_shares));
-  if (must_hold(sender, h.refused_shares, refused_by_held_) && held_.size() >= kMaxHeldInputs) {
+  if (must_hold(sender, h.refused_shares, refused_by_held_) && held_.size() >= max_held_) {
     return resource_exhausted(client_name(sender) +
                               "'s input would be held whole (it refused a share, or its share "
                               "was refused), and " +
-                              std::to_string(kMaxHeldInputs) + " inputs are held already");
+                              std::to_string(max_held_) + " inputs are held already");
   }
   return ok_status();
 }
@@ -372,7 +373,7 @@ Status SecAggServer::receive_masked_input(ClientId sender, const protocol::SecAg
 Result<std::vector<ClientId>> SecAggServer::merge_masked_partial(std::string_view bytes) {
   MutexLock lock(mu_);
   if (stage_ != Stage::kMaskedInput) return conflict("the masked input stage is not open");
-  auto partial = decode_masked_partial(bytes, params_.vector_length + 1, word_bytes_);
+  auto partial = decode_masked_partial(bytes, params_.vector_length + 1, word_bytes_, max_held_);
   if (!partial.ok()) return partial.status();
   // The inputs in its sum refused no share and no input before them refused theirs: only a
   // sender that sent another input (which no replica lets through) can stop them, and then
@@ -387,7 +388,7 @@ Result<std::vector<ClientId>> SecAggServer::merge_masked_partial(std::string_vie
     const ClientId sender = input.client;
     if (!check_sender(sender).ok() ||
         !check_refused_neighbours(sender, input.refused).ok() ||
-        held_.size() >= kMaxHeldInputs) {
+        held_.size() >= max_held_) {
       continue;
     }
     hold(std::move(input));

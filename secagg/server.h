@@ -20,7 +20,7 @@
 // used before (this round or the earlier rounds the setup lists); kInvalidArgument for a
 // malformed message (shares not exactly one per neighbour, a ciphertext or share of the wrong
 // size, a low-order public key); kUnprocessable for a masked vector of the wrong length or word
-// size; kResourceExhausted for an input that would be held past kMaxHeldInputs. A close_* or
+// size; kResourceExhausted for an input that would be held past max_held_inputs. A close_* or
 // finish that finds too few clients left (fewer than t to rebuild a secret) fails the round: it
 // and every later call return kConflict with the reason, and stage() is kFailed.
 //
@@ -74,8 +74,8 @@ struct SecAggRoundSetup {
   // client that advertises one again is refused.
   std::set<std::string> used_public_keys;
   // Each invitee's registered Ed25519 public key: its advertised keys must carry its signature
-  // under it (an invitee without one cannot advertise), and each key list passes it on with the
-  // signature so that the recipient checks it too.
+  // under it (an invitee without one, absent or "", cannot advertise), and each key list passes
+  // it on with the signature so that the recipient checks it too.
   std::map<ClientId, std::string> signing_keys;
   size_t threads = 2;  // for folds and unmasking, >= 1
 };
@@ -131,7 +131,7 @@ class SecAggServer {
   // Takes another replica's partial sum of masked inputs (secagg/partial.h) as if its inputs
   // had come here: its sum with the inputs folded in it, and each held input alone (one whose
   // sender sent an input already, refused a share it was not forwarded, or would be held past
-  // kMaxHeldInputs is dropped; the others are held here). Returns the senders taken: the
+  // max_held_inputs is dropped; the others are held here). Returns the senders taken: the
   // folded ones, then the held ones, in the partial's order. kConflict out of stage, or when
   // a sender in its sum sent an input already (a replica that let a second input through):
   // the partial then changes nothing; kPermissionDenied for a sender in its sum that did not
@@ -213,6 +213,7 @@ class SecAggServer {
   const std::set<ClientId> invitees_;
   const X25519Key probe_key_;  // checks advertised keys are not low-order points
   const uint32_t word_bytes_;  // of the masked vectors and the running sum
+  const size_t max_held_;      // max_held_inputs of the setup's degree
   const std::unique_ptr<aggregation::WorkerPool> pool_;  // used only with mu_ held
 
   mutable Mutex mu_;

@@ -172,7 +172,8 @@ TEST_CASE("masked inputs folded into other replicas' partials give the same sum,
     round.advertise();
     round.share();
     // A third of the inputs reach the owner, the others two replicas' partials, in turn.
-    MaskedPartial b(o.length + 1, word_bytes(bits), 2), c(o.length + 1, word_bytes(bits), 2);
+    MaskedPartial b(o.length + 1, word_bytes(bits), 2, o.degree + 1),
+        c(o.length + 1, word_bytes(bits), 2, o.degree + 1);
     size_t n = 0;
     const std::set<ClientId> sent = round.mask(
         in.updates, in.weights, {}, [&](ClientId client, const SecAggMaskedVector& m) {
@@ -208,7 +209,7 @@ TEST_CASE("a partial's input that refuses the share of an input in the sum is le
   const Inputs in = make_inputs(round);
   round.advertise();
   round.share();
-  MaskedPartial p(o.length + 1, 4, 1);
+  MaskedPartial p(o.length + 1, 4, 1, o.degree + 1);
   const ClientId first = round.invitees()[0], liar = round.invitees().back();
   round.mask(in.updates, in.weights, {}, [&](ClientId client, const SecAggMaskedVector& m) {
     if (client == first) return round.server().receive_masked_input(client, m.header, m.body).ok();
@@ -218,7 +219,7 @@ TEST_CASE("a partial's input that refuses the share of an input in the sum is le
     return p.fold(header, m.body).ok();
   });
   CHECK(p.inputs() == 5);
-  MaskedPartial empty(o.length + 1, 4, 1);
+  MaskedPartial empty(o.length + 1, 4, 1, o.degree + 1);
   CHECK(round.server().merge_masked_partial(empty.encode()).status().code() ==
         Code::kInvalidArgument);
   // The partial is taken: its four honest inputs in its sum, the liar's held whole.
@@ -241,7 +242,7 @@ TEST_CASE("a held input that refuses a share it was not forwarded is dropped alo
   const Inputs in = make_inputs(round);
   round.advertise();
   round.share();
-  MaskedPartial p(o.length + 1, 4, 1);
+  MaskedPartial p(o.length + 1, 4, 1, o.degree + 1);
   const ClientId liar = round.invitees()[0];
   round.mask(in.updates, in.weights, {}, [&](ClientId client, const SecAggMaskedVector& m) {
     protocol::SecAggMaskedInput header = m.header;
@@ -266,6 +267,33 @@ TEST_CASE("a held input that refuses a share it was not forwarded is dropped alo
   REQUIRE_MESSAGE(sum.ok(), sum.status().to_string());
   check_sum(round, in, *sum, without(round.invitees(), {liar}));
   CHECK(sum->left_out.empty());  // refused at the merge: it never counted as sent
+}
+
+TEST_CASE("inputs are held whole up to the graph's degree + 1; past that one is refused alone") {
+  RoundOptions o = options(10, 4, 3);
+  TestRound round(o);
+  const Inputs in = make_inputs(round);
+  round.advertise();
+  round.share();
+  MaskedPartial partial(o.length + 1, 4, 1, max_held_inputs(o.degree));
+  std::vector<Code> owner, replica;
+  round.mask(in.updates, in.weights, {}, [&](ClientId client, const SecAggMaskedVector& m) {
+    // Every client claims to refuse the share of its first neighbour: every input is held.
+    protocol::SecAggMaskedInput header = m.header;
+    header.refused_shares = {round.server().forwarded_shares(client)->shares.front().client};
+    owner.push_back(round.server().receive_masked_input(client, header, m.body).code());
+    replica.push_back(partial.fold(header, m.body).code());
+    return owner.back() == Code::kOk;
+  });
+  const std::vector<Code> expected = {Code::kOk, Code::kOk, Code::kOk, Code::kOk, Code::kOk,
+                                      Code::kResourceExhausted, Code::kResourceExhausted,
+                                      Code::kResourceExhausted, Code::kResourceExhausted,
+                                      Code::kResourceExhausted};
+  CHECK(owner == expected);
+  CHECK(replica == expected);
+  CHECK(partial.inputs() == 5);
+  // Held, nothing folded yet.
+  CHECK(round.server().masked_sum() == std::vector<uint64_t>(o.length + 1, 0));
 }
 
 TEST_CASE("refusal conflicts: held inputs left out, fewest first, never one already summed") {

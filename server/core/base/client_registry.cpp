@@ -284,9 +284,7 @@ std::map<ClientId, std::string> ClientRegistry::signing_keys(
     if (it == clients_.end()) continue;
     auto registration =
         protocol::read_registration(nlohmann::json::parse(it->second.info, nullptr, false));
-    if (registration.ok() && !registration->signing_public_key.empty()) {
-      out[id] = std::move(registration->signing_public_key);
-    }
+    out[id] = registration.ok() ? std::move(registration->signing_public_key) : std::string();
   }
   return out;
 }

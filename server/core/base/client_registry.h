@@ -88,9 +88,10 @@ class ClientRegistry {
   // higher ones back sooner); 0.5 for a client without one, or an unknown client. O(log n):
   // the order is kept as round decisions change utilities (apply()).
   double utility_rank(ClientId client) const;
-  // The Ed25519 public key (32 raw bytes) each of `clients` registered, for those that did
-  // (protocol::Registration::signing_public_key): secure rounds check the keys they advertise
-  // against it. Reads each client's registration.
+  // The Ed25519 public key (32 raw bytes) each of `clients` known here registered
+  // (protocol::Registration::signing_public_key; "" for one that registered none): secure
+  // rounds check the keys they advertise against it. A client not known here is left out.
+  // Reads each client's registration.
   std::map<ClientId, std::string> signing_keys(const std::vector<ClientId>& clients) const;
   // How many clients are registered. O(1).
   size_t size() const;

@@ -83,6 +83,7 @@ bool RoundDriver::follow(JobEntry& job, const storage::RoundRecord& record, uint
     setup.invitees = invited;
     setup.vector_length = vector_length;
     setup.bits = params->bits;
+    setup.degree = params->degree;
     setup.threads = job.config.aggregation.threads;
     setup.signing_keys = [this](const std::vector<ClientId>& clients) {
       return clients_.signing_keys(clients);

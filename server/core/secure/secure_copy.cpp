@@ -23,7 +23,7 @@ SecureRoundCopy::SecureRoundCopy(Setup setup, TaskNotifier& notifier)
       relay_(std::move(setup.relay)),
       behind_(std::move(setup.behind)),
       notifier_(notifier),
-      partial_(words_, word_bytes_, setup.threads) {}
+      partial_(words_, word_bytes_, setup.threads, secagg::max_held_inputs(setup.degree)) {}
 
 Status SecureRoundCopy::check_stage(const char* after, const char* before, ClientId client,
                                     ClientId named, JobId job, RoundIndex round) {
@@ -158,10 +158,14 @@ bool SecureRoundCopy::published(const std::string& kind) const {
 Status SecureRoundCopy::check_key_lists(const std::map<ClientId, std::string>& messages) const {
   const std::map<ClientId, std::string> registered =
       signing_keys_(std::vector<ClientId>(invitees_.begin(), invitees_.end()));
+  // A client's keys appear in each of its neighbours' lists: each copy is checked once.
+  std::map<ClientId, protocol::SecAggPeerKeys> checked;
   for (const auto& [client, body] : messages) {
     auto keys = protocol::read_secagg_keys(nlohmann::json::parse(body, nullptr, false));
     if (!keys.ok()) return keys.status();
     for (const protocol::SecAggPeerKeys& peer : keys->key_list.neighbours) {
+      auto seen = checked.find(peer.client);
+      if (seen != checked.end() && seen->second == peer) continue;
       if (!invitees_.count(peer.client)) {
         return permission_denied(client_name(client) + "'s key list names " +
                                  client_name(peer.client) + ", who is not invited");
@@ -171,6 +175,9 @@ Status SecureRoundCopy::check_key_lists(const std::map<ClientId, std::string>& m
         return unavailable("the registration of " + client_name(peer.client) +
                            " is not read here yet");
       }
+      if (key->second.empty()) {
+        return permission_denied(client_name(peer.client) + " registered no signing key");
+      }
       if (key->second != peer.signing_public_key) {
         return permission_denied(client_name(client) + "'s key list gives " +
                                  client_name(peer.client) +
@@ -179,6 +186,7 @@ Status SecureRoundCopy::check_key_lists(const std::map<ClientId, std::string>& m
       FEDCASE_RETURN_IF_ERROR(secagg::check_keys_signature(
           job_, round_, peer.client, peer.cipher_public_key, peer.mask_public_key,
           peer.signing_public_key, peer.signature));
+      checked[peer.client] = peer;
     }
   }
   return ok_status();

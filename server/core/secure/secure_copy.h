@@ -43,6 +43,7 @@ class SecureRoundCopy : public SecureStages {
     std::vector<ClientId> invitees;
     uint64_t vector_length = 0;  // the model's parameters
     uint32_t bits = 32;          // of the round's arithmetic (secagg::round_params)
+    uint32_t degree = 1;         // of its neighbour graph (secagg::round_params)
     size_t threads = 2;          // for folds
     // The registered signing keys of the clients given that this replica knows
     // (ClientRegistry::signing_keys), asked when the key lists arrive: they must carry them,
@@ -70,7 +71,7 @@ class SecureRoundCopy : public SecureStages {
   // Checks the header (and kUnprocessable for a vector of the wrong length or word size), and
   // every rule that needs no other replica's inputs: kInvalidArgument for a refused share the
   // client was not forwarded, kResourceExhausted for an input the partial would hold past
-  // secagg::kMaxHeldInputs. Then runs `record` (the round's admission, which refuses a client's
+  // secagg::max_held_inputs. Then runs `record` (the round's admission, which refuses a client's
   // second input) and, if it succeeds, folds the vector into the partial (or holds it there:
   // secagg/partial.h).
   Status receive_masked_input(ClientId client, const protocol::SecAggMaskedInput& header,

@@ -241,6 +241,9 @@ Status SecureRound::receive_relayed(const std::string& kind, ClientId client,
 }
 
 Status SecureRound::merge_partial(const std::string& replica, std::string_view bytes) {
+  // Between a client's input checks and its fold (receive_masked_input) no merge may take the
+  // room to hold it.
+  MutexLock one_at_a_time(inputs_mu_);
   return call_in_stage(
       Stage::kMaskedInput,
       [&]() -> Status {

@@ -222,7 +222,8 @@ class SecureRound : public SecureStages {
   std::unique_ptr<secagg::SecAggServer> server_;  // null when the setup failed
   std::optional<protocol::SecAggParams> params_;
 
-  Mutex inputs_mu_;  // one masked input at a time: check, record, fold (taken before mu_)
+  // One masked input or merged partial at a time: check, record, fold (taken before mu_).
+  Mutex inputs_mu_;
   mutable Mutex mu_ FEDCASE_ACQUIRED_AFTER(inputs_mu_);
   CondVar calls_left_;  // signalled when calls_in_flight_ drops to 0
   Stage stage_ FEDCASE_GUARDED_BY(mu_) = Stage::kAdvertiseKeys;
