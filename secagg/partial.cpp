@@ -23,15 +23,20 @@ MaskedPartial::MaskedPartial(uint64_t words, uint32_t word_bytes, size_t threads
   }
 }
 
-Status MaskedPartial::can_take(const protocol::SecAggMaskedInput& header) const {
-  if (must_hold(header.client, header.refused_shares, refused_by_held_) &&
-      held_.size() >= max_held_) {
-    return resource_exhausted("client " + std::to_string(header.client) +
+Status check_room_to_hold(ClientId sender, const std::vector<ClientId>& refused,
+                          const std::set<ClientId>& refused_before, size_t held, size_t max_held) {
+  if (must_hold(sender, refused, refused_before) && held >= max_held) {
+    return resource_exhausted("client " + std::to_string(sender) +
                               "'s input would be held whole (it refused a share, or its share "
                               "was refused), and " +
-                              std::to_string(max_held_) + " inputs are held already");
+                              std::to_string(max_held) + " inputs are held already");
   }
   return ok_status();
+}
+
+Status MaskedPartial::can_take(const protocol::SecAggMaskedInput& header) const {
+  return check_room_to_hold(header.client, header.refused_shares, refused_by_held_, held_.size(),
+                            max_held_);
 }
 
 Status MaskedPartial::fold(const protocol::SecAggMaskedInput& header, std::string_view body) {

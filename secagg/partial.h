@@ -90,6 +90,11 @@ inline bool must_hold(ClientId sender, const std::vector<ClientId>& refused,
   return !refused.empty() || refused_before.count(sender) != 0;
 }
 
+// Whether there is room for that input: kResourceExhausted when it must be held and `held` of
+// `max_held` inputs are held already.
+Status check_room_to_hold(ClientId sender, const std::vector<ClientId>& refused,
+                          const std::set<ClientId>& refused_before, size_t held, size_t max_held);
+
 class MaskedPartial {
  public:
   // A partial of vectors of `words` words (vector_length + 1) of `word_bytes` (1 to 8) bytes,

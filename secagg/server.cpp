@@ -315,13 +315,7 @@ Status SecAggServer::check_input(ClientId sender, const protocol::SecAggMaskedIn
   }
   FEDCASE_RETURN_IF_ERROR(protocol::check_masked_vector(h, body_bytes));
   FEDCASE_RETURN_IF_ERROR(check_refused_neighbours(sender, h.refused_shares));
-  if (must_hold(sender, h.refused_shares, refused_by_held_) && held_.size() >= max_held_) {
-    return resource_exhausted(client_name(sender) +
-                              "'s input would be held whole (it refused a share, or its share "
-                              "was refused), and " +
-                              std::to_string(max_held_) + " inputs are held already");
-  }
-  return ok_status();
+  return check_room_to_hold(sender, h.refused_shares, refused_by_held_, held_.size(), max_held_);
 }
 
 Status SecAggServer::check_sender(ClientId sender) const {
@@ -386,8 +380,8 @@ Result<std::vector<ClientId>> SecAggServer::merge_masked_partial(std::string_vie
   // Each held input is taken or refused alone, as if it came here.
   for (HeldInput& input : partial->held) {
     const ClientId sender = input.client;
-    if (!check_sender(sender).ok() ||
-        !check_refused_neighbours(sender, input.refused).ok() ||
+    // A partial's held input is held here too, whatever this server saw: room is needed.
+    if (!check_sender(sender).ok() || !check_refused_neighbours(sender, input.refused).ok() ||
         held_.size() >= max_held_) {
       continue;
     }
