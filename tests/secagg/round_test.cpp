@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "secagg/partial.h"
+#include "secagg/masked_inputs.h"
 #include "secagg/quantize.h"
 #include "secagg/shamir.h"
 #include "tests/secagg/round_util.h"
@@ -19,6 +19,7 @@
 namespace fedcase::secagg {
 namespace {
 
+using testing::ReplicaInputs;
 using testing::RoundOptions;
 using testing::TestRound;
 
@@ -140,8 +141,8 @@ TEST_CASE("the unmasked sum is the plaintext weighted sum, for K = 3, 10, 50 and
     REQUIRE_MESSAGE(sum.ok(), sum.status().to_string());
     check_sum(round, in, *sum, round.invitees());
     CHECK(sum->dropped.empty());
-    CHECK(held - round.server().memory_bytes() == (o.length + 1) * sizeof(uint32_t));  // freed
-    CHECK(round.server().stage() == SecAggServer::Stage::kDone);
+    CHECK(round.server().memory_bytes() == 0);  // the round's state is freed
+    CHECK(round.server().stage() == Stage::kDone);
   }
 }
 
@@ -172,18 +173,17 @@ TEST_CASE("masked inputs folded into other replicas' partials give the same sum,
     round.advertise();
     round.share();
     // A third of the inputs reach the owner, the others two replicas' partials, in turn.
-    MaskedPartial b(o.length + 1, word_bytes(bits), 2, o.degree + 1),
-        c(o.length + 1, word_bytes(bits), 2, o.degree + 1);
+    ReplicaInputs b(round), c(round);
     size_t n = 0;
     const std::set<ClientId> sent = round.mask(
         in.updates, in.weights, {}, [&](ClientId client, const SecAggMaskedVector& m) {
           const size_t turn = n++ % 3;
           if (turn == 0) return round.server().receive_masked_input(client, m.header, m.body).ok();
-          return (turn == 1 ? b : c).fold(m.header, m.body).ok();
+          return (turn == 1 ? b : c)->take(client, m.header, m.body).ok();
         });
     REQUIRE(sent.size() == round.invitees().size());
-    CHECK(b.inputs() == 4);
-    const std::string encoded_b = b.encode(), encoded_c = c.encode();
+    CHECK(b->inputs() == 4);
+    const std::string encoded_b = b->encode(), encoded_c = c->encode();
     CHECK(round.server().merge_masked_partial(encoded_b.substr(0, encoded_b.size() - 1)).status()
               .code() == Code::kInvalidArgument);
     auto merged = round.server().merge_masked_partial(encoded_b);
@@ -209,21 +209,21 @@ TEST_CASE("a partial's input that refuses the share of an input in the sum is le
   const Inputs in = make_inputs(round);
   round.advertise();
   round.share();
-  MaskedPartial p(o.length + 1, 4, 1, o.degree + 1);
+  ReplicaInputs p(round);
   const ClientId first = round.invitees()[0], liar = round.invitees().back();
   round.mask(in.updates, in.weights, {}, [&](ClientId client, const SecAggMaskedVector& m) {
     if (client == first) return round.server().receive_masked_input(client, m.header, m.body).ok();
     protocol::SecAggMaskedInput header = m.header;
     // The last one claims it could not decrypt the share of a client whose input is in.
     if (client == liar) header.refused_shares = {first};
-    return p.fold(header, m.body).ok();
+    return p->take(client, header, m.body).ok();
   });
-  CHECK(p.inputs() == 5);
-  MaskedPartial empty(o.length + 1, 4, 1, o.degree + 1);
-  CHECK(round.server().merge_masked_partial(empty.encode()).status().code() ==
+  CHECK(p->inputs() == 5);
+  ReplicaInputs empty(round);
+  CHECK(round.server().merge_masked_partial(empty->encode()).status().code() ==
         Code::kInvalidArgument);
   // The partial is taken: its four honest inputs in its sum, the liar's held whole.
-  auto merged = round.server().merge_masked_partial(p.encode());
+  auto merged = round.server().merge_masked_partial(p->encode());
   REQUIRE_MESSAGE(merged.ok(), merged.status().to_string());
   CHECK(merged->size() == 5);
   REQUIRE(round.close_inputs());
@@ -242,22 +242,32 @@ TEST_CASE("a held input that refuses a share it was not forwarded is dropped alo
   const Inputs in = make_inputs(round);
   round.advertise();
   round.share();
-  MaskedPartial p(o.length + 1, 4, 1, o.degree + 1);
+  // A replica that checks what it can refuses the liar at once; one that lets every refusal
+  // through (its roster names every invitee) hands it to the owner, which drops it alone.
+  ReplicaInputs checking(round);
+  MaskedInputs::Roster anything;
+  for (ClientId c : round.invitees()) {
+    anything[c] = std::set<ClientId>(round.invitees().begin(), round.invitees().end());
+  }
+  ReplicaInputs p(round, anything);
   const ClientId liar = round.invitees()[0];
   round.mask(in.updates, in.weights, {}, [&](ClientId client, const SecAggMaskedVector& m) {
     protocol::SecAggMaskedInput header = m.header;
     if (client == liar) {
       // It claims it refused the share of a client that is not its neighbour.
       std::set<ClientId> strangers(round.invitees().begin() + 1, round.invitees().end());
-      for (const auto& share : round.server().forwarded_shares(liar)->shares) {
+      const auto forwarded = round.server().forwarded_shares(liar);
+      REQUIRE(forwarded.ok());
+      for (const auto& share : forwarded->shares) {
         strangers.erase(share.client);
       }
       REQUIRE_FALSE(strangers.empty());
       header.refused_shares = {*strangers.begin()};
+      CHECK(checking->take(client, header, m.body).code() == Code::kInvalidArgument);
     }
-    return p.fold(header, m.body).ok();
+    return p->take(client, header, m.body).ok();
   });
-  auto merged = round.server().merge_masked_partial(p.encode());
+  auto merged = round.server().merge_masked_partial(p->encode());
   REQUIRE_MESSAGE(merged.ok(), merged.status().to_string());
   CHECK(merged->size() == round.invitees().size() - 1);
   CHECK(std::find(merged->begin(), merged->end(), liar) == merged->end());
@@ -275,14 +285,14 @@ TEST_CASE("inputs are held whole up to the graph's degree + 1; past that one is 
   const Inputs in = make_inputs(round);
   round.advertise();
   round.share();
-  MaskedPartial partial(o.length + 1, 4, 1, max_held_inputs(o.degree));
+  ReplicaInputs partial(round);
   std::vector<Code> owner, replica;
   round.mask(in.updates, in.weights, {}, [&](ClientId client, const SecAggMaskedVector& m) {
     // Every client claims to refuse the share of its first neighbour: every input is held.
     protocol::SecAggMaskedInput header = m.header;
     header.refused_shares = {round.server().forwarded_shares(client)->shares.front().client};
     owner.push_back(round.server().receive_masked_input(client, header, m.body).code());
-    replica.push_back(partial.fold(header, m.body).code());
+    replica.push_back(partial->take(client, header, m.body).code());
     return owner.back() == Code::kOk;
   });
   const std::vector<Code> expected = {Code::kOk, Code::kOk, Code::kOk, Code::kOk, Code::kOk,
@@ -291,15 +301,15 @@ TEST_CASE("inputs are held whole up to the graph's degree + 1; past that one is 
                                       Code::kResourceExhausted};
   CHECK(owner == expected);
   CHECK(replica == expected);
-  CHECK(partial.inputs() == 5);
+  CHECK(partial->inputs() == 5);
   // Held, nothing folded yet.
   CHECK(round.server().masked_sum() == std::vector<uint64_t>(o.length + 1, 0));
 }
 
 TEST_CASE("refusal conflicts: held inputs left out, fewest first, never one already summed") {
   const auto held = [](std::map<ClientId, std::vector<ClientId>> refusals) {
-    std::map<ClientId, HeldInput> out;
-    for (auto& [client, refused] : refusals) out[client] = {client, refused, ""};
+    std::vector<HeldInput> out;
+    for (auto& [client, refused] : refusals) out.push_back({client, refused, ""});
     return out;
   };
   // No conflict: a refused client that sent no input.
@@ -343,7 +353,7 @@ TEST_CASE(
       CHECK(sum->dropped == std::vector<ClientId>(absent.begin(), absent.end()));
     } else {
       CHECK_FALSE(round.close_inputs());
-      CHECK(round.server().stage() == SecAggServer::Stage::kFailed);
+      CHECK(round.server().stage() == Stage::kFailed);
       const std::string reason = round.server().failure().message();
       CHECK(reason.find("held by 5 clients that sent their input, fewer than the threshold 6") !=
             std::string::npos);

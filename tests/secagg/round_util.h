@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <vector>
@@ -204,6 +205,41 @@ class TestRound {
   std::map<ClientId, protocol::SecAggAdvertiseKeys> keys_;
   std::map<ClientId, protocol::SecAggShares> shares_;
   std::map<ClientId, SecAggMaskedVector> masked_;
+};
+
+// A replica's input stage for a round, made as a replica makes it when the round reaches its
+// masked input stage (at the first use, after TestRound::mask closed the share stage): its
+// roster from the forwarded shares the owner wrote (or `roster`, for a replica that got it
+// wrong), its word size from the round's bits.
+class ReplicaInputs {
+ public:
+  explicit ReplicaInputs(TestRound& round,
+                         std::optional<MaskedInputs::Roster> roster = std::nullopt)
+      : round_(round), roster_(std::move(roster)) {}
+  MaskedInputs* operator->() {
+    if (!inputs_) {
+      const protocol::SecAggParams params = round_.server().params();
+      inputs_.emplace(roster_ ? *roster_ : forwarded_roster(), params.vector_length + 1,
+                      word_bytes(params.bits), max_held_inputs(params.degree), pool_);
+    }
+    return &*inputs_;
+  }
+
+ private:
+  MaskedInputs::Roster forwarded_roster() {
+    std::map<ClientId, protocol::SecAggForwardedShares> forwarded;
+    for (ClientId c : round_.invitees()) {
+      Result<protocol::SecAggForwardedShares> message = round_.server().forwarded_shares(c);
+      if (message.ok()) forwarded.emplace(c, *message);
+    }
+    REQUIRE_FALSE(forwarded.empty());
+    return MaskedInputs::roster_of(forwarded);
+  }
+
+  TestRound& round_;
+  std::optional<MaskedInputs::Roster> roster_;
+  aggregation::WorkerPool pool_{1};
+  std::optional<MaskedInputs> inputs_;
 };
 
 }  // namespace fedcase::secagg::testing

@@ -16,20 +16,6 @@ using rounds::Event;
 
 std::string job_prefix(const JobEntry& job) { return "job " + std::to_string(job.id) + ": "; }
 
-// The stage-message kind the owner's secure round takes from clients in `stage` (null: none).
-const char* relayed_kind(SecureRound::Stage stage) {
-  switch (stage) {
-    case SecureRound::Stage::kAdvertiseKeys:
-      return stage_kind::kKeys;
-    case SecureRound::Stage::kShareKeys:
-      return stage_kind::kShares;
-    case SecureRound::Stage::kUnmask:
-      return stage_kind::kUnmask;
-    default:
-      return nullptr;
-  }
-}
-
 }  // namespace
 
 bool RoundDriver::follow(JobEntry& job, const storage::RoundRecord& record, uint64_t read_wakes) {
@@ -171,7 +157,7 @@ void RoundDriver::relay_stage_messages(JobEntry& job, bool owned) {
   if (!job.config.secure_aggregation || !replication_.shared()) return;
   if (owned) {
     std::shared_ptr<SecureRound> secure = secure_.find(job.id);
-    const char* kind = secure ? relayed_kind(secure->stage()) : nullptr;
+    const char* kind = secure ? secagg::client_kind(secure->stage()) : nullptr;
     if (!kind) return;
     auto messages = replication_.relayed(job.id, secure->index(), kind);
     if (!messages.ok()) {
@@ -183,7 +169,7 @@ void RoundDriver::relay_stage_messages(JobEntry& job, bool owned) {
       const Status taken = secure->receive_relayed(kind, client, body);
       if (!taken.ok() && taken.code() != Code::kConflict && taken.code() != Code::kUnavailable) {
         metrics_.add(metric::kSecAggMessagesRefused,
-                     {{"stage", SecureRound::stage_name(secure->stage())},
+                     {{"stage", secagg::stage_name(secure->stage())},
                       {"reason", code_name(taken.code())}});
       }
     }

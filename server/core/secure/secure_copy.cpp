@@ -1,5 +1,6 @@
 #include "server/core/secure/secure_copy.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "common/crash_point.h"
@@ -14,35 +15,31 @@ std::string client_name(ClientId c) { return "client " + std::to_string(c); }
 }  // namespace
 
 SecureRoundCopy::SecureRoundCopy(Setup setup, TaskNotifier& notifier)
-    : job_(setup.job),
-      round_(setup.round),
-      invitees_(setup.invitees.begin(), setup.invitees.end()),
+    : identity_{setup.job, setup.round, {setup.invitees.begin(), setup.invitees.end()}},
+      invitee_list_(identity_.invitees.begin(), identity_.invitees.end()),
       words_(setup.vector_length + 1),
       word_bytes_(secagg::word_bytes(setup.bits)),
+      max_held_(secagg::max_held_inputs(setup.degree)),
       signing_keys_(std::move(setup.signing_keys)),
       relay_(std::move(setup.relay)),
       behind_(std::move(setup.behind)),
       notifier_(notifier),
-      partial_(words_, word_bytes_, setup.threads, secagg::max_held_inputs(setup.degree)) {}
+      pool_(std::make_unique<aggregation::WorkerPool>(std::max<size_t>(1, setup.threads))) {}
 
-Status SecureRoundCopy::check_stage(const char* after, const char* before, ClientId client,
-                                    ClientId named, JobId job, RoundIndex round) {
-  const std::string where = "round " + std::to_string(round_) + " of job " + std::to_string(job_);
+Status SecureRoundCopy::check_stage(secagg::Stage stage, ClientId client, ClientId named,
+                                    JobId job, RoundIndex round) {
+  const std::string where = "round " + std::to_string(identity_.round) + " of job " +
+                            std::to_string(identity_.job);
   {
     MutexLock lock(mu_);
     if (!ended_.empty()) return conflict(ended_);
-    if (before && published_.count(before)) return conflict(where + " is past that stage");
-    if (!after || published_.count(after)) {
-      if (named != client) {
-        return permission_denied("the message names " + client_name(named) + ", not its sender");
-      }
-      if (job != job_ || round != round_) {
-        return permission_denied("the message is for another job or round than " + where);
-      }
-      if (!invitees_.count(client)) {
-        return permission_denied(client_name(client) + " is not invited to " + where);
-      }
-      if (after && !published_.at(after).count(client)) {
+    const secagg::Stage reached = secagg::stage_reached(
+        [&](const char* kind) FEDCASE_REQUIRES(mu_) { return published_.count(kind) != 0; });
+    if (reached > stage) return conflict(where + " is past that stage");
+    if (reached == stage) {
+      FEDCASE_RETURN_IF_ERROR(identity_.check(client, named, job, round));
+      const char* opening = secagg::opening_kind(stage);
+      if (opening && !published_.at(opening).count(client)) {
         return permission_denied(client_name(client) + " did not complete the previous stage of " +
                                  where);
       }
@@ -54,73 +51,46 @@ Status SecureRoundCopy::check_stage(const char* after, const char* before, Clien
   return unavailable(where + " is catching up with its owner's stage here; retry shortly");
 }
 
-Status SecureRoundCopy::receive(const char* kind, const char* after, const char* before,
-                                ClientId client, ClientId named, JobId job, RoundIndex round,
-                                const std::string& body) {
-  FEDCASE_RETURN_IF_ERROR(check_stage(after, before, client, named, job, round));
+Status SecureRoundCopy::receive(secagg::Stage stage, ClientId client, ClientId named, JobId job,
+                                RoundIndex round, const std::string& body) {
+  FEDCASE_RETURN_IF_ERROR(check_stage(stage, client, named, job, round));
+  const char* kind = secagg::client_kind(stage);
   Status relayed = relay_(kind, client, body);
   if (relayed.ok()) crash_point("relayed");
   if (relayed.code() == Code::kConflict) {
     return conflict(client_name(client) + " already sent its '" + kind + "' message, or round " +
-                    std::to_string(round_) + " of job " + std::to_string(job_) + " is over");
+                    std::to_string(identity_.round) + " of job " + std::to_string(identity_.job) +
+                    " is over");
   }
   return relayed;
 }
 
 Status SecureRoundCopy::receive_keys(ClientId client, const protocol::SecAggAdvertiseKeys& m) {
-  return receive(stage_kind::kKeys, nullptr, stage_kind::kKeysReply, client, m.client, m.job,
-                 m.round, protocol::write_secagg_advertise_keys(m).dump());
+  return receive(secagg::Stage::kAdvertiseKeys, client, m.client, m.job, m.round,
+                 protocol::write_secagg_advertise_keys(m).dump());
 }
 
 Status SecureRoundCopy::receive_shares(ClientId client, const protocol::SecAggShares& m) {
-  return receive(stage_kind::kShares, stage_kind::kKeysReply, stage_kind::kForwarded, client,
-                 m.client, m.job, m.round, protocol::write_secagg_shares(m).dump());
+  return receive(secagg::Stage::kShareKeys, client, m.client, m.job, m.round,
+                 protocol::write_secagg_shares(m).dump());
 }
 
 Status SecureRoundCopy::receive_unmask_response(ClientId client,
                                                 const protocol::SecAggUnmaskResponse& m) {
-  return receive(stage_kind::kUnmask, stage_kind::kUnmaskRequest, nullptr, client, m.client, m.job,
-                 m.round, protocol::write_secagg_unmask_response(m).dump());
+  return receive(secagg::Stage::kUnmask, client, m.client, m.job, m.round,
+                 protocol::write_secagg_unmask_response(m).dump());
 }
 
 Status SecureRoundCopy::receive_masked_input(ClientId client, const protocol::SecAggMaskedInput& h,
                                              std::string_view body,
                                              const std::function<Status()>& record) {
   MutexLock one_at_a_time(inputs_mu_);
-  FEDCASE_RETURN_IF_ERROR(check_stage(stage_kind::kForwarded, stage_kind::kUnmaskRequest, client,
-                                      h.client, h.job, h.round));
-  if (h.words != words_ || h.word_bytes != word_bytes_) {
-    return unprocessable("the masked vector must hold " + std::to_string(words_) + " words of " +
-                         std::to_string(word_bytes_) + " bytes");
-  }
-  FEDCASE_RETURN_IF_ERROR(protocol::check_masked_vector(h, body.size()));
-  FEDCASE_RETURN_IF_ERROR(check_refused_forwarded(client, h.refused_shares));
-  FEDCASE_RETURN_IF_ERROR(partial_.can_take(h));
-  // A second input of the client is refused by `record` (its round place is taken).
+  FEDCASE_RETURN_IF_ERROR(
+      check_stage(secagg::Stage::kMaskedInput, client, h.client, h.job, h.round));
+  // The forwarded shares are published, so the input stage is open here.
+  FEDCASE_RETURN_IF_ERROR(inputs_->check(client, h, body.size()));
   FEDCASE_RETURN_IF_ERROR(record());
-  return partial_.fold(h, body);
-}
-
-Status SecureRoundCopy::check_refused_forwarded(ClientId client,
-                                                const std::vector<ClientId>& refused) const {
-  if (refused.empty()) return ok_status();
-  std::string forwarded;
-  {
-    MutexLock lock(mu_);
-    forwarded = published_.at(stage_kind::kForwarded).at(client);  // check_stage saw both
-  }
-  auto message = protocol::read_secagg_forwarded_shares(
-      nlohmann::json::parse(forwarded, nullptr, false));
-  if (!message.ok()) return message.status();
-  std::set<ClientId> senders;
-  for (const protocol::SecAggCiphertext& share : message->shares) senders.insert(share.client);
-  for (ClientId c : refused) {
-    if (senders.count(c) == 0) {
-      return invalid_argument(client_name(client) + " refuses the share of " + client_name(c) +
-                              ", which it was not forwarded");
-    }
-  }
-  return ok_status();
+  return inputs_->take(client, h, body);
 }
 
 Result<std::optional<std::string>> SecureRoundCopy::published_message(const char* kind,
@@ -133,7 +103,8 @@ Result<std::optional<std::string>> SecureRoundCopy::published_message(const char
   auto it = stage->second.find(client);
   if (it == stage->second.end()) {
     return permission_denied(client_name(client) + " did not " + missing + " in round " +
-                             std::to_string(round_) + " of job " + std::to_string(job_));
+                             std::to_string(identity_.round) + " of job " +
+                             std::to_string(identity_.job));
   }
   return std::optional<std::string>(it->second);
 }
@@ -157,7 +128,7 @@ bool SecureRoundCopy::published(const std::string& kind) const {
 
 Status SecureRoundCopy::check_key_lists(const std::map<ClientId, std::string>& messages) const {
   const std::map<ClientId, std::string> registered =
-      signing_keys_(std::vector<ClientId>(invitees_.begin(), invitees_.end()));
+      signing_keys_(invitee_list_);
   // A client's keys appear in each of its neighbours' lists: each copy is checked once.
   std::map<ClientId, protocol::SecAggPeerKeys> checked;
   for (const auto& [client, body] : messages) {
@@ -166,7 +137,7 @@ Status SecureRoundCopy::check_key_lists(const std::map<ClientId, std::string>& m
     for (const protocol::SecAggPeerKeys& peer : keys->key_list.neighbours) {
       auto seen = checked.find(peer.client);
       if (seen != checked.end() && seen->second == peer) continue;
-      if (!invitees_.count(peer.client)) {
+      if (!identity_.invitees.count(peer.client)) {
         return permission_denied(client_name(client) + "'s key list names " +
                                  client_name(peer.client) + ", who is not invited");
       }
@@ -184,7 +155,7 @@ Status SecureRoundCopy::check_key_lists(const std::map<ClientId, std::string>& m
                                  " a signing key other than the one it registered");
       }
       FEDCASE_RETURN_IF_ERROR(secagg::check_keys_signature(
-          job_, round_, peer.client, peer.cipher_public_key, peer.mask_public_key,
+          identity_.job, identity_.round, peer.client, peer.cipher_public_key, peer.mask_public_key,
           peer.signing_public_key, peer.signature));
       checked[peer.client] = peer;
     }
@@ -202,23 +173,46 @@ Status SecureRoundCopy::publish(const std::string& kind,
       return checked;
     }
   }
+  if (kind == stage_kind::kForwarded) {
+    Status opened = open_inputs(messages);
+    if (!opened.ok()) {
+      end("the forwarded shares in the store do not read: " + opened.message());
+      return opened;
+    }
+  }
   {
     MutexLock lock(mu_);
     if (!ended_.empty() || published_.count(kind)) return ok_status();
     published_[kind] = std::move(messages);
   }
-  notifier_.notify(std::vector<ClientId>(invitees_.begin(), invitees_.end()));
+  notifier_.notify(invitee_list_);
+  return ok_status();
+}
+
+Status SecureRoundCopy::open_inputs(const std::map<ClientId, std::string>& forwarded) {
+  std::map<ClientId, protocol::SecAggForwardedShares> read;
+  for (const auto& [client, body] : forwarded) {
+    auto message =
+        protocol::read_secagg_forwarded_shares(nlohmann::json::parse(body, nullptr, false));
+    if (!message.ok()) return message.status();
+    read.emplace(client, std::move(message).value());
+  }
+  MutexLock one_at_a_time(inputs_mu_);
+  if (!inputs_) {
+    inputs_.emplace(secagg::MaskedInputs::roster_of(read), words_, word_bytes_, max_held_,
+                    *pool_);
+  }
   return ok_status();
 }
 
 size_t SecureRoundCopy::inputs() const {
   MutexLock one_at_a_time(inputs_mu_);
-  return partial_.inputs();
+  return inputs_ ? inputs_->inputs() : 0;
 }
 
 std::string SecureRoundCopy::partial() const {
   MutexLock one_at_a_time(inputs_mu_);
-  return partial_.encode();
+  return inputs_ ? inputs_->encode() : std::string();
 }
 
 void SecureRoundCopy::end(const std::string& why) {
@@ -227,7 +221,7 @@ void SecureRoundCopy::end(const std::string& why) {
     if (!ended_.empty()) return;
     ended_ = why;
   }
-  notifier_.notify(std::vector<ClientId>(invitees_.begin(), invitees_.end()));
+  notifier_.notify(invitee_list_);
 }
 
 }  // namespace fedcase::server

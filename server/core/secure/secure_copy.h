@@ -9,11 +9,14 @@
 // forwarded shares, the unmask request), which the driver's follower pass reads from the store
 // and publishes here, are served to their long polls. The owner makes every check that needs
 // the whole round when it takes a relayed message or merges the partial (an input it refuses
-// there counts as not sent, alone: secagg/partial.h).
+// there counts as not sent, alone: secagg/masked_inputs.h).
 //
-// The stage is what the owner's messages tell: keys until the key replies are published here,
-// shares until the forwarded shares are, masked input until the unmask requests are, then
-// unmask. A client's message of a stage this copy has not heard of yet (the client had the
+// The stage is what the owner's messages tell (secagg::stage_reached): keys until the key
+// replies are published here, shares until the forwarded shares are, masked input until the
+// unmask requests are, then unmask. Each message's identity is checked as the owner checks it
+// (secagg::RoundIdentity), and masked inputs are taken by the input stage's own rules
+// (secagg::MaskedInputs, made from the forwarded shares when they are published). A client's
+// message of a stage this copy has not heard of yet (the client had the
 // stage's message from another replica first) is answered kUnavailable, to retry shortly, and
 // the copy asks to catch up (Setup::behind): the follower pass reads the store at once. No
 // request waits here.
@@ -23,13 +26,16 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "aggregation/worker_pool.h"
 #include "common/mutex.h"
-#include "secagg/partial.h"
+#include "secagg/masked_inputs.h"
+#include "secagg/stages.h"
 #include "server/core/base/task_notifier.h"
 #include "server/core/secure/secure_stages.h"
 
@@ -59,7 +65,7 @@ class SecureRoundCopy : public SecureStages {
   // copy.
   SecureRoundCopy(Setup setup, TaskNotifier& notifier);
 
-  RoundIndex index() const override { return round_; }
+  RoundIndex index() const override { return identity_.round; }
   // kConflict out of stage or once the copy ended, kUnavailable (retry shortly) for a stage
   // this copy has not heard of yet, kPermissionDenied for a sender that is not the message's
   // client, not invited or without the previous stage's message, or a message of another job
@@ -68,12 +74,9 @@ class SecureRoundCopy : public SecureStages {
   Status receive_shares(ClientId client, const protocol::SecAggShares& message) override;
   Status receive_unmask_response(ClientId client,
                                  const protocol::SecAggUnmaskResponse& message) override;
-  // Checks the header (and kUnprocessable for a vector of the wrong length or word size), and
-  // every rule that needs no other replica's inputs: kInvalidArgument for a refused share the
-  // client was not forwarded, kResourceExhausted for an input the partial would hold past
-  // secagg::max_held_inputs. Then runs `record` (the round's admission, which refuses a client's
-  // second input) and, if it succeeds, folds the vector into the partial (or holds it there:
-  // secagg/partial.h).
+  // Checks the header and every rule that needs no other replica's inputs
+  // (secagg::MaskedInputs::check). Then runs `record` (the round's admission) and, if it
+  // succeeds, folds the vector into the partial (or holds it there).
   Status receive_masked_input(ClientId client, const protocol::SecAggMaskedInput& header,
                               std::string_view body,
                               const std::function<Status()>& record) override;
@@ -87,48 +90,54 @@ class SecureRoundCopy : public SecureStages {
   // Whether the owner's messages of `kind` (stage_kind::kKeysReply, kForwarded,
   // kUnmaskRequest) are published here.
   bool published(const std::string& kind) const;
-  // Publishes the owner's messages of `kind` (by client) and wakes the clients' polls. Key
-  // lists (stage_kind::kKeysReply) are checked first: a neighbour's signing key that is not the
+  // Publishes the owner's messages of `kind` (by client) and wakes the clients' polls; the
+  // forwarded shares open the input stage here (a message that does not read ends the copy,
+  // kInvalidArgument). Key lists (stage_kind::kKeysReply) are checked first: a neighbour's signing key that is not the
   // one it registered, or keys that do not carry its signature under it (keys substituted in
   // the store), end the copy (kPermissionDenied, nothing published): no client of this replica
   // encrypts a share to a key its owner did not sign. kUnavailable, nothing published, while
   // this replica has not read a neighbour's registration yet (it learns new clients within
   // about a second): publish again later.
   Status publish(const std::string& kind, std::map<ClientId, std::string> messages);
-  // The masked inputs folded here, and their partial (secagg/partial.h) once none is in flight.
+  // The masked inputs taken here, and their partial (secagg::MaskedInputs::encode) once none is
+  // in flight ("" before the input stage opened).
   size_t inputs() const;
   std::string partial() const;
   // The round is over (`why`): polls and messages get kConflict from now on.
   void end(const std::string& why);
 
  private:
-  // kUnavailable while `after` (when given) is not published here yet (behind() is called),
-  // kConflict once `before` (when given) is; kPermissionDenied unless `client` holds a message
-  // of `after` (when given) or is invited.
-  Status check_stage(const char* after, const char* before, ClientId client, ClientId named,
-                     JobId job, RoundIndex round);
-  // Checks a client's message of the stage between `after` and `before` and relays it.
-  Status receive(const char* kind, const char* after, const char* before, ClientId client,
-                 ClientId named, JobId job, RoundIndex round, const std::string& body);
+  // Whether `client`'s message (naming `named`, of `job` and `round`) is one of `stage`:
+  // kConflict once the copy ended or is past it, kUnavailable while the copy has not reached it
+  // (behind() is called), kPermissionDenied for a message of another client, job or round, of
+  // a client that is not invited or that holds no message opening the stage.
+  Status check_stage(secagg::Stage stage, ClientId client, ClientId named, JobId job,
+                     RoundIndex round);
+  // Checks a client's message of `stage` and relays it.
+  Status receive(secagg::Stage stage, ClientId client, ClientId named, JobId job,
+                 RoundIndex round, const std::string& body);
   // Whether each key list's neighbours carry their registered signing keys and signatures.
   Status check_key_lists(const std::map<ClientId, std::string>& messages) const;
-  // Whether every share in `refused` is one the forwarded shares published for `client` hold.
-  Status check_refused_forwarded(ClientId client, const std::vector<ClientId>& refused) const;
+  // Opens the input stage here from the forwarded shares (who may send, which shares each may
+  // refuse).
+  Status open_inputs(const std::map<ClientId, std::string>& forwarded);
   Result<std::optional<std::string>> published_message(const char* kind, ClientId client,
                                                        const char* missing) const;
 
-  const JobId job_;
-  const RoundIndex round_;
-  const std::set<ClientId> invitees_;
+  const secagg::RoundIdentity identity_;
+  const std::vector<ClientId> invitee_list_;  // to wake
   const uint64_t words_;
   const uint32_t word_bytes_;
+  const size_t max_held_;
   const decltype(Setup::signing_keys) signing_keys_;
   const decltype(Setup::relay) relay_;
   const decltype(Setup::behind) behind_;
   TaskNotifier& notifier_;
+  const std::unique_ptr<aggregation::WorkerPool> pool_;  // for folds, under inputs_mu_
 
   mutable Mutex inputs_mu_;  // one masked input at a time: check, record, fold
-  secagg::MaskedPartial partial_ FEDCASE_GUARDED_BY(inputs_mu_);
+  // The input stage's inputs, once the forwarded shares are published.
+  std::optional<secagg::MaskedInputs> inputs_ FEDCASE_GUARDED_BY(inputs_mu_);
   mutable Mutex mu_ FEDCASE_ACQUIRED_AFTER(inputs_mu_);
   std::string ended_ FEDCASE_GUARDED_BY(mu_);
   // The owner's messages, by kind and client.

@@ -40,26 +40,6 @@ std::map<ClientId, std::string> write_each(const std::set<ClientId>& clients, St
 
 }  // namespace
 
-const char* SecureRound::stage_name(Stage stage) {
-  switch (stage) {
-    case Stage::kAdvertiseKeys:
-      return "advertise_keys";
-    case Stage::kShareKeys:
-      return "share_keys";
-    case Stage::kMaskedInput:
-      return "masked_input";
-    case Stage::kUnmask:
-      return "unmask";
-    case Stage::kUnmasking:
-      return "unmasking";
-    case Stage::kDone:
-      return "done";
-    case Stage::kFailed:
-      return "failed";
-  }
-  return "";
-}
-
 SecureRound::SecureRound(const Setup& setup, TaskNotifier& notifier,
                          std::function<void()> wake_driver, Metrics& metrics)
     : job_(setup.job),
@@ -118,32 +98,40 @@ std::string SecureRound::failure() const {
   return failure_;
 }
 
+const char* SecureRound::stage_label() const {
+  return unmasking_ ? "unmasking" : secagg::stage_name(stage_);
+}
+
 void SecureRound::enter(Stage next, double now) {
-  const char* closing = stage_name(stage_);
+  const char* closing = stage_label();
   const double seconds = std::max(0.0, now - stage_started_);
   stage_seconds_[closing] = seconds;
   metrics_.observe(metric::kSecAggStageSeconds, {{"stage", closing}}, seconds);
   stage_ = next;
+  unmasking_ = false;
   stage_started_ = now;
 }
 
 void SecureRound::fail(const std::string& why, double now) {
   if (stage_ == Stage::kFailed || stage_ == Stage::kDone) return;
-  failed_in_ = stage_name(stage_ == Stage::kUnmasking ? Stage::kUnmask : stage_);
+  failed_in_ = secagg::stage_name(stage_);
   failure_ = why;
   enter(Stage::kFailed, now);
 }
 
 Status SecureRound::check_stage(Stage stage) const {
   if (stage_ == Stage::kFailed) return conflict(failure_);
-  if (stage_ == stage) return ok_status();
   const std::string where = "round " + std::to_string(round_) + " of job " + std::to_string(job_);
+  if (unmasking_) return conflict(where + " is removing its masks");
+  if (stage_ == stage) return ok_status();
   // A client whose stage message another replica served first (the stage's messages reach
   // every replica before this one opens the stage) is a moment early here.
   if (stage_ < stage) {
-    return unavailable(where + " is opening its " + stage_name(stage) + " stage; retry shortly");
+    return unavailable(where + " is opening its " + secagg::stage_name(stage) +
+                       " stage; retry shortly");
   }
-  return conflict(where + " is in its " + stage_name(stage_) + " stage, not " + stage_name(stage));
+  return conflict(where + " is in its " + secagg::stage_name(stage_) + " stage, not " +
+                  secagg::stage_name(stage));
 }
 
 Status SecureRound::call_in_stage(Stage stage, const std::function<Status()>& call,
@@ -298,8 +286,8 @@ Result<std::optional<std::string>> SecureRound::unmask_request(ClientId client) 
 
 std::optional<double> SecureRound::next_deadline(double now) const {
   MutexLock lock(mu_);
-  const bool timed =
-      stage_ == Stage::kAdvertiseKeys || stage_ == Stage::kShareKeys || stage_ == Stage::kUnmask;
+  const bool timed = !unmasking_ && (stage_ == Stage::kAdvertiseKeys ||
+                                     stage_ == Stage::kShareKeys || stage_ == Stage::kUnmask);
   if (!timed || deadline_ <= now) return std::nullopt;
   return deadline_;
 }
@@ -309,12 +297,9 @@ Status SecureRound::publish(Stage next, std::map<ClientId, std::string> written,
   // The other replicas have the stage's messages before any client does: a client whose next
   // request reaches another replica finds its stage there.
   if (closed.ok() && share_messages_) {
-    const char* kind = next == Stage::kShareKeys     ? stage_kind::kKeysReply
-                       : next == Stage::kMaskedInput ? stage_kind::kForwarded
-                                                     : stage_kind::kUnmaskRequest;
-    Status sent = share_messages_(kind, written);
+    Status sent = share_messages_(secagg::opening_kind(next), written);
     if (!sent.ok()) {
-      closed = unavailable("the " + std::string(stage_name(next)) +
+      closed = unavailable("the " + std::string(secagg::stage_name(next)) +
                            " stage's messages cannot reach the other replicas: " + sent.message());
     } else {
       crash_point("stage_shared");
@@ -410,8 +395,8 @@ Status SecureRound::close_stage(double now) {
   }
   if (stage == Stage::kAdvertiseKeys) return close_keys(now);
   if (stage == Stage::kShareKeys) return close_shares(now);
-  return conflict(std::string("no key stage is open: the round is in its ") + stage_name(stage) +
-                  " stage");
+  return conflict(std::string("no key stage is open: the round is in its ") +
+                  secagg::stage_name(stage) + " stage");
 }
 
 bool SecureRound::inputs_complete() const {
@@ -445,7 +430,8 @@ Status SecureRound::close_inputs(double now) {
 
 bool SecureRound::unmask_due(double now) const {
   MutexLock lock(mu_);
-  return stage_ == Stage::kUnmask && (now >= deadline_ || answered_.size() == survivors_.size());
+  return stage_ == Stage::kUnmask && !unmasking_ &&
+         (now >= deadline_ || answered_.size() == survivors_.size());
 }
 
 Result<secagg::SecAggSum> SecureRound::finish(double now) {
@@ -453,7 +439,8 @@ Result<secagg::SecAggSum> SecureRound::finish(double now) {
     // Decide: no message reaches the server from here on, and those in flight have left.
     MutexLock lock(mu_);
     FEDCASE_RETURN_IF_ERROR(check_stage(Stage::kUnmask));
-    enter(Stage::kUnmasking, now);
+    enter(Stage::kUnmask, now);  // records the unmask stage's seconds
+    unmasking_ = true;
     while (calls_in_flight_ > 0) calls_left_.wait(mu_);
   }
   // Compute: the unmasking, with no lock a request needs.
@@ -465,8 +452,9 @@ Result<secagg::SecAggSum> SecureRound::finish(double now) {
   MutexLock lock(mu_);
   stage_seconds_["unmasking"] = seconds;
   metrics_.observe(metric::kSecAggStageSeconds, {{"stage", "unmasking"}}, seconds);
+  unmasking_ = false;
   if (!sum.ok()) {
-    failed_in_ = stage_name(Stage::kUnmask);
+    failed_in_ = secagg::stage_name(Stage::kUnmask);
     failure_ = sum.status().message();
     stage_ = Stage::kFailed;
     return conflict(failure_);
@@ -493,7 +481,7 @@ json SecureRound::summary() const {
            {"scale", params_->scale},   {"max_weight", params_->max_weight}};
   }
   const std::set<ClientId> invited(invitees_.begin(), invitees_.end());
-  out["stage"] = stage_name(stage_);
+  out["stage"] = stage_label();
   out["clients"] = {{"invited", invitees_.size()},
                     {"advertised", advertised_.size()},
                     {"shared", shared_.size()},

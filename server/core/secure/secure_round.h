@@ -61,15 +61,9 @@ namespace fedcase::server {
 
 class SecureRound : public SecureStages {
  public:
-  enum class Stage {
-    kAdvertiseKeys,
-    kShareKeys,
-    kMaskedInput,
-    kUnmask,
-    kUnmasking,
-    kDone,
-    kFailed
-  };
+  // The protocol's stage (secagg/stages.h); while the masks are removed (finish) the round is
+  // in kUnmask and takes no message.
+  using Stage = secagg::Stage;
 
   struct Setup {
     JobId job = 0;
@@ -173,8 +167,6 @@ class SecureRound : public SecureStages {
   // The round's record (its metrics' `secure_aggregation`): parameters, clients per stage,
   // dropouts per stage, stage seconds, the stage reached and any failure.
   nlohmann::json summary() const;
-  // The stage the round is in, for the job's current round ("advertise_keys", ...).
-  static const char* stage_name(Stage stage);
   // Every public key accepted this round (the next rounds refuse them).
   std::set<std::string> public_keys() const;
   // The running sum mod 2^bits as folded so far (masked until unmasked): for tests.
@@ -186,6 +178,8 @@ class SecureRound : public SecureStages {
 
   // Moves to `next` at `now`, recording the closing stage's duration.
   void enter(Stage next, double now) FEDCASE_REQUIRES(mu_);
+  // The stage's name, "unmasking" while the masks are removed.
+  const char* stage_label() const FEDCASE_REQUIRES(mu_);
   void fail(const std::string& why, double now) FEDCASE_REQUIRES(mu_);
   // kConflict unless the round is in `stage`.
   Status check_stage(Stage stage) const FEDCASE_REQUIRES(mu_);
@@ -227,6 +221,7 @@ class SecureRound : public SecureStages {
   mutable Mutex mu_ FEDCASE_ACQUIRED_AFTER(inputs_mu_);
   CondVar calls_left_;  // signalled when calls_in_flight_ drops to 0
   Stage stage_ FEDCASE_GUARDED_BY(mu_) = Stage::kAdvertiseKeys;
+  bool unmasking_ FEDCASE_GUARDED_BY(mu_) = false;  // finish() is removing the masks
   std::string failure_ FEDCASE_GUARDED_BY(mu_);
   std::string failed_in_ FEDCASE_GUARDED_BY(mu_);  // the stage the round failed in
   double stage_started_ FEDCASE_GUARDED_BY(mu_) = 0;

@@ -2,7 +2,7 @@
 // A secure round's stages (SecAgg+, docs/secure_aggregation.md) as clients' requests reach
 // them on one coordinator: the owner's SecureRound (secure_round.h), or on a replica that
 // does not own the job its SecureRoundCopy (secure_copy.h), which relays the messages to the
-// owner through the store. And the kinds of stage messages replicas pass to each other.
+// owner through the store.
 
 #include <functional>
 #include <optional>
@@ -12,6 +12,7 @@
 #include "common/ids.h"
 #include "common/status.h"
 #include "protocol/secagg.h"
+#include "secagg/stages.h"
 
 namespace fedcase::server {
 
@@ -32,15 +33,7 @@ class SecureStages {
   virtual Result<std::optional<std::string>> unmask_request(ClientId client) const = 0;
 };
 
-// The kinds of stage messages replicas pass through the store (storage::StageMessage): the
-// clients' messages, and the owner's message to each client once the stage before closed.
-namespace stage_kind {
-inline constexpr const char* kKeys = "keys";
-inline constexpr const char* kShares = "shares";
-inline constexpr const char* kUnmask = "unmask";
-inline constexpr const char* kKeysReply = "keys_reply";
-inline constexpr const char* kForwarded = "forwarded";
-inline constexpr const char* kUnmaskRequest = "unmask_request";
-}  // namespace stage_kind
+// The kinds of stage messages replicas pass through the store (secagg/stages.h).
+namespace stage_kind = secagg::stage_kind;
 
 }  // namespace fedcase::server
