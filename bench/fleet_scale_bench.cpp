@@ -330,18 +330,38 @@ Scrape scrape(const Service& service) {
   return out;
 }
 
-// The job's committed rounds' open-to-close seconds, in order.
-std::vector<double> committed_rounds(uint16_t port) {
+// The job's committed rounds, in order, as the admin API gives them.
+std::vector<json> committed_rounds(uint16_t port) {
   const auto r = admin(port).call("GET", kJob);
   if (r.status != 200) die(std::string(kJob) + ": " + std::to_string(r.status));
   const json job = json::parse(r.body);
-  std::vector<double> seconds;
+  std::vector<json> out;
   for (const json& round : job["rounds"]) {
-    if (round["state"] == "committed") {
-      seconds.push_back(round["closed_at"].get<double>() - round["opened_at"].get<double>());
-    }
+    if (round["state"] == "committed") out.push_back(round);
   }
-  return seconds;
+  return out;
+}
+
+double open_to_close_s(const json& round) {
+  return round["closed_at"].get<double>() - round["opened_at"].get<double>();
+}
+
+// What a committed round's record says of where its time went: its invitees, its updates,
+// its timing (the mean seconds from its open to an accepted update's first fetch, ...), and
+// why the invitees without an update were dropped (counts by reason).
+json round_breakdown(const json& round) {
+  const json& metrics = round["metrics"];
+  json dropped = json::object();
+  const json why_dropped = metrics.value("dropped", json::object());
+  for (const auto& [client, why] : why_dropped.items()) {
+    const std::string reason = why.get<std::string>();
+    dropped[reason] = dropped.value(reason, 0) + 1;
+  }
+  return {{"open_to_close_s", open_to_close_s(round)},
+          {"invited", metrics.value("invited", 0)},
+          {"updates", metrics.value("updates", 0)},
+          {"timing", metrics.value("timing", json::object())},
+          {"dropped", dropped}};
 }
 
 // ---- One fleet size ------------------------------------------------------------------------
@@ -419,15 +439,22 @@ bool enrol(FleetRun& run) {
 bool commit_rounds(FleetRun& run) {
   control_job(run.service.entry(), "resume");
   run.resumed_s = run.fleet.clock_s();
-  std::vector<double> rounds;
+  std::vector<json> records;
   const size_t wanted = size_t(run.plan.rounds);
   const bool committed = wait_for(double(wanted) * (kDeadlineS + 60), 1, [&] {
-    rounds = committed_rounds(run.service.entry());
-    progress("  rounds committed: %zu of %zu", std::min(rounds.size(), wanted), wanted);
-    return rounds.size() >= wanted;
+    records = committed_rounds(run.service.entry());
+    progress("  rounds committed: %zu of %zu", std::min(records.size(), wanted), wanted);
+    return records.size() >= wanted;
   });
-  rounds.resize(std::min(rounds.size(), wanted));
+  records.resize(std::min(records.size(), wanted));
+  std::vector<double> rounds;
+  json breakdown = json::array();
+  for (const json& record : records) {
+    rounds.push_back(open_to_close_s(record));
+    breakdown.push_back(round_breakdown(record));
+  }
   run.out["round_open_to_close_s"] = rounds;
+  run.out["rounds"] = breakdown;
   if (!committed) return false;
   run.out["round_open_to_close_median_s"] = percentile(rounds, 0.5);
   progress("  %zu rounds committed, median %.2f s open to close", wanted, percentile(rounds, 0.5));

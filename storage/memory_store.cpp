@@ -66,8 +66,10 @@ struct Database {
   // Per job: each public key a secure round accepted, and that round.
   std::map<JobId, std::map<std::string, RoundIndex>> used_keys FEDCASE_GUARDED_BY(mu);
   std::map<std::pair<JobId, uint64_t>, ModelRecord> models FEDCASE_GUARDED_BY(mu);
+  std::map<uint64_t, ContactBatch> contact_batches FEDCASE_GUARDED_BY(mu);  // by number
   uint64_t next_client FEDCASE_GUARDED_BY(mu) = 1;
   uint64_t next_client_change FEDCASE_GUARDED_BY(mu) = 1;
+  uint64_t next_contact_batch FEDCASE_GUARDED_BY(mu) = 1;
   uint64_t next_job FEDCASE_GUARDED_BY(mu) = 1;
   uint64_t next_tenant FEDCASE_GUARDED_BY(mu) = 1;
   const std::shared_ptr<LocalBus> bus = std::make_shared<LocalBus>();
@@ -128,13 +130,37 @@ class MemoryStore : public Store {
         return not_found("client " + std::to_string(c.id) + " not found");
       }
     }
+    if (clients.empty()) return ok_status();
+    std::map<ClientId, ClientRecord> last;  // each client once, with the last of its records
     for (const ClientRecord& c : clients) {
       ClientRecord& stored = db_->clients.at(c.id);
       stored.profile = c.profile;
       stored.last_seen = c.last_seen;
-      stored.change = db_->next_client_change++;
+      last[c.id] = ClientRecord{c.id, "", json(), c.profile, 0, c.last_seen};
+    }
+    const uint64_t number = db_->next_contact_batch++;
+    ContactBatch& batch = db_->contact_batches[number];
+    batch.number = number;
+    for (auto& [id, contact] : last) {
+      batch.saved_at = std::max(batch.saved_at, contact.last_seen);
+      batch.contacts.push_back(std::move(contact));
+    }
+    const double saved_at = batch.saved_at;
+    for (auto it = db_->contact_batches.begin(); it != db_->contact_batches.end();) {
+      it = it->second.saved_at < saved_at - kContactBatchesKeptS ? db_->contact_batches.erase(it)
+                                                                 : std::next(it);
     }
     return ok_status();
+  }
+
+  Result<std::vector<ContactBatch>> contacts_after(uint64_t after, size_t limit) override {
+    MutexLock lock(db_->mu);
+    std::vector<ContactBatch> out;
+    for (auto it = db_->contact_batches.upper_bound(after);
+         it != db_->contact_batches.end() && out.size() < limit; ++it) {
+      out.push_back(it->second);
+    }
+    return out;
   }
 
   Result<JobId> create_job(const JobRecord& job, const ModelRecord& initial_model,

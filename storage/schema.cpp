@@ -174,6 +174,15 @@ const std::vector<Migration>& migrations() {
         PRIMARY KEY (job_id, public_key));
       CREATE INDEX used_keys_by_round ON used_keys(job_id, round_idx);
       )sql"},
+      // Contacts travel to the other replicas as one row per save (Store::contacts_after), not
+      // as a change of each client's row: a replica reads batches, not the fleet's contacts.
+      {11, R"sql(
+      CREATE TABLE contact_batches (
+        number {int} PRIMARY KEY,
+        saved_at {real} NOT NULL,
+        contacts TEXT NOT NULL);
+      CREATE INDEX contact_batches_by_time ON contact_batches(saved_at);
+      )sql"},
   };
   return kMigrations;
 }

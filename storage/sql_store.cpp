@@ -426,31 +426,74 @@ class SqlStore : public Store {
   }
 
   // One statement per chunk of up to kProfileChunk clients (a round trip each on PostgreSQL),
-  // each client once, with the last of its records.
+  // each client once, with the last of its records; then the batch, and the batches saved too
+  // long before it dropped.
   Status update_clients(const std::vector<ClientRecord>& clients) override {
     std::map<ClientId, const ClientRecord*> last;
     for (const ClientRecord& c : clients) last[c.id] = &c;
     std::vector<const ClientRecord*> rows;
     for (const auto& [id, record] : last) rows.push_back(record);
+    if (rows.empty()) return ok_status();
     return write(Durability::kSynced, [&](Txn& t) -> Status {
-      auto first_change = next_client_change(t);
-      if (!first_change.ok()) return first_change.status();
       for (size_t done = 0; done < rows.size();) {
         size_t n = kProfileChunk;  // then halves: few statement texts to prepare
         while (n > rows.size() - done) n /= 2;
         Params params;
         for (size_t i = done; i < done + n; ++i) {
-          params.add(rows[i]->id)
-              .json(rows[i]->profile)
-              .add(rows[i]->last_seen)
-              .add(*first_change + i);
+          params.add(rows[i]->id).json(rows[i]->profile).add(rows[i]->last_seen);
         }
         Rows updated = t.query(profiles_update(n), params);
         FEDCASE_RETURN_IF_ERROR(updated.status());
         if (updated.changes() != n) return missing_client(t, rows, done, n);
         done += n;
       }
-      return ok_status();
+      // Numbered once no other transaction that changes clients can commit before this one.
+      FEDCASE_RETURN_IF_ERROR(driver_->order_client_changes(t.connection()));
+      Rows last_batch = t.query("SELECT COALESCE(MAX(number), 0) FROM contact_batches", Params());
+      const uint64_t number = last_batch.next() ? last_batch.uint64(0) + 1 : 1;
+      FEDCASE_RETURN_IF_ERROR(last_batch.status());
+      nlohmann::json contacts = nlohmann::json::array();
+      double saved_at = 0;
+      for (const ClientRecord* c : rows) {
+        contacts.push_back({c->id, c->last_seen, c->profile});
+        saved_at = std::max(saved_at, c->last_seen);
+      }
+      FEDCASE_RETURN_IF_ERROR(
+          t.query("INSERT INTO contact_batches(number, saved_at, contacts) VALUES($1, $2, $3)",
+                  Params().add(number).add(saved_at).json(contacts))
+              .status());
+      return t.query("DELETE FROM contact_batches WHERE saved_at<$1",
+                     Params().add(saved_at - kContactBatchesKeptS))
+          .status();
+    });
+  }
+
+  Result<std::vector<ContactBatch>> contacts_after(uint64_t after, size_t limit) override {
+    const uint64_t rows = std::min<uint64_t>(limit, std::numeric_limits<int64_t>::max());
+    return read([&](Connection& c) -> Result<std::vector<ContactBatch>> {
+      Rows r = c.query(
+          "SELECT number, saved_at, contacts FROM contact_batches WHERE number>$1 ORDER BY number "
+          "LIMIT $2",
+          Params().add(after).add(rows));
+      std::vector<ContactBatch> out;
+      while (r.next()) {
+        ContactBatch batch{r.uint64(0), r.real(1), {}};
+        const nlohmann::json contacts = r.json(2);
+        if (!contacts.is_array()) return db_failed("a contact batch is not a list");
+        for (const nlohmann::json& c : contacts) {
+          if (!c.is_array() || c.size() != 3 || !c[0].is_number_unsigned() || !c[1].is_number()) {
+            return db_failed("a contact batch holds a malformed contact");
+          }
+          ClientRecord contact;
+          contact.id = c[0].get<ClientId>();
+          contact.last_seen = c[1].get<double>();
+          contact.profile = c[2];
+          batch.contacts.push_back(std::move(contact));
+        }
+        out.push_back(std::move(batch));
+      }
+      FEDCASE_RETURN_IF_ERROR(r.status());
+      return out;
     });
   }
 
@@ -1111,18 +1154,18 @@ class SqlStore : public Store {
     });
   }
 
-  // UPDATE of `n` clients' profiles, last_seen and change numbers, from parameters (id,
-  // profile, last_seen, change_seq)...
+  // UPDATE of `n` clients' profiles and last_seen, from parameters (id, profile,
+  // last_seen)...
   static std::string profiles_update(size_t n) {
     std::string values;
     for (size_t i = 0; i < n; ++i) {
       values += i ? ", (" : "(";
-      for (size_t column = 1; column <= 4; ++column) {
-        values += (column > 1 ? ", $" : "$") + std::to_string(4 * i + column);
+      for (size_t column = 1; column <= 3; ++column) {
+        values += (column > 1 ? ", $" : "$") + std::to_string(3 * i + column);
       }
       values += ")";
     }
-    return "UPDATE clients SET profile=v.column2, last_seen=v.column3, change_seq=v.column4 "
+    return "UPDATE clients SET profile=v.column2, last_seen=v.column3 "
            "FROM (VALUES " + values + ") AS v WHERE clients.id=v.column1";
   }
 

@@ -87,9 +87,19 @@ struct ClientRecord {
   nlohmann::json profile;    // scheduling profile, owned by the scheduler
   double registered_at = 0;  // unix seconds
   double last_seen = 0;
-  // The number of its latest change (add_client, update_clients), set by the store: changes
-  // are numbered from 1 in the order they commit (clients_changed_after).
+  // The number of its registration (add_client), set by the store: registrations are
+  // numbered from 1 in the order they commit (clients_changed_after). A contact saved later
+  // (update_clients) does not change it: contacts travel as batches (ContactBatch).
   uint64_t change = 0;
+};
+
+// The contacts one update_clients saved (each client's id, profile and last_seen), for the
+// other replicas sharing the database: numbered from 1 in the order they commit
+// (contacts_after), saved at the latest of their last_seen.
+struct ContactBatch {
+  uint64_t number = 0;
+  double saved_at = 0;
+  std::vector<ClientRecord> contacts;
 };
 
 struct JobRecord {
@@ -293,9 +303,15 @@ class Store {
   Result<std::vector<ClientRecord>> list_clients() {
     return clients_changed_after(0, std::numeric_limits<size_t>::max());
   }
-  // Saves the profile and last_seen of each record (its other fields are ignored), in one
-  // transaction; kNotFound (nothing saved) if any id is unknown.
+  // Saves the profile and last_seen of each record (its other fields are ignored), and
+  // publishes them as one ContactBatch, in one transaction; kNotFound (nothing saved) if any
+  // id is unknown. Batches saved more than kContactBatchesKeptS before the newest are dropped.
   virtual Status update_clients(const std::vector<ClientRecord>& clients) = 0;
+  // The contact batches numbered above `after`, at most `limit`, in order: a reader that goes
+  // on from the last number it read misses no batch still kept, and what it reads grows with
+  // the batches (a replica's flushes), not with the fleet or its contacts.
+  virtual Result<std::vector<ContactBatch>> contacts_after(uint64_t after, size_t limit) = 0;
+  static constexpr double kContactBatchesKeptS = 600;
 
   // Jobs. create_job stores the job, its initial model and its module (the TorchScript archive
   // clients run; empty: none) together, and returns the new id; the model is stored under

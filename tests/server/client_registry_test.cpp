@@ -29,7 +29,7 @@ protocol::Registration device(uint64_t samples) {
 
 }  // namespace
 
-TEST_CASE("a replica reads the clients that changed since its last reading, not the fleet") {
+TEST_CASE("a replica reads registrations and contact batches since its last reading, not the fleet") {
   testing::TempDir dir;
   auto store_a = open(dir);
   auto store_b = open(dir);
@@ -54,14 +54,23 @@ TEST_CASE("a replica reads the clients that changed since its last reading, not 
   CHECK(b.census(2.0).registered == kFleet + 1);
   CHECK(b.identify(sha256_hex(added->token)) == added->id);
 
-  // Contacts the other replica saved: the rows of those clients, taken as heartbeats.
-  for (ClientId id : {ClientId(3), ClientId(5), added->id}) REQUIRE(a.touch(id, 500.0).ok());
+  // Contacts the other replica saved, however many: one batch row, its contacts taken as
+  // heartbeats.
+  constexpr size_t kContacts = 1000;
+  for (ClientId id = 1; id < kContacts; ++id) REQUIRE(a.touch(id, 500.0).ok());
+  REQUIRE(a.touch(added->id, 500.0).ok());
   a.flush();
   REQUIRE(b.refresh().ok());
-  CHECK(b.rows_read() == kFleet + 4);
-  CHECK(b.census(500.0).available == 3);
+  CHECK(b.rows_read() == kFleet + 2);
+  CHECK(b.census(500.0).available == kContacts);
   REQUIRE(b.refresh().ok());
-  CHECK(b.rows_read() == kFleet + 4);
+  CHECK(b.rows_read() == kFleet + 2);
+  // A client the other replica told to sleep sleeps here too, from the next batch.
+  REQUIRE(a.steer(5, 510.0, 700.0).ok());
+  a.flush();
+  REQUIRE(b.refresh().ok());
+  CHECK(b.rows_read() == kFleet + 3);
+  CHECK(b.census(510.0).available == kContacts - 1);
 }
 
 TEST_CASE("available: heard from within the offline gap and not told to sleep") {

@@ -27,7 +27,7 @@ namespace {
 
 // The schema version of this build's PostgreSQL store (kMigrations in
 // storage/postgres_store.cpp), the same as SQLite's.
-constexpr int kSchemaVersion = 10;
+constexpr int kSchemaVersion = 11;
 
 // A database of its own on the shared server.
 class PostgresBackend : public contract::Backend {
@@ -47,6 +47,7 @@ class PostgresBackend : public contract::Backend {
   void rewind_schema(int version) override {
     REQUIRE(version >= 1);
     REQUIRE(version < kSchemaVersion);
+    if (version < 11) server_.query(database_, "DROP TABLE contact_batches");
     if (version < 10) server_.query(database_, "DROP TABLE used_keys");
     if (version < 9) {
       server_.query(database_,

@@ -19,7 +19,7 @@ namespace {
 
 // The schema version of this build's SQLite store (kMigrations in storage/sqlite_store.cpp).
 // A new migration raises it and teaches SqliteBackend::rewind_schema to undo it.
-constexpr int kSchemaVersion = 10;
+constexpr int kSchemaVersion = 11;
 
 std::unique_ptr<Store> open(const std::string& path) {
   auto s = open_sqlite_store(path);
@@ -82,6 +82,7 @@ class SqliteBackend : public contract::Backend {
   void rewind_schema(int version) override {
     REQUIRE(version >= 1);
     REQUIRE(version < kSchemaVersion);
+    if (version < 11) exec(path_, "DROP TABLE contact_batches");
     if (version < 10) exec(path_, "DROP TABLE used_keys");
     if (version < 9) {
       exec(path_, "DROP INDEX clients_by_change; ALTER TABLE clients DROP COLUMN change_seq");
@@ -242,7 +243,7 @@ TEST_CASE("migration 7 drops reservations, keeps accepted updates and counts the
   }
   // As schema 6 left it: b's place reserved, a's update accepted, no counter.
   exec(path,
-       "DROP TABLE used_keys;"
+       "DROP TABLE contact_batches; DROP TABLE used_keys;"
        "DROP INDEX clients_by_change; ALTER TABLE clients DROP COLUMN change_seq;"
        "UPDATE models SET blob=(SELECT c.data FROM model_pieces p JOIN model_chunks c ON "
        "c.sha256=p.chunk WHERE p.job_id=models.job_id AND p.version=models.version);"

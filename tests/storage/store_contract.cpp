@@ -64,35 +64,79 @@ void clients(const BackendFactory& factory) {
   CHECK(store->update_clients({faster, unknown}).code() == Code::kNotFound);
   CHECK(store->get_client(a)->profile == json{{"speed", 3}});
 
-  // Every client, in the order of their latest changes: b, then a (saved after b was added;
-  // the refused save above numbered nothing).
+  // Every client, in the order of their registrations: a, then b; a saved contact does not
+  // renumber a client.
   auto all = store->list_clients();
   REQUIRE(all.ok());
   REQUIRE(all->size() == 2);
-  CHECK(all->at(0).id == b);
-  CHECK(all->at(0).token_hash == "hash-b");
-  CHECK(all->at(1).id == a);
-  CHECK(all->at(1).profile == json{{"speed", 3}});
+  CHECK(all->at(0).id == a);
+  CHECK(all->at(0).profile == json{{"speed", 3}});
+  CHECK(all->at(1).id == b);
+  CHECK(all->at(1).token_hash == "hash-b");
   CHECK(all->at(0).change >= 1);
   CHECK(all->at(0).change < all->at(1).change);
-  // What changed after a number: the later changes only, at most `limit` of them.
-  auto after_b = store->clients_changed_after(all->at(0).change, 10);
-  REQUIRE(after_b.ok());
-  REQUIRE(after_b->size() == 1);
-  CHECK(after_b->at(0).id == a);
+  // What changed after a number: the later registrations only, at most `limit` of them.
+  auto after_a = store->clients_changed_after(all->at(0).change, 10);
+  REQUIRE(after_a.ok());
+  REQUIRE(after_a->size() == 1);
+  CHECK(after_a->at(0).id == b);
   CHECK(store->clients_changed_after(all->at(1).change, 10)->empty());
   auto first = store->clients_changed_after(0, 1);
   REQUIRE(first.ok());
   REQUIRE(first->size() == 1);
-  CHECK(first->at(0).id == b);
+  CHECK(first->at(0).id == a);
   const ClientId c = add(*store, "hash-c");
   REQUIRE(store->update_clients({ClientRecord{b, "", {}, {{"speed", 7}}, 0, 40}}).ok());
   auto latest = store->clients_changed_after(all->at(1).change, 10);
   REQUIRE(latest.ok());
-  REQUIRE(latest->size() == 2);
+  REQUIRE(latest->size() == 1);
   CHECK(latest->at(0).id == c);
-  CHECK(latest->at(1).id == b);
-  CHECK(latest->at(1).last_seen == 40);
+}
+
+// Saved contacts travel as one batch a save, numbered in order, the last ones kept.
+void contact_batches(const BackendFactory& factory) {
+  auto backend = factory();
+  auto store = open(*backend);
+  const ClientId a = add(*store, "hash-a"), b = add(*store, "hash-b");
+  auto none = store->contacts_after(0, 10);
+  REQUIRE(none.ok());
+  CHECK(none->empty());
+  // One save, one batch: each client once, with the last of its records.
+  REQUIRE(store
+              ->update_clients({ClientRecord{a, "", {}, {{"speed", 1}}, 0, 20},
+                                ClientRecord{b, "", {}, {{"speed", 2}}, 0, 21},
+                                ClientRecord{a, "", {}, {{"speed", 3}}, 0, 22}})
+              .ok());
+  REQUIRE(store->update_clients({}).ok());  // nothing saved: no batch
+  CHECK_FALSE(store->update_clients({ClientRecord{b + 100, "", {}, {}, 0, 30}}).ok());
+  REQUIRE(store->update_clients({ClientRecord{b, "", {}, {{"speed", 4}}, 0, 23}}).ok());
+  auto batches = store->contacts_after(0, 10);
+  REQUIRE(batches.ok());
+  REQUIRE(batches->size() == 2);
+  const ContactBatch& first = batches->at(0);
+  CHECK(first.number >= 1);
+  REQUIRE(first.contacts.size() == 2);
+  CHECK(first.contacts[0].id == a);
+  CHECK(first.contacts[0].last_seen == 22);
+  CHECK(first.contacts[0].profile == json{{"speed", 3}});
+  CHECK(first.contacts[1].id == b);
+  CHECK(batches->at(1).number > first.number);
+  REQUIRE(batches->at(1).contacts.size() == 1);
+  CHECK(batches->at(1).contacts[0].profile == json{{"speed", 4}});
+  auto later = store->contacts_after(first.number, 10);
+  REQUIRE(later.ok());
+  REQUIRE(later->size() == 1);
+  CHECK(later->at(0).number == batches->at(1).number);
+  CHECK(store->contacts_after(0, 1)->size() == 1);
+  CHECK(first.saved_at == 22);
+  // Batches saved more than kContactBatchesKeptS before a new one are dropped.
+  const double later_s = 23 + Store::kContactBatchesKeptS;
+  REQUIRE(store->update_clients({ClientRecord{a, "", {}, {}, 0, later_s}}).ok());
+  auto kept = store->contacts_after(0, 10);
+  REQUIRE(kept.ok());
+  REQUIRE(kept->size() == 2);
+  CHECK(kept->front().number == batches->at(1).number);
+  CHECK(kept->back().saved_at == later_s);
 }
 
 void jobs(const BackendFactory& factory) {
@@ -831,6 +875,7 @@ const Case kCases[] = {
     {"commit_round is all or nothing", commit_round_atomic},
     {"create_job is all or nothing", create_job_atomic},
     {"everything survives reopening", survives_reopening},
+    {"saved contacts: one batch a save, in order, the recent ones kept", contact_batches},
     {"secure rounds' used keys: kept per job, across reopening, for a window of rounds", used_keys},
     {"a second store on the database sees what the first committed", second_store_sees_commits},
     {"an older schema migrates and keeps its records", older_schema_migrates},

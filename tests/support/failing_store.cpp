@@ -30,6 +30,9 @@ class FailingStore : public Store {
   Status update_clients(const std::vector<ClientRecord>& clients) override {
     return call(StoreMethod::kUpdateClients, [&] { return store_->update_clients(clients); });
   }
+  Result<std::vector<ContactBatch>> contacts_after(uint64_t after, size_t limit) override {
+    return call(StoreMethod::kContactsAfter, [&] { return store_->contacts_after(after, limit); });
+  }
   Result<JobId> create_job(const JobRecord& job, const ModelRecord& initial_model,
                            const std::string& module) override {
     return call(StoreMethod::kCreateJob,
@@ -210,6 +213,8 @@ const char* method_name(StoreMethod method) {
       return "list_clients";
     case StoreMethod::kUpdateClients:
       return "update_clients";
+    case StoreMethod::kContactsAfter:
+      return "contacts_after";
     case StoreMethod::kCreateJob:
       return "create_job";
     case StoreMethod::kGetJobModule:

@@ -28,6 +28,7 @@ enum class StoreMethod {
   kFindClient,
   kListClients,
   kUpdateClients,
+  kContactsAfter,
   kCreateJob,
   kGetJobModule,
   kGetJob,

@@ -68,16 +68,19 @@ Result<ClientRegistry::Entry> ClientRegistry::entry_of(const storage::ClientReco
 Status ClientRegistry::load() {
   auto records = store_.list_clients();
   if (!records.ok()) return records.status();
-  MutexLock lock(mu_);
-  rows_read_ += records->size();
-  for (auto& record : *records) {
-    read_up_to_ = std::max(read_up_to_, record.change);
-    auto entry = entry_of(record);
-    if (!entry.ok()) return entry.status();
-    insert(record.token_hash, record.id, std::move(entry).value());
+  {
+    MutexLock lock(mu_);
+    rows_read_ += records->size();
+    for (auto& record : *records) {
+      read_up_to_ = std::max(read_up_to_, record.change);
+      auto entry = entry_of(record);
+      if (!entry.ok()) return entry.status();
+      insert(record.token_hash, record.id, std::move(entry).value());
+    }
+    order_utilities();
   }
-  order_utilities();
-  return ok_status();
+  // The kept batches: contacts saved since (their rows hold them too) and the cursor.
+  return read_contacts().status();
 }
 
 void ClientRegistry::insert(const std::string& token_hash, ClientId id, Entry entry) {
@@ -137,8 +140,11 @@ uint64_t ClientRegistry::rows_read() const {
   return rows_read_;
 }
 
+namespace {
+constexpr size_t kPage = 1000;  // clients or contact batches read at once
+}  // namespace
+
 Status ClientRegistry::refresh() {
-  constexpr size_t kPage = 1000;  // clients read at once
   bool changed = false;
   for (size_t read = kPage; read == kPage;) {
     uint64_t after;
@@ -153,30 +159,55 @@ Status ClientRegistry::refresh() {
     rows_read_ += records->size();
     for (auto& record : *records) {
       read_up_to_ = std::max(read_up_to_, record.change);
-      auto known = clients_.find(record.id);
-      if (known == clients_.end()) {
-        auto entry = entry_of(record);
-        if (!entry.ok()) return entry.status();
-        add_utility(entry->profile);
-        insert(record.token_hash, record.id, std::move(entry).value());
-        changed = true;
-      } else if (record.last_seen > known->second.last_seen) {
-        // A contact saved by another replica: a heartbeat, and if that replica told the
-        // client to sleep, it sleeps here too.
-        Entry& c = known->second;
-        c.last_seen = record.last_seen;
-        scheduling::observe_heartbeat(c.profile, record.last_seen, params_);
-        auto stored = scheduling::profile_from_json(record.profile);
-        if (stored.ok()) {
-          c.profile.availability.steered_back_by_s = stored->availability.steered_back_by_s;
-        }
-        index_availability(record.id, c);
-        changed = true;
+      if (clients_.count(record.id)) continue;  // learnt meanwhile (learn())
+      auto entry = entry_of(record);
+      if (!entry.ok()) return entry.status();
+      add_utility(entry->profile);
+      insert(record.token_hash, record.id, std::move(entry).value());
+      changed = true;
+    }
+  }
+  auto contacts = read_contacts();
+  if (!contacts.ok()) return contacts.status();
+  if ((changed || *contacts) && changed_) changed_();
+  return ok_status();
+}
+
+Result<bool> ClientRegistry::read_contacts() {
+  bool changed = false;
+  for (size_t read = kPage; read == kPage;) {
+    uint64_t after;
+    {
+      MutexLock lock(mu_);
+      after = contacts_read_up_to_;
+    }
+    auto batches = store_.contacts_after(after, kPage);
+    if (!batches.ok()) return batches.status();
+    read = batches->size();
+    MutexLock lock(mu_);
+    rows_read_ += batches->size();
+    for (const storage::ContactBatch& batch : *batches) {
+      contacts_read_up_to_ = std::max(contacts_read_up_to_, batch.number);
+      for (const storage::ClientRecord& contact : batch.contacts) {
+        changed = take_contact(contact) || changed;
       }
     }
   }
-  if (changed && changed_) changed_();
-  return ok_status();
+  return changed;
+}
+
+bool ClientRegistry::take_contact(const storage::ClientRecord& contact) {
+  auto known = clients_.find(contact.id);
+  if (known == clients_.end() || contact.last_seen <= known->second.last_seen) return false;
+  // A contact saved by another replica (or by this one before a restart): a heartbeat, and if
+  // that replica told the client to sleep, it sleeps here too.
+  Entry& c = known->second;
+  c.last_seen = contact.last_seen;
+  scheduling::observe_heartbeat(c.profile, contact.last_seen, params_);
+  auto stored = scheduling::profile_from_json(contact.profile);
+  if (stored.ok()) c.profile.availability.steered_back_by_s = stored->availability.steered_back_by_s;
+  index_availability(contact.id, c);
+  return true;
 }
 
 std::optional<ClientId> ClientRegistry::identify(const std::string& token_hash) const {

@@ -49,14 +49,17 @@ class ClientRegistry {
 
   // Loads every stored client. kInternal / kInvalidArgument for an unreadable store or profile.
   [[nodiscard]] Status load();
-  // Reads the clients that changed in the store since the last reading (load() or refresh()),
-  // for replicas sharing the database: adds those registered through another replica, and
-  // takes a contact saved by another replica (a later stored last_seen) as a heartbeat.
-  // Profiles of known clients stay as this registry has them. What it reads grows with the
-  // changes, not with the fleet: nothing when nothing changed. Errors as load()'s; calls
-  // `changed` when it learned something. One caller at a time.
+  // Reads what changed in the store since the last reading (load() or refresh()), for
+  // replicas sharing the database: adds the clients registered through another replica, and
+  // takes each contact another replica saved since (a batch of them a row, Store::
+  // contacts_after) as a heartbeat when it is later than the one known here. Profiles of known
+  // clients stay as this registry has them. What it reads grows with registrations and with
+  // the other replicas' saves (at most one a replica per flush), not with the fleet or its
+  // contacts: nothing when nothing changed. Errors as load()'s; calls `changed` when it learned
+  // something. One caller at a time.
   [[nodiscard]] Status refresh();
-  // Client rows read from the store by load() and refresh() so far.
+  // Rows read from the store by load() and refresh() so far: clients, and contact batches (a
+  // row each).
   uint64_t rows_read() const;
 
   // The client whose token hashes to `token_hash`, if any.
@@ -161,6 +164,12 @@ class ClientRegistry {
   void index_availability(ClientId id, Entry& c) FEDCASE_REQUIRES(mu_);
   // Drops from online_until_ the clients whose availability lapsed long before `now`.
   void forget_lapsed(double now) FEDCASE_REQUIRES(mu_);
+  // Reads the contact batches saved since the last one read and takes their contacts
+  // (take_contact); whether one changed a client here.
+  Result<bool> read_contacts();
+  // Takes a saved contact later than the client's last one known here as a heartbeat (with
+  // the sleep it was told of, if any); whether it did.
+  bool take_contact(const storage::ClientRecord& contact) FEDCASE_REQUIRES(mu_);
   // Calls f(id, entry) for every client available at `now`, in no particular order.
   template <typename F>
   void for_each_available(double now, F f) const FEDCASE_REQUIRES(mu_);
@@ -178,6 +187,7 @@ class ClientRegistry {
   // its entry in clients_ (whose nodes stay put): a scan reads no other map.
   std::map<std::pair<double, ClientId>, Entry*> online_until_ FEDCASE_GUARDED_BY(mu_);
   uint64_t read_up_to_ FEDCASE_GUARDED_BY(mu_) = 0;  // the last change load/refresh read
+  uint64_t contacts_read_up_to_ FEDCASE_GUARDED_BY(mu_) = 0;  // the last contact batch read
   uint64_t rows_read_ FEDCASE_GUARDED_BY(mu_) = 0;
 };
 

@@ -32,6 +32,9 @@ class TimedStore : public Store {
   Result<std::vector<ClientRecord>> clients_changed_after(uint64_t after, size_t limit) override {
     return store_->clients_changed_after(after, limit);
   }
+  Result<std::vector<ContactBatch>> contacts_after(uint64_t after, size_t limit) override {
+    return store_->contacts_after(after, limit);
+  }
   Status update_clients(const std::vector<ClientRecord>& clients) override {
     return timed_write(metrics_, "update_clients", [&] { return store_->update_clients(clients); });
   }
