@@ -435,6 +435,10 @@ class SqlStore : public Store {
     for (const auto& [id, record] : last) rows.push_back(record);
     if (rows.empty()) return ok_status();
     return write(Durability::kSynced, [&](Txn& t) -> Status {
+      // One save at a time, before any row is locked: two replicas saving the same clients
+      // never wait on each other's rows, and the batch is numbered once no other save can
+      // commit before this one.
+      FEDCASE_RETURN_IF_ERROR(driver_->order_client_changes(t.connection()));
       for (size_t done = 0; done < rows.size();) {
         size_t n = kProfileChunk;  // then halves: few statement texts to prepare
         while (n > rows.size() - done) n /= 2;
@@ -447,8 +451,6 @@ class SqlStore : public Store {
         if (updated.changes() != n) return missing_client(t, rows, done, n);
         done += n;
       }
-      // Numbered once no other transaction that changes clients can commit before this one.
-      FEDCASE_RETURN_IF_ERROR(driver_->order_client_changes(t.connection()));
       Rows last_batch = t.query("SELECT COALESCE(MAX(number), 0) FROM contact_batches", Params());
       const uint64_t number = last_batch.next() ? last_batch.uint64(0) + 1 : 1;
       FEDCASE_RETURN_IF_ERROR(last_batch.status());

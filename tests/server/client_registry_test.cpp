@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include <map>
+
 #include "common/crypto.h"
 #include "storage/store.h"
 #include "tests/support/temp_dir.h"
@@ -71,6 +73,31 @@ TEST_CASE("a replica reads registrations and contact batches since its last read
   REQUIRE(b.refresh().ok());
   CHECK(b.rows_read() == kFleet + 3);
   CHECK(b.census(510.0).available == kContacts - 1);
+}
+
+TEST_CASE("a replica that missed dropped contact batches takes the contacts from the rows") {
+  testing::TempDir dir;
+  auto store_a = open(dir);
+  auto store_b = open(dir);
+  ClientRegistry a(*store_a, {});
+  ClientRegistry b(*store_b, {});
+  for (int i = 0; i < 3; ++i) REQUIRE(a.register_client(device(100), 1.0).ok());
+  REQUIRE(b.load().ok());
+  REQUIRE(a.touch(1, 500.0).ok());
+  a.flush();
+  REQUIRE(b.refresh().ok());
+  // Two saves later, the second past the time batches are kept: client 2's batch is dropped
+  // before b reads it.
+  REQUIRE(a.touch(2, 600.0).ok());
+  a.flush();
+  REQUIRE(a.touch(3, 601.0 + storage::Store::kContactBatchesKeptS).ok());
+  a.flush();
+  REQUIRE(b.refresh().ok());
+  std::map<ClientId, double> last_seen;
+  for (const ClientSnapshot& c : b.snapshot(2000.0)) last_seen[c.record.id] = c.record.last_seen;
+  CHECK(last_seen.at(1) == 500.0);
+  CHECK(last_seen.at(2) == 600.0);
+  CHECK(last_seen.at(3) == 601.0 + storage::Store::kContactBatchesKeptS);
 }
 
 TEST_CASE("available: heard from within the offline gap and not told to sleep") {

@@ -184,6 +184,13 @@ Result<bool> ClientRegistry::read_contacts() {
     auto batches = store_.contacts_after(after, kPage);
     if (!batches.ok()) return batches.status();
     read = batches->size();
+    if (after > 0 && !batches->empty() && batches->front().number > after + 1) {
+      // Batches are numbered without gaps: those between were dropped before this registry
+      // read them (it read nothing for kContactBatchesKeptS). Their contacts are in the rows.
+      auto rows = contacts_from_rows();
+      if (!rows.ok()) return rows.status();
+      changed = *rows || changed;
+    }
     MutexLock lock(mu_);
     rows_read_ += batches->size();
     for (const storage::ContactBatch& batch : *batches) {
@@ -191,6 +198,22 @@ Result<bool> ClientRegistry::read_contacts() {
       for (const storage::ClientRecord& contact : batch.contacts) {
         changed = take_contact(contact) || changed;
       }
+    }
+  }
+  return changed;
+}
+
+Result<bool> ClientRegistry::contacts_from_rows() {
+  bool changed = false;
+  for (uint64_t after = 0, read = kPage; read == kPage;) {
+    auto records = store_.clients_changed_after(after, kPage);
+    if (!records.ok()) return records.status();
+    read = records->size();
+    MutexLock lock(mu_);
+    rows_read_ += records->size();
+    for (const storage::ClientRecord& record : *records) {
+      after = std::max(after, record.change);
+      changed = take_contact(record) || changed;
     }
   }
   return changed;

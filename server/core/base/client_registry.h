@@ -165,8 +165,11 @@ class ClientRegistry {
   // Drops from online_until_ the clients whose availability lapsed long before `now`.
   void forget_lapsed(double now) FEDCASE_REQUIRES(mu_);
   // Reads the contact batches saved since the last one read and takes their contacts
-  // (take_contact); whether one changed a client here.
+  // (take_contact); whether one changed a client here. When batches it had not read were
+  // dropped meanwhile, it takes every client row's last contact instead (contacts_from_rows).
   Result<bool> read_contacts();
+  // Takes every stored client's last contact (its row's last_seen and profile).
+  Result<bool> contacts_from_rows();
   // Takes a saved contact later than the client's last one known here as a heartbeat (with
   // the sleep it was told of, if any); whether it did.
   bool take_contact(const storage::ClientRecord& contact) FEDCASE_REQUIRES(mu_);

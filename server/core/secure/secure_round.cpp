@@ -417,7 +417,7 @@ Status SecureRound::close_inputs(double now) {
   std::map<ClientId, std::string> written = write_each(
       survivors, closed, [&](ClientId c) { return server_->unmask_request(c); },
       protocol::write_secagg_unmask_request);
-  {
+  if (closed.ok()) {  // a failed close decided no sum: nobody survived or dropped from it
     MutexLock lock(mu_);
     survivors_ = std::move(survivors);
     left_out_ = server_->left_out();
