@@ -150,6 +150,7 @@ class MemoryStore : public Store {
       it = it->second.saved_at < saved_at - kContactBatchesKeptS ? db_->contact_batches.erase(it)
                                                                  : std::next(it);
     }
+    wake(Channel::kClient, number);
     return ok_status();
   }
 
