@@ -113,18 +113,26 @@ class FedAvgAggregator : public Aggregator {
 
   using Aggregator::add;
   Status add(const UpdateValues& values, size_t count, double weight, double discount) override {
+    FEDCASE_RETURN_IF_ERROR(damaged_);
     FEDCASE_RETURN_IF_ERROR(check_update_arguments(count, parameter_count(), weight));
     FEDCASE_RETURN_IF_ERROR(check_discount(discount));
     auto factor = clip_factor(values, parameters_, clip_norm_, *pool_);
     if (!factor.ok()) return factor.status();
+    FEDCASE_RETURN_IF_ERROR(values.read_status());
     // With DP every client counts once: a reported weight would scale the sensitivity. A
     // discount (<= 1) only shrinks a clipped update, so the sensitivity stays clip_norm.
-    return fedavg_.add_scaled(values, count, dp() ? 1.0 : weight, *factor * discount,
-                              parameters_, discount);
+    FEDCASE_RETURN_IF_ERROR(fedavg_.add_scaled(values, count, dp() ? 1.0 : weight,
+                                               *factor * discount, parameters_, discount));
+    if (Status read = values.read_status(); !read.ok()) {
+      damaged_ = internal_error("an update's fold was cut short by a failed read, so the "
+                                "aggregate holds part of it: " + read.message());
+    }
+    return damaged_;
   }
 
   Status add_sum(const UnalignedFloat* sum, size_t count, double total_weight,
                  size_t updates) override {
+    FEDCASE_RETURN_IF_ERROR(damaged_);
     if (dp() && total_weight != double(updates)) {
       return invalid_argument("with DP every update of a sum must weigh 1");
     }
@@ -132,12 +140,14 @@ class FedAvgAggregator : public Aggregator {
   }
 
   Result<EncodedPartial> partial() const override {
+    FEDCASE_RETURN_IF_ERROR(damaged_);
     auto sum = fedavg_.partial_sum();
     if (!sum.ok()) return sum.status();
     return EncodedPartial{encode_partial_sum(*sum), sum->weight, sum->updates};
   }
 
   Status merge_partial(std::string_view bytes, size_t updates) override {
+    FEDCASE_RETURN_IF_ERROR(damaged_);
     auto sum = decode_partial_sum(bytes, parameter_count());
     if (!sum.ok()) return sum.status();
     FEDCASE_RETURN_IF_ERROR(check_partial_count(sum->updates, updates));
@@ -145,6 +155,7 @@ class FedAvgAggregator : public Aggregator {
   }
 
   Result<std::vector<float>> result() const override {
+    FEDCASE_RETURN_IF_ERROR(damaged_);
     auto mean = fedavg_.mean();
     if (!mean.ok() || !dp()) return mean;
     // Noise of std z * C on the sum of clipped updates is z * C / n on their mean.
@@ -162,6 +173,9 @@ class FedAvgAggregator : public Aggregator {
   double clip_norm_;
   double noise_multiplier_;
   uint64_t seed_;
+  // Not OK once an update read a piece at a time failed part way through its fold: the sum
+  // holds part of it, so nothing more is taken and nothing is given out.
+  Status damaged_;
 };
 
 // Keeps a (clipped) copy of every update, up to a bound, and applies a robust rule at the end.
@@ -188,6 +202,7 @@ class BufferedAggregator : public Aggregator {
     FEDCASE_RETURN_IF_ERROR(check_room(1));
     auto factor = clip_factor(values, parameters_, config_.clip_norm, pool_);
     if (!factor.ok()) return factor.status();
+    FEDCASE_RETURN_IF_ERROR(values.read_status());
     auto copy = allocate_update();
     if (!copy.ok()) return copy.status();
     const float a = static_cast<float>(*factor);
@@ -199,6 +214,7 @@ class BufferedAggregator : public Aggregator {
         scale_copy(out + middle, x + (middle - from), 1.0f, to - middle);
       });
     });
+    FEDCASE_RETURN_IF_ERROR(values.read_status());  // the copy is dropped: nothing changed
     buffers_.push_back(std::move(copy).value());
     return ok_status();
   }

@@ -74,6 +74,11 @@ class Aggregator {
   Status add(const BlobView& update, double weight, double discount) {
     return add(UpdateValues::of(update), update.count, weight, discount);
   }
+  // As add(), with the values where they lie: in memory, compressed, or copied out a piece at a
+  // time by a reader (vector_ops.h). A read that fails refuses the update with its error,
+  // leaving the aggregate unchanged, except when it fails while fedavg folds the update in:
+  // the sum then holds part of it, and every later call answers kInternal (the round cannot
+  // use this aggregate).
   virtual Status add(const UpdateValues& values, size_t count, double weight,
                      double discount) = 0;
 

@@ -1,5 +1,6 @@
 #include "aggregation/validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -22,29 +23,52 @@ Status check_update_arguments(size_t count, size_t parameter_count, double weigh
   return ok_status();
 }
 
+namespace {
+
+Status not_finite(size_t index) {
+  return unprocessable("update value " + std::to_string(index) + " is not finite");
+}
+
+Status check_norm(double squares, const UpdateBounds& bounds) {
+  const double norm = std::sqrt(squares);
+  if (bounds.max_l2_norm > 0 && norm > bounds.max_l2_norm) {
+    return unprocessable("update L2 norm " + std::to_string(norm) + " exceeds the bound " +
+                         std::to_string(bounds.max_l2_norm));
+  }
+  return ok_status();
+}
+
+}  // namespace
+
 Status validate_update(const ModelLayout& expected, const BlobView& update,
                        const UpdateBounds& bounds) {
   if (update.layout != expected) {
     return unprocessable("update layout [" + update.layout.describe() +
                          "] does not match the model [" + expected.describe() + "]");
   }
-  if (update.first_non_finite < update.count) {
-    return unprocessable("update value " + std::to_string(update.first_non_finite) +
-                         " is not finite");
-  }
-  if (bounds.max_l2_norm > 0) {
-    double squares = 0;
-    for_each_piece(UpdateValues::of(update), 0, update.layout.parameter_count(),
-                   [&](size_t from, size_t to, const UnalignedFloat* x) {
-                     squares += squared_norm(x, to - from);
-                   });
-    const double norm = std::sqrt(squares);
-    if (norm > bounds.max_l2_norm) {
-      return unprocessable("update L2 norm " + std::to_string(norm) + " exceeds the bound " +
-                           std::to_string(bounds.max_l2_norm));
-    }
-  }
-  return ok_status();
+  if (update.first_non_finite < update.count) return not_finite(update.first_non_finite);
+  if (bounds.max_l2_norm <= 0) return ok_status();
+  double squares = 0;
+  for_each_piece(UpdateValues::of(update), 0, update.layout.parameter_count(),
+                 [&](size_t from, size_t to, const UnalignedFloat* x) {
+                   squares += squared_norm(x, to - from);
+                 });
+  return check_norm(squares, bounds);
+}
+
+Status validate_values(const UpdateValues& values, size_t count, size_t parameters,
+                       const UpdateBounds& bounds) {
+  size_t bad = count;
+  double squares = 0;
+  for_each_piece(values, 0, count, [&](size_t from, size_t to, const UnalignedFloat* x) {
+    if (bad < count) return;
+    const size_t at = first_non_finite(x, to - from);
+    if (at < to - from) bad = from + at;
+    if (from < parameters) squares += squared_norm(x, std::min(to, parameters) - from);
+  });
+  FEDCASE_RETURN_IF_ERROR(values.read_status());
+  if (bad < count) return not_finite(bad);
+  return check_norm(squares, bounds);
 }
 
 }  // namespace fedcase::aggregation

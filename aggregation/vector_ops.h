@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "common/blob.h"
+#include "common/status.h"
 
 namespace fedcase::aggregation {
 
@@ -22,24 +23,40 @@ void scale_add(float* dst, const UnalignedFloat* src, float a, size_t n);
 double squared_norm(const UnalignedFloat* x, size_t n);
 double squared_distance(const float* x, const float* y, size_t n);
 
+// Values that lie outside the process's memory (an upload session's update in its spool
+// file), copied out a piece at a time. A read that fails leaves zeros and is remembered: a
+// pass over the values is only good when failure() is OK after it.
+class ValueReader {
+ public:
+  virtual ~ValueReader() = default;
+  // Writes the values [begin, end) to `out`. Called from several threads at once.
+  virtual void read(size_t begin, size_t end, float* out) const = 0;
+  // The first failed read's error; OK while none failed.
+  virtual Status failure() const = 0;
+};
+
 // An update's values to read: `dense` floats where they lie, or, when that is null, the values
-// of `compressed` (an 8-bit or sparse blob, common/blob.h) decoded a piece at a time, so no
-// dense copy of the update is ever made. Points into data it does not own.
+// of `compressed` (an 8-bit or sparse blob, common/blob.h) decoded a piece at a time, or those
+// `reader` copies out a piece at a time, so no dense copy of the update is ever made. Points
+// into data it does not own.
 struct UpdateValues {
   const UnalignedFloat* dense = nullptr;
   const BlobView* compressed = nullptr;
+  const ValueReader* reader = nullptr;
   // The values of a checked blob, of any encoding.
   static UpdateValues of(const BlobView& view) {
     return view.encoding == ValueEncoding::kFloat32 ? UpdateValues{view.values, nullptr}
                                                     : UpdateValues{nullptr, &view};
   }
+  // OK, or the reader's failure: whether a pass over the values read what they hold.
+  Status read_status() const { return reader != nullptr ? reader->failure() : ok_status(); }
 };
 
 // Values decoded at a time from a compressed update: 16 KiB, in the L1 cache.
 inline constexpr size_t kDecodePiece = 4096;
 
 // Calls fn(begin, end, values) over pieces covering [begin, end) of `update`, `values` holding
-// the piece's values (the update's own floats when it is dense, else a decoded copy).
+// the piece's values (the update's own floats when it is dense, else a decoded or read copy).
 template <class Fn>
 void for_each_piece(const UpdateValues& update, size_t begin, size_t end, Fn&& fn) {
   if (update.dense != nullptr) {
@@ -49,7 +66,11 @@ void for_each_piece(const UpdateValues& update, size_t begin, size_t end, Fn&& f
   float piece[kDecodePiece];
   for (size_t at = begin; at < end; at += kDecodePiece) {
     const size_t stop = at + kDecodePiece < end ? at + kDecodePiece : end;
-    decode_values(*update.compressed, at, stop, piece);
+    if (update.compressed != nullptr) {
+      decode_values(*update.compressed, at, stop, piece);
+    } else {
+      update.reader->read(at, stop, piece);
+    }
     fn(at, stop, static_cast<const UnalignedFloat*>(piece));
   }
 }

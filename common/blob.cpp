@@ -195,33 +195,38 @@ __attribute__((target_clones("avx2", "default"))) size_t first_non_finite(
 
 // ISA-L's folding CRC (carry-less multiplication) is about 13x zlib's here, and the same
 // function (reflected IEEE polynomial, as zlib and gzip): every upload is checked with it.
-uint32_t crc32_of(std::string_view bytes) {
-  return crc32_gzip_refl(0, reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+uint32_t crc32_of(std::string_view bytes, uint32_t crc) {
+  return crc32_gzip_refl(crc, reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
 }
 
 std::string blob_checksum(std::string_view encoded) { return sha256_hex(encoded); }
 
 namespace {
 
-// The header of a blob of `blob`'s version and layout whose values are `encoding`, up to and
-// including the element count; `values_bytes` is what the caller will append.
-std::string blob_header(const ModelBlob& blob, ValueEncoding encoding, size_t values_bytes) {
+// The header of a blob of `layout` at `model_version` whose `count` values are `encoding`, up
+// to and including the element count; `values_bytes` is what the caller will append.
+std::string blob_header(const ModelLayout& layout, uint64_t model_version,
+                        ValueEncoding encoding, uint64_t count, size_t values_bytes) {
   std::string out;
-  out.reserve(64 + blob.layout.tensors.size() * 64 + values_bytes);
+  out.reserve(64 + layout.tensors.size() * 64 + values_bytes);
   out.append(kMagic, sizeof(kMagic));
   put<uint32_t>(out, kBlobFormatVersion);
-  put<uint64_t>(out, blob.model_version);
+  put<uint64_t>(out, model_version);
   put<uint32_t>(out, static_cast<uint32_t>(encoding));
-  put<uint32_t>(out, static_cast<uint32_t>(blob.layout.tensors.size()));
-  for (const auto& t : blob.layout.tensors) {
+  put<uint32_t>(out, static_cast<uint32_t>(layout.tensors.size()));
+  for (const auto& t : layout.tensors) {
     put<uint16_t>(out, static_cast<uint16_t>(t.name.size()));
     out.append(t.name);
     put<uint32_t>(out, static_cast<uint32_t>(t.shape.size()));
     for (uint64_t d : t.shape) put<uint64_t>(out, d);
     put<uint8_t>(out, static_cast<uint8_t>(t.kind));
   }
-  put<uint64_t>(out, static_cast<uint64_t>(blob.data.size()));
+  put<uint64_t>(out, count);
   return out;
+}
+
+std::string blob_header(const ModelBlob& blob, ValueEncoding encoding, size_t values_bytes) {
+  return blob_header(blob.layout, blob.model_version, encoding, blob.data.size(), values_bytes);
 }
 
 void seal(std::string& out) { put<uint32_t>(out, crc32_of(out)); }
@@ -249,6 +254,10 @@ uint64_t blob_values_offset(const ModelLayout& layout) {
   uint64_t bytes = 4 + 4 + 8 + 4 + 4 + 8;
   for (const TensorSpec& t : layout.tensors) bytes += 2 + t.name.size() + 4 + 8 * t.shape.size() + 1;
   return bytes;
+}
+
+std::string float_blob_header(const ModelLayout& layout, uint64_t model_version) {
+  return blob_header(layout, model_version, ValueEncoding::kFloat32, layout.element_count(), 0);
 }
 
 std::string encode_blob(const ModelBlob& blob) {

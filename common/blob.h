@@ -116,6 +116,10 @@ std::string encode_blob(const ModelBlob& blob);
 // The byte at which the values of a blob of `layout` start in format kBlobFormatVersion (the
 // size of its header, up to and including the element count), whatever its encoding.
 uint64_t blob_values_offset(const ModelLayout& layout);
+// The first bytes of a float32 blob of `layout` at `model_version` in format
+// kBlobFormatVersion, up to its values (blob_values_offset(layout) of them): what an update
+// read a piece at a time is checked against instead of view_blob's parse.
+std::string float_blob_header(const ModelLayout& layout, uint64_t model_version);
 
 // Serialises `blob` with its values quantised to 8 bits (kQuantized8) in blocks of `block`
 // (1 to 2^16; 256 makes 0.26x the float32 bytes): each value rounds, at random, to one of the
@@ -149,8 +153,8 @@ inline bool all_finite(const std::vector<float>& values) {
   return first_non_finite(values.data(), values.size()) == values.size();
 }
 
-// CRC-32 (zlib polynomial) of `bytes`.
-uint32_t crc32_of(std::string_view bytes);
+// CRC-32 (zlib polynomial) of `bytes`, continuing `crc` (the CRC of the bytes before them).
+uint32_t crc32_of(std::string_view bytes, uint32_t crc = 0);
 
 // Content checksum of an encoded blob (lower-case hex SHA-256), the identity of a stored model.
 std::string blob_checksum(std::string_view encoded);

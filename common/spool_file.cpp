@@ -69,6 +69,22 @@ Result<char*> SpoolFile::map_writable(size_t bytes) {
   return static_cast<char*>(mapped);
 }
 
+Status SpoolFile::read(uint64_t offset, size_t n, char* out) const {
+  if (offset > size_ || n > size_ - offset) {
+    return internal_error("a spool file of " + std::to_string(size_) + " bytes has no bytes " +
+                          std::to_string(offset) + " to " + std::to_string(offset + n));
+  }
+  while (n > 0) {
+    const ssize_t got = ::pread(fd_, out, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return failed("read", dir_);
+    out += got;
+    offset += uint64_t(got);
+    n -= size_t(got);
+  }
+  return ok_status();
+}
+
 Result<std::string_view> SpoolFile::map() {
   if (size_ == 0) return std::string_view();
   if (mapped_ == nullptr) {

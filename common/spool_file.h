@@ -1,9 +1,10 @@
 #pragma once
 // A file with no name from its creation on (O_TMPFILE, or created and unlinked at once), so
 // that nothing of it outlives the object or the process, used in one of two ways:
-//  - written once, a piece at a time, then read in place (append, then map): an upload
-//    session's update assembled from its chunks for its checks and its fold (docs/protocol.md,
-//    "Uploads in chunks"), so that no allocation ever holds a whole update;
+//  - written once, a piece at a time, then read a piece at a time (append, then read) or in
+//    place (map): an upload session's update assembled from its chunks for its checks and its
+//    fold (docs/protocol.md, "Uploads in chunks"), so that no allocation ever holds a whole
+//    update, and a float32 one is never resident whole either;
 //  - as memory (map_writable): a buffered aggregation rule's copy of an update
 //    (docs/aggregation.md, "Memory"), which the kernel may write to the file and drop under
 //    memory pressure.
@@ -31,6 +32,11 @@ class SpoolFile {
   Status append(std::string_view bytes);
   // Everything appended, mapped read-only; valid until the object is destroyed.
   Result<std::string_view> map();
+  // Copies the `n` bytes at `offset` of what was appended to `out` (kInternal past the end).
+  // Unlike map(), nothing of the file stays resident in the process. May be called from
+  // several threads at once (and only then: no append meanwhile).
+  Status read(uint64_t offset, size_t n, char* out) const;
+  uint64_t size() const { return size_; }
   // `bytes` of zeros, mapped readable and writable; valid until the object is destroyed. Only
   // on a new file, instead of append() and map(). The file's blocks are reserved first (an
   // error when the disk is full, never a fault on a later write); the file then holds no

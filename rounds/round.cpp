@@ -20,8 +20,13 @@ Status RoundAggregate::add(const UnalignedFloat* values, size_t count, double we
 }
 
 Status RoundAggregate::add(const BlobView& update, double weight, double discount) {
+  return add(aggregation::UpdateValues::of(update), update.count, weight, discount);
+}
+
+Status RoundAggregate::add(const aggregation::UpdateValues& values, size_t count, double weight,
+                           double discount) {
   MutexLock lock(mu_);
-  return aggregator_->add(update, weight, discount);
+  return aggregator_->add(values, count, weight, discount);
 }
 
 Status RoundAggregate::add_sum(const float* sum, size_t count, double total_weight,

@@ -52,6 +52,10 @@ class RoundAggregate {
   Status add(const UnalignedFloat* values, size_t count, double weight, double discount);
   // An update as it arrived, of any encoding (aggregation::Aggregator::add).
   Status add(const BlobView& update, double weight, double discount);
+  // An update's `count` values where they lie, in memory or read a piece at a time (see
+  // aggregation::Aggregator::add for the errors).
+  Status add(const aggregation::UpdateValues& values, size_t count, double weight,
+             double discount);
   // Folds in a sum its senders weighted and clipped (Aggregator::add_sum: secure aggregation).
   Status add_sum(const float* sum, size_t count, double total_weight, size_t updates);
   // The aggregate of everything added (see Aggregator::result).

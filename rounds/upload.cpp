@@ -8,16 +8,21 @@
 
 namespace fedcase::rounds {
 
+namespace {
+
+Status check_trained_on(uint64_t model_version, uint64_t trained_on, RoundIndex round) {
+  if (model_version == trained_on) return ok_status();
+  return unprocessable("update was trained on model version " + std::to_string(model_version) +
+                       ", round " + std::to_string(round) + " trains version " +
+                       std::to_string(trained_on));
+}
+
+}  // namespace
+
 Status check_upload(const ModelLayout& carried, uint64_t trained_on, RoundIndex round,
                     const JobConfig& config, const BlobView& update,
                     const std::optional<protocol::EvalReport>& evaluation) {
-  const std::string of_round = ", round " + std::to_string(round);
-  const std::string base_version = std::to_string(trained_on);
-  if (update.model_version != trained_on) {
-    return unprocessable("update was trained on model version " +
-                         std::to_string(update.model_version) + of_round + " trains version " +
-                         base_version);
-  }
+  FEDCASE_RETURN_IF_ERROR(check_trained_on(update.model_version, trained_on, round));
   const ValueEncoding compressed = !config.compression ? ValueEncoding::kFloat32
                                   : config.compression->kind == "q8" ? ValueEncoding::kQuantized8
                                                                      : ValueEncoding::kSparse;
@@ -30,6 +35,16 @@ Status check_upload(const ModelLayout& carried, uint64_t trained_on, RoundIndex 
   }
   FEDCASE_RETURN_IF_ERROR(
       aggregation::validate_update(carried, update, {config.max_update_norm}));
+  return check_evaluation(trained_on, round, config, evaluation);
+}
+
+Status check_upload(const ModelLayout& carried, uint64_t trained_on, RoundIndex round,
+                    const JobConfig& config, uint64_t model_version,
+                    const aggregation::UpdateValues& values,
+                    const std::optional<protocol::EvalReport>& evaluation) {
+  FEDCASE_RETURN_IF_ERROR(check_trained_on(model_version, trained_on, round));
+  FEDCASE_RETURN_IF_ERROR(aggregation::validate_values(
+      values, carried.element_count(), carried.parameter_count(), {config.max_update_norm}));
   return check_evaluation(trained_on, round, config, evaluation);
 }
 

@@ -7,6 +7,7 @@
 
 #include <optional>
 
+#include "aggregation/vector_ops.h"
 #include "common/blob.h"
 #include "common/ids.h"
 #include "common/status.h"
@@ -30,6 +31,13 @@ namespace fedcase::rounds {
 // outweigh the others in the round's means).
 Status check_upload(const ModelLayout& carried, uint64_t trained_on, RoundIndex round,
                     const JobConfig& config, const BlobView& update,
+                    const std::optional<protocol::EvalReport>& evaluation);
+// The same checks for a float32 update whose header was found to be that of `carried` at
+// `model_version` (float_blob_header) and whose values are read a piece at a time (`values`:
+// an upload session's update in its spool file), in one pass; also the reader's error.
+Status check_upload(const ModelLayout& carried, uint64_t trained_on, RoundIndex round,
+                    const JobConfig& config, uint64_t model_version,
+                    const aggregation::UpdateValues& values,
                     const std::optional<protocol::EvalReport>& evaluation);
 
 // The most samples an update of `task` may report: its local steps of whole batches (the

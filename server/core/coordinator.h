@@ -46,6 +46,10 @@
 #include "server/core/secure/secure_stages.h"
 #include "storage/store.h"
 
+namespace fedcase {
+class SpoolFile;
+}  // namespace fedcase
+
 namespace fedcase::server {
 
 struct ModelDownload {
@@ -285,7 +289,9 @@ class Coordinator {
   // last chunk is in, the update is read back from the store into a spool file, its digest
   // checked (422) and it is submitted as submit_update submits one, with its refusals
   // (ChunkAnswer::submitted); the session is then dropped, accepted or not. Memory: one
-  // chunk at a time, never the whole update (the spool file is mapped, not read).
+  // chunk at a time, never the whole update: a float32 update is checked and folded a piece
+  // at a time from the spool file (submit_spooled), any other is read where it lies in the
+  // file mapped (submit_blob: a compressed update, or one whose header the checks refuse).
   Result<ChunkAnswer> put_upload_chunk(ClientId client, JobId job, RoundIndex round,
                                        const std::string& upload,
                                        const Result<protocol::ContentRange>& range,
@@ -404,6 +410,11 @@ class Coordinator {
   // The update of a session whose every chunk is stored, read back into a spool file,
   // checked against its digest and submitted (submit_update).
   Result<UpdateAccepted> submit_chunked(ClientId client, const storage::UploadRecord& upload);
+  // submit_blob's work for the float32 update `upload` of the job's layout at
+  // `model_version`, which `spool` holds whole: its values read a piece at a time for the
+  // checks and again for the fold.
+  Result<UpdateAccepted> submit_spooled(ClientId client, const storage::UploadRecord& upload,
+                                        const SpoolFile& spool, uint64_t model_version);
   std::unique_ptr<State> state_;
 };
 

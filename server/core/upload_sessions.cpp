@@ -1,8 +1,17 @@
 // The coordinator's upload sessions (coordinator.h, "uploads in chunks"): an update that
 // arrives in chunks, kept in the store until its last chunk, then submitted as a plain
-// upload is (client_api.cpp, submit_update).
+// upload is (client_api.cpp, submit_update), its values read from a spool file a piece at a
+// time when it is a float32 update.
 
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <optional>
+
+#include "aggregation/vector_ops.h"
+#include "common/blob.h"
 #include "common/crypto.h"
+#include "common/mutex.h"
 #include "common/json_read.h"
 #include "common/spool_file.h"
 #include "rounds/upload.h"
@@ -17,6 +26,57 @@ using nlohmann::json;
 
 Coordinator::UploadProgress progress_of(const storage::UploadRecord& u) {
   return {u.job, u.round, u.id, u.bytes, u.chunk_bytes, std::min(u.bytes, u.chunks * u.chunk_bytes)};
+}
+
+// The float32 values of an update held whole in a spool file from byte `values_at` on, read a
+// piece at a time.
+class SpooledValues : public aggregation::ValueReader {
+ public:
+  SpooledValues(const SpoolFile& file, uint64_t values_at) : file_(file), values_at_(values_at) {}
+
+  void read(size_t begin, size_t end, float* out) const override {
+    Status copied = file_.read(values_at_ + begin * sizeof(float),
+                               (end - begin) * sizeof(float), reinterpret_cast<char*>(out));
+    if (copied.ok()) return;
+    std::fill(out, out + (end - begin), 0.0f);
+    MutexLock lock(mu_);
+    if (failure_.ok()) failure_ = std::move(copied);
+  }
+
+  Status failure() const override {
+    MutexLock lock(mu_);
+    return failure_;
+  }
+
+ private:
+  const SpoolFile& file_;
+  const uint64_t values_at_;
+  mutable Mutex mu_;
+  mutable Status failure_ FEDCASE_GUARDED_BY(mu_);
+};
+
+// The model version of the float32 update of `layout` that `file` holds, when it holds one
+// whole: float_blob_header(layout, version), the values, and the CRC-32 of both, which is
+// `crc` (computed as the bytes were spooled). nullopt for anything else: a compressed update,
+// another layout, a damaged one (view_blob then names what is wrong).
+std::optional<uint64_t> spooled_float_update(const SpoolFile& file, const ModelLayout& layout,
+                                             uint32_t crc) {
+  const uint64_t header_bytes = blob_values_offset(layout);
+  if (file.size() != header_bytes + layout.element_count() * sizeof(float) + sizeof(crc)) {
+    return std::nullopt;
+  }
+  std::string header(header_bytes, '\0');
+  uint64_t version = 0;
+  uint32_t sealed = 0;
+  constexpr uint64_t kVersionAt = 8;  // after the magic and the format
+  if (!file.read(0, header.size(), header.data()).ok() ||
+      !file.read(file.size() - sizeof(sealed), sizeof(sealed), reinterpret_cast<char*>(&sealed))
+           .ok()) {
+    return std::nullopt;
+  }
+  std::memcpy(&version, header.data() + kVersionAt, sizeof(version));
+  if (header != float_blob_header(layout, version) || sealed != crc) return std::nullopt;
+  return version;
 }
 
 }  // namespace
@@ -120,22 +180,54 @@ Status Coordinator::upload_wanted(ClientId client, JobId job, RoundIndex round,
 Result<UpdateAccepted> Coordinator::submit_chunked(ClientId client,
                                                    const storage::UploadRecord& upload) {
   State& s = *state_;
+  auto job = s.find_job(upload.job);
+  if (!job.ok()) return job.status();
   auto spool = SpoolFile::create(s.config.spool_dir);
   if (!spool.ok()) return spool.status();
   Sha256 digest;
+  uint32_t crc = 0;  // of every byte but the last four, which seal a blob
+  const uint64_t sealed = upload.bytes - std::min<uint64_t>(upload.bytes, sizeof(crc));
   for (uint64_t index = 0; index < upload.chunks; ++index) {
     auto chunk = s.store->get_upload_chunk(upload.job, upload.round, upload.id, index);
     if (!chunk.ok()) return chunk.status();
     digest.add(*chunk);
+    const uint64_t at = (*spool)->size();
+    crc = crc32_of(std::string_view(*chunk).substr(0, sealed - std::min(sealed, at)), crc);
     FEDCASE_RETURN_IF_ERROR((*spool)->append(*chunk));
   }
   if (digest.hex() != upload.sha256) {
     return unprocessable("the update's bytes do not have the SHA-256 its upload was opened with");
   }
+  if (auto version = spooled_float_update(**spool, (*job)->update.layout, crc)) {
+    return submit_spooled(client, upload, **spool, *version);
+  }
   auto bytes = (*spool)->map();
   if (!bytes.ok()) return bytes.status();
   return submit_blob(client, upload.job, upload.round, upload.meta, *bytes, upload.seconds,
                      s.config.max_chunked_upload_bytes);
+}
+
+Result<UpdateAccepted> Coordinator::submit_spooled(ClientId client,
+                                                   const storage::UploadRecord& upload,
+                                                   const SpoolFile& spool,
+                                                   uint64_t model_version) {
+  return admit_upload(
+      client, upload.job, upload.round, /*masked=*/false, upload.meta, upload.bytes,
+      upload.seconds,
+      [&](const JobEntry& job, const HeldPlace& held, const protocol::UpdateMeta& meta,
+          const std::function<Status()>& admit) -> Result<double> {
+        const ModelLayout& carried = job.update.layout;
+        const SpooledValues reader(spool, blob_values_offset(carried));
+        const aggregation::UpdateValues values{nullptr, nullptr, &reader};
+        FEDCASE_RETURN_IF_ERROR(rounds::check_upload(carried, held.trained_on, held.round,
+                                                     job.config, model_version, values,
+                                                     meta.evaluation));
+        FEDCASE_RETURN_IF_ERROR(admit());
+        const auto start = std::chrono::steady_clock::now();
+        FEDCASE_RETURN_IF_ERROR(
+            held.aggregate->add(values, carried.element_count(), meta.samples, held.discount));
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      });
 }
 
 }  // namespace fedcase::server

@@ -21,6 +21,7 @@ using namespace fedcase;
 using namespace fedcase::aggregation;
 using fedcase::aggregation::testing::pointers;
 using fedcase::aggregation::testing::random_updates;
+using fedcase::aggregation::testing::VectorReader;
 
 namespace {
 
@@ -268,6 +269,53 @@ TEST_CASE("compressed updates fold as their decoded values do, without a dense c
     }
     CHECK(*compressed->result() == *dense->result());
   }
+}
+
+TEST_CASE("updates read a piece at a time fold as those in memory do") {
+  const size_t n = 5 * kDecodePiece + 17;
+  const auto updates = random_updates(3, n, 11);
+  for (const nlohmann::json& config :
+       {nlohmann::json{{"rule", "fedavg"}}, nlohmann::json{{"rule", "fedavg"}, {"clip_norm", 2.0}},
+        nlohmann::json{{"rule", "trimmed_mean"}, {"trim_beta", 0.2}}}) {
+    CAPTURE(config.dump());
+    auto read = make(config, UpdateShape{n, n - 17});
+    auto dense = make(config, UpdateShape{n, n - 17});
+    for (size_t u = 0; u < updates.size(); ++u) {
+      const VectorReader reader(updates[u]);
+      REQUIRE(read->add(reader.values(), n, 1.0 + double(u), 1.0).ok());
+      CHECK(reader.reads() > 1);  // a piece at a time
+      REQUIRE(dense->add(updates[u].data(), n, 1.0 + double(u)).ok());
+    }
+    CHECK(*read->result() == *dense->result());
+  }
+}
+
+TEST_CASE("a failed read refuses the update; one that cuts a fedavg fold short spoils the sum") {
+  const size_t n = 4 * kDecodePiece;
+  const auto updates = random_updates(2, n, 12);
+  // Before anything is kept (clipping reads the update once before its fold, a buffered rule
+  // copies it before keeping it): refused, nothing changed.
+  for (const nlohmann::json& config : {nlohmann::json{{"rule", "fedavg"}, {"clip_norm", 2.0}},
+                                       nlohmann::json{{"rule", "median"}}}) {
+    CAPTURE(config.dump());
+    auto agg = make(config, n);
+    auto alone = make(config, n);
+    const VectorReader failing(updates[0], n / 2);
+    CHECK(agg->add(failing.values(), n, 1.0, 1.0).code() == Code::kInternal);
+    CHECK(agg->updates() == 0);
+    REQUIRE(agg->add(updates[1].data(), n, 1.0).ok());
+    REQUIRE(alone->add(updates[1].data(), n, 1.0).ok());
+    CHECK(*agg->result() == *alone->result());
+  }
+  // During a fold: the sum holds part of the update, so the aggregate takes nothing more and
+  // gives nothing out.
+  auto agg = make({{"rule", "fedavg"}}, n);
+  REQUIRE(agg->add(updates[1].data(), n, 1.0).ok());
+  const VectorReader failing(updates[0], n / 2);
+  CHECK(agg->add(failing.values(), n, 1.0, 1.0).code() == Code::kInternal);
+  CHECK(agg->result().status().code() == Code::kInternal);
+  CHECK(agg->partial().status().code() == Code::kInternal);
+  CHECK(agg->add(updates[1].data(), n, 1.0).code() == Code::kInternal);
 }
 
 TEST_CASE("a discount shrinks an update's part of the mean, not its weight (FedBuff)") {

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "test_util.h"
+
 using namespace fedcase;
 using namespace fedcase::aggregation;
 
@@ -39,4 +41,22 @@ TEST_CASE("validation rejects wrong shape, non-finite values and large norms") {
   CHECK(validate(layout, inf, {}).code() == Code::kUnprocessable);
   ModelBlob big{0, layout, {30, 40}};
   CHECK(validate(layout, big, {49.9}).message().find("norm") != std::string::npos);
+}
+
+TEST_CASE("values read a piece at a time are checked as a viewed update's are, in one pass") {
+  using fedcase::aggregation::testing::VectorReader;
+  const size_t n = 3 * kDecodePiece + 5;
+  std::vector<float> values(n, 0.001f);  // a norm of 0.11
+  values[n - 1] = 1000;  // a buffer: not in the norm
+  const VectorReader reader(values);
+  CHECK(validate_values(reader.values(), n, n - 1, {1.0}).ok());
+  CHECK(reader.reads() == 4);
+  values[2] = 100;
+  CHECK(validate_values(reader.values(), n, n - 1, {1.0}).message().find("exceeds the bound") !=
+        std::string::npos);
+  values[kDecodePiece + 3] = std::nanf("");
+  CHECK(validate_values(reader.values(), n, n - 1, {}).message() ==
+        "update value " + std::to_string(kDecodePiece + 3) + " is not finite");
+  const VectorReader failing(values, kDecodePiece);
+  CHECK(validate_values(failing.values(), n, n - 1, {}).code() == Code::kInternal);
 }

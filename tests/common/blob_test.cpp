@@ -27,6 +27,19 @@ void reseal(std::string& bytes) {
 
 }  // namespace
 
+TEST_CASE("a float32 blob starts with its layout's header; its CRC can be taken piece by piece") {
+  const ModelBlob b = sample_blob();
+  const std::string bytes = encode_blob(b);
+  const std::string header = float_blob_header(b.layout, b.model_version);
+  CHECK(header.size() == blob_values_offset(b.layout));
+  CHECK(bytes.compare(0, header.size(), header) == 0);
+  CHECK(float_blob_header(b.layout, 43) != header);
+  const std::string_view body = std::string_view(bytes).substr(0, bytes.size() - 4);
+  uint32_t sealed = 0;
+  std::memcpy(&sealed, bytes.data() + body.size(), sizeof(sealed));
+  CHECK(crc32_of(body.substr(5), crc32_of(body.substr(0, 5))) == sealed);
+}
+
 TEST_CASE("blob round-trips exactly") {
   ModelBlob b = sample_blob();
   std::string bytes = encode_blob(b);

@@ -214,6 +214,48 @@ TEST_CASE("a chunked upload: malformed chunks change nothing, the whole update f
   CHECK(b.get("/v1/jobs/1/rounds/1/status").body["needed"] == true);
   CHECK(store_snapshot(db) == before);  // its session and chunks were stored, then dropped
 
+  // Updates whose every chunk passes and that are refused whole, once read back from the spool
+  // file: a norm over the bound though every chunk's part is under it, a header of another
+  // model version, a blob whose checksum does not seal it. Each changes nothing.
+  auto send_session = [&](Caller& caller, const std::string& body) {
+    Reply session = open_session(caller, uploads_url, body, sha256_hex(body));
+    REQUIRE(session.status == 201);
+    Reply answer;
+    for (size_t at = 0; at < body.size(); at += kChunk) {
+      answer = put_chunk(caller, session.body["url"], body, at, std::min(kChunk, body.size() - at));
+    }
+    return answer;
+  };
+  std::vector<float> long_delta = delta;
+  const size_t values_at = blob_values_offset(global.layout);
+  REQUIRE(values_at < kChunk / 2);
+  for (size_t chunk = 0; chunk < 3; ++chunk) {
+    long_delta[(chunk * kChunk + kChunk / 2 - values_at) / 4] = 800;  // 800 < 1000 in each
+  }
+  std::string sealed_wrong = update;
+  sealed_wrong.back() ^= 1;
+  const struct {
+    std::string what;
+    std::string body;
+    int status;
+    const char* says;
+  } refused_whole[] = {
+      {"a norm over the bound", update_body(long_delta, 0, global.layout), 422,
+       "exceeds the bound"},
+      {"another model version", update_body(delta, 7, global.layout), 422,
+       "trained on model version 7"},
+      {"a checksum that does not seal it", sealed_wrong, 400, "checksum mismatch"},
+  };
+  for (const auto& refused : refused_whole) {
+    CAPTURE(refused.what);
+    before = store_snapshot(db);
+    Reply answer = send_session(b, refused.body);
+    CHECK(answer.status == refused.status);
+    CHECK_MESSAGE(answer.raw.find(refused.says) != std::string::npos, answer.raw);
+    CHECK(store_snapshot(db) == before);
+    CHECK(b.get("/v1/jobs/1/rounds/1/status").body["needed"] == true);
+  }
+
   // A value that is not finite is refused with the chunk that carries it, before the update is
   // whole: the session stands where it was.
   std::vector<float> poisoned_delta = delta;
