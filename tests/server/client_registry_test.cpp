@@ -29,14 +29,18 @@ protocol::Registration device(uint64_t samples) {
   return r;
 }
 
+// Two replicas' registries, over two stores on one SQLite file.
+struct TwoReplicas {
+  testing::TempDir dir;
+  std::unique_ptr<storage::Store> store_a = open(dir);
+  std::unique_ptr<storage::Store> store_b = open(dir);
+  ClientRegistry a{*store_a, {}};
+  ClientRegistry b{*store_b, {}};
+};
+
 }  // namespace
 
-TEST_CASE("a replica reads registrations and contact batches since its last reading, not the fleet") {
-  testing::TempDir dir;
-  auto store_a = open(dir);
-  auto store_b = open(dir);
-  ClientRegistry a(*store_a, {});
-  ClientRegistry b(*store_b, {});
+TEST_CASE_FIXTURE(TwoReplicas, "a replica reads registrations and contact batches since its last reading, not the fleet") {
   constexpr size_t kFleet = 2000;
   for (size_t i = 0; i < kFleet; ++i) REQUIRE(a.register_client(device(100 + i), 1.0).ok());
   REQUIRE(b.load().ok());
@@ -75,12 +79,27 @@ TEST_CASE("a replica reads registrations and contact batches since its last read
   CHECK(b.census(510.0).available == kContacts - 1);
 }
 
-TEST_CASE("a replica that missed dropped contact batches takes the contacts from the rows") {
-  testing::TempDir dir;
-  auto store_a = open(dir);
-  auto store_b = open(dir);
-  ClientRegistry a(*store_a, {});
-  ClientRegistry b(*store_b, {});
+TEST_CASE_FIXTURE(TwoReplicas, "a save of many contacts goes a page of clients at a time, one batch each") {
+  constexpr size_t kFleet = 2 * ClientRegistry::kSavePage + 500;
+  for (size_t i = 0; i < kFleet; ++i) REQUIRE(a.register_client(device(100), 1.0).ok());
+  REQUIRE(b.load().ok());
+  for (ClientId id = 1; id <= kFleet; ++id) REQUIRE(a.touch(id, 500.0).ok());
+  a.flush();
+  CHECK_FALSE(a.has_unsaved());
+  auto batches = store_a->contacts_after(0, 10);
+  REQUIRE(batches.ok());
+  REQUIRE(batches->size() == 3);
+  size_t saved = 0;
+  for (const storage::ContactBatch& batch : *batches) {
+    CHECK(batch.contacts.size() <= ClientRegistry::kSavePage);
+    saved += batch.contacts.size();
+  }
+  CHECK(saved == kFleet);
+  REQUIRE(b.refresh().ok());
+  CHECK(b.census(500.0).available == kFleet);
+}
+
+TEST_CASE_FIXTURE(TwoReplicas, "a replica that missed dropped contact batches takes the contacts from the rows") {
   for (int i = 0; i < 3; ++i) REQUIRE(a.register_client(device(100), 1.0).ok());
   REQUIRE(b.load().ok());
   REQUIRE(a.touch(1, 500.0).ok());

@@ -437,23 +437,25 @@ void ClientRegistry::apply(const std::vector<rounds::ProfileChange>& changes) {
 }
 
 void ClientRegistry::save(const std::vector<ClientId>& ids) {
-  std::vector<storage::ClientRecord> records;
-  {
-    MutexLock lock(mu_);
-    for (ClientId id : ids) {
-      auto it = clients_.find(id);
-      if (it == clients_.end()) continue;
-      const Entry& c = it->second;
-      storage::ClientRecord record;
-      record.id = id;
-      record.profile = scheduling::profile_to_json(c.profile);
-      record.last_seen = c.last_seen;
-      records.push_back(std::move(record));
-      unsaved_.erase(id);
+  for (size_t from = 0; from < ids.size(); from += kSavePage) {
+    std::vector<storage::ClientRecord> records;
+    {
+      MutexLock lock(mu_);
+      for (size_t i = from; i < std::min(ids.size(), from + kSavePage); ++i) {
+        auto it = clients_.find(ids[i]);
+        if (it == clients_.end()) continue;
+        const Entry& c = it->second;
+        storage::ClientRecord record;
+        record.id = ids[i];
+        record.profile = scheduling::profile_to_json(c.profile);
+        record.last_seen = c.last_seen;
+        records.push_back(std::move(record));
+        unsaved_.erase(ids[i]);
+      }
     }
+    Status s = store_.update_clients(records);
+    if (!s.ok()) log_warn("cannot save client profiles: " + s.to_string());
   }
-  Status s = store_.update_clients(records);
-  if (!s.ok()) log_warn("cannot save client profiles: " + s.to_string());
 }
 
 }  // namespace fedcase::server

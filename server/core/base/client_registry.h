@@ -101,7 +101,8 @@ class ClientRegistry {
   // How many clients are available at `now`, as census(now).available, in O(1) amortized plus
   // the clients whose availability lapsed in the last few seconds.
   size_t available_count(double now);
-  // Saves, in one transaction, every last contact not yet saved (logged on failure).
+  // Saves every last contact not yet saved, kSavePage clients a transaction (logged on
+  // failure).
   void flush();
   // Whether some last contact waits for flush().
   bool has_unsaved() const;
@@ -133,8 +134,14 @@ class ClientRegistry {
   // Applies round decisions to the profiles; an unknown client is skipped, a bad report is
   // logged and leaves that profile unchanged.
   void apply(const std::vector<rounds::ProfileChange>& changes);
-  // Writes the profiles and last contacts of `ids` in one transaction (logged on failure).
+  // Writes the profiles and last contacts of `ids`, kSavePage clients a transaction, each one
+  // contact batch (logged on failure).
   void save(const std::vector<ClientId>& ids);
+  // The most clients one transaction of save() writes: what a save builds (each client's
+  // profile as JSON, then the batch that carries them: about 10 KB a client) is bounded by
+  // it, not by the contacts that came since the last save (the whole fleet after its
+  // enrolment, or after an outage).
+  static constexpr size_t kSavePage = 1000;
 
  private:
   // What a stored client record holds, as compact as a large fleet needs: no JSON tree (one
