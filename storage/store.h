@@ -260,7 +260,8 @@ enum class Channel {
   kJob,     // id: a job; created, or its state changed
   kRound,   // id: a job; one of its rounds opened, closed to admission, got a partial, concluded
   kLease,   // id: a job; acquired or released
-  kClient,  // id: a client; registered (add_client), or e.g. its token revoked (notify())
+  kClient,  // id: a client registered (add_client) or e.g. its token revoked (notify()), or
+            // the number of a contact batch saved (update_clients)
   kTenant,  // id: a tenant; added (or changed, through notify())
 };
 const char* channel_name(Channel channel);  // "job", "round", "lease", "client", "tenant"
@@ -306,6 +307,9 @@ class Store {
   // Saves the profile and last_seen of each record (its other fields are ignored), and
   // publishes them as one ContactBatch, in one transaction; kNotFound (nothing saved) if any
   // id is unknown. Batches saved more than kContactBatchesKeptS before the newest are dropped.
+  // Wakes kClient with the batch's number. Saves run one at a time across the stores on the
+  // database (PostgreSQL: an advisory lock taken before any row), so batches commit in the
+  // order of their numbers.
   virtual Status update_clients(const std::vector<ClientRecord>& clients) = 0;
   // The contact batches numbered above `after`, at most `limit`, in order: a reader that goes
   // on from the last number it read misses no batch still kept, and what it reads grows with
