@@ -136,6 +136,20 @@ Status check_chunk(const ModelLayout& carried, const JobConfig& config, uint64_t
   return ok_status();
 }
 
+std::optional<uint64_t> spooled_float_version(const ModelLayout& layout, std::string_view header,
+                                              uint64_t bytes, uint32_t sealed, uint32_t crc) {
+  constexpr uint64_t kVersionAt = 8;  // after the magic and the format
+  if (header.size() != blob_values_offset(layout) ||
+      bytes != header.size() + layout.element_count() * sizeof(float) + sizeof(sealed) ||
+      sealed != crc) {
+    return std::nullopt;
+  }
+  uint64_t version = 0;
+  std::memcpy(&version, header.data() + kVersionAt, sizeof(version));
+  if (header != float_blob_header(layout, version)) return std::nullopt;
+  return version;
+}
+
 Status check_chunked_upload(const JobConfig& config) {
   if (config.secure_aggregation) {
     return conflict("the job uses secure aggregation: its masked inputs are sent whole");

@@ -59,6 +59,15 @@ Status check_evaluation(uint64_t trained_on, RoundIndex round, const JobConfig& 
 scheduling::RoundReport completion_report(const protocol::UpdateMeta& meta, uint64_t model_bytes,
                                           uint64_t upload_bytes, double upload_seconds);
 
+// The model version of a float32 update of `layout` that an upload session assembled whole, so
+// that its values may be read from where they were spooled a piece at a time (the second
+// check_upload): `bytes` long, starting with `header` (its first blob_values_offset(layout)
+// bytes, float_blob_header(layout, version)), sealed with `sealed`, the CRC-32 `crc` of every
+// byte before it. nullopt for anything else (a compressed update, another layout, a damaged
+// one), which view_blob reads whole and names.
+std::optional<uint64_t> spooled_float_version(const ModelLayout& layout, std::string_view header,
+                                              uint64_t bytes, uint32_t sealed, uint32_t crc);
+
 // Whether the job's updates may arrive in chunks (an upload session): kConflict saying why
 // not for a job with secure aggregation (its masked input is sent whole, to its stage) and
 // for an asynchronous one (a task carries over from buffer to buffer; a session lives in one).

@@ -55,28 +55,18 @@ class SpooledValues : public aggregation::ValueReader {
   mutable Status failure_ FEDCASE_GUARDED_BY(mu_);
 };
 
-// The model version of the float32 update of `layout` that `file` holds, when it holds one
-// whole: float_blob_header(layout, version), the values, and the CRC-32 of both, which is
-// `crc` (computed as the bytes were spooled). nullopt for anything else: a compressed update,
-// another layout, a damaged one (view_blob then names what is wrong).
+// The model version of the float32 update of `layout` that `file` holds whole, whose bytes
+// but the last four have the CRC `crc` (rounds::spooled_float_version); nullopt for any other.
 std::optional<uint64_t> spooled_float_update(const SpoolFile& file, const ModelLayout& layout,
                                              uint32_t crc) {
-  const uint64_t header_bytes = blob_values_offset(layout);
-  if (file.size() != header_bytes + layout.element_count() * sizeof(float) + sizeof(crc)) {
-    return std::nullopt;
-  }
-  std::string header(header_bytes, '\0');
-  uint64_t version = 0;
+  std::string header(std::min<uint64_t>(file.size(), blob_values_offset(layout)), '\0');
   uint32_t sealed = 0;
-  constexpr uint64_t kVersionAt = 8;  // after the magic and the format
-  if (!file.read(0, header.size(), header.data()).ok() ||
+  if (file.size() < sizeof(sealed) || !file.read(0, header.size(), header.data()).ok() ||
       !file.read(file.size() - sizeof(sealed), sizeof(sealed), reinterpret_cast<char*>(&sealed))
            .ok()) {
     return std::nullopt;
   }
-  std::memcpy(&version, header.data() + kVersionAt, sizeof(version));
-  if (header != float_blob_header(layout, version) || sealed != crc) return std::nullopt;
-  return version;
+  return rounds::spooled_float_version(layout, header, file.size(), sealed, crc);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 namespace fedcase::rounds {
@@ -156,6 +157,25 @@ TEST_CASE("updates go in chunks for plain synchronous jobs only") {
   CHECK(check_chunked_upload(config).ok());
   config.mode = "async";
   CHECK(check_chunked_upload(config).code() == Code::kConflict);
+}
+
+TEST_CASE("a float32 update of the job's layout, sealed by its CRC, is read from its spool file") {
+  const ModelLayout layout{{{"w", {3}}, {"b", {2}}}};
+  const std::string blob = encode_blob(ModelBlob{7, layout, {1, 2, 3, 4, 5}});
+  const uint64_t header_bytes = blob_values_offset(layout);
+  const std::string_view header = std::string_view(blob).substr(0, header_bytes);
+  uint32_t sealed = 0;
+  std::memcpy(&sealed, blob.data() + blob.size() - 4, 4);
+  const uint32_t crc = crc32_of(std::string_view(blob).substr(0, blob.size() - 4));
+  CHECK(spooled_float_version(layout, header, blob.size(), sealed, crc) == 7u);
+  // Anything else is read whole, where view_blob names the fault.
+  CHECK_FALSE(spooled_float_version(layout, header, blob.size(), sealed, crc + 1));
+  CHECK_FALSE(spooled_float_version(layout, header, blob.size() + 4, sealed, crc));
+  const ModelLayout other{{{"w", {5}}}};
+  CHECK_FALSE(spooled_float_version(other, header, blob.size(), sealed, crc));
+  const std::string q8 = encode_blob_quantized(ModelBlob{7, layout, {1, 2, 3, 4, 5}}, 256, 1);
+  CHECK_FALSE(spooled_float_version(layout, std::string_view(q8).substr(0, header_bytes),
+                                    blob.size(), sealed, crc));
 }
 
 }  // namespace
