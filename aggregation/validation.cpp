@@ -61,10 +61,13 @@ Status validate_values(const UpdateValues& values, size_t count, size_t paramete
   size_t bad = count;
   double squares = 0;
   for_each_piece(values, 0, count, [&](size_t from, size_t to, const UnalignedFloat* x) {
-    if (bad < count) return;
     const size_t at = first_non_finite(x, to - from);
-    if (at < to - from) bad = from + at;
+    if (at < to - from) {
+      bad = from + at;
+      return false;  // nothing after it changes the answer
+    }
     if (from < parameters) squares += squared_norm(x, std::min(to, parameters) - from);
+    return true;
   });
   FEDCASE_RETURN_IF_ERROR(values.read_status());
   if (bad < count) return not_finite(bad);

@@ -5,6 +5,7 @@
 // the same inputs on the same build, whatever the thread count, except where noted.
 
 #include <cstddef>
+#include <type_traits>
 
 #include "common/blob.h"
 #include "common/status.h"
@@ -57,6 +58,7 @@ inline constexpr size_t kDecodePiece = 4096;
 
 // Calls fn(begin, end, values) over pieces covering [begin, end) of `update`, `values` holding
 // the piece's values (the update's own floats when it is dense, else a decoded or read copy).
+// An `fn` that returns bool stops the pass by returning false.
 template <class Fn>
 void for_each_piece(const UpdateValues& update, size_t begin, size_t end, Fn&& fn) {
   if (update.dense != nullptr) {
@@ -71,7 +73,12 @@ void for_each_piece(const UpdateValues& update, size_t begin, size_t end, Fn&& f
     } else {
       update.reader->read(at, stop, piece);
     }
-    fn(at, stop, static_cast<const UnalignedFloat*>(piece));
+    const auto* values = static_cast<const UnalignedFloat*>(piece);
+    if constexpr (std::is_same_v<decltype(fn(at, stop, values)), bool>) {
+      if (!fn(at, stop, values)) return;
+    } else {
+      fn(at, stop, values);
+    }
   }
 }
 

@@ -77,7 +77,12 @@ Status SpoolFile::read(uint64_t offset, size_t n, char* out) const {
   while (n > 0) {
     const ssize_t got = ::pread(fd_, out, n, static_cast<off_t>(offset));
     if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return failed("read", dir_);
+    if (got < 0) return failed("read", dir_);
+    if (got == 0) {
+      return internal_error("a spool file in " + dir_ + " ended at byte " +
+                            std::to_string(offset) + " of the " + std::to_string(size_) +
+                            " written to it");
+    }
     out += got;
     offset += uint64_t(got);
     n -= size_t(got);

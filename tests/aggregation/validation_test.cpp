@@ -55,8 +55,10 @@ TEST_CASE("values read a piece at a time are checked as a viewed update's are, i
   CHECK(validate_values(reader.values(), n, n - 1, {1.0}).message().find("exceeds the bound") !=
         std::string::npos);
   values[kDecodePiece + 3] = std::nanf("");
+  const size_t reads_before = reader.reads();
   CHECK(validate_values(reader.values(), n, n - 1, {}).message() ==
         "update value " + std::to_string(kDecodePiece + 3) + " is not finite");
+  CHECK(reader.reads() - reads_before == 2);  // nothing is read past the first bad value
   const VectorReader failing(values, kDecodePiece);
   CHECK(validate_values(failing.values(), n, n - 1, {}).code() == Code::kInternal);
 }
