@@ -1,9 +1,9 @@
 // Fuzzes the chunk header of an upload session: the input is a Content-Range value, as the
 // coordinator receives it with a chunk (docs/protocol.md, "Uploads in chunks"), read by
 // protocol::parse_content_range and then placed by rounds::place_chunk in a few sessions. A
-// range that reads must write back the same text; a chunk that is placed must lie inside its
-// update, on the grid, no further than the next chunk to store; checking a chunk of that
-// range's values (rounds::check_chunk) reads only inside the chunk (under ASan).
+// range that reads must write back the same text; a chunk that is placed, whole or cut short,
+// must carry whole pieces of what arrived, no further than the next piece to store; checking
+// a chunk of that range's values (rounds::check_chunk) reads only inside the chunk (under ASan).
 
 #include <algorithm>
 #include <cstring>
@@ -24,15 +24,24 @@ FEDCASE_FUZZ_TARGET(upload_chunk) {
   const std::string written = protocol::write_content_range(*range);
   auto again = protocol::parse_content_range(written);
   if (!again.ok() || !(*again == *range)) fedcase::fuzz::fuzz_fail("a range does not read back");
-  for (uint64_t chunk_bytes : {uint64_t(1), uint64_t(4096), range->total, range->length()}) {
-    const uint64_t chunks = fedcase::rounds::chunk_count(range->total, chunk_bytes);
-    for (uint64_t stored : {uint64_t(0), chunks / 2, chunks}) {
-      auto place = fedcase::rounds::place_chunk(range->total, chunk_bytes, stored, *range);
-      if (!place.ok()) continue;
-      if (place->index > stored || range->first != place->index * chunk_bytes ||
-          range->length() > chunk_bytes || place->resent != (place->index < stored) ||
-          place->last != (range->last + 1 == range->total)) {
-        fedcase::fuzz::fuzz_fail("placed a chunk where it does not go");
+  for (uint64_t piece_bytes : {uint64_t(1), uint64_t(4096), range->total, range->length()}) {
+    for (uint64_t chunk_bytes : {piece_bytes, 3 * piece_bytes, range->length()}) {
+      const auto grid = fedcase::rounds::upload_grid(range->total, piece_bytes, chunk_bytes);
+      for (uint64_t stored : {uint64_t(0), grid.pieces() / 2, grid.pieces()}) {
+        for (uint64_t arrived : {range->length(), range->length() / 2}) {
+          auto place = fedcase::rounds::place_chunk(grid, stored, *range, arrived);
+          if (!place.ok()) continue;
+          // Its pieces lie whole in the bytes that arrived, from a piece no further than the
+          // next one to store, and it is the last one only when they reach the update's end.
+          const uint64_t end = place->first_piece + place->pieces;
+          if (place->first_piece > stored || range->first != place->first_piece * piece_bytes ||
+              range->length() > grid.chunk_bytes || end > grid.pieces() ||
+              grid.end_of(end) > range->first + arrived ||
+              place->resent != std::min(place->pieces, stored - place->first_piece) ||
+              place->last != (end == grid.pieces() && place->pieces > 0)) {
+            fedcase::fuzz::fuzz_fail("placed a chunk where it does not go");
+          }
+        }
       }
     }
   }

@@ -160,35 +160,46 @@ Status check_chunked_upload(const JobConfig& config) {
   return ok_status();
 }
 
-uint64_t chunk_count(uint64_t bytes, uint64_t chunk_bytes) {
-  return bytes / chunk_bytes + (bytes % chunk_bytes != 0);
+UploadGrid upload_grid(uint64_t bytes, uint64_t piece_bytes, uint64_t chunk_bytes) {
+  return {bytes, piece_bytes, std::max(piece_bytes, chunk_bytes - chunk_bytes % piece_bytes)};
 }
 
-Result<ChunkPlace> place_chunk(uint64_t bytes, uint64_t chunk_bytes, uint64_t stored,
-                               const protocol::ContentRange& range) {
-  if (range.total != bytes) {
+Result<ChunkPlace> place_chunk(const UploadGrid& grid, uint64_t stored,
+                               const protocol::ContentRange& range, uint64_t arrived) {
+  if (range.total != grid.bytes) {
     return invalid_argument("the chunk says the update has " + std::to_string(range.total) +
-                            " bytes; the upload was opened for " + std::to_string(bytes));
+                            " bytes; the upload was opened for " + std::to_string(grid.bytes));
   }
-  if (range.first % chunk_bytes != 0) {
-    return invalid_argument("a chunk starts at a multiple of " + std::to_string(chunk_bytes) +
+  if (range.length() > grid.chunk_bytes) {
+    return invalid_argument("a chunk has at most " + std::to_string(grid.chunk_bytes) +
+                            " bytes; this one " + std::to_string(range.length()));
+  }
+  if (arrived > range.length()) {
+    return invalid_argument("the chunk's body has " + std::to_string(arrived) +
+                            " bytes; its Content-Range says " + std::to_string(range.length()));
+  }
+  if (range.first % grid.piece_bytes != 0) {
+    return invalid_argument("a chunk starts at a multiple of " + std::to_string(grid.piece_bytes) +
                             " bytes; this one at byte " + std::to_string(range.first));
   }
-  ChunkPlace place;
-  place.index = range.first / chunk_bytes;
-  const uint64_t end = std::min(bytes, range.first + chunk_bytes);
-  if (range.last + 1 != end) {
-    return invalid_argument("chunk " + std::to_string(place.index) + " is bytes " +
-                            std::to_string(range.first) + "-" + std::to_string(end - 1) +
-                            "; this one ends at byte " + std::to_string(range.last));
+  const bool whole = arrived == range.length();
+  const uint64_t end = range.last + 1;
+  if (whole && end % grid.piece_bytes != 0 && end != grid.bytes) {
+    return invalid_argument("a chunk ends at a multiple of " + std::to_string(grid.piece_bytes) +
+                            " bytes or at the update's end; this one at byte " +
+                            std::to_string(range.last));
   }
-  if (place.index > stored) {
-    const std::string received = std::to_string(stored * chunk_bytes);
+  ChunkPlace place;
+  place.first_piece = range.first / grid.piece_bytes;
+  if (place.first_piece > stored) {
+    const std::string received = std::to_string(grid.end_of(stored));
     return conflict("the upload holds its first " + received +
                     " bytes: send the chunk at byte " + received + " next");
   }
-  place.resent = place.index < stored;
-  place.last = end == bytes;
+  const uint64_t kept_end = whole ? end : range.first + arrived;
+  place.last = kept_end == grid.bytes;
+  place.pieces = (place.last ? grid.pieces() : kept_end / grid.piece_bytes) - place.first_piece;
+  place.resent = std::min(place.pieces, stored - place.first_piece);
   return place;
 }
 

@@ -5,6 +5,7 @@
 //
 // Pure functions; thread-safe.
 
+#include <algorithm>
 #include <optional>
 
 #include "aggregation/vector_ops.h"
@@ -84,20 +85,37 @@ Status check_chunked_upload(const JobConfig& config);
 Status check_chunk(const ModelLayout& carried, const JobConfig& config, uint64_t offset,
                    std::string_view chunk);
 
-// Where a chunk of an upload session goes. The update's `bytes` are cut in chunks of
-// `chunk_bytes` (the last one shorter, maybe), and the first `stored` chunks are held; a chunk
-// arrives as bytes [range.first, range.last] of range.total.
-struct ChunkPlace {
-  uint64_t index = 0;   // the chunk it is
-  bool resent = false;  // a chunk already stored (it must hold the same bytes)
-  bool last = false;    // the update's last chunk
+// How an upload session's update travels: its `bytes` are kept in pieces of `piece_bytes` (the
+// last one shorter, maybe), and a chunk carries whole pieces, `chunk_bytes` at most (a whole
+// number of pieces). A chunk whose connection drops mid-body keeps the whole pieces that
+// arrived, so a client resumes within a chunk, at the last piece's end.
+struct UploadGrid {
+  uint64_t bytes = 0;
+  uint64_t piece_bytes = 0;
+  uint64_t chunk_bytes = 0;
+  uint64_t pieces() const { return bytes / piece_bytes + (bytes % piece_bytes != 0); }
+  // The first byte after the first `pieces` pieces.
+  uint64_t end_of(uint64_t pieces) const { return std::min(bytes, pieces * piece_bytes); }
 };
-// The chunk's place, or why it has none: kInvalidArgument when range.total is not `bytes`,
-// range.first is not at a chunk's start or the range is not that whole chunk; kConflict for a
-// chunk past the next one to store (a gap), naming the byte to resume from.
-Result<ChunkPlace> place_chunk(uint64_t bytes, uint64_t chunk_bytes, uint64_t stored,
-                               const protocol::ContentRange& range);
-// The chunks an update of `bytes` bytes takes, of `chunk_bytes` each (the last maybe shorter).
-uint64_t chunk_count(uint64_t bytes, uint64_t chunk_bytes);
+// The grid of an update of `bytes` bytes kept in pieces of `piece_bytes` (>= 1), sent in chunks
+// of `chunk_bytes` rounded down to whole pieces (one piece at least).
+UploadGrid upload_grid(uint64_t bytes, uint64_t piece_bytes, uint64_t chunk_bytes);
+
+// Where a chunk goes: the pieces [first_piece, first_piece + pieces) it carries whole.
+struct ChunkPlace {
+  uint64_t first_piece = 0;
+  uint64_t pieces = 0;  // for a chunk cut short, those that arrived whole (maybe none)
+  uint64_t resent = 0;  // how many of them (the first ones) are stored already
+  bool last = false;    // it carries the update's last piece
+};
+// The place of a chunk sent as bytes [range.first, range.last] of range.total, of which
+// `arrived` bytes arrived (range.length() for a whole chunk; fewer when its connection dropped
+// mid-body), while the session holds its first `stored` pieces; or why it has none:
+// kInvalidArgument when range.total is not grid.bytes, the chunk is longer than
+// grid.chunk_bytes, starts off a piece, ends (when whole) off a piece and before the update's
+// end, or more bytes arrived than it has; kConflict for a chunk starting past the next piece to
+// store (a gap), naming the byte to resume from.
+Result<ChunkPlace> place_chunk(const UploadGrid& grid, uint64_t stored,
+                               const protocol::ContentRange& range, uint64_t arrived);
 
 }  // namespace fedcase::rounds

@@ -289,7 +289,7 @@ struct Call {
   std::vector<std::string> words;
   json body;
   std::string_view query;
-  double receive_seconds = 0;
+  const RequestContext& context;
 
   // A tenant sees only its own jobs; the admin and clients see every job.
   Scope scope() const { return caller.role == Role::kTenant ? Scope(caller.tenant) : Scope(); }
@@ -553,7 +553,7 @@ Reply masked_input(Coordinator& coordinator, const Call& call) {
   const Request& req = call.request;
   auto accepted = coordinator.submit_masked_input(
       call.caller.client, call.ids[0], call.ids[1], json_header(req, kSecAggHeader),
-      json_header(req, kMetaHeader), req.body(), call.receive_seconds);
+      json_header(req, kMetaHeader), req.body(), call.context.receive_seconds);
   if (!accepted.ok()) count_refusal<kInputStage>(coordinator, accepted.status());
   return upload_reply(coordinator, accepted, req);
 }
@@ -614,9 +614,9 @@ Reply task_status(Coordinator& coordinator, const Call& call) {
 Reply upload(Coordinator& coordinator, const Call& call) {
   const Request& req = call.request;
   // Parsed here, judged by the coordinator after its state checks.
-  auto accepted =
-      coordinator.submit_update(call.caller.client, call.ids[0], call.ids[1],
-                                json_header(req, kMetaHeader), req.body(), call.receive_seconds);
+  auto accepted = coordinator.submit_update(call.caller.client, call.ids[0], call.ids[1],
+                                            json_header(req, kMetaHeader), req.body(),
+                                            call.context.receive_seconds);
   return upload_reply(coordinator, accepted, req);
 }
 
@@ -643,9 +643,11 @@ Reply upload_chunk(Coordinator& coordinator, const Call& call) {
           ? Result<protocol::ContentRange>(invalid_argument("missing Content-Range header"))
           : protocol::parse_content_range(
                 std::string_view(header->value().data(), header->value().size()));
-  auto answer = coordinator.put_upload_chunk(call.caller.client, call.ids[0], call.ids[1],
-                                             call.words[0], range, req.body(),
-                                             call.receive_seconds);
+  auto answer = coordinator.put_upload_chunk(
+      call.caller.client, call.ids[0], call.ids[1], call.words[0], range, req.body(),
+      call.context.receive_seconds,
+      call.context.body_cut_short ? Coordinator::ChunkBody::kCutShort
+                                  : Coordinator::ChunkBody::kWhole);
   if (answer.ok() && answer->submitted) return upload_reply(coordinator, *answer->submitted, req);
   return result_reply(
       answer, [](const Coordinator::ChunkAnswer& a) { return upload_state_json(a.progress); },
@@ -930,7 +932,7 @@ Reply Api::handle(const Request& req, const RequestContext& context) {
     if (!limiter_.allow(key, RateLimiter::Clock::now(), retry_after)) {
       return answer(too_many_requests(retry_after, req));
     }
-    return route(req, caller, context.receive_seconds);
+    return route(req, caller, context);
   } catch (const std::exception& e) {
     // A bug: the details go to the log, never to the caller.
     log_error(std::string("request failed: ") + e.what());
@@ -938,7 +940,7 @@ Reply Api::handle(const Request& req, const RequestContext& context) {
   }
 }
 
-Reply Api::route(const Request& req, const Caller& caller, double receive_seconds) {
+Reply Api::route(const Request& req, const Caller& caller, const RequestContext& context) {
   std::string methods;
   const Route* route = find_route(req, &methods);
   if (!route && methods.empty()) return error_reply(not_found("no such endpoint"), req);
@@ -952,6 +954,10 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
   if (!(route->roles & role_bit(caller.role))) {
     return error_reply(permission_denied("this token may not do that"), req);
   }
+  // Only a chunk keeps part of a body (whole pieces); any other request needs all of its.
+  if (context.body_cut_short && route->body != Body::kChunk) {
+    return error_reply(invalid_argument("the request's body was cut short"), req);
+  }
   const std::string_view target(req.target().data(), req.target().size());
   const size_t q = target.find('?');
   auto arguments = path_arguments(route->pattern, path_of(req));
@@ -962,7 +968,7 @@ Reply Api::route(const Request& req, const Caller& caller, double receive_second
             std::move(arguments->words),
             json(),
             q == std::string_view::npos ? std::string_view() : target.substr(q + 1),
-            receive_seconds};
+            context};
   if (route->body == Body::kJson) {
     auto body = parse_json_body(req);
     if (!body.ok()) return error_reply(body.status(), req);

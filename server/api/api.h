@@ -42,7 +42,7 @@ class Api : public RequestHandler {
   // address is over unauthenticated_per_second, else 401).
   std::optional<Response> refuse_unknown(const Request& header, const std::string& peer,
                                          Caller& caller);
-  Reply route(const Request& request, const Caller& caller, double receive_seconds);
+  Reply route(const Request& request, const Caller& caller, const RequestContext& context);
   // A dashboard file, "/" and "/dashboard" redirected to the page, or nullopt for any other
   // target.
   std::optional<Reply> dashboard(const Request& request);

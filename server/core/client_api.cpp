@@ -256,17 +256,14 @@ Result<UpdateAccepted> Coordinator::submit_blob(ClientId client, JobId job_id,
   return admit_upload(
       client, job_id, round_index, /*masked=*/false, meta_json, bytes.size(), upload_seconds,
       [&](const JobEntry& job, const HeldPlace& held, const protocol::UpdateMeta& meta,
-          const std::function<Status()>& admit) -> Result<double> {
+          const std::function<Status()>& admit) {
         // The update's values are validated and folded where they lie in the request body.
         BlobView update;
         FEDCASE_RETURN_IF_ERROR(view_blob(bytes, max_bytes, update));
         FEDCASE_RETURN_IF_ERROR(rounds::check_upload(
             job.update.layout, held.trained_on, held.round, job.config, update, meta.evaluation));
         FEDCASE_RETURN_IF_ERROR(admit());
-        const auto start = std::chrono::steady_clock::now();
-        FEDCASE_RETURN_IF_ERROR(
-            held.aggregate->add(update, meta.samples, held.discount));
-        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        return held.aggregate->add(update, meta.samples, held.discount);
       });
 }
 
@@ -276,7 +273,7 @@ Result<UpdateAccepted> Coordinator::submit_masked_input(
   return admit_upload(
       client, job_id, round_index, /*masked=*/true, meta_json, body.size(), upload_seconds,
       [&](const JobEntry& job, const HeldPlace& held, const protocol::UpdateMeta& meta,
-          const std::function<Status()>& admit) -> Result<double> {
+          const std::function<Status()>& admit) {
         auto header = header_json.ok() ? protocol::read_secagg_masked_input(*header_json)
                                        : Result<protocol::SecAggMaskedInput>(header_json.status());
         if (!header.ok()) return header.status();
@@ -284,9 +281,7 @@ Result<UpdateAccepted> Coordinator::submit_masked_input(
             rounds::check_evaluation(held.trained_on, held.round, job.config, meta.evaluation));
         auto secure = secure_round(job_id, held.round);
         if (!secure.ok()) return secure.status();
-        const auto start = std::chrono::steady_clock::now();
-        FEDCASE_RETURN_IF_ERROR((*secure)->receive_masked_input(client, *header, body, admit));
-        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        return (*secure)->receive_masked_input(client, *header, body, admit);
       });
 }
 
@@ -356,18 +351,24 @@ Result<UpdateAccepted> Coordinator::admit_upload(ClientId client, JobId job_id,
   if (!bounded.ok()) return refuse(bounded);
   const double now = s.clock();
   bool filled = false;
+  std::chrono::steady_clock::time_point admitted_at;
   auto admit = [&]() -> Status {
     auto answer = s.replication->admit({job_id, round, client, *meta_json, now});
     if (!answer.ok()) return answer.status();
     admitted = true;
     filled = *answer;
     crash_point("admitted");
+    admitted_at = std::chrono::steady_clock::now();
     return ok_status();
   };
-  Result<double> fold_s = fold(*job, *held, *meta, admit);
-  if (!fold_s.ok()) return refuse(fold_s.status());
+  Status folded = fold(*job, *held, *meta, admit);
+  if (!folded.ok()) return refuse(folded);
   crash_point("folded");
-  s.metrics.observe(metric::kFoldSeconds, {}, *fold_s);
+  const double fold_s =
+      admitted
+          ? std::chrono::duration<double>(std::chrono::steady_clock::now() - admitted_at).count()
+          : 0;
+  s.metrics.observe(metric::kFoldSeconds, {}, fold_s);
   // Publish.
   const scheduling::RoundReport report =
       rounds::completion_report(*meta, held->model->blob.size(), body_bytes, upload_seconds);
@@ -377,7 +378,7 @@ Result<UpdateAccepted> Coordinator::admit_upload(ClientId client, JobId job_id,
   s.jobs.update(*job, [&](JobStatus& status) {
     rounds::Round& r = *status.round;  // a round with a reservation in flight stays open
     staleness = r.staleness(client);
-    completed = r.accept(client, report, now, *fold_s, std::move(meta->evaluation));
+    completed = r.accept(client, report, now, fold_s, std::move(meta->evaluation));
     accepted.updates = r.accepted();
   });
   if (job->config.asynchronous()) {

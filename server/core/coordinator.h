@@ -282,20 +282,26 @@ class Coordinator {
   // Where `client`'s session `upload` stands; 404 when the round holds no such session of it.
   Result<UploadProgress> upload_state(ClientId client, JobId job, RoundIndex round,
                                       const std::string& upload);
+  // How much of a chunk's body arrived: all of it, or the part before its connection dropped.
+  enum class ChunkBody { kWhole, kCutShort };
   // Takes one chunk (`range`: its Content-Range, or why it has none; `bytes`: its body, which
-  // took `receive_seconds` to arrive): stored in order (rounds::place_chunk: 400 misplaced,
-  // 409 a gap), a resent one compared with the one stored (409 if it differs). 404 no such
-  // session; 410 the round no longer wants the update, and the session is dropped. Once the
-  // last chunk is in, the update is read back from the store into a spool file, its digest
+  // took `receive_seconds` to arrive; `body`: whether all of it did). Its pieces are stored in
+  // order (rounds::place_chunk: 400 misplaced, 409 a gap); those stored already are compared
+  // with it (409 if they differ); a chunk cut short keeps the whole pieces that arrived. 404 no
+  // such session; 410 the round no longer wants the update, and the session is dropped. Once
+  // the last piece is in, the update is read back from the store into a spool file, its digest
   // checked (422) and it is submitted as submit_update submits one, with its refusals
-  // (ChunkAnswer::submitted); the session is then dropped, accepted or not. Memory: one
-  // chunk at a time, never the whole update: a float32 update is checked and folded a piece
-  // at a time from the spool file (submit_spooled), any other is read where it lies in the
-  // file mapped (submit_blob: a compressed update, or one whose header the checks refuse).
+  // (ChunkAnswer::submitted); the session is then dropped, accepted or not. Two requests
+  // storing the same pieces at once (a resent chunk and the cut one it replaces) both succeed;
+  // only the one storing the last piece submits. Memory: one chunk at a time, never the whole
+  // update: a float32 update is checked and folded a piece at a time from the spool file
+  // (submit_spooled), any other is read where it lies in the file mapped (submit_blob: a
+  // compressed update, or one whose header the checks refuse).
   Result<ChunkAnswer> put_upload_chunk(ClientId client, JobId job, RoundIndex round,
                                        const std::string& upload,
                                        const Result<protocol::ContentRange>& range,
-                                       std::string_view bytes, double receive_seconds);
+                                       std::string_view bytes, double receive_seconds,
+                                       ChunkBody body);
 
   // ---- secure aggregation (docs/protocol.md, "Secure aggregation"; secure/) ----
   // The secure round `round` of `job`, for a client's stage message or long poll (on a replica
@@ -388,10 +394,10 @@ class Coordinator {
   };
   // Checks an upload that holds a place and folds it in: runs `admit` (the admission through
   // the replication: its metadata recorded, or among a shared round's K places in the store)
-  // once the update is validated and before it folds; returns the fold's seconds.
-  using FoldUpload = std::function<Result<double>(const JobEntry& job, const HeldPlace& held,
-                                                  const protocol::UpdateMeta& meta,
-                                                  const std::function<Status()>& admit)>;
+  // once the update is validated and before it folds (the fold is timed from there).
+  using FoldUpload = std::function<Status(const JobEntry& job, const HeldPlace& held,
+                                          const protocol::UpdateMeta& meta,
+                                          const std::function<Status()>& admit)>;
   // The steps of every upload (docs/architecture.md, "An upload"): decide (the state checks
   // hold a place; a plain upload to a secure job, or a masked input to a plain one, is
   // kConflict), write (the metadata read, then `fold`), publish (the update counts). Any

@@ -1,10 +1,9 @@
 // The coordinator's upload sessions (coordinator.h, "uploads in chunks"): an update that
-// arrives in chunks, kept in the store until its last chunk, then submitted as a plain
+// arrives in chunks, kept in the store in pieces until its last one, then submitted as a plain
 // upload is (client_api.cpp, submit_update), its values read from a spool file a piece at a
 // time when it is a float32 update.
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <optional>
 
@@ -24,8 +23,16 @@ namespace {
 
 using nlohmann::json;
 
-Coordinator::UploadProgress progress_of(const storage::UploadRecord& u) {
-  return {u.job, u.round, u.id, u.bytes, u.chunk_bytes, std::min(u.bytes, u.chunks * u.chunk_bytes)};
+// An upload's grid: the store keeps its pieces as the session's chunks (UploadRecord::
+// chunk_bytes is the piece size it was opened with), sent in chunks of upload_chunk_bytes.
+rounds::UploadGrid grid_of(const storage::UploadRecord& u, const CoordinatorConfig& config) {
+  return rounds::upload_grid(u.bytes, u.chunk_bytes, config.upload_chunk_bytes);
+}
+
+Coordinator::UploadProgress progress_of(const storage::UploadRecord& u,
+                                        const CoordinatorConfig& config) {
+  const rounds::UploadGrid grid = grid_of(u, config);
+  return {u.job, u.round, u.id, u.bytes, grid.chunk_bytes, grid.end_of(u.chunks)};
 }
 
 // The float32 values of an update held whole in a spool file from byte `values_at` on, read a
@@ -92,11 +99,12 @@ Result<Coordinator::UploadProgress> Coordinator::open_upload(ClientId client, Jo
   }
   auto id = random_token(16);
   if (!id.ok()) return id.status();
-  storage::UploadRecord upload{job_id, round,  *id,         client, open->bytes,
-                               s.config.upload_chunk_bytes, open->sha256, *meta_json};
+  const uint64_t piece_bytes = std::min(s.config.upload_piece_bytes, s.config.upload_chunk_bytes);
+  storage::UploadRecord upload{job_id,      round,        *id,       client, open->bytes,
+                               piece_bytes, open->sha256, *meta_json};
   auto opened = s.store->open_upload(upload);
   if (!opened.ok()) return opened.status();
-  return progress_of(*opened);
+  return progress_of(*opened, s.config);
 }
 
 Result<Coordinator::UploadProgress> Coordinator::upload_state(ClientId client, JobId job,
@@ -105,13 +113,13 @@ Result<Coordinator::UploadProgress> Coordinator::upload_state(ClientId client, J
   auto upload = state_->store->get_upload(job, round, id);
   if (!upload.ok()) return upload.status();
   if (upload->client != client) return storage::upload_not_found(job, round, id);
-  return progress_of(*upload);
+  return progress_of(*upload, state_->config);
 }
 
 Result<Coordinator::ChunkAnswer> Coordinator::put_upload_chunk(
     ClientId client, JobId job, RoundIndex round, const std::string& id,
     const Result<protocol::ContentRange>& range, std::string_view bytes,
-    double receive_seconds) {
+    double receive_seconds, ChunkBody body) {
   State& s = *state_;
   auto upload = s.store->get_upload(job, round, id);
   if (!upload.ok()) return upload.status();
@@ -119,37 +127,61 @@ Result<Coordinator::ChunkAnswer> Coordinator::put_upload_chunk(
   if (upload->client != client) return storage::upload_not_found(job, round, id);
   FEDCASE_RETURN_IF_ERROR(upload_wanted(client, job, round, id));
   if (!range.ok()) return range.status();
-  if (range->length() != bytes.size()) {
+  if (body == ChunkBody::kWhole && range->length() != bytes.size()) {
     return invalid_argument("Content-Range says the chunk has " +
                             std::to_string(range->length()) + " bytes; its body has " +
                             std::to_string(bytes.size()));
   }
-  auto place = rounds::place_chunk(upload->bytes, upload->chunk_bytes, upload->chunks, *range);
+  const rounds::UploadGrid grid = grid_of(*upload, s.config);
+  auto place = rounds::place_chunk(grid, upload->chunks, *range, bytes.size());
   if (!place.ok()) return place.status();
-  if (place->resent) {
-    auto stored = s.store->get_upload_chunk(job, round, id, place->index);
+  const auto piece = [&](uint64_t index) {
+    const uint64_t first = index * grid.piece_bytes;
+    return bytes.substr(first - range->first, grid.end_of(index + 1) - first);
+  };
+  // A piece stored already, by an earlier request or by one storing it at once, holds the
+  // same bytes (an upload's bytes never change) or the chunk is refused.
+  const auto same_as_stored = [&](uint64_t index) -> Status {
+    auto stored = s.store->get_upload_chunk(job, round, id, index);
     if (!stored.ok()) return stored.status();
-    if (*stored != bytes) {
-      return conflict("chunk " + std::to_string(place->index) + " of upload " + id +
-                      " differs from the one received before: an upload's bytes never change "
-                      "(open a new upload for another update)");
-    }
-    return ChunkAnswer{progress_of(*upload), std::nullopt};
+    if (*stored == piece(index)) return ok_status();
+    return conflict("bytes " + std::to_string(index * grid.piece_bytes) + " to " +
+                    std::to_string(grid.end_of(index + 1) - 1) + " of upload " + id +
+                    " differ from those received before: an upload's bytes never change "
+                    "(open a new upload for another update)");
+  };
+  const uint64_t first_new = place->first_piece + place->resent;
+  const uint64_t end = place->first_piece + place->pieces;
+  for (uint64_t index = place->first_piece; index < first_new; ++index) {
+    FEDCASE_RETURN_IF_ERROR(same_as_stored(index));
   }
+  if (first_new == end) return ChunkAnswer{progress_of(*upload, s.config), std::nullopt};
   // A bad value is refused with the chunk that carries it, not once the update is whole.
   auto entry = s.find_job(job);
   if (!entry.ok()) return entry.status();
-  FEDCASE_RETURN_IF_ERROR(rounds::check_chunk((*entry)->update.layout, (*entry)->config,
-                                              range->first, bytes));
-  FEDCASE_RETURN_IF_ERROR(
-      s.store->put_upload_chunk(job, round, id, place->index, bytes, receive_seconds));
-  upload->chunks = place->index + 1;
-  upload->seconds += receive_seconds;
-  if (!place->last) return ChunkAnswer{progress_of(*upload), std::nullopt};
+  const uint64_t new_at = first_new * grid.piece_bytes;
+  FEDCASE_RETURN_IF_ERROR(rounds::check_chunk(
+      (*entry)->update.layout, (*entry)->config, new_at,
+      bytes.substr(new_at - range->first, grid.end_of(end) - new_at)));
+  bool stored_last = false;
+  for (uint64_t index = first_new; index < end; ++index) {
+    const std::string_view part = piece(index);
+    const double seconds = receive_seconds * double(part.size()) / double(bytes.size());
+    const Status put = s.store->put_upload_chunk(job, round, id, index, part, seconds);
+    if (put.code() == Code::kConflict) {
+      FEDCASE_RETURN_IF_ERROR(same_as_stored(index));  // another request stored it meanwhile
+    } else {
+      FEDCASE_RETURN_IF_ERROR(put);
+      upload->seconds += seconds;
+      stored_last = index + 1 == grid.pieces();
+    }
+    upload->chunks = index + 1;
+  }
+  if (!stored_last) return ChunkAnswer{progress_of(*upload, s.config), std::nullopt};
   Result<UpdateAccepted> submitted = submit_chunked(client, *upload);
   Status dropped = s.store->drop_upload(job, round, id);
   (void)dropped;  // the round's conclusion drops what is left
-  return ChunkAnswer{progress_of(*upload), std::move(submitted)};
+  return ChunkAnswer{progress_of(*upload, s.config), std::move(submitted)};
 }
 
 Status Coordinator::upload_wanted(ClientId client, JobId job, RoundIndex round,
@@ -205,7 +237,7 @@ Result<UpdateAccepted> Coordinator::submit_spooled(ClientId client,
       client, upload.job, upload.round, /*masked=*/false, upload.meta, upload.bytes,
       upload.seconds,
       [&](const JobEntry& job, const HeldPlace& held, const protocol::UpdateMeta& meta,
-          const std::function<Status()>& admit) -> Result<double> {
+          const std::function<Status()>& admit) {
         const ModelLayout& carried = job.update.layout;
         const SpooledValues reader(spool, blob_values_offset(carried));
         const aggregation::UpdateValues values{nullptr, nullptr, &reader};
@@ -213,10 +245,7 @@ Result<UpdateAccepted> Coordinator::submit_spooled(ClientId client,
                                                      job.config, model_version, values,
                                                      meta.evaluation));
         FEDCASE_RETURN_IF_ERROR(admit());
-        const auto start = std::chrono::steady_clock::now();
-        FEDCASE_RETURN_IF_ERROR(
-            held.aggregate->add(values, carried.element_count(), meta.samples, held.discount));
-        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        return held.aggregate->add(values, carried.element_count(), meta.samples, held.discount);
       });
 }
 

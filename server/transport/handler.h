@@ -45,6 +45,10 @@ struct Reply {
 struct RequestContext {
   double receive_seconds = 0;  // how long the body took to arrive (a client's upload speed)
   std::string peer;            // the client's address; empty when unknown
+  // The connection dropped while an upload's body arrived: the request's body holds the bytes
+  // that did, from the first, and its answer goes nowhere. A handler keeps what it can of it
+  // (a chunk of an upload session its whole pieces) or refuses it.
+  bool body_cut_short = false;
 };
 
 // The message a caller sees for every internal error; the details go to the log only.

@@ -354,7 +354,22 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
     net::async_read(
         stream_, net::buffer(body.data() + buffered, rest),
         [rest](const beast::error_code& ec, size_t read) { return ec ? 0 : rest - read; },
-        beast::bind_front_handler(&Session::on_read, this->shared_from_this()));
+        [self = this->shared_from_this(), buffered](beast::error_code ec, size_t read) {
+          if (ec && ec != net::error::operation_aborted && buffered + read > 0) {
+            return self->on_cut_body(buffered + read, read);
+          }
+          self->on_read(ec, read);
+        });
+  }
+
+  // The connection dropped (or stalled past read_timeout_s) while an upload's body arrived:
+  // its handler keeps what it can of the `arrived` bytes that did (RequestContext::
+  // body_cut_short), then the connection closes. No answer goes out.
+  void on_cut_body(size_t arrived, size_t n) {
+    frontend_.metrics.add(metric::kHttpReceivedBytes, {}, double(n));
+    tcp().expires_never();
+    request_->body().resize(arrived);
+    run_handler(/*body_cut_short=*/true);
   }
 
   void on_read_error(beast::error_code ec) {
@@ -385,10 +400,17 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
     if (ec) return on_read_error(ec);
     tcp().expires_never();
     if (!request_) request_.emplace(parser_->release());
+    run_handler(/*body_cut_short=*/false);
+  }
+
+  // Runs the request's handler on a handler thread; the session resumes on its strand with
+  // the reply, or closes when the body was cut short.
+  void run_handler(bool body_cut_short) {
     RequestContext context;
     context.receive_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - body_started_).count();
     context.peer = peer_;
+    context.body_cut_short = body_cut_short;
     net::thread_pool& pool = holds_body_slot_ ? *frontend_.upload_handlers : *frontend_.handlers;
     // The reply comes back through an executor that counts as outstanding work: with no other
     // operation pending (a drain closes everything else), the I/O threads would otherwise
@@ -396,16 +418,23 @@ class Session : public Drainable, public std::enable_shared_from_this<Session<St
     auto back = net::prefer(executor_, net::execution::outstanding_work.tracked);
     net::post(pool, [self = this->shared_from_this(), context, back] {
       Reply reply = self->frontend_.handler.handle(*self->request_, context);
-      net::post(back,
-                [self, reply = std::move(reply)]() mutable { self->on_reply(std::move(reply)); });
+      net::post(back, [self, reply = std::move(reply), cut = context.body_cut_short]() mutable {
+        self->release_request();
+        if (cut) return self->close();
+        self->on_reply(std::move(reply));
+      });
     });
   }
 
-  void on_reply(Reply reply) {
+  // The request's body is no longer needed once its handler ran.
+  void release_request() {
     if (holds_body_slot_) frontend_.upload_bodies.keep_buffer(std::move(request_->body()));
-    request_.reset();  // the body is no longer needed
+    request_.reset();
     parser_.reset();
     release_body_slot();
+  }
+
+  void on_reply(Reply reply) {
     if (reply.shared_body) {
       return send_shared(std::move(reply.response), reply.shared_body, reply.shared_offset,
                          reply.shared_length);

@@ -339,6 +339,68 @@ TEST_CASE("behind a link that drops mid-body, models and chunked updates arrive 
   CHECK(flaky.answer_bytes() <= 2 * 6 * bytes);
 }
 
+TEST_CASE("a chunk cut off mid-body keeps its whole pieces, and the client goes on from there") {
+  TempDir dir;
+  constexpr size_t kPiece = 16 << 10;
+  auto service = start_coordinator(dir, [](server::CoordinatorConfig& config) {
+    config.upload_chunk_bytes = kChunk;
+    config.upload_piece_bytes = kPiece;
+  });
+  const uint16_t port = service->port();
+  Caller admin(port, kAdminToken);
+  Caller enroll(port, kEnrollmentToken);
+  Reply registered = enroll.post("/v1/clients/register", {{"dataset_size", 200}});
+  REQUIRE(registered.status == 201);
+  const std::string token = registered.body["token"];
+  Caller client(port, token);
+  json job = bad_input_job();
+  job["clients_per_round"] = 1;
+  REQUIRE(admin.post("/v1/admin/jobs", job).status == 201);
+  Reply task = client.get("/v1/task?wait=3");
+  REQUIRE(task.status == 200);
+  Reply model = client.get(task.body["model_url"]);
+  REQUIRE(model.status == 200);
+  const ModelBlob global = std::move(decode_blob(model.raw, 1 << 24)).value();
+  std::vector<float> delta(global.data.size(), 0.0f);
+  delta[0] = 0.5f;
+  const std::string update = update_body(delta, 0, global.layout);
+  REQUIRE(update.size() > 4 * kChunk);
+  Reply opened = open_session(client, task.body["uploads_url"], update, sha256_hex(update));
+  REQUIRE(opened.status == 201);
+  const std::string url = opened.body["url"];
+  CHECK(opened.body["chunk_bytes"] == kChunk);
+
+  // The first chunk's connection drops after 40 KB of its request: its first two pieces (32
+  // KiB) arrived whole, and are kept.
+  CuttingProxy flaky(port, 40 * 1024, 1, CuttingProxy::Direction::kBoth);
+  Caller cut_off(flaky.port(), token);
+  CHECK(put_chunk(cut_off, url, update, 0, kChunk).status == 0);
+  CHECK(flaky.cuts_made() == 1);
+  CHECK(wait_until([&] { return client.get(url).body.value("received", 0) == 2 * kPiece; }, 10));
+  // Chunks go on from the piece the session holds up to; one resent from an earlier piece
+  // must hold the same bytes there.
+  Reply resumed = put_chunk(client, url, update, 2 * kPiece, kChunk);
+  REQUIRE(resumed.status == 200);
+  CHECK(resumed.body["received"] == 2 * kPiece + kChunk);
+  CHECK(put_chunk(client, url, update, kPiece, kChunk).status == 200);
+  std::string changed = update;
+  changed[kPiece + 10] ^= 1;
+  CHECK(put_chunk(client, url, changed, kPiece, kChunk).status == 409);
+  CHECK(put_chunk(client, url, update, kPiece + 1, kChunk).status == 400);  // off a piece
+  Reply last;
+  for (size_t at = 2 * kPiece + kChunk; at < update.size(); at += kChunk) {
+    last = put_chunk(client, url, update, at, std::min(kChunk, update.size() - at));
+    REQUIRE(last.status == 200);
+  }
+  CHECK(last.body["accepted"] == true);
+  // The update folded whole: the committed model moved by it.
+  REQUIRE(wait_until(
+      [&] { return admin.get("/v1/admin/jobs/1").body.value("state", "") == "finished"; }, 60));
+  Reply next = admin.get("/v1/jobs/1/models/1");
+  REQUIRE(next.status == 200);
+  CHECK(decode_blob(next.raw, 1 << 24)->data[0] == doctest::Approx(global.data[0] + 0.5f));
+}
+
 TEST_CASE("a download cut more often than the SDK resumes in a row still completes, never anew") {
   TempDir dir;
   auto service = start_coordinator(dir);

@@ -71,21 +71,26 @@ TEST_CASE("an update is float32 or compressed as its job asks, and checked decod
 
 TEST_CASE("a chunk goes at its place in the grid, in order, or is refused saying why") {
   using protocol::ContentRange;
-  // 10 bytes in chunks of 4: [0, 4), [4, 8), [8, 10); two stored.
-  auto place = [](uint64_t stored, ContentRange range) {
-    return place_chunk(10, 4, stored, range);
+  // 10 bytes in chunks of 4, one piece each: [0, 4), [4, 8), [8, 10); two stored.
+  const UploadGrid grid = upload_grid(10, 4, 4);
+  CHECK(grid.pieces() == 3);
+  CHECK(upload_grid(8, 4, 4).pieces() == 2);
+  CHECK(upload_grid(1, 4, 4).pieces() == 1);
+  auto place = [&](uint64_t stored, ContentRange range) {
+    return place_chunk(grid, stored, range, range.length());
   };
   auto next = place(2, {8, 9, 10});
   REQUIRE(next.ok());
-  CHECK(next->index == 2);
-  CHECK_FALSE(next->resent);
+  CHECK(next->first_piece == 2);
+  CHECK(next->pieces == 1);
+  CHECK(next->resent == 0);
   CHECK(next->last);
   auto resent = place(2, {4, 7, 10});
   REQUIRE(resent.ok());
-  CHECK(resent->index == 1);
-  CHECK(resent->resent);
+  CHECK(resent->first_piece == 1);
+  CHECK(resent->resent == 1);
   CHECK_FALSE(resent->last);
-  CHECK(place(0, {0, 3, 10})->index == 0);
+  CHECK(place(0, {0, 3, 10})->first_piece == 0);
   // A gap is a conflict naming the byte to go on from.
   auto gap = place(1, {8, 9, 10});
   CHECK(gap.status().code() == Code::kConflict);
@@ -99,9 +104,53 @@ TEST_CASE("a chunk goes at its place in the grid, in order, or is refused saying
     CAPTURE(bad.last);
     CHECK(place(2, bad).status().code() == Code::kInvalidArgument);
   }
-  CHECK(chunk_count(10, 4) == 3);
-  CHECK(chunk_count(8, 4) == 2);
-  CHECK(chunk_count(1, 4) == 1);
+  CHECK(place_chunk(grid, 2, {8, 9, 10}, 3).status().code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("a chunk is whole pieces; cut short, it keeps the pieces that arrived whole") {
+  using protocol::ContentRange;
+  // 22 bytes in pieces of 4, chunks of 10 rounded down to 8 (two pieces): three pieces stored.
+  const UploadGrid grid = upload_grid(22, 4, 10);
+  CHECK(grid.chunk_bytes == 8);
+  CHECK(grid.pieces() == 6);
+  CHECK(grid.end_of(3) == 12);
+  CHECK(grid.end_of(6) == 22);
+  // A chunk of two pieces from the next one; one of a piece; the last one, shorter.
+  auto two = place_chunk(grid, 3, {12, 19, 22}, 8);
+  REQUIRE(two.ok());
+  CHECK(two->first_piece == 3);
+  CHECK(two->pieces == 2);
+  CHECK(two->resent == 0);
+  CHECK(place_chunk(grid, 3, {12, 15, 22}, 4)->pieces == 1);
+  auto last = place_chunk(grid, 5, {20, 21, 22}, 2);
+  REQUIRE(last.ok());
+  CHECK(last->last);
+  CHECK(last->pieces == 1);
+  // Resent from an earlier piece: those stored already are counted, the rest are new.
+  auto overlap = place_chunk(grid, 3, {8, 15, 22}, 8);
+  REQUIRE(overlap.ok());
+  CHECK(overlap->first_piece == 2);
+  CHECK(overlap->pieces == 2);
+  CHECK(overlap->resent == 1);
+  // Cut short: the whole pieces that arrived (none, one), never a part of one; a cut last
+  // chunk never keeps its last piece.
+  CHECK(place_chunk(grid, 3, {12, 19, 22}, 3)->pieces == 0);
+  auto cut = place_chunk(grid, 3, {12, 19, 22}, 7);
+  REQUIRE(cut.ok());
+  CHECK(cut->pieces == 1);
+  CHECK_FALSE(cut->last);
+  auto cut_last = place_chunk(grid, 4, {16, 21, 22}, 5);
+  REQUIRE(cut_last.ok());
+  CHECK(cut_last->pieces == 1);
+  CHECK_FALSE(cut_last->last);
+  // Off a piece, or longer than a chunk: refused, cut or not.
+  CHECK(place_chunk(grid, 3, {12, 21, 22}, 10).status().code() == Code::kInvalidArgument);
+  CHECK(place_chunk(grid, 3, {12, 21, 22}, 5).status().code() == Code::kInvalidArgument);
+  CHECK(place_chunk(grid, 3, {10, 15, 22}, 3).status().code() == Code::kInvalidArgument);
+  CHECK(place_chunk(grid, 3, {12, 17, 22}, 6).status().code() == Code::kInvalidArgument);
+  CHECK(place_chunk(grid, 3, {12, 17, 22}, 5)->pieces == 1);  // cut: its whole piece kept
+  // A chunk smaller than a piece is one piece.
+  CHECK(upload_grid(100, 64, 16).chunk_bytes == 64);
 }
 
 TEST_CASE("a chunk's whole values are finite and its parameters within the norm bound") {

@@ -64,6 +64,26 @@ TEST_CASE("a chunk is at most a plain upload: by default 8 MiB, or max_upload_by
                        std::runtime_error);
 }
 
+TEST_CASE("a chunk is whole pieces: by default of 1 MiB, or the chunk when that is smaller") {
+  CHECK(parse_coordinator_config(kTokens).upload_piece_bytes == 1u << 20);
+  json odd = kTokens;
+  odd["max_upload_bytes"] = 5000000;  // the default chunk: the whole pieces that fit
+  CHECK(parse_coordinator_config(odd).upload_chunk_bytes == 4u << 20);
+  json small = kTokens;
+  small["upload_chunk_bytes"] = 64 << 10;  // a chunk below a piece is one piece
+  CHECK(parse_coordinator_config(small).upload_piece_bytes == 64u << 10);
+  json given = kTokens;
+  given["upload_chunk_bytes"] = 3 << 20;
+  given["upload_piece_bytes"] = 2 << 20;
+  CHECK_THROWS_WITH_AS(parse_coordinator_config(given), doctest::Contains("whole number"),
+                       std::runtime_error);
+  given["upload_piece_bytes"] = 4 << 20;  // larger than the chunk
+  CHECK_THROWS_WITH_AS(parse_coordinator_config(given), doctest::Contains("upload_piece_bytes"),
+                       std::runtime_error);
+  given["upload_piece_bytes"] = 1 << 20;
+  CHECK(parse_coordinator_config(given).upload_chunk_bytes == 3u << 20);
+}
+
 TEST_CASE("environment tokens override the config file") {
   setenv("FEDCASE_ADMIN_TOKEN", "from-environment-0123456789", 1);
   CoordinatorConfig c = parse_coordinator_config(kTokens);

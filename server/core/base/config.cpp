@@ -82,6 +82,7 @@ CoordinatorConfig parse_coordinator_config(const json& j) {
       .integer("max_json_bytes", c.max_json_bytes)
       .integer("max_upload_bytes", c.max_upload_bytes)
       .integer("upload_chunk_bytes", c.upload_chunk_bytes)
+      .integer("upload_piece_bytes", c.upload_piece_bytes)
       .integer("max_chunked_upload_bytes", c.max_chunked_upload_bytes)
       .text("spool_dir", c.spool_dir)
       .integer("max_model_bytes", c.max_model_bytes)
@@ -112,13 +113,30 @@ CoordinatorConfig parse_coordinator_config(const json& j) {
   if (s.ok()) s = check_range("max_upload_bodies", c.max_upload_bodies, 1, 4096);
   if (s.ok()) s = check_range("max_json_bytes", c.max_json_bytes, 1024, 64 << 20);
   if (s.ok()) s = check_range("max_upload_bytes", c.max_upload_bytes, 4096, 4.0 * (1ull << 30));
-  // A chunk is never larger than a plain upload (an update up to a chunk goes plain); the
-  // default chunk shrinks to a smaller max_upload_bytes, a chunk size given must fit it.
-  if (s.ok() && !(j.is_object() && j.contains("upload_chunk_bytes"))) {
+  // A chunk is never larger than a plain upload (an update up to a chunk goes plain) and is
+  // whole pieces: the default chunk shrinks to a smaller max_upload_bytes (in whole pieces),
+  // the default piece to a smaller chunk; sizes given must fit.
+  const auto given = [&j](const char* key) { return j.is_object() && j.contains(key); };
+  if (s.ok() && !given("upload_chunk_bytes")) {
     c.upload_chunk_bytes = std::min(c.upload_chunk_bytes, c.max_upload_bytes);
+  }
+  if (s.ok() && !given("upload_piece_bytes")) {
+    c.upload_piece_bytes = std::min(c.upload_piece_bytes, c.upload_chunk_bytes);
   }
   if (s.ok()) {
     s = check_range("upload_chunk_bytes", c.upload_chunk_bytes, 4096, double(c.max_upload_bytes));
+  }
+  if (s.ok()) {
+    s = check_range("upload_piece_bytes", c.upload_piece_bytes, 4096,
+                    double(c.upload_chunk_bytes));
+  }
+  if (s.ok() && !given("upload_chunk_bytes")) {
+    c.upload_chunk_bytes -= c.upload_chunk_bytes % c.upload_piece_bytes;
+  }
+  if (s.ok() && c.upload_chunk_bytes % c.upload_piece_bytes != 0) {
+    s = invalid_argument("upload_chunk_bytes (" + std::to_string(c.upload_chunk_bytes) +
+                         ") must be a whole number of upload_piece_bytes (" +
+                         std::to_string(c.upload_piece_bytes) + ")");
   }
   if (s.ok()) {
     s = check_range("max_chunked_upload_bytes", c.max_chunked_upload_bytes, 1024,

@@ -50,11 +50,13 @@ struct CoordinatorConfig {
   size_t max_json_bytes = 1 << 20;      // body limit of every JSON request
   size_t max_upload_bytes = 64u << 20;  // body limit of an update upload
   // Uploads in chunks (docs/protocol.md): the size of a chunk (the body limit of a chunk
-  // request), and the largest update an upload session takes. A session's chunks are kept in
-  // the database until its last one arrives; the update is then assembled, for its checks and
-  // its fold, in a file in spool_dir (empty: the system's temporary directory), which is
-  // unlinked at once.
+  // request), the pieces a session's bytes are kept in (a chunk is whole pieces; one cut off
+  // mid-body keeps the pieces that arrived whole; at most the chunk size), and the largest
+  // update an upload session takes. A session's pieces are kept in the database until its
+  // last one arrives; the update is then assembled, for its checks and its fold, in a file in
+  // spool_dir (empty: the system's temporary directory), which is unlinked at once.
   size_t upload_chunk_bytes = 8u << 20;
+  size_t upload_piece_bytes = 1u << 20;
   uint64_t max_chunked_upload_bytes = 4ull << 30;
   std::string spool_dir;
   // Largest model file a job may be created with (a multipart job creation's body may hold
