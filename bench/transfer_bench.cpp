@@ -252,11 +252,16 @@ json run_devices(bench::Channel& coordinator, const Plan& plan) {
   const std::string update = fedcase::encode_blob({0, layout, std::vector<float>(values, 0.0f)});
   const double down_goodput = double(model_bytes) / down_s / rate;
   const double up_goodput = double(update.size()) / up_s / rate;
+  // What the link carried each way (requests, answers and resent bytes included), against the
+  // model's and the update's bytes: above 1 by what the cuts made resend.
+  const double down_carried = double(link.bytes(ShapedLink::kDown)) / double(model_bytes);
+  const double up_carried = double(link.bytes(ShapedLink::kUp)) / double(update.size());
   std::printf("(a) %.0f MiB through %.0f Mbit/s cut every %llu MB: download %.1f s (%.3fx the "
-              "rate, %d cuts), upload %.1f s (%.3fx, %d cuts); %.0f s in all\n",
+              "rate, %d cuts, the link carried %.3fx the model), upload %.1f s (%.3fx, %d cuts, "
+              "%.3fx the update); %.0f s in all\n",
               double(plan.model_mib), plan.rate_mbit, (unsigned long long)plan.cut_every_mb,
-              down_s, down_goodput, link.cuts(ShapedLink::kDown), up_s, up_goodput,
-              link.cuts(ShapedLink::kUp), a_s);
+              down_s, down_goodput, link.cuts(ShapedLink::kDown), down_carried, up_s, up_goodput,
+              link.cuts(ShapedLink::kUp), up_carried, a_s);
   std::fflush(stdout);
 
   // (b) the other devices' uploads at once, while the coordinator watches its memory.
@@ -307,6 +312,8 @@ json run_devices(bench::Channel& coordinator, const Plan& plan) {
           {"upload_goodput_vs_rate", up_goodput},
           {"download_cuts", link.cuts(ShapedLink::kDown)},
           {"upload_cuts", link.cuts(ShapedLink::kUp)},
+          {"download_link_bytes_vs_model", down_carried},
+          {"upload_link_bytes_vs_update", up_carried},
           {"concurrent_uploads_s", b_s},
           {"compressed", compressed},
           {"head_only_round_bytes", second_round},
