@@ -304,7 +304,7 @@ Json run_round(const Options& o, size_t n, size_t length) {
     secagg::SecAggMaskedVector masked = meters[i].run([&] {
       return require(
           clients[i]->mask_input(parse(forwarded, protocol::read_secagg_forwarded_shares),
-                                 update.data(), length, weight_of(i)),
+                                 update.data(), length, weight_of(i), 1),
           "mask");
     });
     const std::string header = text(masked.header, protocol::write_secagg_masked_input);

@@ -83,7 +83,8 @@ Result<SecureTask::MaskedInput> SecureTask::mask(const std::vector<float>& delta
   if (!reply.ok()) return reply.status();
   auto forwarded = read_text(*reply, protocol::read_secagg_forwarded_shares);
   if (!forwarded.ok()) return forwarded.status();
-  auto masked = client_.mask_input(*forwarded, delta.data(), delta.size(), weight);
+  auto masked = client_.mask_input(*forwarded, delta.data(), delta.size(), weight,
+                                   urls_.staleness_factor.value_or(1.0));
   if (!masked.ok()) return unavailable("cannot mask the update: " + masked.status().message());
   return MaskedInput{std::move(masked->body),
                      protocol::write_secagg_masked_input(masked->header).dump()};

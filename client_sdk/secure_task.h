@@ -49,7 +49,8 @@ class SecureTask {
     std::string header;
   };
   // Waits for the shares forwarded to this client and masks `delta` (the trained model minus
-  // the task's model) with `weight` (its samples). kUnavailable when the share stage ended
+  // the task's model) with `weight` (its samples), its values scaled by a ready cohort's
+  // staleness factor (the task's; 1 in a synchronous round). kUnavailable when the share stage ended
   // without this client or too few neighbours shared (it is then left out of the round).
   Result<MaskedInput> mask(const std::vector<float>& delta, uint64_t weight);
   // Waits for the unmask request and answers it (never revealing both shares of a neighbour:

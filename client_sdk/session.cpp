@@ -102,6 +102,13 @@ struct Session::Impl {
   // session; a session registers anew (a new id) on every start.
   secagg::KeyPair signing;
   std::optional<CachedModel> cached;
+  // Secure asynchronous jobs (ready cohorts): the newest update reported ready, by job, kept
+  // for the cohort that masks it (its task comes later, maybe more than once if one fails).
+  struct ReadyUpdate {
+    std::vector<float> delta;
+    protocol::UpdateMeta meta;
+  };
+  std::map<JobId, ReadyUpdate> ready_updates;
   std::optional<CachedModule> module;
   std::string prepared;                    // the model the trainer is prepared for (its key)
   std::pair<std::string, Status> refused;  // the last model the trainer refused, and why
@@ -564,12 +571,15 @@ struct Session::Impl {
     log(LogLevel::kDebug, "task: job " + std::to_string(task.job) + " round " +
                               std::to_string(task.round) + ", expected to take " +
                               std::to_string(task.expected_duration_s) + " s");
+    const protocol::SecAggTask* secagg =
+        task.secure_aggregation ? &*task.secure_aggregation : nullptr;
+    if (secagg && secagg->staleness_factor) return join_cohort(task);
     std::unique_ptr<SecureTask> secure;
-    if (task.secure_aggregation) {
+    if (secagg && !secagg->ready()) {
       // Keys are agreed before training, so that only the masked input waits on it.
       secure = secure_task(task);
       FEDCASE_RETURN_IF_ERROR(secure->share_keys());
-    } else if (config.require_secure_aggregation) {
+    } else if (!secagg && config.require_secure_aggregation) {
       stats.tasks_declined++;
       return unavailable("task of job " + std::to_string(task.job) +
                          " declined: its updates are not securely aggregated");
@@ -597,6 +607,7 @@ struct Session::Impl {
         return ok_status();
       }
     }
+    if (secagg && secagg->ready()) return report_ready(task, std::move(delta), std::move(meta));
     std::map<std::string, std::string> headers = {
         {"Content-Type", "application/octet-stream"},
         {"X-Fedcase-Meta", protocol::write_update_meta(meta).dump()}};
@@ -618,6 +629,53 @@ struct Session::Impl {
               ? upload_in_chunks(task, body, headers)
               : call("POST", task.upload_url, body, headers, config.request_timeout_s);
     }
+    return count_answer(r, secure.get());
+  }
+
+  // A secure asynchronous job's trained update (docs/secure_aggregation.md, "ready cohorts"):
+  // its metadata goes to the task's ready_url, the update stays here for its cohort.
+  Status report_ready(const protocol::TaskOffer& task, std::vector<float> delta,
+                      protocol::UpdateMeta meta) {
+    auto r = call("POST", task.secure_aggregation->ready_url, "",
+                  {{"X-Fedcase-Meta", protocol::write_update_meta(meta).dump()}},
+                  config.request_timeout_s);
+    if (!r.ok()) return r.status();
+    if (r->status != 200) {
+      stats.updates_refused++;
+      log(LogLevel::kDebug, "ready report refused: " + error_text(*r));
+      return ok_status();
+    }
+    stats.ready_reports++;
+    ready_updates[task.job] = {std::move(delta), std::move(meta)};
+    return ok_status();
+  }
+
+  // A cohort's task: the update reported ready, masked (its values scaled by the task's
+  // staleness factor) in the cohort's secure round. A client that no longer holds it (a
+  // restart) sits the cohort out: the round goes on without it.
+  Status join_cohort(const protocol::TaskOffer& task) {
+    auto kept = ready_updates.find(task.job);
+    if (kept == ready_updates.end()) {
+      stats.tasks_declined++;
+      log(LogLevel::kWarn, "cohort task of job " + std::to_string(task.job) +
+                               " declined: no update of it is kept here");
+      return ok_status();
+    }
+    std::unique_ptr<SecureTask> secure = secure_task(task);
+    FEDCASE_RETURN_IF_ERROR(secure->share_keys());
+    auto masked = secure->mask(kept->second.delta, kept->second.meta.samples);
+    if (!masked.ok()) return masked.status();
+    auto r = call("POST", task.secure_aggregation->masked_input_url, masked->body,
+                  {{"Content-Type", "application/octet-stream"},
+                   {"X-Fedcase-Meta", protocol::write_update_meta(kept->second.meta).dump()},
+                   {"X-Fedcase-SecAgg", masked->header}},
+                  config.request_timeout_s);
+    return count_answer(r, secure.get());
+  }
+
+  // Counts the answer to an update or masked input; a secure round's accepted input goes on
+  // to its unmask stage.
+  Status count_answer(const Result<HttpResponse>& r, SecureTask* secure) {
     if (!r.ok()) return r.status();
     if (r->status == 200) {
       stats.updates_accepted++;

@@ -78,6 +78,8 @@ struct SessionStats {
   std::atomic<uint64_t> updates_skipped{0};  // not sent: the round no longer needed them
   std::atomic<uint64_t> tasks_declined{0};   // plain tasks, with require_secure_aggregation
   std::atomic<uint64_t> unmask_answers{0};   // secure rounds: unmask requests answered
+  // Secure asynchronous jobs: updates reported ready, kept for a cohort.
+  std::atomic<uint64_t> ready_reports{0};
   std::atomic<uint64_t> model_downloads{0};
   // Of those, the ones that fetched only the part of the model its job trains.
   std::atomic<uint64_t> trainable_downloads{0};

@@ -146,10 +146,18 @@ Status read(const nlohmann::json& value, const std::string& where, Compression& 
 
 Status read(const nlohmann::json& value, const std::string& where, SecAggTask& out, Keys* keys) {
   ObjectReader r(value, where);
-  read_path(r, "keys_url", out.keys_url);
-  read_path(r, "shares_url", out.shares_url);
-  read_path(r, "masked_input_url", out.masked_input_url);
-  read_path(r, "unmask_url", out.unmask_url);
+  if (r.member("ready_url") != nullptr) {
+    read_path(r, "ready_url", out.ready_url);
+  } else {
+    read_path(r, "keys_url", out.keys_url);
+    read_path(r, "shares_url", out.shares_url);
+    read_path(r, "masked_input_url", out.masked_input_url);
+    read_path(r, "unmask_url", out.unmask_url);
+    r.number("staleness_factor", out.staleness_factor, 0, 1);
+    if (r.status().ok() && out.staleness_factor) {
+      check(r, *out.staleness_factor > 0, "staleness_factor", "must be in (0, 1]");
+    }
+  }
   r.require("stage_seconds").finite("stage_seconds", out.stage_seconds, 0);
   if (r.status().ok()) check(r, out.stage_seconds > 0, "stage_seconds", "must be > 0");
   return finish(r, keys);
@@ -288,11 +296,14 @@ Result<SecAggTask> read_secagg_task(const nlohmann::json& secure, const std::str
 }
 
 nlohmann::json write_secagg_task(const SecAggTask& s) {
-  return {{"keys_url", s.keys_url},
-          {"shares_url", s.shares_url},
-          {"masked_input_url", s.masked_input_url},
-          {"unmask_url", s.unmask_url},
-          {"stage_seconds", s.stage_seconds}};
+  if (s.ready()) return {{"ready_url", s.ready_url}, {"stage_seconds", s.stage_seconds}};
+  nlohmann::json out = {{"keys_url", s.keys_url},
+                        {"shares_url", s.shares_url},
+                        {"masked_input_url", s.masked_input_url},
+                        {"unmask_url", s.unmask_url},
+                        {"stage_seconds", s.stage_seconds}};
+  if (s.staleness_factor) out["staleness_factor"] = *s.staleness_factor;
+  return out;
 }
 
 Result<CacheDirectives> read_cache_directives(const nlohmann::json& cache,

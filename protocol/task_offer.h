@@ -88,23 +88,34 @@ struct CacheDirectives {
 };
 
 // Secure aggregation: the task's `secure_aggregation` member, present when the job masks its
-// updates (docs/protocol.md, "Secure aggregation"). Every member is required.
+// updates (docs/protocol.md, "Secure aggregation"). Either a round's stages (the four stage
+// URLs) or, in an asynchronous job whose updates are summed in ready cohorts, a training task's
+// `ready_url` alone (docs/secure_aggregation.md, "Asynchronous jobs: ready cohorts").
 struct SecAggTask {
   // Paths on the coordinator (as the task's other URLs): POST the advertised keys to keys_url
   // and GET the graph and key list there; POST the shares to shares_url and GET the forwarded
   // shares there; POST the masked vector to masked_input_url; GET the unmask request from
-  // unmask_url and POST the answer there.
+  // unmask_url and POST the answer there. Empty on a ready task.
   std::string keys_url;
   std::string shares_url;
   std::string masked_input_url;
   std::string unmask_url;
   // The longest the key stages and the unmask stage each wait for answers, finite, > 0.
   double stage_seconds = 10;
+  // A ready task's: the client trains, keeps its update and POSTs the update's metadata here
+  // (no payload); its cohort's task comes later. Empty otherwise.
+  std::string ready_url;
+  // A cohort's task (the stages over updates its members reported ready): the factor s(tau)
+  // in (0, 1] the member's values are scaled by (its staleness, secagg::SecAggClient::
+  // mask_input); the member trains nothing. Absent in a synchronous round.
+  std::optional<double> staleness_factor;
 
+  bool ready() const { return !ready_url.empty(); }
   bool operator==(const SecAggTask& o) const {
     return keys_url == o.keys_url && shares_url == o.shares_url &&
            masked_input_url == o.masked_input_url && unmask_url == o.unmask_url &&
-           stage_seconds == o.stage_seconds;
+           ready_url == o.ready_url && stage_seconds == o.stage_seconds &&
+           staleness_factor == o.staleness_factor;
   }
   bool operator!=(const SecAggTask& o) const { return !(*this == o); }
 };

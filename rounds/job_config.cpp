@@ -147,11 +147,6 @@ Result<secagg::SecureAggregationConfig> parse_secure(const json& j, const JobCon
         "job.max_update_norm cannot apply with secure_aggregation: the coordinator never sees "
         "one update; each client clips its own to secure_aggregation.clip before masking it");
   }
-  if (c.asynchronous()) {
-    return invalid_argument(
-        "job.secure_aggregation needs \"mode\": \"sync\" until a buffered variant exists: a "
-        "buffer's updates are weighted by their staleness one by one");
-  }
   if (s.clip == 0) s.clip = a.clip_norm;
   if (!(s.clip > 0)) {
     return invalid_argument(

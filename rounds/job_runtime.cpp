@@ -256,8 +256,8 @@ json round_metrics(const Round& round, const Kept& kept, double now) {
 }  // namespace
 
 Conclusion JobRuntime::close(Round& round, double now, const std::string& failure,
-                             bool stopped_early) {
-  if (round.buffered()) return close_buffer(round, now, failure, stopped_early);
+                             bool stopped_early, bool carry) {
+  if (round.buffered()) return close_buffer(round, now, failure, stopped_early, carry);
   round.close();
   const auto& accepted = round.accepted_updates();
   Conclusion c;
@@ -333,7 +333,7 @@ Conclusion JobRuntime::close(Round& round, double now, const std::string& failur
 }
 
 Conclusion JobRuntime::close_buffer(Round& buffer, double now, const std::string& failure,
-                                    bool stopped_early) {
+                                    bool stopped_early, bool carry) {
   buffer.close();
   Conclusion c;
   c.round = buffer.index();
@@ -377,10 +377,11 @@ Conclusion JobRuntime::close_buffer(Round& buffer, double now, const std::string
   c.policy_state = policy_state_;
 
   // A stopped job's tasks end with it; any other buffer's carry over, whatever its outcome.
-  carried_ = stopped_early ? std::vector<Round::Assignment>() : buffer.in_flight();
+  const std::vector<Round::Assignment> in_flight = buffer.in_flight(/*committed=*/failure.empty());
+  carried_ = carry ? in_flight : std::vector<Round::Assignment>();
   c.metrics = round_metrics(buffer, kept, now);
   c.metrics["invited"] = buffer.dispatched().size();
-  c.metrics["in_flight"] = buffer.in_flight().size();
+  c.metrics["in_flight"] = in_flight.size();
   c.metrics["finished"] = finished;
   c.metrics["dropped"] = dropped;
   c.metrics["staleness"] = staleness;
@@ -457,8 +458,8 @@ Status step_model(aggregation::ServerOptimizer& optimizer, const UpdateLayout& u
   return ok_status();
 }
 
-Conclusion JobRuntime::fail(Round& round, double now, const std::string& why) {
-  return close(round, now, why, /*stopped_early=*/true);
+Conclusion JobRuntime::fail(Round& round, double now, const std::string& why, bool goes_on) {
+  return close(round, now, why, /*stopped_early=*/true, /*carry=*/goes_on);
 }
 
 Conclusion JobRuntime::conclude(Round& round, double now) {
@@ -467,9 +468,9 @@ Conclusion JobRuntime::conclude(Round& round, double now) {
                  std::string(round.buffered() ? "concluded" : "deadline passed") + " with " +
                      std::to_string(round.accepted()) + " updates, " +
                      std::to_string(config_.min_updates) + " needed",
-                 /*stopped_early=*/false);
+                 /*stopped_early=*/false, /*carry=*/true);
   }
-  Conclusion c = close(round, now, "", /*stopped_early=*/false);
+  Conclusion c = close(round, now, "", /*stopped_early=*/false, /*carry=*/true);
   auto failed = [&](const std::string& why) {
     c.state = RoundState::kFailed;
     c.failure = why;

@@ -160,8 +160,10 @@ class JobRuntime {
   // accepted, else fails it. The policy learns from the round either way. A committed round
   // whose aggregate or next model is not finite is failed instead.
   Conclusion conclude(Round& round, double now);
-  // Concludes `round` as failed, for `why` (cancelled, target reached, ...).
-  Conclusion fail(Round& round, double now, const std::string& why);
+  // Concludes `round` as failed, for `why` (cancelled, target reached, a failed cohort, ...).
+  // A buffer's tasks in flight carry over to the next buffer when the job `goes_on` (a failed
+  // cohort's members among them, ready again), and end with it otherwise.
+  Conclusion fail(Round& round, double now, const std::string& why, bool goes_on);
   // The conclusion is durable: its model becomes current.
   void adopt(const Conclusion& conclusion);
   // The conclusion could not be stored: the optimizer step is undone.
@@ -172,11 +174,13 @@ class JobRuntime {
   // The record of a round that ends without a model; the policy learns from it. With
   // `stopped_early` (a cancel, a reached target) invitees still inside the deadline are
   // "round stopped", not blamed for missing it.
-  Conclusion close(Round& round, double now, const std::string& failure, bool stopped_early);
-  // close() for a buffer: the policy learns from the updates it kept and the tasks it dropped;
-  // the tasks in flight are carried to the next buffer unless the job stopped.
+  // A buffer's tasks in flight carry over to the next buffer when `carry` (its cohort's
+  // members too when it closes with a `failure`: Round::in_flight).
+  Conclusion close(Round& round, double now, const std::string& failure, bool stopped_early,
+                   bool carry);
+  // close() for a buffer: the policy learns from the updates it kept and the tasks it dropped.
   Conclusion close_buffer(Round& buffer, double now, const std::string& failure,
-                          bool stopped_early);
+                          bool stopped_early, bool carry);
   // Selects up to `count` of the clients `pool` marks available and `excluded` does not name
   // for round `index`, and plans their tasks.
   Result<scheduling::RoundPlan> select_and_plan(const std::vector<PoolClient>& pool,

@@ -60,7 +60,13 @@ std::vector<Transition> make_transitions() {
       go(kAdmitting, E::kFilledElsewhere, P::kClosingAdmission, A::kCloseAdmission,
          "the replicas admitted K updates between them: admission closes"),
       go(phases({P::kMaskedInput}), E::kInputsComplete, P::kClosingAdmission, A::kCloseAdmission,
-         "every client that shared its keys sent its masked input"),
+         "every client that shared its keys sent its masked input (or, a cohort's, "
+         "stage_seconds passed)"),
+      stay(phases({P::kOpen}), E::kCohortDue, A::kOpenCohort,
+           "a secure job's buffer holds K updates reported ready: their cohort's secure round "
+           "opens"),
+      go(phases({P::kOpen}), E::kCohortOpened, P::kAdvertiseKeys, A::kNone,
+         "the cohort's secure round opened: its members advertise their keys"),
       stay(phases({P::kOpen}), E::kTaskDeadline, A::kExpire,
            "a buffer's task passed its deadline: it is dropped"),
       stay(phases({P::kOpen}), E::kSlotsFree, A::kRefill,
@@ -174,6 +180,8 @@ const char* event_name(Event event) {
       return "opened_secure";
     case E::kFollowed:
       return "followed";
+    case E::kCohortOpened:
+      return "cohort_opened";
     case E::kStageClosed:
       return "stage_closed";
     case E::kAdmissionClosed:
@@ -208,6 +216,8 @@ const char* event_name(Event event) {
       return "filled_elsewhere";
     case E::kInputsComplete:
       return "inputs_complete";
+    case E::kCohortDue:
+      return "cohort_due";
     case E::kTaskDeadline:
       return "task_deadline";
     case E::kSlotsFree:
@@ -254,6 +264,8 @@ const char* action_name(Action action) {
       return "close_stage";
     case A::kCloseAdmission:
       return "close_admission";
+    case A::kOpenCohort:
+      return "open_cohort";
     case A::kExpire:
       return "expire";
     case A::kRefill:
@@ -324,6 +336,7 @@ Events events_of(Phase phase, const Facts& f) {
   set(E::kDue, f.due && settled);
   set(E::kFilledElsewhere, f.filled_elsewhere);
   set(E::kInputsComplete, f.secure && f.inputs_complete && settled);
+  set(E::kCohortDue, f.secure && f.buffered && f.cohort_due);
   set(E::kTaskDeadline, f.buffered && f.task_deadline_passed);
   set(E::kSlotsFree, f.buffered && f.slots_free && f.job == JobState::kRunning);
   set(E::kPartialsIn, !f.secure && f.partials_in && settled);

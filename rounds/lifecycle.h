@@ -16,7 +16,9 @@
 // this one by `lifecycle_table`):
 //  - an owner's round: kIdle -> kOpen (or, secure, kAdvertiseKeys -> kShareKeys ->
 //    kMaskedInput) -> kClosingAdmission -> kGathering -> (secure: kUnmask ->) kConcluding ->
-//    kIdle, through kResolving when the store's answer to the conclusion was lost;
+//    kIdle, through kResolving when the store's answer to the conclusion was lost; a secure
+//    asynchronous job's buffer goes from kOpen to the key stages once K of its clients
+//    reported their updates ready (its cohort, docs/secure_aggregation.md);
 //  - a follower's copy of another replica's round: kIdle -> kFollowing -> kHandingOver ->
 //    (secure: kRelaying ->) kIdle.
 //
@@ -56,6 +58,7 @@ enum class Event : uint8_t {
   // Outcomes.
   kOpened,                // a round opened: its tasks are out
   kOpenedSecure,          // a secure round opened: its invitees advertise their keys
+  kCohortOpened,          // a buffer's cohort opened its secure round: its members advertise keys
   kFollowed,              // a copy of the owner's round serves here
   kStageClosed,           // a secure key stage closed: its messages reach every replica
   kAdmissionClosed,       // admission closed (in the store, when shared)
@@ -75,6 +78,8 @@ enum class Event : uint8_t {
   kDue,                // filled, or past its deadline, with no upload in flight
   kFilledElsewhere,    // shared: the replicas admitted K updates between them
   kInputsComplete,     // secure: every client that shared its keys sent its masked input
+                       // (a cohort's: or stage_seconds passed)
+  kCohortDue,          // a secure job's buffer holds K updates reported ready for a cohort
   kTaskDeadline,       // a buffer's task passed its deadline
   kSlotsFree,          // a running buffer has free slots
   kPartialsIn,         // every replica holding admitted updates wrote its partial
@@ -104,6 +109,7 @@ enum class Action : uint8_t {
   kFollow,           // a copy of the owner's round, from the store
   kCloseStage,       // closes the open key stage and publishes the next stage's messages
   kCloseAdmission,   // closes the round to admission (in the store first, when shared)
+  kOpenCohort,       // opens the secure round of a cohort of the buffer's ready clients
   kExpire,           // drops the buffer's tasks past their deadline
   kRefill,           // hands out tasks for the buffer's free slots (jobs in their tenants' turn)
   kCloseInputs,      // merges the masked partials and closes the masked inputs
@@ -157,6 +163,7 @@ struct Facts {
   bool uploads_in_flight = false;
   bool task_deadline_passed = false;  // a buffer's task is past its deadline
   bool slots_free = false;            // a buffer's free slots
+  bool cohort_due = false;            // a secure job's buffer holds K ready updates
   bool failing = false;               // a reason to fail it was recorded
   bool shutting_down = false;         // the coordinator stops
   // The secure round (secure rounds only).

@@ -90,6 +90,8 @@ const char* admission_reason(Admission admission) {
       return "places held";
     case Admission::kTooStale:
       return "too stale";
+    case Admission::kReady:
+      return "reported ready";
   }
   return "unknown";
 }
@@ -106,6 +108,7 @@ Round::Round(Spec spec, std::vector<Assignment> carried, std::shared_ptr<RoundAg
     : spec_(spec), aggregate_(std::move(aggregate)) {
   for (Assignment& a : carried) {
     if (a.fetched_at) handed_out_[a.task.client] = *a.fetched_at;
+    if (a.ready) ready_.push_back(a.task.client);
     tasks_.push_back(std::move(a.task));
     terms_.push_back(a.terms);
   }
@@ -143,7 +146,9 @@ bool Round::holds_task_of(ClientId client, RoundIndex round) const {
 Status Round::check_task_round(ClientId client, RoundIndex round) const {
   const Terms* terms = terms_for(client);
   // A buffer's dropped task is answered why by admission().
+  // A cohort's member sends its masked input to the buffer's own index (its cohort's).
   const bool reaches = !spec_.buffered    ? round == spec_.index
+                       : in_cohort(client) ? round == spec_.index
                        : terms != nullptr ? terms->round == round
                                           : round == spec_.index || dropped_why_.count(client) > 0;
   if (reaches) return ok_status();
@@ -167,6 +172,7 @@ void Round::drop(ClientId client, const std::string& why, double until) {
   dropped_client_s_ += std::max(0.0, until - std::max(spec_.opened_at, terms.assigned_at));
   tasks_.erase(tasks_.begin() + it->second);
   terms_.erase(terms_.begin() + it->second);
+  ready_.erase(std::remove(ready_.begin(), ready_.end(), client), ready_.end());
   dropped_why_[client] = why;
   index_tasks();
 }
@@ -175,7 +181,8 @@ std::vector<ClientId> Round::expire(double now) {
   std::vector<ClientId> expired;
   for (size_t i = 0; i < tasks_.size(); ++i) {
     const ClientId client = tasks_[i].client;
-    if (now >= terms_[i].deadline && !accepted_.count(client) && !reserved_.count(client)) {
+    if (now >= terms_[i].deadline && !accepted_.count(client) && !reserved_.count(client) &&
+        !in_cohort(client)) {
       expired.push_back(client);
     }
   }
@@ -187,20 +194,50 @@ std::vector<ClientId> Round::expire(double now) {
 
 void Round::drop_stale(ClientId client) { drop(client, "too stale", spec_.opened_at); }
 
-std::vector<Round::Assignment> Round::in_flight() const {
+std::vector<Round::Assignment> Round::in_flight(bool committed) const {
   std::vector<Assignment> out;
   for (size_t i = 0; i < tasks_.size(); ++i) {
     const ClientId client = tasks_[i].client;
-    if (accepted_.count(client)) continue;
+    if (accepted_.count(client) && (committed || !in_cohort(client))) continue;
     auto fetched = handed_out_.find(client);
+    const bool ready = in_cohort(client) || is_ready(client);
     out.push_back(
         {tasks_[i], terms_[i],
-         fetched == handed_out_.end() ? std::nullopt : std::optional<double>(fetched->second)});
+         fetched == handed_out_.end() ? std::nullopt : std::optional<double>(fetched->second),
+         ready});
   }
   return out;
 }
 
-size_t Round::in_flight_count() const { return tasks_.size() - accepted_.size(); }
+Status Round::report_ready(ClientId client, double now) {
+  if (in_cohort(client) || is_ready(client)) {
+    return conflict("client " + std::to_string(client) + " already reported its update ready");
+  }
+  // While a cohort runs, only its members' places are held: a report waits for the next one.
+  const bool for_next_cohort =
+      cohort_opened_at_ && !closed_ && admission(client, now) == Admission::kHeld;
+  if (!for_next_cohort) FEDCASE_RETURN_IF_ERROR(check_admission(client, now));
+  ready_.push_back(client);
+  return ok_status();
+}
+
+bool Round::is_ready(ClientId client) const {
+  return std::find(ready_.begin(), ready_.end(), client) != ready_.end();
+}
+
+void Round::open_cohort(const std::vector<ClientId>& members, double now) {
+  for (ClientId client : members) {
+    cohort_.insert(client);
+    ready_.erase(std::remove(ready_.begin(), ready_.end(), client), ready_.end());
+  }
+  cohort_opened_at_ = now;
+}
+
+size_t Round::in_flight_count() const {
+  size_t waiting = ready_.size();  // ready for a cohort: trained, no longer training
+  for (ClientId client : cohort_) waiting += accepted_.count(client) == 0;
+  return tasks_.size() - accepted_.size() - waiting;
+}
 
 uint64_t Round::staleness(ClientId client) const {
   const Terms* terms = terms_for(client);
@@ -212,7 +249,7 @@ std::optional<double> Round::next_deadline() const {
   if (!spec_.buffered) return spec_.deadline;
   std::optional<double> next;
   for (size_t i = 0; i < tasks_.size(); ++i) {
-    if (accepted_.count(tasks_[i].client)) continue;
+    if (accepted_.count(tasks_[i].client) || in_cohort(tasks_[i].client)) continue;
     if (!next || terms_[i].deadline < *next) next = terms_[i].deadline;
   }
   return next;
@@ -248,9 +285,14 @@ Admission Round::admission(ClientId client, double now) const {
   }
   if (terms == nullptr) return Admission::kNotInvited;
   if (uploaded) return Admission::kAlreadyUploaded;
+  // A cohort's members send their masked inputs, whatever their tasks' deadlines; the others'
+  // updates wait for the next cohort.
+  if (in_cohort(client)) return Admission::kWanted;
+  if (is_ready(client)) return Admission::kReady;
   if (accepted_.size() >= spec_.target) return carried ? Admission::kHeld : Admission::kFilled;
   if (accepted_.size() + reserved_.size() >= spec_.target) return Admission::kHeld;
   if (now > terms->deadline) return Admission::kPastDeadline;
+  if (cohort_opened_at_) return Admission::kHeld;
   return Admission::kWanted;
 }
 
@@ -274,6 +316,9 @@ Status Round::check_admission(ClientId client, double now) const {
                       " trained on a version too far behind the model (" + admission_reason(a) +
                       "): the job takes updates at most its " +
                       "async.max_staleness versions behind");
+    case Admission::kReady:
+      return conflict("client " + std::to_string(client) + " reported its update of " + round +
+                      " ready: it is sent masked in a cohort");
     case Admission::kClosed:
     case Admission::kPastDeadline:
       return conflict(round + " is not open for updates (" + admission_reason(a) + ")");

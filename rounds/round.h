@@ -93,7 +93,8 @@ Status apply_profile_change(const ProfileChange& change, scheduling::ClientProfi
 // remaining places are held by uploads still being checked, one of which may yet be refused,
 // or the client's task is in a buffer that filled or closed and carries it over to the next
 // one: the update may be wanted shortly. kTooStale: a buffer's task whose version fell further
-// behind than the job allows.
+// behind than the job allows. kReady: the client reported its update ready for a cohort and
+// waits for one (a secure asynchronous job's buffer).
 enum class Admission {
   kWanted,
   kNotInvited,
@@ -102,7 +103,8 @@ enum class Admission {
   kAlreadyUploaded,
   kFilled,
   kHeld,
-  kTooStale
+  kTooStale,
+  kReady
 };
 const char* admission_reason(Admission admission);  // "open", "not invited", "round closed", ...
 
@@ -134,6 +136,7 @@ class Round {
     scheduling::ClientTask task;
     Terms terms;
     std::optional<double> fetched_at;  // its first fetch
+    bool ready = false;                // its update was reported ready for a cohort
   };
 
   // A synchronous round: every task on the round's terms (its index, base version, open and
@@ -176,9 +179,12 @@ class Round {
   std::vector<ClientId> expire(double now);
   // Drops a carried task that fell more than the job allows behind base_version.
   void drop_stale(ClientId client);
-  // The tasks neither accepted nor dropped, for the next buffer.
-  std::vector<Assignment> in_flight() const;
-  // Tasks in flight: handed out, neither accepted nor dropped.
+  // The tasks neither accepted nor dropped, for the next buffer, those reported ready still
+  // ready. When the buffer was not `committed`, also its cohort's members whose masked inputs
+  // it took (their updates counted for nothing; they are still on the devices), ready again.
+  std::vector<Assignment> in_flight(bool committed) const;
+  // Tasks in flight: handed out, neither accepted nor dropped, and still training (not ready
+  // for a cohort, nor in it): those a buffer's concurrency counts.
   size_t in_flight_count() const;
   // Clients invited by this buffer (assign), as opposed to carried in.
   const std::vector<ClientId>& dispatched() const { return dispatched_; }
@@ -187,13 +193,30 @@ class Round {
   // Versions between the one the client's task trains from and base_version.
   uint64_t staleness(ClientId client) const;
   // The earliest time the round changes by itself: a synchronous round's deadline, a buffer's
-  // earliest task deadline; nullopt when a buffer has no task in flight.
+  // earliest task deadline (of a task neither accepted nor in the cohort); nullopt when a
+  // buffer has no such task.
   std::optional<double> next_deadline() const;
   size_t accepted() const { return accepted_.size(); }
   // Invited, not yet accepted, and the round still open: the client is busy with this task.
   bool holds_task(ClientId client) const;
   bool filled() const { return accepted_.size() >= spec_.target; }
   bool closed() const { return closed_; }
+
+  // ---- ready cohorts: a secure asynchronous job's buffer (docs/secure_aggregation.md) ----
+  // The client reports the update of its task trained and kept on the device, for a cohort
+  // (while one runs, for the next). Errors as check_admission; kConflict for a client already
+  // ready or in the cohort.
+  Status report_ready(ClientId client, double now);
+  // The clients ready and in no cohort, earliest report first.
+  const std::vector<ClientId>& ready() const { return ready_; }
+  // `members` (ready clients) become the buffer's cohort, opened at `now`: their masked inputs
+  // are the updates the buffer takes (kWanted whatever their tasks' deadlines, and their tasks
+  // do not expire); any other client waits for the next cohort (kReady once ready, kHeld for an
+  // upload). Precondition: every member is ready.
+  void open_cohort(const std::vector<ClientId>& members, double now);
+  bool in_cohort(ClientId client) const { return cohort_.count(client) > 0; }
+  // When the cohort opened; nullopt while there is none.
+  std::optional<double> cohort_opened_at() const { return cohort_opened_at_; }
 
   // The invitations (invited()) as profile changes (kSelected), for the owner of the profiles.
   std::vector<ProfileChange> selection_changes() const;
@@ -258,6 +281,7 @@ class Round {
   const std::shared_ptr<RoundAggregate>& aggregate() const { return aggregate_; }
 
  private:
+  bool is_ready(ClientId client) const;
   // Drops the client's task for `why`, counting its client-seconds until `until`.
   void drop(ClientId client, const std::string& why, double until);
   void index_tasks();
@@ -274,6 +298,9 @@ class Round {
   double dispatched_expected_s_ = 0;
   std::map<ClientId, std::string> dropped_why_;
   double dropped_client_s_ = 0;  // client-seconds of the dropped tasks
+  std::vector<ClientId> ready_;  // reported ready, in no cohort, earliest first
+  std::set<ClientId> cohort_;
+  std::optional<double> cohort_opened_at_;
   std::shared_ptr<RoundAggregate> aggregate_;
   bool closed_ = false;
 };

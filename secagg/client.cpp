@@ -35,7 +35,7 @@ class ClientState {
     return out_of_stage("share keys");
   }
   virtual Result<Step<SecAggMaskedVector>> mask_input(const protocol::SecAggForwardedShares&,
-                                                      const float*, size_t, uint64_t) {
+                                                      const float*, size_t, uint64_t, double) {
     return out_of_stage("mask the input");
   }
   virtual Result<Step<protocol::SecAggUnmaskResponse>> unmask(
@@ -149,9 +149,13 @@ class MaskingState : public ClientState {
   Stage stage() const override { return Stage::kMaskedInput; }
 
   Result<Step<SecAggMaskedVector>> mask_input(const protocol::SecAggForwardedShares& forwarded,
-                                              const float* delta, size_t count,
-                                              uint64_t weight) override {
+                                              const float* delta, size_t count, uint64_t weight,
+                                              double staleness_factor) override {
     FEDCASE_RETURN_IF_ERROR(binding_.check(forwarded.job, forwarded.round, "the forwarded shares"));
+    if (!(staleness_factor > 0 && staleness_factor <= 1)) {
+      return invalid_argument("a staleness factor is in (0, 1]; this one is " +
+                              std::to_string(staleness_factor));
+    }
     if (count != params_.vector_length) {
       return unprocessable("the update holds " + std::to_string(count) + " values, the round " +
                            std::to_string(params_.vector_length));
@@ -192,7 +196,8 @@ class MaskingState : public ClientState {
     Result<double> factor = l2_clip_factor(delta, count, params_.clip);
     if (!factor.ok()) return factor.status();
     const uint64_t w = std::min(weight, params_.max_weight);
-    const double multiplier = *factor * (double(w) / double(params_.max_weight)) * params_.scale;
+    const double multiplier =
+        *factor * staleness_factor * (double(w) / double(params_.max_weight)) * params_.scale;
     std::vector<uint64_t> vector(count + 1);
     Result<Bytes32> rounding_seed = random_seed();
     if (!rounding_seed.ok()) return rounding_seed.status();
@@ -394,9 +399,10 @@ Result<protocol::SecAggShares> SecAggClient::share_keys(const protocol::SecAggGr
 
 Result<SecAggMaskedVector> SecAggClient::mask_input(const protocol::SecAggForwardedShares& shares,
                                                     const float* delta, size_t count,
-                                                    uint64_t weight) {
-  return advance<SecAggMaskedVector>(
-      state_, [&](ClientState& s) { return s.mask_input(shares, delta, count, weight); });
+                                                    uint64_t weight, double factor) {
+  return advance<SecAggMaskedVector>(state_, [&](ClientState& s) {
+    return s.mask_input(shares, delta, count, weight, factor);
+  });
 }
 
 Result<protocol::SecAggUnmaskResponse> SecAggClient::unmask(

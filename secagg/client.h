@@ -69,11 +69,15 @@ class SecAggClient {
   // Decrypts the shares forwarded from the neighbours that completed the share stage (at
   // least `threshold` of them), and masks the update with its self mask and one pairwise mask
   // per such neighbour: delta (params.vector_length floats) clipped to L2 norm params.clip,
-  // times weight / max_weight (weight is clipped to [0, max_weight]), quantised, then the
-  // weight. A neighbour whose share does not decrypt is named in refused_shares and left out
-  // of the pairwise masks (the coordinator keeps such a pair out of the sum together).
+  // times weight / max_weight (weight is clipped to [0, max_weight]) and times `factor` (a
+  // ready cohort's staleness factor s(tau) in (0, 1], which scales the values but not the
+  // weight; 1 in a synchronous round), quantised, then the weight. kInvalidArgument for a
+  // factor outside (0, 1]. A neighbour whose share does not decrypt is named in refused_shares
+  // and left out of the pairwise masks (the coordinator keeps such a pair out of the sum
+  // together).
   Result<SecAggMaskedVector> mask_input(const protocol::SecAggForwardedShares& shares,
-                                        const float* delta, size_t count, uint64_t weight);
+                                        const float* delta, size_t count, uint64_t weight,
+                                        double factor);
 
   // The shares the coordinator asks for: the self-mask seed share of each survivor, the mask
   // key share of each dropped neighbour; refused (nothing revealed) if any asked-for client is

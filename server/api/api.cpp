@@ -620,6 +620,13 @@ Reply upload(Coordinator& coordinator, const Call& call) {
   return upload_reply(coordinator, accepted, req);
 }
 
+// An update reported ready for a cohort (docs/protocol.md, "Ready cohorts").
+Reply report_ready(Coordinator& coordinator, const Call& call) {
+  return result_reply(coordinator.report_ready(call.caller.client, call.ids[0], call.ids[1],
+                                               json_header(call.request, kMetaHeader)),
+                      update_accepted_json, call.request);
+}
+
 // Upload sessions (docs/protocol.md, "Uploads in chunks").
 Reply open_upload(Coordinator& coordinator, const Call& call) {
   const Request& req = call.request;
@@ -705,6 +712,8 @@ const Route kRoutes[] = {
      get_trainable_part},
     {http::verb::get, "/v1/jobs/{job}/rounds/{round}/status", kClients, Body::kNone, task_status},
     {http::verb::post, "/v1/jobs/{job}/rounds/{round}/update", kClients, Body::kUpload, upload},
+    {http::verb::post, "/v1/jobs/{job}/rounds/{round}/ready", kClients, Body::kNone,
+     report_ready},
     {http::verb::post, "/v1/jobs/{job}/rounds/{round}/uploads", kClients, Body::kJson,
      open_upload},
     {http::verb::get, "/v1/jobs/{job}/rounds/{round}/uploads/[upload]", kClients, Body::kNone,

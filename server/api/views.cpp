@@ -28,6 +28,10 @@ std::string uploads_url(JobId job, RoundIndex round) {
   return "/v1/jobs/" + std::to_string(job) + "/rounds/" + std::to_string(round) + "/uploads";
 }
 
+std::string ready_url(JobId job, RoundIndex round) {
+  return "/v1/jobs/" + std::to_string(job) + "/rounds/" + std::to_string(round) + "/ready";
+}
+
 json upload_state_json(const Coordinator::UploadProgress& p) {
   return protocol::write_upload_state(
       {uploads_url(p.job, p.round) + "/" + p.id, p.bytes, p.chunk_bytes, p.received});
@@ -72,11 +76,17 @@ json task_json(const TaskOffer& o) {
     task.uploads_url = uploads_url(o.job, o.round);
     task.chunk_bytes = o.chunk_bytes;
   }
-  if (o.secure_stage_seconds) {
+  if (o.secure_stage_seconds && o.ready) {
+    protocol::SecAggTask ready;
+    ready.ready_url = ready_url(o.job, o.round);
+    ready.stage_seconds = *o.secure_stage_seconds;
+    task.secure_aggregation = ready;
+  } else if (o.secure_stage_seconds) {
     task.secure_aggregation = protocol::SecAggTask{
         secagg_url(o.job, o.round, "keys"), secagg_url(o.job, o.round, "shares"),
         secagg_url(o.job, o.round, "masked_input"), secagg_url(o.job, o.round, "unmask"),
         *o.secure_stage_seconds};
+    task.secure_aggregation->staleness_factor = o.staleness_factor;
   }
   return protocol::write_task_offer(task);
 }

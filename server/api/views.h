@@ -16,6 +16,7 @@ std::string module_url(JobId job);
 std::string update_url(JobId job, RoundIndex round);
 std::string status_url(JobId job, RoundIndex round);
 std::string uploads_url(JobId job, RoundIndex round);  // where upload sessions open
+std::string ready_url(JobId job, RoundIndex round);    // where a cohort's update is reported
 // The upload session as its client sees it: protocol::UploadState, with its URL.
 nlohmann::json upload_state_json(const Coordinator::UploadProgress& progress);
 // A secure round's stage route: `stage` is "keys", "shares", "masked_input" or "unmask".

@@ -143,6 +143,11 @@ Result<JobSummary> Coordinator::create_job(const json& request, TenantId owner,
         "evaluation.server_dataset is for the admin's jobs: the coordinator runs the module to "
         "score it");
   }
+  if (config.secure_aggregation && config.asynchronous() && s.replication->shared()) {
+    return conflict(
+        "an asynchronous job with secure_aggregation (ready cohorts) runs on one coordinator: "
+        "coordinator replicas do not relay a cohort's stages yet");
+  }
   std::error_code ec;
   if (const std::string dataset = server_dataset_dir(s.config.datasets_dir, config);
       !dataset.empty() && !std::filesystem::is_directory(dataset, ec)) {

@@ -45,7 +45,7 @@ TaskOffer task_offer(const CoordinatorConfig& config, const JobEntry& job, const
                      ClientId client, const scheduling::ClientTask& task) {
   const rounds::EvaluationConfig& evaluation = job.config.evaluation;
   const rounds::Round::Terms& terms = *r.terms_for(client);
-  return TaskOffer{
+  TaskOffer offer{
       job.id,
       terms.round,
       job.config.model,
@@ -64,6 +64,20 @@ TaskOffer task_offer(const CoordinatorConfig& config, const JobEntry& job, const
       trained_tensors(job),
       job.config.compression,
       rounds::check_chunked_upload(job.config).ok() ? config.upload_chunk_bytes : 0};
+  if (job.config.secure_aggregation && job.config.asynchronous()) {
+    if (r.in_cohort(client)) {
+      // Its cohort's stages, in the buffer's round: the key stages and the masked inputs
+      // each close within stage_seconds (the inputs are computed already).
+      constexpr double kCohortStages = 3;
+      offer.round = r.index();
+      offer.deadline = *r.cohort_opened_at() +
+                       kCohortStages * job.config.secure_aggregation->stage_seconds;
+      offer.staleness_factor = rounds::staleness_weight(job.config.async, r.staleness(client));
+    } else {
+      offer.ready = true;
+    }
+  }
+  return offer;
 }
 
 // Whether an asynchronous job's buffer is between two versions here: its tasks carry over to
@@ -392,6 +406,42 @@ Result<UpdateAccepted> Coordinator::admit_upload(ClientId client, JobId job_id,
   if (filled) s.replication->wake();
   s.driver.wake();
   return accepted;
+}
+
+Result<UpdateAccepted> Coordinator::report_ready(ClientId client, JobId job_id,
+                                                 RoundIndex round_index,
+                                                 const Result<json>& meta_json) {
+  State& s = *state_;
+  auto found = s.find_job(job_id);
+  if (!found.ok()) return found.status();
+  JobEntry& job = **found;
+  if (!job.config.secure_aggregation || !job.config.asynchronous()) {
+    return conflict("job " + std::to_string(job_id) +
+                    " does not sum its updates in ready cohorts (an asynchronous job with "
+                    "secure aggregation does)");
+  }
+  auto meta = meta_json.ok() ? protocol::read_update_meta(*meta_json)
+                             : Result<protocol::UpdateMeta>(meta_json.status());
+  const double now = s.clock();
+  auto reported = s.jobs.update(job, [&](JobStatus& status) -> Result<UpdateAccepted> {
+    if (!status.round) {
+      if (between_buffers(job, status)) {
+        return unavailable("job " + std::to_string(job_id) +
+                           " is committing a model version; retry shortly");
+      }
+      return conflict(round_name(job_id, round_index) + " is not open for updates");
+    }
+    rounds::Round& r = *status.round;
+    FEDCASE_RETURN_IF_ERROR(r.check_task_round(client, round_index));
+    const scheduling::ClientTask* task = r.task_for(client);
+    if (task == nullptr) return r.check_admission(client, now);  // not invited, or dropped
+    if (!meta.ok()) return meta.status();
+    FEDCASE_RETURN_IF_ERROR(rounds::check_samples(*meta, rounds::samples_allowed(*task)));
+    FEDCASE_RETURN_IF_ERROR(r.report_ready(client, now));
+    return UpdateAccepted{r.index(), r.ready().size()};
+  });
+  if (reported.ok()) s.driver.wake();
+  return reported;
 }
 
 Result<std::shared_ptr<SecureStages>> Coordinator::secure_round(JobId job_id, RoundIndex round) {

@@ -94,6 +94,11 @@ struct TaskOffer {
   // The size of an upload session's chunks, when the task may send its update in chunks; 0:
   // it sends it whole (a secure job's masked input, an asynchronous job's update).
   uint64_t chunk_bytes = 0;
+  // A secure asynchronous job's tasks (docs/secure_aggregation.md, "ready cohorts"): a
+  // training task reports its update ready (`ready`); a cohort's task masks it, its values
+  // scaled by the member's staleness factor (`staleness_factor`), and trains nothing.
+  bool ready = false;
+  std::optional<double> staleness_factor;
 };
 
 struct UpdateAccepted {
@@ -322,6 +327,14 @@ class Coordinator {
                                              const Result<nlohmann::json>& header,
                                              const Result<nlohmann::json>& meta,
                                              std::string_view body, double upload_seconds = 0);
+  // A secure asynchronous job's client reports the update of its task in `round` (its task's)
+  // trained and kept on the device, with its metadata (`meta`, as for submit_update), for a
+  // cohort (rounds::Round::report_ready); UpdateAccepted::updates counts the buffer's ready
+  // reports. 404 unknown job; 409 a job that does not form cohorts, a round not open, a client
+  // already ready; 403 not invited; 503 between two buffers (retry); 400 bad metadata, or more
+  // samples than its task allows.
+  Result<UpdateAccepted> report_ready(ClientId client, JobId job, RoundIndex round,
+                                      const Result<nlohmann::json>& meta);
 
   // ---- admin API ----
   // Jobs are seen through a Scope (job_table.h): the admin's, every job, or one tenant's own.

@@ -181,7 +181,21 @@ class Generator {
     return s;
   }
 
-  SecAggTask secagg_task() { return {path(), path(), path(), path(), 0.001 + unbounded(0)}; }
+  // A round's stages, a cohort's (with its staleness factor) or a ready task's.
+  SecAggTask secagg_task() {
+    SecAggTask t;
+    t.stage_seconds = 0.001 + unbounded(0);
+    if (coin()) {
+      t.ready_url = path();
+      return t;
+    }
+    t.keys_url = path();
+    t.shares_url = path();
+    t.masked_input_url = path();
+    t.unmask_url = path();
+    if (coin()) t.staleness_factor = 1 / (1 + unbounded(0));
+    return t;
+  }
 
   DeviceInfo device_info() {
     DeviceInfo d;

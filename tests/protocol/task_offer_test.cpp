@@ -50,6 +50,33 @@ std::string error(json patch) {
   return read.status().message();
 }
 
+TEST_CASE("a secure task is a round's stages, a cohort's with its factor, or a ready task") {
+  const json stages = {{"keys_url", "/k"},
+                       {"shares_url", "/s"},
+                       {"masked_input_url", "/m"},
+                       {"unmask_url", "/u"},
+                       {"stage_seconds", 10}};
+  auto round = read_secagg_task(stages);
+  REQUIRE(round.ok());
+  CHECK_FALSE(round->ready());
+  CHECK_FALSE(round->staleness_factor);
+  json cohort = stages;
+  cohort["staleness_factor"] = 0.25;
+  CHECK(read_secagg_task(cohort)->staleness_factor == 0.25);
+  for (double bad : {0.0, 1.5, -1.0}) {
+    cohort["staleness_factor"] = bad;
+    CHECK(read_secagg_task(cohort).status().message().find("staleness_factor") !=
+          std::string::npos);
+  }
+  auto ready = read_secagg_task({{"ready_url", "/v1/jobs/1/rounds/4/ready"}, {"stage_seconds", 10}});
+  REQUIRE(ready.ok());
+  CHECK(ready->ready());
+  CHECK(write_secagg_task(*ready) ==
+        json{{"ready_url", "/v1/jobs/1/rounds/4/ready"}, {"stage_seconds", 10}});
+  // Without a ready_url, every stage URL is required.
+  CHECK_FALSE(read_secagg_task({{"keys_url", "/k"}, {"stage_seconds", 10}}).ok());
+}
+
 TEST_CASE("a task offer is written as docs/protocol.md shows it") {
   const json task = write_task_offer(offer());
   CHECK(task["protocol_version"] == kProtocolVersion);

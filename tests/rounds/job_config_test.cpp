@@ -219,7 +219,12 @@ TEST_CASE("secure aggregation: its clip, DP's weights and the rules it cannot go
         std::string::npos);
   CHECK(message({{"clip", 1}}, {{"max_update_norm", 3}}).find("max_update_norm") !=
         std::string::npos);
-  CHECK(message({{"clip", 1}}, {{"mode", "async"}}).find("buffered variant") != std::string::npos);
+  // An asynchronous job sums its updates in ready cohorts of K.
+  auto cohorts = parse_job_config(
+      {{"name", "j"}, {"mode", "async"}, {"secure_aggregation", {{"clip", 1}}}});
+  REQUIRE_MESSAGE(cohorts.ok(), cohorts.status().to_string());
+  CHECK(cohorts->asynchronous());
+  CHECK(cohorts->secure_aggregation);
   CHECK(message(json::object()).find("needs clip") != std::string::npos);
   CHECK(message({{"clip", 2}}, {{"aggregation", {{"clip_norm", 3}}}}).find("agree") !=
         std::string::npos);

@@ -223,7 +223,7 @@ TEST_CASE("a round stopped early blames nobody for a missed deadline") {
   REQUIRE(opened->has_value());
   for (const auto& task : (**opened).tasks()) (**opened).hand_out(task.client, 1000);
   upload(**opened, (**opened).tasks()[0].client, 1005, 1.0f, 10);
-  Conclusion c = job->fail(**opened, 1010, "job cancelled");
+  Conclusion c = job->fail(**opened, 1010, "job cancelled", /*goes_on=*/false);
   CHECK(c.state == RoundState::kFailed);
   CHECK(c.metrics["failure"] == "job cancelled");
   // No missed deadline, and no selection feedback: a stopped round teaches the policy nothing

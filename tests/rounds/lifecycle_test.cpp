@@ -273,6 +273,23 @@ TEST_CASE("a buffer refills its free slots, drops late tasks, and concludes at K
   CHECK(walk(P::kIdle, f).action == A::kNone);
 }
 
+TEST_CASE("a secure job's buffer opens a cohort at K ready updates, then runs its stages") {
+  Facts f;
+  f.secure = true;
+  f.buffered = true;
+  f.asynchronous = true;
+  f.slots_free = true;
+  CHECK(walk(P::kOpen, f).action == A::kRefill);
+  f.cohort_due = true;
+  CHECK(walk(P::kOpen, f).action == A::kOpenCohort);  // before the refill
+  CHECK(outcome(P::kOpen, E::kCohortOpened).to == P::kAdvertiseKeys);
+  // From there, a secure round's stages; a plain buffer never opens a cohort.
+  f.stage_due = true;
+  CHECK(walk(P::kAdvertiseKeys, f).action == A::kCloseStage);
+  f.secure = false;
+  CHECK(walk(P::kOpen, f).action == A::kRefill);
+}
+
 TEST_CASE("a follower copies the owner's round, hands over its partial, and relays unmasking") {
   Facts f;
   f.owned = false;

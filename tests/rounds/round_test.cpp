@@ -7,14 +7,27 @@
 namespace fedcase::rounds {
 namespace {
 
-// Round 3 of a job: clients 1, 2 and 3 invited, K = 2, open at t = 100, deadline t = 160.
-Round make_round() {
-  std::vector<scheduling::ClientTask> tasks(3);
-  for (ClientId id = 1; id <= 3; ++id) tasks[id - 1].client = id;
+std::shared_ptr<RoundAggregate> make_aggregate() {
   auto aggregator = aggregation::make_aggregator(aggregation::AggregatorConfig{}, 2);
   REQUIRE(aggregator.ok());
-  return Round({3, 2, "", 100, 160, 2, 7}, tasks,
-               std::make_shared<RoundAggregate>(std::move(aggregator).value()));
+  return std::make_shared<RoundAggregate>(std::move(aggregator).value());
+}
+
+// The tasks of clients 1 to `count`.
+std::vector<scheduling::ClientTask> tasks_of(size_t count) {
+  std::vector<scheduling::ClientTask> tasks(count);
+  for (ClientId id = 1; id <= count; ++id) tasks[id - 1].client = id;
+  return tasks;
+}
+
+// Round 3 of a job: clients 1, 2 and 3 invited, K = 2, open at t = 100, deadline t = 160.
+Round make_round() { return Round({3, 2, "", 100, 160, 2, 7}, tasks_of(3), make_aggregate()); }
+
+// Buffer 3 of an asynchronous job: K = 2, clients 1 to `clients` hold tasks due at t = 160.
+Round make_buffer(size_t clients) {
+  Round::Spec spec{3, 2, "", 100, 160, 2, 7};
+  spec.buffered = true;
+  return Round(spec, tasks_of(clients), make_aggregate());
 }
 
 // An update of `samples` samples with mean loss 1 and mean squared loss 4.
@@ -73,13 +86,7 @@ TEST_CASE("a round is due when filled or past its deadline, never with a fold in
 }
 
 TEST_CASE("a buffer that filled or closed tells its tasks in flight to retry: they carry over") {
-  std::vector<scheduling::ClientTask> tasks(3);
-  for (ClientId id = 1; id <= 3; ++id) tasks[id - 1].client = id;
-  auto aggregator = aggregation::make_aggregator(aggregation::AggregatorConfig{}, 2);
-  REQUIRE(aggregator.ok());
-  Round::Spec spec{3, 2, "", 100, 160, 2, 7};
-  spec.buffered = true;
-  Round buffer(spec, tasks, std::make_shared<RoundAggregate>(std::move(aggregator).value()));
+  Round buffer = make_buffer(3);
   fold(buffer, 1, 110, 1, 10);
   fold(buffer, 2, 111, 1, 10);
   CHECK(buffer.filled());
@@ -91,6 +98,54 @@ TEST_CASE("a buffer that filled or closed tells its tasks in flight to retry: th
   CHECK(buffer.admission(3, 113) == Admission::kHeld);
   CHECK(buffer.admission(1, 113) == Admission::kClosed);
   CHECK(buffer.admission(9, 113) == Admission::kClosed);
+}
+
+TEST_CASE("a buffer's ready updates form a cohort; the others wait for the next and carry over") {
+  Round buffer = make_buffer(4);
+  CHECK(buffer.in_flight_count() == 4);
+  REQUIRE(buffer.report_ready(2, 110).ok());
+  CHECK(buffer.report_ready(2, 111).code() == Code::kConflict);  // once
+  CHECK(buffer.report_ready(9, 111).code() == Code::kPermissionDenied);
+  CHECK(buffer.report_ready(4, 170).code() == Code::kConflict);  // past its task's deadline
+  REQUIRE(buffer.report_ready(1, 112).ok());
+  REQUIRE(buffer.report_ready(3, 113).ok());
+  CHECK(buffer.ready() == std::vector<ClientId>{2, 1, 3});
+  CHECK(buffer.in_flight_count() == 1);  // the ready ones train no more
+  CHECK(buffer.admission(2, 114) == Admission::kReady);
+  CHECK(buffer.reserve(2, 114).status().code() == Code::kConflict);  // it goes masked, in a cohort
+  CHECK(std::string(admission_reason(Admission::kReady)) == "reported ready");
+
+  buffer.open_cohort({2, 1}, 115);
+  CHECK(buffer.cohort_opened_at() == 115);
+  CHECK(buffer.ready() == std::vector<ClientId>{3});
+  // The members' inputs are wanted whatever their deadlines, in the buffer's own round; the
+  // others wait for the next cohort, and may still report for it.
+  CHECK(buffer.admission(2, 200) == Admission::kWanted);
+  CHECK(buffer.check_task_round(2, 3).ok());
+  CHECK(buffer.admission(3, 116) == Admission::kReady);
+  CHECK(buffer.admission(4, 116) == Admission::kHeld);
+  REQUIRE(buffer.report_ready(4, 117).ok());
+  CHECK(buffer.next_deadline() == 160);  // the members' tasks do not expire
+  CHECK(buffer.expire(150).empty());
+  fold(buffer, 2, 118, 1, 10);  // member 2's input; member 1's never comes
+
+  // Committed: member 2 counted; member 1 and the ready 3 and 4 carry over, ready.
+  std::vector<ClientId> carried;
+  for (const Round::Assignment& a : buffer.in_flight(/*committed=*/true)) {
+    CHECK(a.ready);
+    carried.push_back(a.task.client);
+  }
+  CHECK(carried == std::vector<ClientId>{1, 3, 4});
+  // Failed: member 2's update counted for nothing: it carries over too, and the next buffer
+  // takes them all ready.
+  std::vector<Round::Assignment> after_failure = buffer.in_flight(/*committed=*/false);
+  CHECK(after_failure.size() == 4);
+  Round::Spec next_spec{4, 2, "", 120, 180, 2, 7};
+  next_spec.buffered = true;
+  Round next(next_spec, std::move(after_failure), make_aggregate());
+  CHECK(next.ready() == std::vector<ClientId>{1, 2, 3, 4});
+  CHECK(next.admission(2, 120) == Admission::kReady);
+  CHECK(next.in_flight_count() == 0);
 }
 
 TEST_CASE("durations count from the first task fetch, or from the open") {

@@ -26,6 +26,7 @@ using testing::TestRound;
 struct Inputs {
   std::map<ClientId, std::vector<float>> updates;
   std::map<ClientId, uint64_t> weights;
+  std::map<ClientId, double> factors;  // a ready cohort's staleness factors (none: 1)
 };
 
 // Updates with L2 norms around 9 (amplitude 0.5 over 1000 values), every fifth three times as
@@ -45,7 +46,7 @@ Inputs make_inputs(const TestRound& round) {
   return in;
 }
 
-// sum over `clients` of min(w, max_weight) * clip(u), in double.
+// sum over `clients` of min(w, max_weight) * s * clip(u), in double (s: the client's factor).
 std::vector<double> plain_sum(const TestRound& round, const Inputs& in,
                               const std::vector<ClientId>& clients, double& total_weight) {
   const RoundOptions& o = round.options();
@@ -55,7 +56,8 @@ std::vector<double> plain_sum(const TestRound& round, const Inputs& in,
     const std::vector<float>& u = in.updates.at(c);
     const double factor = *l2_clip_factor(u.data(), u.size(), o.clip);
     const double w = double(std::min(in.weights.at(c), o.max_weight));
-    for (size_t i = 0; i < u.size(); ++i) sum[i] += w * factor * double(u[i]);
+    const double s = in.factors.count(c) ? in.factors.at(c) : 1.0;
+    for (size_t i = 0; i < u.size(); ++i) sum[i] += w * s * factor * double(u[i]);
     total_weight += w;
   }
   return sum;
@@ -144,6 +146,38 @@ TEST_CASE("the unmasked sum is the plaintext weighted sum, for K = 3, 10, 50 and
     CHECK(round.server().memory_bytes() == 0);  // the round's state is freed
     CHECK(round.server().stage() == Stage::kDone);
   }
+}
+
+TEST_CASE("a ready cohort's staleness factors scale each member's values, never its weight") {
+  RoundOptions o = options(10, 6, 4);
+  o.length = 1000;
+  TestRound round(o);
+  Inputs in = make_inputs(round);
+  size_t i = 0;
+  for (ClientId c : round.invitees()) in.factors[c] = 1.0 / double(1 + i++ % 4);  // 1 to 1/4
+  round.advertise();
+  round.share();
+  round.mask(in.updates, in.weights, {}, {}, in.factors);
+  REQUIRE(round.close_inputs());
+  round.unmask();
+  Result<SecAggSum> sum = round.server().finish();
+  REQUIRE_MESSAGE(sum.ok(), sum.status().to_string());
+  // The weights' total is the members' weights, unscaled: the mean is sum s w u / sum w.
+  check_sum(round, in, *sum, round.invitees());
+  // A factor outside (0, 1] is refused, nothing masked.
+  TestRound other(o);
+  other.advertise();
+  other.share();
+  REQUIRE(other.server().close_shares().ok());
+  const ClientId c = other.invitees().front();
+  auto forwarded = other.server().forwarded_shares(c);
+  REQUIRE(forwarded.ok());
+  const std::vector<float> u(o.length, 0.01f);
+  for (double bad : {0.0, 1.5, std::nan("")}) {
+    CHECK(other.client(c).mask_input(*forwarded, u.data(), u.size(), 1, bad).status().code() ==
+          Code::kInvalidArgument);
+  }
+  CHECK(other.client(c).mask_input(*forwarded, u.data(), u.size(), 1, 0.5).ok());
 }
 
 TEST_CASE("a modulus of any width gives the same sum, its words in the fewest bytes") {
@@ -575,13 +609,13 @@ TEST_CASE("replays of a previous round's keys, shares or input are refused") {
     Result<protocol::SecAggForwardedShares> f = server.forwarded_shares(id);
     REQUIRE(f.ok());
     Result<SecAggMaskedVector> m =
-        second.client(id).mask_input(*f, in2.updates.at(id).data(), o.length, in2.weights.at(id));
+        second.client(id).mask_input(*f, in2.updates.at(id).data(), o.length, in2.weights.at(id), 1);
     REQUIRE(m.ok());
     CHECK(m->header.refused_shares == std::vector<ClientId>{b});
     CHECK(server.receive_masked_input(id, m->header, m->body).ok());
   }
   Result<SecAggMaskedVector> from_b = second.client(b).mask_input(
-      *server.forwarded_shares(b), in2.updates.at(b).data(), o.length, in2.weights.at(b));
+      *server.forwarded_shares(b), in2.updates.at(b).data(), o.length, in2.weights.at(b), 1);
   REQUIRE(from_b.ok());
   // Taken, but held: its share was refused. At the close it is left out, alone (refused by
   // four), and the four that refused it are in the sum.

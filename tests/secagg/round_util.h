@@ -139,12 +139,14 @@ class TestRound {
     return accepted;
   }
 
-  // Masks each present client's update (updates[c], weights[c]) and hands it to `deliver`
-  // (by default the server's receive_masked_input; true: accepted); returns who was accepted.
+  // Masks each present client's update (updates[c], weights[c], scaled by factors[c] when
+  // given) and hands it to `deliver` (by default the server's receive_masked_input; true:
+  // accepted); returns who was accepted.
   using Deliver = std::function<bool(ClientId, const SecAggMaskedVector&)>;
   std::set<ClientId> mask(const std::map<ClientId, std::vector<float>>& updates,
                           const std::map<ClientId, uint64_t>& weights,
-                          const std::set<ClientId>& absent = {}, const Deliver& deliver = {}) {
+                          const std::set<ClientId>& absent = {}, const Deliver& deliver = {},
+                          const std::map<ClientId, double>& factors = {}) {
     Status closed = server_->close_shares();
     REQUIRE_MESSAGE(closed.ok(), closed.to_string());
     std::set<ClientId> accepted;
@@ -156,7 +158,8 @@ class TestRound {
       Result<SecAggMaskedVector> m =
           client(c).mask_input(over_the_wire(*f, protocol::write_secagg_forwarded_shares,
                                              protocol::read_secagg_forwarded_shares),
-                               u.data(), u.size(), weights.at(c));
+                               u.data(), u.size(), weights.at(c),
+                               factors.count(c) ? factors.at(c) : 1.0);
       REQUIRE_MESSAGE(m.ok(), m.status().to_string());
       masked_[c] = *m;
       const bool taken = deliver ? deliver(c, *m)

@@ -135,5 +135,76 @@ TEST_CASE("a paused asynchronous job hands out no new task; resumed, it refills"
   CHECK(tasks_of(h, clients).size() == 3);
 }
 
+TEST_CASE("a secure asynchronous job: ready updates form cohorts; a failed cohort carries over") {
+  testing::TempDir dir;
+  Harness h(dir);
+  std::vector<ClientId> clients;
+  for (int i = 0; i < 6; ++i) clients.push_back(h.add_client());
+  json config = async_job();
+  config["clients_per_round"] = 3;
+  config["async"]["concurrency"] = 4;
+  config["secure_aggregation"] = {{"threshold", 2}, {"clip", 5}, {"stage_seconds", 5}};
+  auto created = h.coordinator->create_job(config);
+  REQUIRE_MESSAGE(created.ok(), created.status().to_string());
+  const JobId job = created->id;
+  h.coordinator->tick();
+  auto training = tasks_of(h, clients);
+  REQUIRE(training.size() == 4);  // concurrency
+  for (const auto& [id, offer] : training) {
+    CHECK(offer.ready);  // train, then report ready: no stage URLs yet
+    CHECK_FALSE(offer.staleness_factor);
+  }
+  // A plain upload is refused; three reports make a cohort (K = 3), the fourth waits.
+  auto it = training.begin();
+  const ModelBlob base = base_model(*h.coordinator, job, 0);
+  CHECK(h.coordinator->submit_update(it->first, job, 1, meta(10), delta_blob(base, 0.1f))
+            .status()
+            .code() == Code::kConflict);
+  std::vector<ClientId> ready;
+  for (int i = 0; i < 3; ++i, ++it) {
+    h.now = h.now + 1;
+    auto reported = h.coordinator->report_ready(it->first, job, 1, meta(10));
+    REQUIRE_MESSAGE(reported.ok(), reported.status().to_string());
+    CHECK(reported->updates == size_t(i + 1));
+    ready.push_back(it->first);
+  }
+  CHECK(h.coordinator->report_ready(ready[0], job, 1, meta(10)).status().code() ==
+        Code::kConflict);  // once
+  const ClientId later = it->first;
+  h.coordinator->tick();  // the cohort opens
+  auto detail = h.coordinator->job_detail(job);
+  REQUIRE(detail.ok());
+  CHECK(detail->rounds.back().state == RoundState::kOpen);
+  auto cohort = tasks_of(h, ready);
+  REQUIRE(cohort.size() == 3);
+  for (const auto& [id, offer] : cohort) {
+    CHECK(offer.round == 1);
+    REQUIRE(offer.staleness_factor);
+    CHECK(*offer.staleness_factor == 1.0);  // trained from the buffer's version
+  }
+  // While the cohort runs, a report waits for the next one.
+  REQUIRE(h.coordinator->report_ready(later, job, 1, meta(10)).ok());
+  CHECK(tasks_of(h, {later}).empty());
+
+  // Nobody advertises keys: the key stage closes below the threshold and the cohort fails.
+  // Its members carry over to the next buffer still ready, with the later report, and a new
+  // cohort of three of the four opens at once (on version 0 still: nothing was committed).
+  h.now = h.now + 6;
+  for (int i = 0; i < 4; ++i) h.coordinator->tick();
+  detail = h.coordinator->job_detail(job);
+  REQUIRE(detail.ok());
+  REQUIRE(detail->rounds.size() >= 2);
+  CHECK(detail->rounds[0].state == RoundState::kFailed);
+  CHECK(detail->rounds[0].metrics["failure"].get<std::string>().find("secure aggregation") !=
+        std::string::npos);
+  CHECK(detail->summary.model_version == 0);
+  auto again = tasks_of(h, ready);
+  CHECK(again.size() + tasks_of(h, {later}).size() == 3);  // the next cohort: three of the four
+  for (const auto& [id, offer] : again) {
+    CHECK(offer.round == 2);
+    CHECK(offer.staleness_factor);
+  }
+}
+
 }  // namespace
 }  // namespace fedcase::server

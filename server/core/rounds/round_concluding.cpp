@@ -80,9 +80,14 @@ void RoundDriver::conclude(JobEntry& job, rounds::Round round, std::string failu
                                      : conflict("it was not merged when the masked inputs closed");
     });
   }
+  // A failed buffer's tasks (a failed cohort's members among them) carry over to the next
+  // buffer of a job that goes on.
+  const JobState state = jobs_.read(job, [](const JobStatus& s) { return s.state; });
+  const bool goes_on =
+      !shutting_down_ && (state == JobState::kRunning || state == JobState::kPaused);
   rounds::Conclusion k;
   if (!failure.empty()) {
-    k = runtime.fail(round, now, failure);
+    k = runtime.fail(round, now, failure, goes_on);
   } else if (secure) {
     // The masks removed: the aggregate receives the sum alone, never an individual update.
     Result<secagg::SecAggSum> sum = secure->finish(now);
@@ -92,7 +97,8 @@ void RoundDriver::conclude(JobEntry& job, rounds::Round round, std::string failu
                                           sum->total_weight, sum->survivors.size());
     }
     k = folded.ok() ? runtime.conclude(round, now)
-                    : runtime.fail(round, now, "secure aggregation failed: " + folded.message());
+                    : runtime.fail(round, now, "secure aggregation failed: " + folded.message(),
+                                   goes_on);
   } else {
     k = runtime.conclude(round, now);
   }

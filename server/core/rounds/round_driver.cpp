@@ -278,12 +278,13 @@ rounds::Facts RoundDriver::facts_of(JobEntry& job, const JobStatus& status, cons
     f.uploads_in_flight = r.uploads_in_flight();
     f.task_deadline_passed = r.buffered() && r.next_deadline() && *r.next_deadline() <= now;
     f.slots_free = clients_free && buffer_has_free_slots(job, status);
+    f.cohort_due = r.buffered() && !r.cohort_opened_at() && r.ready().size() >= r.target();
   }
   std::shared_ptr<SecureRound> secure = f.secure ? secure_.find(job.id) : nullptr;
   if (secure && status.round && secure->index() == status.round->index()) {
     f.secure_failed = secure->stage() == SecureRound::Stage::kFailed;
     f.stage_due = secure->stage_due(now);
-    f.inputs_complete = secure->inputs_complete();
+    f.inputs_complete = secure->inputs_due(now);
     f.unmask_due = secure->unmask_due(now);
   }
   if (seen && status.round && status.owned) {
@@ -375,6 +376,9 @@ bool RoundDriver::carry_out(std::vector<Task> tasks, double now) {
         progressed = true;
         break;
       }
+      case Action::kOpenCohort:
+        progressed |= open_cohort(job, now);
+        break;
       case Action::kCloseAdmission:
         progressed |= close_admission(job, now);
         break;

@@ -148,6 +148,14 @@ class RoundDriver {
   // Opens a round of `job` over the available clients less the `busy` ones, if enough are
   // free; whether it did.
   bool open(JobEntry& job, const std::set<ClientId>& busy, double now);
+  // Opens the secure round of a cohort of K clients whose updates `job`'s buffer holds ready
+  // (docs/secure_aggregation.md, "ready cohorts"); whether it opened.
+  bool open_cohort(JobEntry& job, double now);
+  // The secure round of `invitees` in round `index` of `job`, opening at `now`, refusing
+  // `used_keys` (those of the job's earlier rounds).
+  SecureRound::Setup secure_setup(const JobEntry& job, RoundIndex index,
+                                  const std::vector<ClientId>& invitees, double now,
+                                  std::set<std::string> used_keys);
   // Refills the buffers of `wanting` jobs with free slots, the least-served tenant's first.
   bool refill_in_turn(std::vector<JobEntry*> wanting, double now);
   // Hands out tasks for the free slots of an asynchronous `job`'s buffer among `clients` less

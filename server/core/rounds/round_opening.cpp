@@ -149,9 +149,11 @@ std::vector<rounds::PoolClient> RoundDriver::pool_for(const JobEntry& job,
 }
 
 bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now) {
-  // A secure round refuses the public keys of the job's earlier rounds, wherever they ran.
+  // A secure round refuses the public keys of the job's earlier rounds, wherever they ran. An
+  // asynchronous job's buffer opens plain: its cohorts open their secure rounds (open_cohort).
+  const bool secure = job.config.secure_aggregation && !job.config.asynchronous();
   Result<std::set<std::string>> used_keys = std::set<std::string>();
-  if (job.config.secure_aggregation) used_keys = store_.list_used_keys(job.id);
+  if (secure) used_keys = store_.list_used_keys(job.id);
   if (!used_keys.ok()) {
     log_error(job_prefix(job) + "cannot read the public keys of its earlier secure rounds: " +
               used_keys.status().to_string());
@@ -197,37 +199,77 @@ bool RoundDriver::open(JobEntry& job, const std::set<ClientId>& busy, double now
   clients_.apply(round.selection_changes());
   log_opened(job, round, now);
   const std::vector<ClientId> invited = round.invited();
-  if (const auto& secure = job.config.secure_aggregation) {
+  if (secure) {
     // Before the round is published: its invitees' first messages find their secure round.
-    SecureRound::Setup setup;
-    setup.job = job.id;
-    setup.round = round.index();
-    setup.invitees = invited;
-    setup.vector_length = runtime.update_layout().layout.element_count();
-    setup.opened_at = now;
-    setup.config = *secure;
-    setup.threads = job.config.aggregation.threads;
-    setup.used_public_keys = std::move(used_keys).value();
-    setup.signing_keys = clients_.signing_keys(invited);
-    if (replication_.shared()) {
-      setup.share_messages = [this, id = job.id, index = round.index()](
-                                 const char* kind, const std::map<ClientId, std::string>& messages) {
-        return replication_.publish_stage(id, index, kind, messages);
-      };
-    }
-    setup.record_keys = [this, id = job.id, index = round.index()](
-                            const std::set<std::string>& keys) {
-      return store_.put_used_keys(id, index, keys, SecureRounds::kKeptRounds);
-    };
-    secure_.open(std::move(setup));
+    secure_.open(secure_setup(job, round.index(), invited, now, std::move(used_keys).value()));
   }
-  const rounds::Event opened_as =
-      job.config.secure_aggregation ? rounds::Event::kOpenedSecure : rounds::Event::kOpened;
+  const rounds::Event opened_as = secure ? rounds::Event::kOpenedSecure : rounds::Event::kOpened;
   publish_outcome(job, opened_as, [&](JobStatus& status) {
     status.last_round = round.index();
     status.round = std::move(round);
   });
   tasks_ready_.notify(invited);
+  return true;
+}
+
+SecureRound::Setup RoundDriver::secure_setup(const JobEntry& job, RoundIndex index,
+                                             const std::vector<ClientId>& invitees, double now,
+                                             std::set<std::string> used_keys) {
+  SecureRound::Setup setup;
+  setup.job = job.id;
+  setup.round = index;
+  setup.invitees = invitees;
+  setup.vector_length = job.runtime->update_layout().layout.element_count();
+  setup.opened_at = now;
+  setup.config = *job.config.secure_aggregation;
+  setup.threads = job.config.aggregation.threads;
+  setup.used_public_keys = std::move(used_keys);
+  setup.signing_keys = clients_.signing_keys(invitees);
+  // A cohort's inputs are computed before its round opens: they are waited for as a key
+  // stage is, stage_seconds at most.
+  setup.inputs_ready = job.config.asynchronous();
+  if (replication_.shared()) {
+    setup.share_messages = [this, id = job.id, index](
+                               const char* kind, const std::map<ClientId, std::string>& messages) {
+      return replication_.publish_stage(id, index, kind, messages);
+    };
+  }
+  setup.record_keys = [this, id = job.id, index](const std::set<std::string>& keys) {
+    return store_.put_used_keys(id, index, keys, SecureRounds::kKeptRounds);
+  };
+  return setup;
+}
+
+bool RoundDriver::open_cohort(JobEntry& job, double now) {
+  Result<std::set<std::string>> used_keys = store_.list_used_keys(job.id);
+  if (!used_keys.ok()) {
+    log_error(job_prefix(job) + "cannot read the public keys of its earlier secure rounds: " +
+              used_keys.status().to_string());
+    return false;
+  }
+  // Decide: the K earliest ready clients (only this thread takes them into a cohort).
+  struct Cohort {
+    RoundIndex index = 0;
+    std::vector<ClientId> members;
+  };
+  const Cohort cohort = jobs_.read(job, [&](const JobStatus& status) {
+    Cohort c;
+    if (!status.round || status.phase != rounds::Phase::kOpen) return c;
+    const rounds::Round& buffer = *status.round;
+    if (buffer.ready().size() < buffer.target()) return c;
+    c.index = buffer.index();
+    c.members.assign(buffer.ready().begin(), buffer.ready().begin() + buffer.target());
+    return c;
+  });
+  if (cohort.members.empty()) return false;
+  // Before the cohort is published: its members' first messages find their secure round.
+  secure_.open(secure_setup(job, cohort.index, cohort.members, now, std::move(used_keys).value()));
+  log_info(job_prefix(job) + "buffer " + std::to_string(cohort.index) + ": a cohort of " +
+           std::to_string(cohort.members.size()) + " ready updates opens its secure round");
+  publish_outcome(job, rounds::Event::kCohortOpened, [&](JobStatus& status) {
+    status.round->open_cohort(cohort.members, now);
+  });
+  tasks_ready_.notify(cohort.members);
   return true;
 }
 

@@ -50,7 +50,8 @@ SecureRound::SecureRound(const Setup& setup, TaskNotifier& notifier,
       wake_driver_(std::move(wake_driver)),
       metrics_(metrics),
       share_messages_(setup.share_messages),
-      record_keys_(setup.record_keys) {}
+      record_keys_(setup.record_keys),
+      inputs_ready_(setup.inputs_ready) {}
 
 std::shared_ptr<SecureRound> SecureRound::open(Setup setup, TaskNotifier& notifier,
                                                std::function<void()> wake_driver,
@@ -287,7 +288,8 @@ Result<std::optional<std::string>> SecureRound::unmask_request(ClientId client) 
 std::optional<double> SecureRound::next_deadline(double now) const {
   MutexLock lock(mu_);
   const bool timed = !unmasking_ && (stage_ == Stage::kAdvertiseKeys ||
-                                     stage_ == Stage::kShareKeys || stage_ == Stage::kUnmask);
+                                     stage_ == Stage::kShareKeys || stage_ == Stage::kUnmask ||
+                                     (inputs_ready_ && stage_ == Stage::kMaskedInput));
   if (!timed || deadline_ <= now) return std::nullopt;
   return deadline_;
 }
@@ -399,9 +401,10 @@ Status SecureRound::close_stage(double now) {
                   secagg::stage_name(stage) + " stage");
 }
 
-bool SecureRound::inputs_complete() const {
+bool SecureRound::inputs_due(double now) const {
   MutexLock lock(mu_);
-  return stage_ == Stage::kMaskedInput && inputs_.size() == sharers_.size();
+  return stage_ == Stage::kMaskedInput &&
+         (inputs_.size() == sharers_.size() || (inputs_ready_ && now >= deadline_));
 }
 
 Status SecureRound::close_inputs(double now) {

@@ -77,6 +77,10 @@ class SecureRound : public SecureStages {
     // The invitees' registered signing keys (secagg::SecAggRoundSetup::signing_keys).
     std::map<ClientId, std::string> signing_keys;
     size_t threads = 2;                      // for folds and unmasking
+    // A ready cohort's round (docs/secure_aggregation.md): its inputs exist before it opens,
+    // so its masked input stage lasts stage_seconds at most, as a key stage does; a synchronous
+    // round's lasts as long as its Round admits (training happens in it).
+    bool inputs_ready = false;
     // A round every replica serves (docs/scaling.md, "Secure rounds on every replica"): called
     // with each client's message of the stage about to open (its kind, stage_kind::kKeysReply,
     // kForwarded or kUnmaskRequest) before the stage opens here; an error fails the round.
@@ -150,8 +154,10 @@ class SecureRound : public SecureStages {
   // replicas first) and wakes the clients' polls. Below the threshold the round fails (its
   // reason as the error).
   Status close_stage(double now);
-  // Whether every client that completed the share stage has sent its masked input.
-  bool inputs_complete() const;
+  // Whether the masked input stage may close at `now`: every client that completed the share
+  // stage sent its masked input, or, for a cohort's round (Setup::inputs_ready), the stage's
+  // stage_seconds passed.
+  bool inputs_due(double now) const;
   // Closes the masked input stage (the Round is closed and no input is in flight): builds the
   // unmask requests, opens the unmask stage until now + stage_seconds. Below the threshold
   // the round fails (its reason as the error).
@@ -213,6 +219,7 @@ class SecureRound : public SecureStages {
   Metrics& metrics_;
   const decltype(Setup::share_messages) share_messages_;
   const decltype(Setup::record_keys) record_keys_;
+  const bool inputs_ready_;
   std::unique_ptr<secagg::SecAggServer> server_;  // null when the setup failed
   std::optional<protocol::SecAggParams> params_;
 
