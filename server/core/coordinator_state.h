@@ -3,6 +3,7 @@
 // coordinator.cpp (the wiring), client_api.cpp and admin_api.cpp. Internal to server/core/.
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -66,6 +67,12 @@ struct Coordinator::State {
   ClientRegistry clients;
   TenantRegistry tenants;
   Mutex create_mu;  // job creations, one at a time (held across their store write only)
+  // The upload sessions whose pieces requests are storing, by id, and how many requests: a
+  // question of where a session stands waits for them, so that a client resumes after the
+  // pieces its cut chunk delivered (upload_sessions.cpp).
+  Mutex storing_mu;
+  CondVar stored;
+  std::map<std::string, int> storing FEDCASE_GUARDED_BY(storing_mu);
   JobTable jobs;
   ModelExports exports{config.export_cache_bytes};
   std::unique_ptr<ModelEvaluator> evaluator;

@@ -4,6 +4,7 @@
 // time when it is a float32 update.
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <optional>
 
@@ -110,10 +111,19 @@ Result<Coordinator::UploadProgress> Coordinator::open_upload(ClientId client, Jo
 Result<Coordinator::UploadProgress> Coordinator::upload_state(ClientId client, JobId job,
                                                               RoundIndex round,
                                                               const std::string& id) {
-  auto upload = state_->store->get_upload(job, round, id);
+  State& s = *state_;
+  {
+    // The pieces a request is storing (a cut chunk's, while its client reconnects) count.
+    constexpr auto kLongestWait = std::chrono::seconds(2);
+    const auto deadline = std::chrono::steady_clock::now() + kLongestWait;
+    MutexLock lock(s.storing_mu);
+    while (s.storing.count(id) > 0 && !s.stored.wait_until(s.storing_mu, deadline)) {
+    }
+  }
+  auto upload = s.store->get_upload(job, round, id);
   if (!upload.ok()) return upload.status();
   if (upload->client != client) return storage::upload_not_found(job, round, id);
-  return progress_of(*upload, state_->config);
+  return progress_of(*upload, s.config);
 }
 
 Result<Coordinator::ChunkAnswer> Coordinator::put_upload_chunk(
@@ -121,6 +131,20 @@ Result<Coordinator::ChunkAnswer> Coordinator::put_upload_chunk(
     const Result<protocol::ContentRange>& range, std::string_view bytes,
     double receive_seconds, ChunkBody body) {
   State& s = *state_;
+  // Counted while it runs: a question of where the session stands waits for its pieces.
+  struct Storing {
+    State& s;
+    const std::string& id;
+    explicit Storing(State& state, const std::string& upload) : s(state), id(upload) {
+      MutexLock lock(s.storing_mu);
+      ++s.storing[id];
+    }
+    ~Storing() {
+      MutexLock lock(s.storing_mu);
+      if (--s.storing[id] == 0) s.storing.erase(id);
+      s.stored.notify_all();
+    }
+  } storing(s, id);
   auto upload = s.store->get_upload(job, round, id);
   if (!upload.ok()) return upload.status();
   // Another client's session is answered as one that does not exist.
