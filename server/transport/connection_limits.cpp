@@ -56,7 +56,9 @@ std::string BodySlots::take_buffer() {
 
 void BodySlots::keep_buffer(std::string&& buffer) {
   MutexLock lock(mu_);
-  if (buffers_.size() < capacity_) buffers_.push_back(std::move(buffer));
+  if (buffers_.size() < capacity_ && buffer.capacity() <= max_kept_bytes_) {
+    buffers_.push_back(std::move(buffer));
+  }
 }
 
 }  // namespace fedcase::server

@@ -50,7 +50,10 @@ class AddressConnections {
 // at once, the others queued in arrival order.
 class BodySlots {
  public:
-  explicit BodySlots(size_t capacity) : capacity_(capacity), free_(capacity) {}
+  // `max_kept_bytes`: the largest buffer kept (the largest update body: a job's model file,
+  // read once, is freed rather than kept resident for the uploads).
+  BodySlots(size_t capacity, size_t max_kept_bytes)
+      : capacity_(capacity), max_kept_bytes_(max_kept_bytes), free_(capacity) {}
 
   // Takes a slot and returns true when one is free. Otherwise queues `granted` and returns
   // false: `granted` is called later, with a slot already taken for it, on the thread that
@@ -64,12 +67,13 @@ class BodySlots {
   // mapped instead of allocating (and faulting in) a new buffer per body. take_buffer gives
   // a kept buffer, still holding its last body (resizing it to a body of the same length
   // writes nothing), or a new empty one; keep_buffer takes one back. At most `capacity` are
-  // kept: the memory the slots bound anyway.
+  // kept, none larger than `max_kept_bytes`: the memory the slots bound anyway.
   std::string take_buffer();
   void keep_buffer(std::string&& buffer);
 
  private:
   const size_t capacity_;
+  const size_t max_kept_bytes_;
   Mutex mu_;
   size_t free_ FEDCASE_GUARDED_BY(mu_);
   std::deque<std::function<bool()>> waiters_ FEDCASE_GUARDED_BY(mu_);

@@ -106,7 +106,7 @@ struct Frontend {
       : handler(handler),
         config(config),
         metrics(metrics),
-        upload_bodies(config.max_upload_bodies),
+        upload_bodies(config.max_upload_bodies, config.max_upload_bytes),
         per_address(config.max_connections_per_ip) {}
 
   // Registers a live session for drain(); returns its place for forget().

@@ -22,7 +22,7 @@ TEST_CASE("an address gets at most its limit of leases, and a closed one frees a
 }
 
 TEST_CASE("body slots go to waiters in arrival order, skipping those that gave up") {
-  BodySlots slots(1);
+  BodySlots slots(1, 0);
   std::vector<int> granted;
   CHECK(slots.acquire([] { return true; }));  // free: taken at once
   bool second_gave_up = true;
@@ -41,8 +41,8 @@ TEST_CASE("body slots go to waiters in arrival order, skipping those that gave u
   CHECK_FALSE(slots.acquire([] { return true; }));
 }
 
-TEST_CASE("body slots keep at most one buffer per slot, with its last body") {
-  BodySlots slots(2);
+TEST_CASE("body slots keep at most one buffer per slot, with its last body, none too large") {
+  BodySlots slots(2, size_t(2) << 20);
   CHECK(slots.take_buffer().capacity() < 1000);  // none kept yet: a new, empty one
   std::vector<std::string> bodies;
   for (int i = 0; i < 3; ++i) bodies.emplace_back(size_t(1) << 20, char('a' + i));
@@ -54,6 +54,9 @@ TEST_CASE("body slots keep at most one buffer per slot, with its last body") {
     kept += b[0];
   }
   CHECK(kept == "ba");
+  CHECK(slots.take_buffer().capacity() < 1000);
+  // A body larger than any upload's (a job's model file) is freed, not kept resident.
+  slots.keep_buffer(std::string(size_t(3) << 20, 'm'));
   CHECK(slots.take_buffer().capacity() < 1000);
 }
 
