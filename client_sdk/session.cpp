@@ -103,7 +103,7 @@ struct Session::Impl {
   secagg::KeyPair signing;
   std::optional<CachedModel> cached;
   // Secure asynchronous jobs (ready cohorts): the newest update reported ready, by job, kept
-  // for the cohort that masks it (its task comes later, maybe more than once if one fails).
+  // for the cohort that masks it (its task comes later; a new training task replaces it).
   struct ReadyUpdate {
     std::vector<float> delta;
     protocol::UpdateMeta meta;
@@ -636,17 +636,20 @@ struct Session::Impl {
   // its metadata goes to the task's ready_url, the update stays here for its cohort.
   Status report_ready(const protocol::TaskOffer& task, std::vector<float> delta,
                       protocol::UpdateMeta meta) {
-    auto r = call("POST", task.secure_aggregation->ready_url, "",
-                  {{"X-Fedcase-Meta", protocol::write_update_meta(meta).dump()}},
+    // Kept before the report: if the coordinator takes it but its answer is lost, the cohort
+    // masks this update, never an older one.
+    const std::string meta_text = protocol::write_update_meta(meta).dump();
+    ready_updates[task.job] = {std::move(delta), std::move(meta)};
+    auto r = call("POST", task.secure_aggregation->ready_url, "", {{"X-Fedcase-Meta", meta_text}},
                   config.request_timeout_s);
     if (!r.ok()) return r.status();
     if (r->status != 200) {
+      ready_updates.erase(task.job);
       stats.updates_refused++;
       log(LogLevel::kDebug, "ready report refused: " + error_text(*r));
       return ok_status();
     }
     stats.ready_reports++;
-    ready_updates[task.job] = {std::move(delta), std::move(meta)};
     return ok_status();
   }
 

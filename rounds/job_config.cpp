@@ -165,8 +165,14 @@ Result<secagg::SecureAggregationConfig> parse_secure(const json& j, const JobCon
     }
     s.max_weight = 1;
   }
+  // An asynchronous job's cohorts have exactly clients_per_round members.
+  if (c.asynchronous() && c.clients_per_round < 2) {
+    return invalid_argument(
+        "an asynchronous job with secure_aggregation sums cohorts of clients_per_round "
+        "updates: clients_per_round must be at least 2");
+  }
   // Every round invites at least min_clients: the parameters must exist for that many.
-  for (size_t n : {std::max<size_t>(2, c.min_clients),
+  for (size_t n : {std::max<size_t>(2, c.min_clients), c.clients_per_round,
                    scheduling::invited_count(c.clients_per_round, c.overcommit)}) {
     auto params = secagg::round_params(s, std::max<size_t>(2, n), 1);
     if (!params.ok()) {

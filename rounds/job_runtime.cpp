@@ -376,7 +376,8 @@ Conclusion JobRuntime::close_buffer(Round& buffer, double now, const std::string
   policy_state_ = policy_->save_state();
   c.policy_state = policy_state_;
 
-  // A stopped job's tasks end with it; any other buffer's carry over, whatever its outcome.
+  // A stopped job's tasks end with it (`carry` false); any other buffer's carry over,
+  // whatever its outcome.
   const std::vector<Round::Assignment> in_flight = buffer.in_flight(/*committed=*/failure.empty());
   carried_ = carry ? in_flight : std::vector<Round::Assignment>();
   c.metrics = round_metrics(buffer, kept, now);

@@ -162,7 +162,7 @@ class JobRuntime {
   Conclusion conclude(Round& round, double now);
   // Concludes `round` as failed, for `why` (cancelled, target reached, a failed cohort, ...).
   // A buffer's tasks in flight carry over to the next buffer when the job `goes_on` (a failed
-  // cohort's members among them, ready again), and end with it otherwise.
+  // cohort's members among them, to train again), and end with it otherwise.
   Conclusion fail(Round& round, double now, const std::string& why, bool goes_on);
   // The conclusion is durable: its model becomes current.
   void adopt(const Conclusion& conclusion);
@@ -175,7 +175,7 @@ class JobRuntime {
   // `stopped_early` (a cancel, a reached target) invitees still inside the deadline are
   // "round stopped", not blamed for missing it.
   // A buffer's tasks in flight carry over to the next buffer when `carry` (its cohort's
-  // members too when it closes with a `failure`: Round::in_flight).
+  // members too, to train again, when it closes with a `failure`: Round::in_flight).
   Conclusion close(Round& round, double now, const std::string& failure, bool stopped_early,
                    bool carry);
   // close() for a buffer: the policy learns from the updates it kept and the tasks it dropped.

@@ -200,7 +200,7 @@ std::vector<Round::Assignment> Round::in_flight(bool committed) const {
     const ClientId client = tasks_[i].client;
     if (accepted_.count(client) && (committed || !in_cohort(client))) continue;
     auto fetched = handed_out_.find(client);
-    const bool ready = in_cohort(client) || is_ready(client);
+    const bool ready = is_ready(client);
     out.push_back(
         {tasks_[i], terms_[i],
          fetched == handed_out_.end() ? std::nullopt : std::optional<double>(fetched->second),

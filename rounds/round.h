@@ -179,9 +179,11 @@ class Round {
   std::vector<ClientId> expire(double now);
   // Drops a carried task that fell more than the job allows behind base_version.
   void drop_stale(ClientId client);
-  // The tasks neither accepted nor dropped, for the next buffer, those reported ready still
-  // ready. When the buffer was not `committed`, also its cohort's members whose masked inputs
-  // it took (their updates counted for nothing; they are still on the devices), ready again.
+  // The tasks neither accepted nor dropped, for the next buffer, those reported ready and in
+  // no cohort still ready. A cohort's members go on as training tasks: they train again,
+  // never masking the same update twice (a sum of it may have been revealed). When the buffer
+  // was not `committed`, also the members whose masked inputs it took (they counted for
+  // nothing).
   std::vector<Assignment> in_flight(bool committed) const;
   // Tasks in flight: handed out, neither accepted nor dropped, and still training (not ready
   // for a cohort, nor in it): those a buffer's concurrency counts.

@@ -68,8 +68,8 @@ struct Coordinator::State {
   TenantRegistry tenants;
   Mutex create_mu;  // job creations, one at a time (held across their store write only)
   // The upload sessions whose pieces requests are storing, by id, and how many requests: a
-  // question of where a session stands waits for them, so that a client resumes after the
-  // pieces its cut chunk delivered (upload_sessions.cpp).
+  // question of where a session stands waits for them (half a second at most), so that a
+  // client resumes after the pieces its cut chunk delivered (upload_sessions.cpp).
   Mutex storing_mu;
   CondVar stored;
   std::map<std::string, int> storing FEDCASE_GUARDED_BY(storing_mu);

@@ -113,8 +113,10 @@ Result<Coordinator::UploadProgress> Coordinator::upload_state(ClientId client, J
                                                               const std::string& id) {
   State& s = *state_;
   {
-    // The pieces a request is storing (a cut chunk's, while its client reconnects) count.
-    constexpr auto kLongestWait = std::chrono::seconds(2);
+    // The pieces a request is storing (a cut chunk's, while its client reconnects) count: the
+    // answer waits for them, a moment at most (storing a chunk's pieces takes milliseconds; a
+    // Retry-After would cost the client a second a cut).
+    constexpr auto kLongestWait = std::chrono::milliseconds(500);
     const auto deadline = std::chrono::steady_clock::now() + kLongestWait;
     MutexLock lock(s.storing_mu);
     while (s.storing.count(id) > 0 && !s.stored.wait_until(s.storing_mu, deadline)) {
@@ -131,7 +133,7 @@ Result<Coordinator::ChunkAnswer> Coordinator::put_upload_chunk(
     const Result<protocol::ContentRange>& range, std::string_view bytes,
     double receive_seconds, ChunkBody body) {
   State& s = *state_;
-  // Counted while it runs: a question of where the session stands waits for its pieces.
+  // Counted while it stores pieces: a question of where the session stands is answered after.
   struct Storing {
     State& s;
     const std::string& id;
@@ -144,7 +146,8 @@ Result<Coordinator::ChunkAnswer> Coordinator::put_upload_chunk(
       if (--s.storing[id] == 0) s.storing.erase(id);
       s.stored.notify_all();
     }
-  } storing(s, id);
+  };
+  std::optional<Storing> storing(std::in_place, s, id);
   auto upload = s.store->get_upload(job, round, id);
   if (!upload.ok()) return upload.status();
   // Another client's session is answered as one that does not exist.
@@ -201,6 +204,7 @@ Result<Coordinator::ChunkAnswer> Coordinator::put_upload_chunk(
     }
     upload->chunks = index + 1;
   }
+  storing.reset();
   if (!stored_last) return ChunkAnswer{progress_of(*upload, s.config), std::nullopt};
   Result<UpdateAccepted> submitted = submit_chunked(client, *upload);
   Status dropped = s.store->drop_upload(job, round, id);
