@@ -1,6 +1,7 @@
 // The coordinator's client operations (coordinator.h): registration and contacts, tasks,
 // downloads of a task's model and module, updates and masked inputs, secure stages.
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 
@@ -158,8 +159,18 @@ Result<protocol::CheckIn> Coordinator::check_in_later(ClientId client, double aw
   const scheduling::PaceConfig& pace = s.config.pace;
   const double wanted = pace.pool_factor * double(s.jobs.invitations_per_round());
   const double period = scheduling::check_in_period(pace, s.clients.size(), wanted, awake_s);
-  const scheduling::CheckInWindow window =
+  scheduling::CheckInWindow window =
       scheduling::check_in_window(pace, period, s.clients.utility_rank(client));
+  // A client whose update waits for a cohort checks in within half a key stage: its cohort's
+  // stages do not wait for a device asleep.
+  s.jobs.update_each([&](JobEntry& job, JobStatus& status) {
+    const auto& secure = job.config.secure_aggregation;
+    if (!secure || !status.round) return;
+    const std::vector<ClientId>& ready = status.round->ready();
+    if (std::find(ready.begin(), ready.end(), client) == ready.end()) return;
+    window.earliest_s = 0;
+    window.latest_s = std::min(window.latest_s, secure->stage_seconds / 2);
+  });
   const double now = s.clock();
   FEDCASE_RETURN_IF_ERROR(s.clients.steer(client, now, now + window.latest_s));
   s.metrics.add(metric::kCheckIns, {{"answer", "later"}});

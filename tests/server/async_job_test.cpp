@@ -170,6 +170,13 @@ TEST_CASE("a secure asynchronous job: ready updates form cohorts; a failed one's
   }
   CHECK(h.coordinator->report_ready(ready[0], job, 1, meta(10)).status().code() ==
         Code::kConflict);  // once
+  // In a fleet large enough to be steered, a client waiting for its cohort is told to check in
+  // within half a key stage; an idle one, later.
+  for (int i = 0; i < 60; ++i) h.add_client();
+  auto check_in = h.coordinator->check_in_later(ready[0], 30);
+  REQUIRE(check_in.ok());
+  CHECK(check_in->before_s <= 2.5);
+  CHECK(h.coordinator->check_in_later(clients.back(), 30)->before_s > 2.5);
   const ClientId later = it->first;
   h.coordinator->tick();  // the cohort opens
   auto detail = h.coordinator->job_detail(job);
